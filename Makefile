@@ -1,0 +1,43 @@
+# Navi — two commands: `make run` (install + migrate + owner + serve) and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: run test install install-test migrate serve bench clean
+
+$(VENV)/bin/activate:
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: requirements.txt | $(VENV)/bin/activate
+	@echo "==> installing Python requirements into $(VENV)"
+	$(PY) -m pip install --quiet -r requirements.txt
+	@touch $@
+
+$(VENV)/.installed-test: requirements-test.txt $(VENV)/.installed
+	@echo "==> installing test requirements"
+	$(PY) -m pip install --quiet -r requirements-test.txt
+	@touch $@
+
+install: $(VENV)/.installed
+
+install-test: $(VENV)/.installed-test
+
+migrate: install
+	$(PY) manage.py migrate --noinput
+
+run: migrate
+	$(PY) manage.py ensure_owner
+	@echo "==> Navi on http://$(HOST):$(PORT)/  (admin: http://$(HOST):$(PORT)/admin/, Ctrl-C to stop)"
+	$(VENV)/bin/daphne -b $(HOST) -p $(PORT) navi_project.asgi:application
+
+test: install-test
+	$(PY) -m pytest
+
+bench: install-test
+	for b in bench/*.py; do echo "==> $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) staticfiles tests/artifacts

@@ -1,0 +1,222 @@
+"""SessionConsumer: the WebSocket of one chat session (`ws/sessions/<uuid>`).
+
+It forwards the frames of the session's runs (group `session.<id>`) exactly once and in order:
+on connect (or a `resume` frame) it asks the owning process for the run's buffered frames,
+holds live frames until that replay arrives, then delivers by `seq`, dropping duplicates and
+repairing gaps from the buffer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import logging
+import uuid
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from agent.runs import RunActive, active_run_id, control_group, frames_group, get_run_manager
+from sessions_app.models import Session
+
+log = logging.getLogger(__name__)
+
+MAX_CONTENT_CHARS = 100_000
+MAX_IMAGE_BYTES = 20 * 1024 * 1024
+MAX_IMAGES = 10
+REPLAY_TIMEOUT_S = 2.0
+
+
+class FrameError(Exception):
+    """A bad client frame; the message goes back in an `error` frame."""
+
+
+def decode_image(value: object) -> str:
+    """Validate one image (base64 or a data: URI) and return bare base64."""
+    if not isinstance(value, str) or not value:
+        raise FrameError("each image must be a non-empty base64 string or data: URI")
+    if value.startswith("data:"):
+        header, _, value = value.partition(",")
+        if ";base64" not in header or not header[5:].startswith("image/"):
+            raise FrameError("image data URIs must look like data:image/<type>;base64,...")
+    value = value.strip()
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise FrameError("an image is not valid base64; send the file's bytes base64-encoded") from None
+    if not raw:
+        raise FrameError("an image is empty")
+    if len(raw) > MAX_IMAGE_BYTES:
+        raise FrameError(f"an image is larger than {MAX_IMAGE_BYTES // (1024 * 1024)} MB; send a smaller one")
+    return value
+
+
+class SessionConsumer(AsyncJsonWebsocketConsumer):
+    async def connect(self) -> None:
+        self.session_id: str | None = None
+        self.cursor: dict[str, int] = {}  # run id -> last seq sent to this socket
+        self.pending: list[dict] = []
+        self.awaiting: str | None = None  # a replay request is out (its token)
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.accept()
+            await self.close(code=4401)
+            return
+        session_id = await self._owned_session_id(user, self.scope["url_route"]["kwargs"]["session_id"])
+        if session_id is None:
+            await self.accept()
+            await self.close(code=4004)
+            return
+        self.session_id = session_id
+        self.group = frames_group(session_id)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+        query = parse_qs(self.scope.get("query_string", b"").decode())
+        run_id = (query.get("run_id") or [""])[0]
+        after = (query.get("after_seq") or ["0"])[0]
+        if run_id:
+            self.cursor[run_id] = int(after) if after.isdigit() else 0
+            await self._request_replay(run_id, self.cursor[run_id])
+        else:
+            active = await active_run_id(session_id)
+            if active:
+                await self._request_replay(active, 0)
+
+    async def disconnect(self, code: int) -> None:
+        if self.session_id:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    @database_sync_to_async
+    def _owned_session_id(self, user, raw: str) -> str | None:
+        try:
+            uid = uuid.UUID(raw)
+        except ValueError:
+            return None
+        return str(uid) if Session.objects.filter(pk=uid, owner=user).exists() else None
+
+    # --- client frames ---------------------------------------------------------------------
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if text_data is None:
+            await self._error("binary frames are not supported; send JSON text frames")
+            return
+        try:
+            content = json.loads(text_data)
+        except ValueError:
+            await self._error("frame is not valid JSON")
+            return
+        if not isinstance(content, dict):
+            await self._error('frame must be a JSON object with a "type"')
+            return
+        try:
+            await self.receive_json(content)
+        except FrameError as exc:
+            await self._error(str(exc))
+
+    async def receive_json(self, content: dict, **kwargs) -> None:
+        kind = content.get("type")
+        if kind == "message":
+            await self._start_run(content)
+        elif kind == "stop":
+            stopped = await get_run_manager().request_stop(self.session_id)
+            if not stopped:
+                await self._error("no active run to stop")
+        elif kind == "resume":
+            run_id = content.get("run_id")
+            after = content.get("after_seq", 0)
+            if not isinstance(run_id, str) or not isinstance(after, int) or after < 0:
+                raise FrameError('resume needs {"run_id": str, "after_seq": int >= 0}')
+            self.cursor[run_id] = after
+            await self._request_replay(run_id, after)
+        elif kind == "ping":
+            await self.send_json({"type": "pong"})
+        else:
+            raise FrameError(f"unknown frame type {kind!r}; expected message, stop, resume or ping")
+
+    async def _start_run(self, frame: dict) -> None:
+        text = frame.get("content")
+        if not isinstance(text, str) or not text.strip():
+            raise FrameError("message content is required and must be non-empty text")
+        if len(text) > MAX_CONTENT_CHARS:
+            raise FrameError(f"message is {len(text)} characters; the limit is {MAX_CONTENT_CHARS}")
+        images = frame.get("images") or []
+        if not isinstance(images, list) or len(images) > MAX_IMAGES:
+            raise FrameError(f"images must be a list of at most {MAX_IMAGES} base64 strings")
+        images = [decode_image(i) for i in images]
+        files = frame.get("files") or []
+        if files:
+            from sessions_app.uploads import describe_uploaded_files
+
+            try:
+                text += await database_sync_to_async(describe_uploaded_files)(self.session_id, files)
+            except ValueError as exc:
+                raise FrameError(str(exc)) from None
+        try:
+            await get_run_manager().start(self.session_id, text, images)
+        except RunActive as exc:
+            await self._error(str(exc))
+
+    # --- frames from the channel layer -------------------------------------------------------
+    async def run_event(self, event: dict) -> None:
+        frame = event["frame"]
+        if self.awaiting is not None:
+            self.pending.append(frame)
+            return
+        await self._deliver(frame)
+
+    async def run_replay(self, event: dict) -> None:
+        if self.awaiting is None:
+            return
+        self.awaiting = None
+        for frame in event["frames"]:
+            await self._deliver(frame, repairing=True)
+        await self._flush_pending()
+
+    async def run_replay_timeout(self, event: dict) -> None:
+        if self.awaiting == event["token"]:  # the owner is gone: deliver what we have
+            self.awaiting = None
+            await self._flush_pending()
+
+    async def _flush_pending(self) -> None:
+        pending, self.pending = sorted(self.pending, key=lambda f: f["seq"]), []
+        for frame in pending:
+            await self._deliver(frame)
+
+    async def _deliver(self, frame: dict, repairing: bool = False) -> None:
+        run_id, seq = frame["run_id"], frame["seq"]
+        last = self.cursor.get(run_id, 0)
+        if seq <= last:
+            return  # already sent (replay overlapping live frames)
+        if seq > last + 1 and not repairing and self.awaiting is None:
+            # A frame went missing (full channel, reconnect race): fetch the gap from the buffer.
+            self.pending.append(frame)
+            await self._request_replay(run_id, last)
+            return
+        self.cursor[run_id] = seq
+        await self.send(text_data=json.dumps(frame))
+
+    async def _request_replay(self, run_id: str, after_seq: int) -> None:
+        token = uuid.uuid4().hex
+        self.awaiting = token
+        await self.channel_layer.group_send(
+            control_group(self.session_id),
+            {
+                "type": "run.replay_request",
+                "session_id": self.session_id,
+                "run_id": run_id,
+                "after_seq": after_seq,
+                "reply_to": self.channel_name,
+            },
+        )
+
+        async def timeout() -> None:
+            await asyncio.sleep(REPLAY_TIMEOUT_S)
+            await self.channel_layer.send(self.channel_name, {"type": "run.replay_timeout", "token": token})
+
+        task = asyncio.create_task(timeout())
+        task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
+
+    async def _error(self, message: str) -> None:
+        await self.send_json({"type": "error", "message": message})

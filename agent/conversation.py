@@ -1,0 +1,144 @@
+"""Where a run's conversation lives: the database (chat sessions) or memory (sub-agents).
+
+The loop only appends and updates; a turn is saved row by row as it happens, so a crash or a
+stop leaves everything up to that point on disk.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+
+from django.db.models import Max
+from django.utils import timezone
+
+from agent.messages import ChatMessage, ToolCall
+from sessions_app.models import Message, Session
+
+FLUSH_INTERVAL_S = 0.5  # partial answers reach the database at least this often
+
+
+def row_to_message(row: Message) -> ChatMessage:
+    return ChatMessage(
+        role=row.role,
+        content=row.content,
+        thinking=row.thinking,
+        images=list(row.images or []),
+        tool_calls=[ToolCall.from_dict(c) for c in row.tool_calls or []],
+        tool_call_id=row.tool_call_id,
+        name=row.name,
+        is_summary=row.is_summary,
+        db_id=row.id,
+    )
+
+
+class Conversation:
+    """In-memory conversation (sub-agents, `run_ephemeral`): nothing is persisted."""
+
+    def __init__(self, profile_id: str, owner_id: int | None = None) -> None:
+        self.id = f"subagent_{uuid.uuid4().hex[:12]}"
+        self.profile_id = profile_id
+        self.owner_id = owner_id
+        self.context: list[ChatMessage] = []
+        self.token_count = 0
+        self.persistent = False
+
+    async def add(self, msg: ChatMessage, *, display: bool = True, status: str = "complete") -> ChatMessage:
+        self.context.append(msg)
+        return msg
+
+    async def update(self, msg: ChatMessage, *, status: str, force: bool = True) -> None:
+        """Persist the current content of a streamed message (no-op in memory)."""
+
+    async def set_token_count(self, tokens: int) -> None:
+        self.token_count = tokens
+
+    async def current_profile_id(self) -> str:
+        return self.profile_id
+
+
+@dataclass
+class _FlushState:
+    last: float = 0.0
+
+
+class DBConversation(Conversation):
+    """A chat session's conversation: rows in sessions_app.Message."""
+
+    def __init__(self, session: Session, context: list[ChatMessage]) -> None:
+        self.id = str(session.id)
+        self.session = session
+        self.profile_id = session.profile_id
+        self.owner_id = session.owner_id
+        self.context = context
+        self.token_count = session.context_token_count
+        self.persistent = True
+        self._flush: dict[int, _FlushState] = {}
+
+    @classmethod
+    async def open(cls, session_id: str) -> "DBConversation":
+        session = await Session.objects.aget(pk=session_id)
+        rows = Message.objects.filter(session=session, in_context=True).order_by("seq")
+        return cls(session, [row_to_message(r) async for r in rows])
+
+    async def _next_seq(self) -> int:
+        agg = await Message.objects.filter(session_id=self.session.pk).aaggregate(m=Max("seq"))
+        return (agg["m"] or 0) + 1
+
+    async def add(self, msg: ChatMessage, *, display: bool = True, status: str = "complete") -> ChatMessage:
+        in_context = True
+        row = await Message.objects.acreate(
+            session_id=self.session.pk,
+            seq=await self._next_seq(),
+            role=msg.role,
+            content=msg.content,
+            thinking=msg.thinking,
+            images=list(msg.images),
+            tool_calls=[c.as_dict() for c in msg.tool_calls],
+            tool_call_id=msg.tool_call_id,
+            name=msg.name,
+            is_summary=msg.is_summary,
+            in_display=display,
+            in_context=in_context,
+            status=status,
+        )
+        msg.db_id = row.id
+        self.context.append(msg)
+        update = {"last_active": timezone.now()}
+        if msg.role == "user" and not self.session.title and msg.content.strip():
+            self.session.title = _title_from(msg.content)
+            update["title"] = self.session.title
+        await Session.objects.filter(pk=self.session.pk).aupdate(**update)
+        return msg
+
+    async def update(self, msg: ChatMessage, *, status: str, force: bool = True) -> None:
+        if msg.db_id is None:
+            return
+        state = self._flush.setdefault(msg.db_id, _FlushState())
+        now = time.monotonic()
+        if not force and now - state.last < FLUSH_INTERVAL_S:
+            return
+        state.last = now
+        await Message.objects.filter(pk=msg.db_id).aupdate(
+            content=msg.content,
+            thinking=msg.thinking,
+            tool_calls=[c.as_dict() for c in msg.tool_calls],
+            status=status,
+        )
+
+    async def set_token_count(self, tokens: int) -> None:
+        self.token_count = tokens
+        await Session.objects.filter(pk=self.session.pk).aupdate(
+            context_token_count=tokens, last_active=timezone.now()
+        )
+
+    async def current_profile_id(self) -> str:
+        pid = await Session.objects.filter(pk=self.session.pk).values_list("profile_id", flat=True).afirst()
+        self.profile_id = pid or self.profile_id
+        return self.profile_id
+
+
+def _title_from(content: str) -> str:
+    first_line = content.strip().splitlines()[0]
+    return first_line[:77] + "…" if len(first_line) > 80 else first_line

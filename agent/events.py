@@ -1,0 +1,133 @@
+"""AgentEvent types — one dataclass per server frame of the WebSocket protocol — and the one
+function that turns an event into its JSON frame."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class AgentEvent:
+    type = ""  # class attribute, not a field: the frame's "type"
+
+
+@dataclass
+class StreamStart(AgentEvent):
+    type = "stream_start"
+
+
+@dataclass
+class ThinkingDelta(AgentEvent):
+    delta: str
+    type = "thinking_delta"
+
+
+@dataclass
+class ThinkingEnd(AgentEvent):
+    type = "thinking_end"
+
+
+@dataclass
+class TurnThinking(AgentEvent):
+    thinking: str
+    is_subagent: bool = False
+    type = "turn_thinking"
+
+
+@dataclass
+class PlanReady(AgentEvent):
+    plan: str
+    type = "plan_ready"
+
+
+@dataclass
+class ToolStarted(AgentEvent):
+    tool: str
+    args: Any
+    is_subagent: bool = False
+    type = "tool_started"
+
+
+@dataclass
+class ToolEvent(AgentEvent):
+    tool: str
+    args: Any
+    result: str
+    success: bool
+    is_subagent: bool = False
+    type = "tool_call"
+
+
+@dataclass
+class TextDelta(AgentEvent):
+    delta: str
+    type = "stream_delta"
+
+
+@dataclass
+class StreamEnd(AgentEvent):
+    content: str
+    context_tokens: int = 0
+    max_context_tokens: int = 0
+    type = "stream_end"
+
+
+@dataclass
+class StreamStopped(AgentEvent):
+    type = "stream_stopped"
+
+
+@dataclass
+class ContextCompressed(AgentEvent):
+    messages_before: int
+    messages_after: int
+    type = "context_compressed"
+
+
+@dataclass
+class ProfileSwitched(AgentEvent):
+    profile_id: str
+    profile_name: str
+    type = "profile_switched"
+
+
+@dataclass
+class MemorySaved(AgentEvent):
+    category: str
+    key: str
+    value: str
+    type = "memory_saved"
+
+
+@dataclass
+class ErrorEvent(AgentEvent):
+    message: str
+    type = "error"
+
+
+@dataclass
+class FilePublished(AgentEvent):
+    """A session file the agent published for inline viewing (content_publish)."""
+
+    name: str
+    url: str
+    mime: str = ""
+    type = "file_published"
+
+
+def to_frame(event: AgentEvent) -> dict[str, Any]:
+    """The JSON frame for an event: its fields plus "type"."""
+    frame = {"type": event.type}
+    frame.update(asdict(event))
+    return frame
+
+
+def mark_subagent(event: AgentEvent) -> AgentEvent:
+    """Sub-agent events forwarded to the parent carry is_subagent=True."""
+    if hasattr(event, "is_subagent"):
+        event.is_subagent = True
+    return event
+
+
+__all__ = [name for name in dir() if name[0].isupper()] + ["to_frame", "mark_subagent", "field"]

@@ -1,0 +1,165 @@
+"""OpenAI-compatible backend on httpx: any server with /v1/chat/completions (SSE streaming)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, AsyncIterator
+
+import httpx
+from django.conf import settings
+
+from agent.messages import ChatMessage, LLMChunk, ToolCall
+
+from .base import LLMBackend, LLMError, LLMModelMissing, LLMUnreachable
+
+
+def _to_openai(msg: ChatMessage) -> dict[str, Any]:
+    if msg.role == "tool":
+        return {"role": "tool", "tool_call_id": msg.tool_call_id, "content": msg.content or ""}
+    out: dict[str, Any] = {"role": msg.role, "content": msg.content or ""}
+    if msg.images:
+        out["content"] = [{"type": "text", "text": msg.content or ""}] + [
+            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{img}"}} for img in msg.images
+        ]
+    if msg.tool_calls:
+        out["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {
+                    "name": c.name,
+                    "arguments": c.arguments if isinstance(c.arguments, str) else json.dumps(c.arguments),
+                },
+            }
+            for c in msg.tool_calls
+        ]
+    return out
+
+
+class OpenAIBackend(LLMBackend):
+    name = "openai"
+
+    def __init__(self, base_url: str | None = None, api_key: str | None = None) -> None:
+        self._base_url = base_url
+        self._api_key = api_key
+
+    @property
+    def base_url(self) -> str:
+        return (self._base_url or settings.OPENAI_BASE_URL).rstrip("/")
+
+    @property
+    def api_key(self) -> str:
+        return settings.OPENAI_API_KEY if self._api_key is None else self._api_key
+
+    def _client(self) -> httpx.AsyncClient:
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        return httpx.AsyncClient(
+            base_url=self.base_url, headers=headers, timeout=httpx.Timeout(settings.LLM_TIMEOUT_S, connect=5.0)
+        )
+
+    async def stream_complete(
+        self,
+        messages: list[ChatMessage],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        model: str,
+        temperature: float = 0.7,
+        think: bool | None = None,
+    ) -> AsyncIterator[LLMChunk]:
+        body: dict[str, Any] = {
+            "model": model,
+            "messages": [_to_openai(m) for m in messages],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "temperature": temperature,
+        }
+        if tools:
+            body["tools"] = tools
+        pending: dict[int, dict[str, str]] = {}  # tool-call fragments by index
+        finish = ""
+        usage: dict[str, int] = {}
+        async with self._client() as client:
+            try:
+                async with client.stream("POST", "/chat/completions", json=body) as response:
+                    if response.status_code >= 400:
+                        await response.aread()
+                        raise self._http_error(response, model)
+                    async for line in response.aiter_lines():
+                        if not line.startswith("data:"):
+                            continue
+                        data = line[5:].strip()
+                        if data == "[DONE]":
+                            break
+                        try:
+                            event = json.loads(data)
+                        except ValueError:
+                            continue
+                        if event.get("usage"):
+                            usage = event["usage"]
+                        for choice in event.get("choices") or []:
+                            delta = choice.get("delta") or {}
+                            for frag in delta.get("tool_calls") or []:
+                                slot = pending.setdefault(frag.get("index", 0), {"id": "", "name": "", "arguments": ""})
+                                fn = frag.get("function") or {}
+                                slot["id"] = frag.get("id") or slot["id"]
+                                slot["name"] += fn.get("name") or ""
+                                slot["arguments"] += fn.get("arguments") or ""
+                            text = delta.get("content") or ""
+                            reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
+                            if text or reasoning:
+                                yield LLMChunk(content=text, thinking=reasoning)
+                            if choice.get("finish_reason"):
+                                finish = choice["finish_reason"]
+            except (httpx.ConnectError, httpx.ConnectTimeout):
+                raise LLMUnreachable(
+                    f"cannot reach the OpenAI-compatible server at {self.base_url} — is it running? Check OPENAI_BASE_URL."
+                ) from None
+            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.ReadTimeout) as exc:
+                raise LLMError(
+                    f"the connection to {self.base_url} dropped mid-answer ({type(exc).__name__}); "
+                    "the partial answer was kept — send the message again to retry"
+                ) from None
+        calls = [
+            ToolCall(id=s["id"] or f"call_{i}", name=s["name"], arguments=_parse_args(s["arguments"]))
+            for i, s in sorted(pending.items())
+        ]
+        yield LLMChunk(
+            tool_calls=calls,
+            done=True,
+            finish_reason="tool_calls" if calls else (finish or "stop"),
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            completion_tokens=int(usage.get("completion_tokens") or 0),
+        )
+
+    def _http_error(self, response: httpx.Response, model: str) -> LLMError:
+        try:
+            detail = response.json().get("error")
+            detail = detail.get("message") if isinstance(detail, dict) else detail
+        except ValueError:
+            detail = response.text[:300]
+        if response.status_code == 404:
+            return LLMModelMissing(f"model '{model}' not found at {self.base_url}: {detail}. Set OPENAI_MODEL or the profile's model.")
+        if response.status_code in (401, 403):
+            return LLMError(f"{self.base_url} refused the API key ({detail}); set OPENAI_API_KEY")
+        return LLMError(f"{self.base_url} returned HTTP {response.status_code}: {detail}")
+
+    async def list_models(self) -> list[str]:
+        async with self._client() as client:
+            try:
+                response = await client.get("/models")
+                response.raise_for_status()
+            except httpx.ConnectError:
+                raise LLMUnreachable(f"cannot reach {self.base_url}") from None
+            except httpx.HTTPStatusError as exc:
+                raise LLMError(f"{self.base_url}/models returned HTTP {exc.response.status_code}") from None
+            return sorted(m.get("id", "") for m in response.json().get("data", []))
+
+
+def _parse_args(raw: str) -> Any:
+    """Parsed arguments, or the raw string so the registry can report the JSON error."""
+    if not raw.strip():
+        return {}
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw

@@ -1,0 +1,327 @@
+"""The agent loop (seeds' agent.md): run, run_stream, run_ephemeral.
+
+run_stream: user row saved → pre-turn workers → optional planning → tool-calling loop up to
+max_iterations (stream the LLM, run tool calls, append results) → stream_end → post-turn
+workers. Stop is cooperative (current_stop_event); errors become an `error` event, and the
+partial answer is kept as `interrupted`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from typing import AsyncIterator
+
+from django.conf import settings
+
+from agent import prompts, workers
+from agent.conversation import Conversation, DBConversation
+from agent.events import (
+    AgentEvent,
+    ErrorEvent,
+    PlanReady,
+    StreamEnd,
+    StreamStart,
+    StreamStopped,
+    TextDelta,
+    ThinkingDelta,
+    ThinkingEnd,
+    ToolEvent,
+    ToolStarted,
+    TurnThinking,
+    mark_subagent,
+)
+from agent.llm import BackendRegistry, LLMError
+from agent.messages import ChatMessage, ToolCall
+from agent.models import Profile
+from tools_app.base import ToolResult
+from tools_app.context import (
+    current_chat_session_id,
+    current_event_sink,
+    current_session_id,
+    current_stop_event,
+    current_user_id,
+)
+from tools_app.registry import ToolRegistry
+
+log = logging.getLogger(__name__)
+
+_NUMBERED_STEP = re.compile(r"^\s*\d+[\.\)]", re.MULTILINE)
+# Events a sub-agent forwards to its parent (its text becomes the spawn_agent result instead).
+_SUBAGENT_FORWARDED = (ToolStarted, ToolEvent, TurnThinking)
+
+
+class RunFailed(Exception):
+    """`run()` could not produce an answer; the message says why and what to do."""
+
+
+class Agent:
+    def __init__(self, tools: ToolRegistry, backends: BackendRegistry) -> None:
+        self.tools = tools
+        self.backends = backends
+
+    # --- entry points -----------------------------------------------------------------
+    async def run_stream(
+        self, session_id: str, user_message: str, images: list[str] | None = None, *, planning: bool = True
+    ) -> AsyncIterator[AgentEvent]:
+        """Stream one turn of a persisted session."""
+        conv = await DBConversation.open(session_id)
+        current_session_id.set(conv.id)
+        current_chat_session_id.set(conv.id)
+        current_user_id.set(conv.owner_id)
+        yield StreamStart()
+        # Committed before any LLM call: a crash or an unreachable model never loses it.
+        await conv.add(ChatMessage(role="user", content=user_message, images=list(images or [])))
+        profile = await _load_profile(conv.profile_id)
+        backend = self.backends.get(profile.llm_backend)
+        for event in await self._workers(workers.pre_turn_workers, conv, profile, "pre"):
+            yield event
+        if planning and profile.planning_enabled:
+            plan = await self._run_planning(conv, profile)
+            if plan:
+                yield PlanReady(plan=plan)
+        async for event in self._loop(conv, profile, backend):
+            yield event
+
+    async def run(self, session_id: str, user_message: str, images: list[str] | None = None) -> str:
+        """Non-streaming turn (no planning); raises RunFailed on error or stop."""
+        content = ""
+        async for event in self.run_stream(session_id, user_message, images, planning=False):
+            if isinstance(event, StreamEnd):
+                content = event.content
+            elif isinstance(event, ErrorEvent):
+                raise RunFailed(event.message)
+            elif isinstance(event, StreamStopped):
+                raise RunFailed("the run was stopped before it finished")
+        return content
+
+    async def run_ephemeral(self, user_message: str, profile_id: str) -> str:
+        """A sub-agent: no DB rows, its own `subagent_<uuid12>` scope, events sent to the parent."""
+        profile = await _load_profile(profile_id)
+        conv = Conversation(profile.id, owner_id=current_user_id.get())
+        parent_sink = current_event_sink.get()
+        current_session_id.set(conv.id)
+        await conv.add(ChatMessage(role="user", content=user_message))
+        backend = self.backends.get(profile.llm_backend)
+        content, problem = "", ""
+        async for event in self._loop(conv, profile, backend, is_subagent=True):
+            if isinstance(event, StreamEnd):
+                content = event.content
+            elif isinstance(event, ErrorEvent):
+                problem = event.message
+            elif isinstance(event, StreamStopped):
+                problem = "stopped by the owner"
+            elif parent_sink is not None and isinstance(event, _SUBAGENT_FORWARDED):
+                parent_sink.put_nowait(mark_subagent(event))
+            elif parent_sink is not None and not isinstance(event, (TextDelta, ThinkingDelta, ThinkingEnd)):
+                parent_sink.put_nowait(event)
+        if problem:
+            raise RunFailed(f"sub-agent failed: {problem}")
+        return content
+
+    # --- planning -----------------------------------------------------------------------
+    async def _run_planning(self, conv: Conversation, profile: Profile) -> str | None:
+        """One fast call (no tools, think off): DIRECT, a numbered plan, or nothing usable."""
+        messages = [ChatMessage(role="system", content=prompts.PLANNING_PROMPT)]
+        messages += [m for m in conv.context[-12:] if m.role in ("user", "assistant") and m.content]
+        try:
+            backend = self.backends.get(profile.llm_backend)
+            response = await backend.complete(
+                messages, None, model=profile.resolved_model(), temperature=0.3, think=False
+            )
+        except LLMError as exc:
+            log.info("planning skipped: %s", exc)
+            return None
+        text = response.content.strip()
+        if not text or text.upper().startswith("DIRECT") or not _NUMBERED_STEP.search(text):
+            return None
+        # Injected as the model's own prior statement so it naturally continues from it.
+        await conv.add(ChatMessage(role="assistant", content=text, name="plan"))
+        return text
+
+    # --- the tool-calling loop -------------------------------------------------------------
+    async def _loop(
+        self, conv: Conversation, profile: Profile, backend, *, is_subagent: bool = False
+    ) -> AsyncIterator[AgentEvent]:
+        stop = current_stop_event.get()
+        tools = self.tools.tools_for(profile.enabled_tools)
+        for _ in range(max(1, profile.max_iterations)):
+            if stop is not None and stop.is_set():
+                yield StreamStopped()
+                return
+            turn = _Turn()
+            async for event in self._stream_turn(conv, profile, backend, tools, turn, is_subagent):
+                yield event
+            if turn.outcome in ("stopped", "error"):
+                return
+            if not turn.calls:
+                await conv.set_token_count(turn.tokens)
+                if is_subagent and turn.message.thinking:
+                    yield TurnThinking(thinking=turn.message.thinking)
+                yield StreamEnd(turn.message.content, turn.tokens, settings.OLLAMA_NUM_CTX)
+                if not is_subagent:
+                    for event in await self._workers(workers.post_turn_workers, conv, profile, "post"):
+                        yield event
+                return
+            # A tool-calling turn: the whole reasoning block closes the live thinking display.
+            if turn.message.thinking:
+                yield TurnThinking(thinking=turn.message.thinking)
+            await conv.set_token_count(turn.tokens)
+            allowed = [t.name for t in tools]
+            for call in turn.calls:
+                async for event in self._run_tool(conv, call, allowed):
+                    yield event
+                if stop is not None and stop.is_set():
+                    yield StreamStopped()
+                    return
+            if await conv.current_profile_id() != profile.id:
+                profile = await _load_profile(conv.profile_id)
+                backend = self.backends.get(profile.llm_backend)
+                tools = self.tools.tools_for(profile.enabled_tools)
+        text = (
+            f"I stopped after {profile.max_iterations} tool-calling steps (this profile's max_iterations) "
+            "without reaching a final answer. Say 'continue' to let me go on, or raise max_iterations "
+            "for the profile in the admin."
+        )
+        await conv.add(ChatMessage(role="assistant", content=text))
+        yield TextDelta(text)
+        yield StreamEnd(text, conv.token_count, settings.OLLAMA_NUM_CTX)
+
+    async def _stream_turn(self, conv, profile, backend, tools, turn: "_Turn", is_subagent: bool):
+        """Stream one LLM call into `turn`, yielding thinking/text deltas and persisting as it goes."""
+        stop = current_stop_event.get()
+        msg = turn.message
+        thinking_open = False
+        context = await prompts.build_context(profile, conv.context, conv.owner_id)
+        stream = backend.stream_complete(
+            context, [t.schema() for t in tools] or None, model=profile.resolved_model(), temperature=profile.temperature
+        )
+        try:
+            async for chunk in stream:
+                if stop is not None and stop.is_set():
+                    turn.outcome = "stopped"
+                    break
+                if chunk.thinking:
+                    msg.thinking += chunk.thinking
+                    thinking_open = True
+                    if not is_subagent:
+                        yield ThinkingDelta(chunk.thinking)
+                if chunk.content:
+                    msg.content += chunk.content
+                    if thinking_open and not is_subagent:
+                        yield ThinkingEnd()
+                    thinking_open = False
+                    if not is_subagent:
+                        yield TextDelta(chunk.content)
+                turn.calls.extend(chunk.tool_calls)
+                if chunk.done:
+                    turn.tokens = chunk.prompt_tokens + chunk.completion_tokens
+                if chunk.content or chunk.thinking:
+                    if msg.db_id is None and conv.persistent:
+                        await conv.add(msg, status="partial")
+                    else:
+                        await conv.update(msg, status="partial", force=False)
+        except LLMError as exc:
+            turn.outcome = "error"
+            turn.error = str(exc)
+        except Exception as exc:  # anything unexpected must still end the turn cleanly
+            log.exception("LLM stream failed")
+            turn.outcome = "error"
+            turn.error = f"the model call failed unexpectedly: {type(exc).__name__}: {exc}"
+        finally:
+            with contextlib.suppress(Exception):
+                await stream.aclose()
+        if thinking_open and not turn.calls and turn.outcome == "ok" and not is_subagent:
+            yield ThinkingEnd()
+        if turn.outcome != "ok":
+            if msg.content or msg.thinking:
+                if msg.db_id is None:
+                    await conv.add(msg, status="interrupted")
+                else:
+                    await conv.update(msg, status="interrupted")
+            yield StreamStopped() if turn.outcome == "stopped" else ErrorEvent(turn.error)
+            return
+        msg.tool_calls = list(turn.calls)
+        if msg.db_id is None:
+            await conv.add(msg)
+        else:
+            await conv.update(msg, status="complete")
+
+    async def _run_tool(self, conv: Conversation, call: ToolCall, allowed: list[str]) -> AsyncIterator[AgentEvent]:
+        """Run one tool call, forwarding what it emits (sub-agent events) while it runs."""
+        stop = current_stop_event.get()
+        yield ToolStarted(tool=call.name, args=call.arguments)
+        sink: asyncio.Queue = asyncio.Queue()
+        token = current_event_sink.set(sink)
+        try:
+            task = asyncio.create_task(self.tools.call(call.name, call.arguments, allowed))
+        finally:
+            current_event_sink.reset(token)
+        stop_wait = asyncio.create_task(stop.wait()) if stop is not None else None
+        try:
+            while not task.done():
+                getter = asyncio.create_task(sink.get())
+                waiting = {task, getter} | ({stop_wait} if stop_wait else set())
+                done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                if getter in done:
+                    yield getter.result()
+                else:
+                    getter.cancel()
+                if stop_wait is not None and stop_wait in done and not task.done():
+                    task.cancel()  # the tool's own task (kills its subprocess), never the run
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
+                    break
+            while not sink.empty():
+                yield sink.get_nowait()
+        finally:
+            if stop_wait is not None:
+                stop_wait.cancel()
+        if task.cancelled():
+            result = ToolResult(False, error="stopped by the owner before the tool finished")
+        else:
+            result = task.result()
+        content = result.to_message_content()
+        yield ToolEvent(tool=call.name, args=call.arguments, result=content, success=result.success)
+        await conv.add(ChatMessage(role="tool", content=content, tool_call_id=call.id, name=call.name))
+        if result.success and result.metadata.get("is_image") and result.metadata.get("base64"):
+            # The image goes to the model's context only, never to the display history.
+            await conv.add(
+                ChatMessage(role="user", content=f"[image from {call.name}]", images=[result.metadata["base64"]]),
+                display=False,
+            )
+
+    async def _workers(self, registered, conv, profile, phase: str) -> list[AgentEvent]:
+        if not registered:
+            return []
+        ctx = workers.WorkerContext(
+            conversation=conv,
+            profile=profile,
+            backend=self.backends.get(profile.llm_backend),
+            token_count=conv.token_count,
+            max_tokens=settings.OLLAMA_NUM_CTX,
+            phase=phase,
+        )
+        return await workers.run_workers(registered, ctx)
+
+
+class _Turn:
+    """What one LLM call produced."""
+
+    def __init__(self) -> None:
+        self.message = ChatMessage(role="assistant")
+        self.calls: list[ToolCall] = []
+        self.tokens = 0
+        self.outcome = "ok"  # ok | stopped | error
+        self.error = ""
+
+
+async def _load_profile(profile_id: str) -> Profile:
+    profile = await Profile.objects.filter(pk=profile_id).afirst()
+    if profile is None:
+        profile = await Profile.objects.order_by("id").afirst()
+    if profile is None:
+        raise RunFailed("no agent profiles exist; run `python manage.py migrate` to create the defaults")
+    return profile

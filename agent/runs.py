@@ -1,0 +1,271 @@
+"""RunManager: runs are asyncio tasks owned by the process, not by a socket.
+
+Every frame of a run is numbered (`run_id`, `seq`), kept in the run's buffer and group_sent to
+`session.<id>`, where every socket on that session (any tab, any worker) listens. Control
+messages (`run.stop`, `run.replay_request`) go to `runctl.<id>`, where only the process that
+owns the run listens, so stop and replay work from any worker through the channel layer.
+
+Which run is active is claimed in the database (Session.active_run_id + heartbeat) with a
+conditional UPDATE, so two workers can never run two turns of one session at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from channels.layers import get_channel_layer
+from django.db.models import Q
+from django.utils import timezone
+
+from agent.events import ErrorEvent, to_frame
+from sessions_app.models import Message, Session
+from tools_app.context import current_stop_event
+
+log = logging.getLogger(__name__)
+
+CLAIM_TTL = timedelta(seconds=30)  # a claim whose owner stopped heart-beating is void
+HEARTBEAT_S = 5.0
+KEEP_FINISHED_S = 120.0  # finished runs stay replayable this long (a reconnect after the end)
+
+
+def frames_group(session_id: Any) -> str:
+    return f"session.{session_id}"
+
+
+def control_group(session_id: Any) -> str:
+    return f"runctl.{session_id}"
+
+
+class RunActive(Exception):
+    """A run is already active for this session."""
+
+
+@dataclass
+class Run:
+    run_id: str
+    session_id: str
+    stop_event: asyncio.Event = field(default_factory=asyncio.Event)
+    frames: list[dict] = field(default_factory=list)
+    seq: int = 0
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task | None = None
+    final_content: str | None = None
+    error: str | None = None
+    stopped: bool = False
+    context_tokens: int = 0
+
+
+async def claim_run(session_id: str, run_id: str) -> bool:
+    now = timezone.now()
+    updated = await Session.objects.filter(pk=session_id).filter(
+        Q(active_run_id="") | Q(active_run_heartbeat__lt=now - CLAIM_TTL)
+    ).aupdate(active_run_id=run_id, active_run_heartbeat=now)
+    return updated == 1
+
+
+async def active_run_id(session_id: str) -> str | None:
+    """The id of the session's live run (in any process), or None."""
+    row = await Session.objects.filter(pk=session_id).values("active_run_id", "active_run_heartbeat").afirst()
+    if not row or not row["active_run_id"] or row["active_run_heartbeat"] is None:
+        return None
+    if row["active_run_heartbeat"] < timezone.now() - CLAIM_TTL:
+        return None
+    return row["active_run_id"]
+
+
+class RunManager:
+    def __init__(self, agent=None) -> None:
+        self._agent = agent
+        self.layer = get_channel_layer()
+        self.active: dict[str, Run] = {}  # by session id
+        self.by_id: dict[str, Run] = {}  # active and recently finished, by run id
+        self.channel: str | None = None
+        self._listener: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task] = set()
+
+    @property
+    def agent(self):
+        if self._agent is None:
+            from agent.registry import get_agent
+
+            self._agent = get_agent()
+        return self._agent
+
+    # --- starting and driving runs -----------------------------------------------------
+    async def start(
+        self,
+        session_id: str,
+        content: str,
+        images: list[str] | None = None,
+        *,
+        planning: bool = True,
+    ) -> Run:
+        session_id = str(session_id)
+        run = Run(run_id=uuid.uuid4().hex, session_id=session_id)
+        if not await claim_run(session_id, run.run_id):
+            raise RunActive("a run is already active in this session; wait for it to finish or press Stop")
+        await self._ensure_listening()
+        await self.layer.group_add(control_group(session_id), self.channel)
+        self.active[session_id] = run
+        self.by_id[run.run_id] = run
+        run.task = asyncio.create_task(self._drive(run, content, images, planning), name=f"run-{run.run_id}")
+        self._tasks.add(run.task)
+        run.task.add_done_callback(self._tasks.discard)
+        return run
+
+    async def _drive(self, run: Run, content: str, images: list[str] | None, planning: bool) -> None:
+        current_stop_event.set(run.stop_event)
+        heartbeat = asyncio.create_task(self._heartbeat(run))
+        try:
+            async for event in self.agent.run_stream(run.session_id, content, images, planning=planning):
+                frame = to_frame(event)
+                if frame["type"] == "stream_end":
+                    run.final_content = frame["content"]
+                    run.context_tokens = frame.get("context_tokens", 0)
+                elif frame["type"] == "error":
+                    run.error = frame["message"]
+                elif frame["type"] == "stream_stopped":
+                    run.stopped = True
+                await self.publish(run, frame)
+        except Exception as exc:
+            log.exception("run %s failed", run.run_id)
+            run.error = f"the run failed: {type(exc).__name__}: {exc}. The session is intact; send the message again."
+            await self.publish(run, to_frame(ErrorEvent(run.error)))
+        finally:
+            heartbeat.cancel()
+            await Session.objects.filter(pk=run.session_id, active_run_id=run.run_id).aupdate(
+                active_run_id="", active_run_heartbeat=None
+            )
+            if self.active.get(run.session_id) is run:
+                del self.active[run.session_id]
+            run.done.set()
+            self._later(KEEP_FINISHED_S, self._forget(run))
+
+    async def publish(self, run: Run, frame: dict) -> None:
+        run.seq += 1
+        frame["run_id"] = run.run_id
+        frame["seq"] = run.seq
+        run.frames.append(frame)
+        await self.layer.group_send(frames_group(run.session_id), {"type": "run.event", "frame": frame})
+
+    async def _heartbeat(self, run: Run) -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT_S)
+            await Session.objects.filter(pk=run.session_id, active_run_id=run.run_id).aupdate(
+                active_run_heartbeat=timezone.now()
+            )
+
+    async def _forget(self, run: Run) -> None:
+        self.by_id.pop(run.run_id, None)
+        if run.session_id not in self.active:
+            await self.layer.group_discard(control_group(run.session_id), self.channel)
+
+    def _later(self, delay: float, coro) -> None:
+        async def waiter() -> None:
+            await asyncio.sleep(delay)
+            await coro
+
+        task = asyncio.create_task(waiter())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # --- stop and replay, from any process -------------------------------------------------
+    async def request_stop(self, session_id: str) -> bool:
+        """Ask the owner of the session's run to stop it. False when no run is active."""
+        session_id = str(session_id)
+        run = self.active.get(session_id)
+        if run is not None:
+            run.stop_event.set()
+            return True
+        if await active_run_id(session_id) is None:
+            return False
+        await self.layer.group_send(control_group(session_id), {"type": "run.stop", "session_id": session_id})
+        return True
+
+    async def _ensure_listening(self) -> None:
+        if self._listener is None or self._listener.done():
+            self.channel = await self.layer.new_channel("navi-runs.")
+            self._listener = asyncio.create_task(self._listen(), name="run-manager-listener")
+
+    async def _listen(self) -> None:
+        while True:
+            try:
+                message = await self.layer.receive(self.channel)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("run manager: channel layer receive failed; retrying")
+                await asyncio.sleep(1)
+                continue
+            try:
+                await self._handle(message)
+            except Exception:
+                log.exception("run manager: bad control message %r", message.get("type"))
+
+    async def _handle(self, message: dict) -> None:
+        kind = message.get("type")
+        if kind == "run.stop":
+            run = self.active.get(str(message.get("session_id")))
+            if run is not None:
+                run.stop_event.set()
+        elif kind == "run.replay_request":
+            run = self.by_id.get(message.get("run_id") or "") or self.active.get(str(message.get("session_id")))
+            if run is None or run.session_id != str(message.get("session_id")):
+                return
+            after = int(message.get("after_seq") or 0)
+            await self.layer.send(
+                message["reply_to"],
+                {
+                    "type": "run.replay",
+                    "run_id": run.run_id,
+                    "frames": [f for f in run.frames if f["seq"] > after],
+                    "finished": run.done.is_set(),
+                },
+            )
+
+    async def shutdown(self) -> None:
+        """Stop every run cleanly (stop event, not cancel) and end background tasks."""
+        for run in list(self.active.values()):
+            run.stop_event.set()
+        runs = [r.task for r in self.active.values() if r.task]
+        if runs:
+            await asyncio.wait(runs, timeout=5)
+        for task in list(self._tasks) + ([self._listener] if self._listener else []):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+
+_managers: dict[int, RunManager] = {}
+
+
+def get_run_manager() -> RunManager:
+    """The run manager of the running event loop (one per process in production)."""
+    loop = asyncio.get_running_loop()
+    manager = _managers.get(id(loop))
+    if manager is None or getattr(manager, "_loop", None) is not loop:
+        manager = RunManager()
+        manager._loop = loop
+        _managers[id(loop)] = manager
+    return manager
+
+
+def recover_after_crash() -> int:
+    """On server start: void dead claims and mark answers left `partial` as `interrupted`.
+
+    Rows of sessions whose run is still alive (another worker's fresh heartbeat) are left alone.
+    """
+    stale = timezone.now() - CLAIM_TTL
+    Session.objects.exclude(active_run_id="").filter(
+        Q(active_run_heartbeat__isnull=True) | Q(active_run_heartbeat__lt=stale)
+    ).update(active_run_id="", active_run_heartbeat=None)
+    live = Session.objects.exclude(active_run_id="").values("pk")
+    return Message.objects.filter(status=Message.Status.PARTIAL).exclude(session__in=live).update(
+        status=Message.Status.INTERRUPTED
+    )

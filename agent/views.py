@@ -1,0 +1,142 @@
+"""REST views of the agent: profiles, tools, a non-streaming message, stop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+
+from agent.consumers import FrameError, MAX_CONTENT_CHARS, decode_image
+from agent.llm import LLMModelMissing, LLMUnreachable
+from agent.models import Profile
+from agent.registry import get_agent
+from agent.runs import RunActive, get_run_manager
+from navi_project.http import json_view
+from sessions_app.auth import api_login_required
+from sessions_app.models import Session
+
+
+@api_login_required
+@json_view("GET")
+def profiles(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"profiles": [p.as_dict() for p in Profile.objects.order_by("id")]})
+
+
+@api_login_required
+@json_view("GET")
+def tools(request: HttpRequest) -> JsonResponse:
+    registry = get_agent().tools
+    return JsonResponse(
+        {
+            "tools": [
+                {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.parameters,
+                    "builtin": registry.is_builtin(t.name),
+                }
+                for t in registry.all()
+            ]
+        }
+    )
+
+
+# --- async views (they drive runs on the server's event loop) --------------------------------
+async def _user(request: HttpRequest):
+    if getattr(request, "navi_token_auth", False):
+        return request.user
+    user = await request.auser()
+    return user if user.is_authenticated else None
+
+
+async def _owned_session(request: HttpRequest, session_id: str) -> tuple[Session | None, JsonResponse | None]:
+    """(session, None) or (None, error response): auth, method-independent checks, ownership."""
+    user = await _user(request)
+    if user is None:
+        return None, JsonResponse(
+            {"error": "authentication required: log in at /login/ or send 'Authorization: Bearer <token>'"},
+            status=401,
+        )
+    try:
+        uid = uuid.UUID(session_id)
+    except ValueError:
+        return None, JsonResponse({"error": f"no session '{session_id}' (session ids are UUIDs)"}, status=404)
+    session = await Session.objects.filter(pk=uid, owner=user).afirst()
+    if session is None:
+        return None, JsonResponse({"error": f"no session '{session_id}'"}, status=404)
+    return session, None
+
+
+def _method_not_allowed(request: HttpRequest, allowed: str) -> JsonResponse:
+    response = JsonResponse({"error": f"method {request.method} not allowed here; use {allowed}"}, status=405)
+    response["Allow"] = allowed
+    return response
+
+
+async def session_messages(request: HttpRequest, session_id: str) -> HttpResponse:
+    """Send a message and wait for the whole answer (seeds' `run()`: no planning)."""
+    session, error = await _owned_session(request, session_id)
+    if error:
+        return error
+    if request.method != "POST":
+        return _method_not_allowed(request, "POST")
+    try:
+        body = json.loads(request.body or b"{}")
+    except ValueError as exc:
+        return JsonResponse({"error": f"request body is not valid JSON: {exc}"}, status=400)
+    if not isinstance(body, dict):
+        return JsonResponse({"error": "request body must be a JSON object"}, status=400)
+    content = body.get("content")
+    if not isinstance(content, str) or not content.strip():
+        return JsonResponse({"error": '"content" is required and must be non-empty text'}, status=400)
+    if len(content) > MAX_CONTENT_CHARS:
+        return JsonResponse({"error": f"content is over {MAX_CONTENT_CHARS} characters"}, status=413)
+    try:
+        images = [decode_image(i) for i in body.get("images") or []]
+    except FrameError as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
+    try:
+        run = await get_run_manager().start(str(session.pk), content, images, planning=False)
+    except RunActive as exc:
+        return JsonResponse({"error": str(exc)}, status=409)
+    await asyncio.shield(run.done.wait())  # a dropped client does not cancel the run
+    if run.error:
+        status = 503 if _is_unreachable(run.error) else 502
+        return JsonResponse({"error": run.error, "run_id": run.run_id}, status=status)
+    if run.stopped:
+        return JsonResponse({"error": "the run was stopped before it finished", "run_id": run.run_id}, status=409)
+    return JsonResponse(
+        {"content": run.final_content or "", "context_tokens": run.context_tokens, "run_id": run.run_id}
+    )
+
+
+def _is_unreachable(message: str) -> bool:
+    return message.startswith("cannot reach")
+
+
+async def session_stop(request: HttpRequest, session_id: str) -> HttpResponse:
+    session, error = await _owned_session(request, session_id)
+    if error:
+        return error
+    if request.method != "POST":
+        return _method_not_allowed(request, "POST")
+    if await get_run_manager().request_stop(str(session.pk)):
+        return JsonResponse({"ok": True})
+    return JsonResponse({"ok": False, "reason": "no active run"})
+
+
+__all__ = ["profiles", "tools", "session_messages", "session_stop", "LLMModelMissing", "LLMUnreachable"]
+
+
+@login_required
+def chat_page(request: HttpRequest) -> HttpResponse:
+    return render(request, "chat.html")
+
+
+@login_required
+def debug_page(request: HttpRequest) -> HttpResponse:
+    return render(request, "debug.html")

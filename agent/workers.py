@@ -1,0 +1,59 @@
+"""Post-turn (and pre-turn) workers: work that runs around a turn, e.g. context compression.
+
+A worker gets a WorkerContext and returns WorkerResult.events, which the loop yields after
+stream_end (post-turn) or before the LLM call (pre-turn). A failing worker is logged and the
+turn goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from agent.events import AgentEvent
+
+if TYPE_CHECKING:
+    from agent.conversation import Conversation
+    from agent.llm import LLMBackend
+    from agent.models import Profile
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class WorkerContext:
+    conversation: "Conversation"
+    profile: "Profile"
+    backend: "LLMBackend"
+    token_count: int
+    max_tokens: int
+    phase: str  # "pre" or "post"
+
+
+@dataclass
+class WorkerResult:
+    events: list[AgentEvent] = field(default_factory=list)
+
+
+class Worker:
+    name = "worker"
+
+    async def run(self, ctx: WorkerContext) -> WorkerResult:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+# Registered at start-up by the apps that provide workers (agent.compression adds its own).
+pre_turn_workers: list[Worker] = []
+post_turn_workers: list[Worker] = []
+
+
+async def run_workers(workers: list[Worker], ctx: WorkerContext) -> list[AgentEvent]:
+    events: list[AgentEvent] = []
+    for worker in workers:
+        try:
+            result = await worker.run(ctx)
+            events.extend(result.events)
+        except Exception:
+            log.warning("worker %s failed; the turn goes on", worker.name, exc_info=True)
+    return events

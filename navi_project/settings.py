@@ -1,0 +1,233 @@
+"""Navi settings, driven by environment variables (django-environ reads `.env`).
+
+Every variable is documented in `.env.example`. Defaults are chosen so that one can just check
+out the code, run `make run`, and get a working single-process install on SQLite.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sys
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+environ.Env.read_env(BASE_DIR / ".env")
+
+TESTING = "pytest" in sys.modules or env.bool("NAVI_TESTING", default=False)
+
+
+def _path(value: str) -> Path:
+    """Relative paths in settings are relative to the project root, not the cwd."""
+    p = Path(value).expanduser()
+    return p if p.is_absolute() else (BASE_DIR / p)
+
+
+def _secret_key() -> str:
+    """SECRET_KEY, SECRET_KEY_FILE, or a key generated once and kept in `.navi_secret_key`.
+
+    Persisting the generated key keeps the owner logged in across restarts of `make run`.
+    """
+    if env.str("SECRET_KEY", default=""):
+        return env.str("SECRET_KEY")
+    key_file = env.str("SECRET_KEY_FILE", default="")
+    if key_file:
+        return _path(key_file).read_text().strip()
+    generated = BASE_DIR / ".navi_secret_key"
+    if not generated.exists():
+        generated.write_text(secrets.token_urlsafe(50))
+        generated.chmod(0o600)
+    return generated.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+DEBUG = env.bool("DEBUG", default=False)
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost"])
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "daphne",  # must come before staticfiles so `runserver` is the ASGI one
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "agent",
+    "sessions_app",
+    "memory_app",
+    "tools_app",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    # WhiteNoise serves /static/ under daphne (no separate web server in the two-command set-up).
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # After AuthenticationMiddleware (a Bearer token replaces the cookie user) and before
+    # CsrfViewMiddleware (token requests are not cookie-borne, so CSRF does not apply to them).
+    "sessions_app.auth.BearerTokenMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "navi_project.middleware.ContentSecurityPolicyMiddleware",
+]
+
+ROOT_URLCONF = "navi_project.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+WSGI_APPLICATION = "navi_project.wsgi.application"
+ASGI_APPLICATION = "navi_project.asgi.application"
+
+# --- Database -----------------------------------------------------------------------------
+# SQLite by default (DB_PATH, as in the original Navi); DATABASE_URL switches to Postgres.
+DB_PATH = env.str("DB_PATH", default="navi.db")
+DATABASES = {
+    "default": env.db_url("DATABASE_URL", default=f"sqlite:///{_path(DB_PATH)}"),
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {
+            # WAL lets readers run while the agent writes; synchronous=NORMAL is safe with WAL.
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            # Take the write lock at BEGIN so concurrent writers queue (busy timeout) instead of
+            # failing mid-transaction with "database is locked".
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 30,
+        }
+    )
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Channel layer ------------------------------------------------------------------------
+# Capacity is high because a fast model streams thousands of deltas; a full channel would
+# drop frames (the consumer repairs gaps from the run buffer, but it should not have to).
+REDIS_URL = env.str("REDIS_URL", default="")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "capacity": 5000, "expiry": 60},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels.layers.InMemoryChannelLayer",
+            "CONFIG": {"capacity": 50000, "expiry": 60},
+        }
+    }
+
+# --- Auth ---------------------------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/login/"
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+CSRF_FAILURE_VIEW = "navi_project.views.csrf_failure"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env.str("TIME_ZONE", default="UTC")
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = _path(env.str("STATIC_ROOT", default="staticfiles"))
+# In development and tests WhiteNoise serves straight from the finders (no collectstatic step).
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG or TESTING
+DATA_UPLOAD_MAX_MEMORY_SIZE = 30 * 1024 * 1024  # JSON bodies with base64 images
+
+LOG_LEVEL = env.str("LOG_LEVEL", default="INFO").upper()
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {
+        "django.channels.server": {"level": "WARNING"},
+        "httpx": {"level": "WARNING"},  # one line per LLM request is noise
+    },
+}
+
+# --- LLM ----------------------------------------------------------------------------------
+OLLAMA_HOST = env.str("OLLAMA_HOST", default="http://localhost:11434")
+OLLAMA_DEFAULT_MODEL = env.str("OLLAMA_DEFAULT_MODEL", default="gemma4:e2b-it-q8_0")
+OLLAMA_NUM_CTX = env.int("OLLAMA_NUM_CTX", default=65536)
+OLLAMA_THINK = env.bool("OLLAMA_THINK", default=True)
+OLLAMA_KEEP_ALIVE = env.str("OLLAMA_KEEP_ALIVE", default="30m")
+OPENAI_API_KEY = env.str("OPENAI_API_KEY", default="")
+OPENAI_BASE_URL = env.str("OPENAI_BASE_URL", default="https://api.openai.com/v1")
+OPENAI_MODEL = env.str("OPENAI_MODEL", default="gpt-4o-mini")
+LLM_TIMEOUT_S = env.float("LLM_TIMEOUT_S", default=300.0)
+
+# --- Agent, tools, sandboxing ---------------------------------------------------------------
+NAVI_WORKSPACE = _path(env.str("NAVI_WORKSPACE", default="workspace"))
+TOOLS_DIR = _path(env.str("TOOLS_DIR", default="user_tools"))
+MANUALS_DIR = _path(env.str("MANUALS_DIR", default="manuals"))
+TOOL_TIMEOUT_S = env.float("TOOL_TIMEOUT_S", default=60.0)
+# Unlike the original ("*"), the filesystem tool defaults to the workspace and user_tools/.
+FS_ALLOWED_PATHS = env.str("FS_ALLOWED_PATHS", default=f"{NAVI_WORKSPACE},{TOOLS_DIR}")
+TERMINAL_ALLOWED_COMMANDS = env.str("TERMINAL_ALLOWED_COMMANDS", default="*")
+HTTP_ALLOWED_HOSTS = env.list("HTTP_ALLOWED_HOSTS", default=[])
+CODE_EXEC_SANDBOX = env.str("CODE_EXEC_SANDBOX", default="bwrap")
+CODE_EXEC_NETWORK = env.bool("CODE_EXEC_NETWORK", default=False)
+SSH_HOSTS_FILE = _path(env.str("SSH_HOSTS_FILE", default="ssh_hosts.json"))
+
+
+def fs_allowed_paths_list() -> list[str]:
+    """FS_ALLOWED_PATHS as a list; ["*"] means unrestricted."""
+    return [p.strip() for p in FS_ALLOWED_PATHS.split(",") if p.strip()]
+
+
+def terminal_allowed_commands_list() -> list[str]:
+    return [c.strip() for c in TERMINAL_ALLOWED_COMMANDS.split(",") if c.strip()]
+
+
+# --- Session files ------------------------------------------------------------------------
+SESSION_FILES_DIR = _path(env.str("SESSION_FILES_DIR", default="session_files"))
+SESSION_FILES_MAX_SIZE_MB = env.int("SESSION_FILES_MAX_SIZE_MB", default=200)
+SESSION_FILES_TTL_HOURS = env.int("SESSION_FILES_TTL_HOURS", default=24)
+
+# --- Context compression ------------------------------------------------------------------
+CONTEXT_COMPRESSION_ENABLED = env.bool("CONTEXT_COMPRESSION_ENABLED", default=True)
+CONTEXT_COMPRESSION_THRESHOLD = env.float("CONTEXT_COMPRESSION_THRESHOLD", default=0.80)
+CONTEXT_KEEP_RECENT = env.int("CONTEXT_KEEP_RECENT", default=10)
+CONTEXT_SUMMARY_TEMPERATURE = env.float("CONTEXT_SUMMARY_TEMPERATURE", default=0.3)
+
+# --- Persona ------------------------------------------------------------------------------
+NAVI_PERSONA = env.str("NAVI_PERSONA", default="")
+NAVI_PERSONA_FILE = env.str("NAVI_PERSONA_FILE", default="persona.txt")
+if not NAVI_PERSONA and NAVI_PERSONA_FILE and _path(NAVI_PERSONA_FILE).is_file():
+    NAVI_PERSONA = _path(NAVI_PERSONA_FILE).read_text(encoding="utf-8").strip()
+
+# --- Owner account (created by `make run` when no user exists) ------------------------------
+NAVI_ADMIN_USER = env.str("NAVI_ADMIN_USER", default="navi")
+NAVI_ADMIN_PASSWORD = env.str("NAVI_ADMIN_PASSWORD", default="")
+
+# --- Test overrides -------------------------------------------------------------------------
+if TESTING:
+    PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast logins in tests

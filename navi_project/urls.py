@@ -1,0 +1,17 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+
+from . import views
+
+urlpatterns = [
+    path("health", views.health, name="health"),
+    path("admin/", admin.site.urls),
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("agents/", include("agent.urls")),
+    path("", include("sessions_app.urls")),
+    path("", include("agent.page_urls")),
+]
+
+handler404 = "navi_project.views.not_found"

@@ -1,0 +1,98 @@
+"""Authentication for scripts: `Authorization: Bearer <token>` on REST and WebSocket.
+
+Browsers use Django's session cookie; both paths end in `request.user` / `scope["user"]`.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+from asgiref.sync import sync_to_async
+from channels.auth import AuthMiddlewareStack
+from django.contrib.auth.models import AnonymousUser
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils import timezone
+
+from .models import ApiToken, hash_token
+
+
+def _bearer(value: str | None) -> str | None:
+    if not value:
+        return None
+    scheme, _, token = value.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+def user_for_token(raw: str):
+    """The active user a raw token belongs to, or None."""
+    token = ApiToken.objects.select_related("user").filter(token_hash=hash_token(raw)).first()
+    if token is None or not token.user.is_active:
+        return None
+    ApiToken.objects.filter(pk=token.pk).update(last_used=timezone.now())
+    return token.user
+
+
+class BearerTokenMiddleware:
+    """Authenticate `Authorization: Bearer` requests.
+
+    Token requests skip CSRF: the token is not sent automatically by browsers, so a forged
+    cross-site request cannot carry it. A bad token is a 401, never a silent anonymous request.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        header = request.headers.get("Authorization")
+        raw = _bearer(header)
+        if header and raw is None:
+            return JsonResponse({"error": "malformed Authorization header; use 'Bearer <token>'"}, status=401)
+        if raw is not None:
+            user = user_for_token(raw)
+            if user is None:
+                return JsonResponse(
+                    {"error": "invalid API token; create one with `python manage.py navi_token <username>`"},
+                    status=401,
+                )
+            request.user = user
+            request._dont_enforce_csrf_checks = True
+            request.navi_token_auth = True
+        return self.get_response(request)
+
+
+def api_login_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Like login_required, but answers 401 JSON instead of redirecting to the login page."""
+
+    @functools.wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.is_authenticated:
+            return JsonResponse(
+                {"error": "authentication required: log in at /login/ or send 'Authorization: Bearer <token>'"},
+                status=401,
+            )
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+class WebSocketTokenAuthMiddleware:
+    """Channels middleware: a Bearer header in the handshake wins over the session cookie."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    async def __call__(self, scope, receive, send):
+        headers = dict(scope.get("headers") or [])
+        raw = _bearer(headers.get(b"authorization", b"").decode("latin-1") or None)
+        if raw is not None:
+            user = await sync_to_async(user_for_token)(raw)
+            scope = dict(scope, user=user or AnonymousUser(), navi_token_auth=user is not None)
+        return await self.inner(scope, receive, send)
+
+
+def WebSocketAuthStack(inner):  # noqa: N802 - named like Channels' AuthMiddlewareStack
+    """Cookie session auth, then Bearer token auth (which overrides the cookie user)."""
+    return AuthMiddlewareStack(WebSocketTokenAuthMiddleware(inner))

@@ -1,0 +1,154 @@
+"""Sessions and their messages.
+
+The seeds' two buffers (display `messages`, LLM `context`) are two views of one table:
+`in_display` and `in_context` flags on each row. A turn is saved by appending rows, never by
+rewriting history, so saving costs the same at message 10 and message 10,000.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class Session(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="chat_sessions"
+    )
+    profile = models.ForeignKey("agent.Profile", on_delete=models.PROTECT, related_name="+")
+    title = models.CharField(max_length=200, blank=True)
+    pinned = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=timezone.now)
+    last_active = models.DateTimeField(default=timezone.now, db_index=True)
+    context_token_count = models.PositiveIntegerField(default=0)
+    # Cross-process run claim: which run is active and when its owner last said it is alive.
+    # Set with a conditional UPDATE so two workers can never start two runs on one session.
+    active_run_id = models.CharField(max_length=64, blank=True)
+    active_run_heartbeat = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-pinned", "-last_active"]
+
+    def __str__(self) -> str:
+        return self.title or f"Session {str(self.id)[:8]}"
+
+    def as_dict(self) -> dict:
+        return {
+            "session_id": str(self.id),
+            "id": str(self.id),
+            "profile_id": self.profile_id,
+            "title": self.title,
+            "pinned": self.pinned,
+            "created_at": self.created_at.isoformat(),
+            "last_active": self.last_active.isoformat(),
+            "context_token_count": self.context_token_count,
+        }
+
+
+class Message(models.Model):
+    class Role(models.TextChoices):
+        USER = "user"
+        ASSISTANT = "assistant"
+        TOOL = "tool"
+        SYSTEM = "system"
+
+    class Status(models.TextChoices):
+        COMPLETE = "complete"
+        PARTIAL = "partial"
+        INTERRUPTED = "interrupted"
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="messages")
+    seq = models.PositiveIntegerField()
+    role = models.CharField(max_length=16, choices=Role.choices)
+    content = models.TextField(blank=True, default="")
+    thinking = models.TextField(blank=True, default="")
+    images = models.JSONField(default=list, blank=True)
+    tool_calls = models.JSONField(default=list, blank=True)
+    tool_call_id = models.CharField(max_length=100, blank=True)
+    name = models.CharField(max_length=100, blank=True)
+    is_summary = models.BooleanField(default=False)
+    in_display = models.BooleanField(default=True)
+    in_context = models.BooleanField(default=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.COMPLETE)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["session", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "seq"], name="message_unique_seq"),
+        ]
+        indexes = [
+            models.Index(fields=["session", "in_context", "seq"], name="message_context_idx"),
+            models.Index(fields=["session", "in_display", "seq"], name="message_display_idx"),
+            models.Index(fields=["status"], name="message_status_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.role} #{self.seq}: {self.content[:60]}"
+
+    def as_dict(self) -> dict:
+        return {
+            "id": self.id,
+            "seq": self.seq,
+            "role": self.role,
+            "content": self.content,
+            "thinking": self.thinking,
+            "images": self.images,
+            "tool_calls": self.tool_calls,
+            "tool_call_id": self.tool_call_id or None,
+            "name": self.name or None,
+            "is_summary": self.is_summary,
+            "status": self.status,
+            "created_at": self.created_at.isoformat(),
+        }
+
+
+class SessionFile(models.Model):
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="files")
+    name = models.CharField(max_length=255)
+    path = models.CharField(max_length=1024)
+    size = models.PositiveBigIntegerField(default=0)
+    published = models.BooleanField(default=False, help_text="Shown inline in the chat.")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["session", "created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "name"], name="sessionfile_unique_name"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def hash_token(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class ApiToken(models.Model):
+    """A bearer token for scripts. Only the SHA-256 of the token is stored."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=100, blank=True)
+    token_hash = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=12, help_text="First characters, to tell tokens apart.")
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user})"
+
+    @classmethod
+    def issue(cls, user, name: str = "") -> tuple["ApiToken", str]:
+        """Create a token; the raw value is returned once and never stored."""
+        raw = "navi_" + secrets.token_urlsafe(32)
+        token = cls.objects.create(user=user, name=name, token_hash=hash_token(raw), prefix=raw[:10])
+        return token, raw

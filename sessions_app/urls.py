@@ -1,0 +1,15 @@
+from django.urls import path
+
+from agent import views as agent_views
+
+from . import views
+
+# No trailing slashes: the same paths as the original Navi, so existing clients work.
+urlpatterns = [
+    path("sessions", views.sessions, name="sessions"),
+    path("sessions/<str:session_id>", views.session_detail, name="session-detail"),
+    path("sessions/<str:session_id>/pin", views.session_pin, name="session-pin"),
+    path("sessions/<str:session_id>/context", views.session_context, name="session-context"),
+    path("sessions/<str:session_id>/messages", agent_views.session_messages, name="session-messages"),
+    path("sessions/<str:session_id>/stop", agent_views.session_stop, name="session-stop"),
+]

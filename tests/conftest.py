@@ -1,0 +1,100 @@
+"""Shared fixtures: users that matter (owner, other user, anonymous), clients, the test LLM
+server, temp dirs for everything the app writes, and a clean channel layer per test."""
+
+from __future__ import annotations
+
+import pytest
+from channels.layers import channel_layers
+from django.test import Client
+
+from agent.registry import reset_agent
+from sessions_app.models import ApiToken, Session
+from tests.llm_server import LLMServer
+
+PASSWORD = "correct horse battery"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_dirs(settings, tmp_path):
+    """Everything the app writes goes under the test's temp dir."""
+    settings.NAVI_WORKSPACE = tmp_path / "workspace"
+    settings.SESSION_FILES_DIR = tmp_path / "session_files"
+    settings.TOOLS_DIR = tmp_path / "user_tools"
+    settings.TOOLS_DIR.mkdir()
+    settings.NAVI_WORKSPACE.mkdir()
+    settings.FS_ALLOWED_PATHS = f"{settings.NAVI_WORKSPACE},{settings.TOOLS_DIR}"
+    settings.NAVI_PERSONA = "You are Navi (test persona)."
+    settings.OLLAMA_HOST = "http://127.0.0.1:9"  # nothing listens: a test that needs an LLM asks for one
+    settings.OLLAMA_THINK = True
+    settings.OLLAMA_NUM_CTX = 8192
+    settings.ALLOWED_HOSTS = ["testserver", "localhost", "127.0.0.1"]
+    reset_agent()
+    yield
+    reset_agent()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_channel_layer():
+    """Channel layers hold asyncio queues bound to one event loop; each test gets its own."""
+    channel_layers.backends.clear()
+    yield
+    channel_layers.backends.clear()
+
+
+@pytest.fixture
+def llm(settings):
+    """The protocol-level test LLM server, wired in as both Ollama and the OpenAI backend."""
+    server = LLMServer().start()
+    settings.OLLAMA_HOST = server.url
+    settings.OPENAI_BASE_URL = server.openai_url
+    settings.OPENAI_API_KEY = "test-key"
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def profiles(django_db_blocker):
+    """The seeded profiles. Transactional tests flush tables, data migrations included, so
+    they are re-seeded from the migration itself when missing."""
+    import importlib
+
+    from django.apps import apps
+
+    from agent.models import Profile
+
+    with django_db_blocker.unblock():
+        if not Profile.objects.exists():
+            importlib.import_module("agent.migrations.0002_seed_profiles").seed(apps, None)
+    return list(Profile.objects.all())
+
+
+@pytest.fixture
+def owner(django_user_model, profiles):
+    return django_user_model.objects.create_user("owner", password=PASSWORD)
+
+
+@pytest.fixture
+def other_user(django_user_model):
+    return django_user_model.objects.create_user("mallory", password=PASSWORD)
+
+
+@pytest.fixture
+def owner_client(owner) -> Client:
+    client = Client()
+    client.force_login(owner)
+    return client
+
+
+@pytest.fixture
+def anon_client() -> Client:
+    return Client()
+
+
+@pytest.fixture
+def owner_token(owner) -> str:
+    return ApiToken.issue(owner, name="tests")[1]
+
+
+@pytest.fixture
+def session(owner) -> Session:
+    return Session.objects.create(owner=owner, profile_id="secretary")

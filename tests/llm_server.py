@@ -1,0 +1,553 @@
+"""Protocol-level fake LLM server (Ollama + OpenAI-compatible) for tests and benchmarks.
+
+A real HTTP/1.1 server on 127.0.0.1 so the production code paths (the official
+``ollama`` client, httpx SSE parsing, timeouts, disconnects) run unmodified.
+Replies are scripted with :class:`Turn` / :class:`Rule`; see the README-style
+docstrings on :class:`LLMServer`. Run ``python -m tests.llm_server --help`` for the CLI.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import select
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field, fields
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Iterator
+
+_NET_ERRORS = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
+
+
+@dataclass
+class Turn:
+    """One scripted assistant reply; ``tool_calls`` args given as ``str`` are sent raw (malformed-JSON tests)."""
+
+    content: str = ""
+    thinking: str = ""
+    tool_calls: list[dict] = field(default_factory=list)
+    chunk_size: int = 8
+    delay: float = 0.0
+    first_delay: float = 0.0
+    drop_after: int | None = None
+    status: int = 200
+    error: str = ""
+    prompt_tokens: int = 10
+    eval_tokens: int = 5
+
+    @classmethod
+    def from_obj(cls, obj: Turn | dict | str) -> Turn:
+        """Accept a Turn, a dict of Turn fields (rules.json) or a bare content string."""
+        if isinstance(obj, Turn):
+            return obj
+        if isinstance(obj, str):
+            return cls(content=obj)
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in obj.items() if k in known})
+
+    def pieces(self, text: str) -> list[str]:
+        """Split text into streamed fragments of ``chunk_size`` characters."""
+        n = self.chunk_size if self.chunk_size > 0 else max(len(text), 1)
+        return [text[i:i + n] for i in range(0, len(text), n)]
+
+
+@dataclass
+class Rule:
+    """Answer requests whose last user message contains ``match``; ``turns[k]`` for the k-th assistant step."""
+
+    match: str
+    turns: list[Turn]
+    system: str = ""
+
+    @classmethod
+    def from_obj(cls, obj: Rule | dict) -> Rule:
+        """Build from the JSON shape used by rules.json and the /_fake/rules endpoint."""
+        if isinstance(obj, Rule):
+            return obj
+        return cls(match=obj.get("match", ""), turns=[Turn.from_obj(t) for t in obj["turns"]],
+                   system=obj.get("system", ""))
+
+
+def _text(content: Any) -> str:
+    """Message content as text (OpenAI allows a list of typed parts)."""
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content if isinstance(content, str) else ""
+
+
+def _now_iso() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"))
+
+
+class _Dropped(Exception):
+    """The stream ended early: scripted drop, client disconnect or server stop."""
+
+
+class LLMServer:
+    """Fake Ollama/OpenAI server in a background thread.
+
+    Priority for choosing a reply: the ``script()`` FIFO, then rules in insertion
+    order (first match wins), then ``Turn(content="echo: <last user content>")``.
+    """
+
+    def __init__(self, models: list[str] | None = None, api_key: str | None = None,
+                 host: str = "127.0.0.1", port: int = 0) -> None:
+        self.models = models
+        self.api_key = api_key
+        self._addr = (host, port)
+        self._cond = threading.Condition()
+        self._queue: collections.deque[Turn] = collections.deque()
+        self._rules: list[Rule] = []
+        self._requests: list[dict] = []
+        self._disconnects = 0
+        self._conns: set[socket.socket] = set()
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._port: int | None = None
+
+    # -- lifecycle ---------------------------------------------------------
+    def start(self) -> LLMServer:
+        httpd = _HTTPServer(self._addr, _Handler)
+        httpd.fake = self
+        self._httpd, self._stopping, self._port = httpd, False, httpd.server_address[1]
+        self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="fake-llm-server", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop accepting and cut every open connection so no handler thread lingers."""
+        if not self._httpd:
+            return
+        self._stopping = True
+        self._httpd.shutdown()
+        with self._cond:
+            conns = list(self._conns)
+        for s in conns:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self._httpd.server_close()
+        self._httpd = None
+
+    def __enter__(self) -> LLMServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        assert self._port is not None, "server not started"
+        return self._port
+
+    @property
+    def url(self) -> str:
+        return f"http://{self._addr[0]}:{self.port}"
+
+    @property
+    def openai_url(self) -> str:
+        return self.url + "/v1"
+
+    # -- scripting ---------------------------------------------------------
+    def script(self, *turns: Turn | dict | str) -> None:
+        """Queue replies consumed one per chat request, before any rule."""
+        with self._cond:
+            self._queue.extend(Turn.from_obj(t) for t in turns)
+
+    def add_rule(self, rule: Rule | dict) -> None:
+        with self._cond:
+            self._rules.append(Rule.from_obj(rule))
+
+    def reset(self) -> None:
+        with self._cond:
+            self._queue.clear()
+            self._rules.clear()
+            self._requests.clear()
+            self._disconnects = 0
+
+    @property
+    def requests(self) -> list[dict]:
+        """Snapshot of POSTed JSON bodies plus ``path`` and ``authorization`` (header value or None)."""
+        with self._cond:
+            return list(self._requests)
+
+    @property
+    def disconnects(self) -> int:
+        with self._cond:
+            return self._disconnects
+
+    def wait_for_requests(self, n: int, timeout: float = 10) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: len(self._requests) >= n, timeout)
+
+    def wait_for_disconnect(self, timeout: float = 10, count: int = 1) -> bool:
+        """True once ``count`` clients have hung up before their stream finished."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._disconnects >= count, timeout)
+
+    # -- internals used by the handler -------------------------------------
+    def _record(self, rec: dict) -> None:
+        with self._cond:
+            self._requests.append(rec)
+            self._cond.notify_all()
+
+    def _note_disconnect(self) -> None:
+        with self._cond:
+            self._disconnects += 1
+            self._cond.notify_all()
+
+    def _track(self, sock: socket.socket, add: bool) -> None:
+        with self._cond:
+            (self._conns.add if add else self._conns.discard)(sock)
+
+    def model_known(self, model: str) -> bool:
+        if self.models is None:
+            return True
+        base = model.removesuffix(":latest")
+        return any(m.removesuffix(":latest") == base for m in self.models)
+
+    def pick_turn(self, messages: list[dict]) -> Turn:
+        """FIFO first, then rules keyed by (last user text, #assistant msgs after it), else echo."""
+        last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+        user_text = _text(messages[last_user].get("content")) if last_user >= 0 else ""
+        k = sum(1 for m in messages[last_user + 1:] if m.get("role") == "assistant")
+        system = next((_text(m.get("content")) for m in messages if m.get("role") == "system"), None)
+        with self._cond:
+            if self._queue:
+                return self._queue.popleft()
+            for rule in self._rules:
+                if rule.match in user_text and rule.turns and (
+                        not rule.system or (system is not None and rule.system in system)):
+                    return rule.turns[min(k, len(rule.turns) - 1)]
+        return Turn(content=f"echo: {user_text}")
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256  # default 5 makes 50 simultaneous connects stall on SYN retries
+    fake: LLMServer
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], OSError):  # client hang-ups are expected here
+            super().handle_error(request, client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # tiny chunks must leave immediately
+    server: _HTTPServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence access log
+        pass
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.fake._track(self.connection, True)
+
+    def finish(self) -> None:
+        self.server.fake._track(self.connection, False)
+        try:
+            super().finish()
+        except OSError:
+            pass
+
+    # -- plumbing ----------------------------------------------------------
+    def _send_json(self, status: int, obj: Any) -> None:
+        body = _dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _error(self, status: int, msg: str) -> None:
+        """Ollama errors are ``{"error": str}``; OpenAI-compatible ones nest an object."""
+        if self.path.startswith("/v1/"):
+            etype = "invalid_request_error" if status < 500 else "api_error"
+            self._send_json(status, {"error": {"message": msg, "type": etype, "param": None, "code": status}})
+        else:
+            self._send_json(status, {"error": msg})
+
+    def _wait(self, seconds: float) -> None:
+        """Sleep, but notice promptly if the client hung up (EOF on the socket) or the server stops."""
+        if seconds <= 0:
+            return
+        deadline = time.monotonic() + seconds
+        if (poller := getattr(self, "_poller", None)) is None:
+            poller = self._poller = select.poll()
+            poller.register(self.connection, select.POLLIN | select.POLLHUP | select.POLLERR)
+        while (left := deadline - time.monotonic()) > 0:
+            if self.server.fake._stopping:
+                raise _Dropped
+            if not poller.poll(min(left, 0.1) * 1000):
+                continue
+            try:
+                peek = self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                continue
+            except OSError:
+                peek = b""
+            if not peek:
+                self.server.fake._note_disconnect()
+                raise _Dropped
+            time.sleep(max(0.0, deadline - time.monotonic()))  # pipelined data, not EOF: plain sleep
+            return
+
+    def _stream(self, turn: Turn, ctype: str, frames: Iterator[str], tail: Callable[[], list[str]]) -> None:
+        """Write ``frames`` as HTTP chunks with the turn's pacing, then ``tail()`` (the 'done' part)."""
+        self.send_response(200)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        write, fake = self.wfile.write, self.server.fake
+        try:
+            self._wait(turn.first_delay)
+            for i, frame in enumerate(frames):
+                if turn.drop_after is not None and i >= turn.drop_after:
+                    raise _Dropped
+                if i and turn.delay:
+                    self._wait(turn.delay)
+                if fake._stopping:
+                    raise _Dropped
+                data = frame.encode()
+                write(b"%x\r\n%s\r\n" % (len(data), data))
+            if turn.drop_after is not None:  # fewer frames than drop_after: still no final line
+                raise _Dropped
+            data = "".join(tail()).encode()
+            write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data))
+        except _NET_ERRORS:
+            fake._note_disconnect()
+            self.close_connection = True
+        except _Dropped:
+            self.close_connection = True
+            try:
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    # -- routing -----------------------------------------------------------
+    def do_HEAD(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def do_GET(self) -> None:
+        fake, path = self.server.fake, self.path.split("?")[0]
+        names = fake.models or ["fake-llm:latest"]
+        if path == "/":
+            body = b"Ollama is running"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        elif path == "/api/version":
+            self._send_json(200, {"version": "0.12.0"})
+        elif path == "/api/tags":
+            self._send_json(200, {"models": [{"name": n, "model": n, "modified_at": _now_iso(), "size": 1 << 30,
+                                              "digest": uuid.uuid5(uuid.NAMESPACE_DNS, n).hex * 2,
+                                              "details": _DETAILS} for n in names]})
+        elif path == "/v1/models":
+            if self._auth_ok():
+                self._send_json(200, {"object": "list", "data": [
+                    {"id": n, "object": "model", "created": int(time.time()), "owned_by": "library"} for n in names]})
+        elif path == "/_fake/state":
+            self._send_json(200, {"requests": fake.requests, "disconnects": fake.disconnects})
+        else:
+            self._error(404, "404 page not found")
+
+    def _auth_ok(self) -> bool:
+        key = self.server.fake.api_key
+        if key and self.headers.get("Authorization") != f"Bearer {key}":
+            self._error(401, "Incorrect API key provided" if self.path.startswith("/v1/") else "unauthorized")
+            return False
+        return True
+
+    def do_POST(self) -> None:
+        fake, path = self.server.fake, self.path.split("?")[0]
+        try:
+            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = json.loads(raw or b"{}")
+            if not isinstance(body, (dict, list)):
+                raise ValueError
+        except ValueError:
+            return self._error(400, "invalid JSON body")
+        if path.startswith("/_fake/"):
+            return self._control(path, body)
+        if not isinstance(body, dict):
+            return self._error(400, "expected a JSON object")
+        fake._record({**body, "path": path, "authorization": self.headers.get("Authorization")})
+        if not self._auth_ok():
+            return
+        model = body.get("model", "")
+        if path not in ("/api/chat", "/api/show", "/v1/chat/completions"):
+            return self._error(404, "404 page not found")
+        if not fake.model_known(model):
+            return self._error(404, f'model "{model}" not found, try pulling it first')
+        if path == "/api/show":
+            return self._send_json(200, {"modelfile": f"FROM {model}", "parameters": "", "template": "{{ .Prompt }}",
+                                         "details": _DETAILS, "modified_at": _now_iso(),
+                                         "model_info": {"general.architecture": "llama", "llama.context_length": 8192},
+                                         "capabilities": ["completion", "tools", "thinking", "vision"]})
+        turn = fake.pick_turn(body.get("messages") or [])
+        if turn.status != 200:
+            return self._error(turn.status, turn.error or f"error {turn.status}")
+        if path == "/api/chat":
+            self._ollama(body, model, turn)
+        else:
+            self._openai(body, model, turn)
+
+    def _control(self, path: str, body: Any) -> None:
+        """Script a server living in another process (CLI mode): /_fake/script|rules|reset."""
+        fake = self.server.fake
+        if path == "/_fake/script":
+            fake.script(*body)
+        elif path == "/_fake/rules":
+            for r in body:
+                fake.add_rule(r)
+        elif path == "/_fake/reset":
+            fake.reset()
+        else:
+            return self._error(404, "unknown control endpoint")
+        self._send_json(200, {"ok": True})
+
+    def _non_stream_wait(self, turn: Turn, n_frames: int) -> bool:
+        """Emulate generation latency for ``stream: false``; False if the reply must not be sent."""
+        try:
+            self._wait(turn.first_delay + turn.delay * max(n_frames - 1, 0))
+        except _Dropped:
+            self.close_connection = True
+            return False
+        if turn.drop_after is not None:
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return False
+        return True
+
+    # -- Ollama ------------------------------------------------------------
+    def _ollama(self, body: dict, model: str, turn: Turn) -> None:
+        thinking = turn.thinking if body.get("think") is not False else ""
+        calls = [{"function": {"name": c["name"], "arguments": c.get("arguments", {})}} for c in turn.tool_calls]
+        stats = {"done_reason": "stop", "done": True, "total_duration": 123_000_000, "load_duration": 1_000_000,
+                 "prompt_eval_count": turn.prompt_tokens, "prompt_eval_duration": 10_000_000,
+                 "eval_count": turn.eval_tokens, "eval_duration": 100_000_000}
+        if body.get("stream", True) is False:
+            msg: dict[str, Any] = {"role": "assistant", "content": turn.content}
+            if thinking:
+                msg["thinking"] = thinking
+            if calls:
+                msg["tool_calls"] = calls
+            n = len(turn.pieces(thinking)) + len(turn.pieces(turn.content)) + bool(calls)
+            if self._non_stream_wait(turn, n):
+                self._send_json(200, {"model": model, "created_at": _now_iso(), "message": msg, **stats})
+            return
+
+        def frames() -> Iterator[str]:
+            for key, text in (("thinking", thinking), ("content", turn.content)):
+                for piece in turn.pieces(text):
+                    msg = {"role": "assistant", "content": "", key: piece}
+                    yield _dumps({"model": model, "created_at": _now_iso(), "message": msg, "done": False}) + "\n"
+            if calls:
+                msg = {"role": "assistant", "content": "", "tool_calls": calls}
+                yield _dumps({"model": model, "created_at": _now_iso(), "message": msg, "done": False}) + "\n"
+
+        def tail() -> list[str]:
+            msg = {"role": "assistant", "content": ""}
+            return [_dumps({"model": model, "created_at": _now_iso(), "message": msg, **stats}) + "\n"]
+
+        self._stream(turn, "application/x-ndjson", frames(), tail)
+
+    # -- OpenAI ------------------------------------------------------------
+    def _openai(self, body: dict, model: str, turn: Turn) -> None:
+        cid, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
+        calls = [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+                  "function": {"name": c["name"], "arguments": a if isinstance(a := c.get("arguments", {}), str)
+                               else _dumps(a)}} for c in turn.tool_calls]
+        finish = "tool_calls" if calls else "stop"
+        usage = {"prompt_tokens": turn.prompt_tokens, "completion_tokens": turn.eval_tokens,
+                 "total_tokens": turn.prompt_tokens + turn.eval_tokens}
+        if not body.get("stream"):
+            msg: dict[str, Any] = {"role": "assistant", "content": turn.content or (None if calls else "")}
+            if turn.thinking:
+                msg["reasoning_content"] = turn.thinking
+            if calls:
+                msg["tool_calls"] = calls
+            n = len(turn.pieces(turn.thinking)) + len(turn.pieces(turn.content)) + len(calls)
+            if self._non_stream_wait(turn, n):
+                self._send_json(200, {"id": cid, "object": "chat.completion", "created": created, "model": model,
+                                      "choices": [{"index": 0, "message": msg, "finish_reason": finish}],
+                                      "usage": usage})
+            return
+
+        def chunk(delta: dict, finish_reason: str | None = None) -> str:
+            return "data: " + _dumps({"id": cid, "object": "chat.completion.chunk", "created": created,
+                                      "model": model, "choices": [{"index": 0, "delta": delta,
+                                                                   "finish_reason": finish_reason}]}) + "\n\n"
+
+        def deltas() -> Iterator[dict]:
+            for key, text in (("reasoning_content", turn.thinking), ("content", turn.content)):
+                for piece in turn.pieces(text):
+                    yield {key: piece}
+            for i, c in enumerate(calls):
+                fn = c["function"]
+                yield {"tool_calls": [{"index": i, "id": c["id"], "type": "function",
+                                       "function": {"name": fn["name"], "arguments": ""}}]}
+                for piece in turn.pieces(fn["arguments"]):
+                    yield {"tool_calls": [{"index": i, "function": {"arguments": piece}}]}
+
+        def frames() -> Iterator[str]:
+            for i, d in enumerate(deltas()):
+                yield chunk({"role": "assistant", **d} if i == 0 else d)
+
+        tail = [chunk({}, finish)]
+        if (body.get("stream_options") or {}).get("include_usage"):
+            tail.append("data: " + _dumps({"id": cid, "object": "chat.completion.chunk", "created": created,
+                                           "model": model, "choices": [], "usage": usage}) + "\n\n")
+        tail.append("data: [DONE]\n\n")
+        self._stream(turn, "text/event-stream", frames(), lambda: tail)
+
+
+_DETAILS = {"parent_model": "", "format": "gguf", "family": "llama", "families": ["llama"],
+            "parameter_size": "8B", "quantization_level": "Q4_K_M"}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """CLI for out-of-process use (browser tests, benchmarks)."""
+    ap = argparse.ArgumentParser(prog="python -m tests.llm_server", description=__doc__)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--rules", help="JSON file: list of {match, turns:[{...Turn fields}|str], system}")
+    ap.add_argument("--models", help="comma-separated known models (others get 404)")
+    ap.add_argument("--api-key", help="require 'Authorization: Bearer KEY'")
+    args = ap.parse_args(argv)
+    server = LLMServer(models=args.models.split(",") if args.models else None, api_key=args.api_key,
+                       host=args.host, port=args.port)
+    if args.rules:
+        with open(args.rules, encoding="utf-8") as fh:
+            for rule in json.load(fh):
+                server.add_rule(rule)
+    server.start()
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    print(f"LISTENING {server.url}", flush=True)
+    stop.wait()
+    server.stop()
+
+
+if __name__ == "__main__":
+    main()

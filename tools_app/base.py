@@ -1,0 +1,46 @@
+"""Tool base class and result type (seeds' tools.md)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class ToolResult:
+    success: bool
+    output: str = ""
+    error: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def to_message_content(self) -> str:
+        """What the model reads: the output, and on failure the error with what to do."""
+        if self.success:
+            return self.output
+        parts = [f"ERROR: {self.error or 'tool failed'}"]
+        if self.output:
+            parts.append(self.output)
+        return "\n".join(parts)
+
+
+class Tool(ABC):
+    name: str = ""
+    description: str = ""
+    parameters: dict[str, Any] = {"type": "object", "properties": {}}
+    # Seconds before the call is abandoned; None = TOOL_TIMEOUT_S. Tools that wait on other
+    # long work (spawn_agent) raise it.
+    timeout: float | None = None
+
+    @abstractmethod
+    async def execute(self, params: dict[str, Any]) -> ToolResult: ...
+
+    def schema(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters or {"type": "object", "properties": {}},
+            },
+        }

@@ -1,0 +1,92 @@
+"""Tools that act on the agent itself: switch_profile, list_profiles, spawn_agent."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from agent.events import ProfileSwitched
+from agent.models import Profile
+from tools_app.base import Tool, ToolResult
+from tools_app.context import current_chat_session_id, current_session_id, emit
+
+if TYPE_CHECKING:
+    from agent.loop import Agent
+
+
+class SwitchProfileTool(Tool):
+    name = "switch_profile"
+    description = (
+        "Switch this session to another profile when the conversation's domain clearly changes "
+        "(e.g. from research to server administration). Do not switch for one off-topic question "
+        "and never switch back and forth. Takes effect on the next model call."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {"profile_id": {"type": "string", "description": "id from list_profiles"}},
+        "required": ["profile_id"],
+    }
+
+    async def execute(self, params: dict[str, Any]) -> ToolResult:
+        from sessions_app.models import Session
+
+        profile = await Profile.objects.filter(pk=params["profile_id"]).afirst()
+        if profile is None:
+            known = [p async for p in Profile.objects.values_list("id", flat=True)]
+            return ToolResult(False, error=f"unknown profile '{params['profile_id']}'; available: {', '.join(known)}")
+        session_id = current_chat_session_id.get()
+        if not session_id or current_session_id.get() != session_id:
+            return ToolResult(False, error="switch_profile only works in a chat session, not in a sub-agent")
+        await Session.objects.filter(pk=session_id).aupdate(profile=profile)
+        emit(ProfileSwitched(profile_id=profile.id, profile_name=profile.name))
+        return ToolResult(True, f"Switched to profile '{profile.name}' ({profile.id}).")
+
+
+class ListProfilesTool(Tool):
+    name = "list_profiles"
+    description = "List the available agent profiles (id, name, what each is for)."
+    parameters = {"type": "object", "properties": {}}
+
+    async def execute(self, params: dict[str, Any]) -> ToolResult:
+        lines = [f"- {p.id}: {p.name} — {p.description}" async for p in Profile.objects.order_by("id")]
+        return ToolResult(True, "\n".join(lines) or "No profiles exist.")
+
+
+class SpawnAgentTool(Tool):
+    name = "spawn_agent"
+    description = (
+        "Delegate a self-contained sub-task to an isolated sub-agent and wait for its answer. "
+        "Give it a complete task description: it does not see this conversation. It has its own "
+        "scratchpad and todo list. Optionally choose its profile."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {
+            "task": {"type": "string", "description": "the full task for the sub-agent"},
+            "profile_id": {"type": "string", "description": "profile for the sub-agent (default: current)"},
+        },
+        "required": ["task"],
+    }
+    timeout = 3600.0  # a sub-agent runs a whole loop; Stop still ends it at once
+
+    def __init__(self, agent: "Agent") -> None:
+        self.agent = agent
+
+    async def execute(self, params: dict[str, Any]) -> ToolResult:
+        from agent.loop import RunFailed
+        from sessions_app.models import Session
+
+        profile_id = params.get("profile_id")
+        if not profile_id:
+            session_id = current_chat_session_id.get()
+            profile_id = (
+                await Session.objects.filter(pk=session_id).values_list("profile_id", flat=True).afirst()
+                if session_id
+                else None
+            ) or "secretary"
+        if not await Profile.objects.filter(pk=profile_id).aexists():
+            return ToolResult(False, error=f"unknown profile '{profile_id}'; call list_profiles")
+        try:
+            answer = await self.agent.run_ephemeral(params["task"], profile_id)
+        except RunFailed as exc:
+            return ToolResult(False, error=str(exc))
+        return ToolResult(True, answer or "(the sub-agent returned no text)")

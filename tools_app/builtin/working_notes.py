@@ -1,0 +1,114 @@
+"""`todo` and `scratchpad`: per-session working state, stored in the database so it survives a
+restart. Sub-agents have their own scope (their `subagent_<uuid12>` id)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tools_app.base import Tool, ToolResult
+from tools_app.context import current_session_id
+from tools_app.models import ScratchpadSection, TodoList
+
+TODO_STATUSES = ["pending", "in_progress", "done", "failed", "skipped"]
+_MARKS = {"pending": "[ ]", "in_progress": "[~]", "done": "[x]", "failed": "[!]", "skipped": "[-]"}
+
+
+def _scope() -> str:
+    scope = current_session_id.get()
+    if not scope:
+        raise RuntimeError("no active session: todo and scratchpad only work inside a chat run")
+    return scope
+
+
+def _render_todo(items: list[dict]) -> str:
+    if not items:
+        return "The todo list is empty. Use action=set with a list of tasks to start one."
+    lines = [f"{i}. {_MARKS.get(it['status'], '[ ]')} {it['task']} ({it['status']})" for i, it in enumerate(items, 1)]
+    done = sum(1 for it in items if it["status"] in ("done", "skipped"))
+    return "\n".join(lines + [f"Progress: {done}/{len(items)}"])
+
+
+class TodoTool(Tool):
+    name = "todo"
+    description = (
+        "A checklist for multi-step work in this session. action=set replaces the list with "
+        "`tasks`; action=update sets the status of task number `index` (1-based); action=read "
+        "shows the list. Statuses: pending, in_progress, done, failed, skipped."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {
+            "action": {"type": "string", "enum": ["set", "update", "read"]},
+            "tasks": {"type": "array", "items": {"type": "string"}, "description": "for set"},
+            "index": {"type": "integer", "minimum": 1, "description": "for update: task number"},
+            "status": {"type": "string", "enum": TODO_STATUSES, "description": "for update"},
+        },
+        "required": ["action"],
+    }
+
+    async def execute(self, params: dict[str, Any]) -> ToolResult:
+        scope = _scope()
+        action = params["action"]
+        todo, _ = await TodoList.objects.aget_or_create(scope=scope)
+        if action == "set":
+            tasks = [t.strip() for t in params.get("tasks") or [] if str(t).strip()]
+            if not tasks:
+                return ToolResult(False, error="action=set needs a non-empty `tasks` list of strings")
+            todo.items = [{"task": t, "status": "pending"} for t in tasks]
+            await todo.asave()
+            return ToolResult(True, _render_todo(todo.items))
+        if action == "update":
+            index, status = params.get("index"), params.get("status")
+            if index is None or status is None:
+                return ToolResult(False, error="action=update needs `index` (1-based) and `status`")
+            if not 1 <= index <= len(todo.items):
+                return ToolResult(False, error=f"no task {index}; the list has {len(todo.items)} tasks")
+            todo.items[index - 1]["status"] = status
+            await todo.asave()
+            return ToolResult(True, _render_todo(todo.items))
+        return ToolResult(True, _render_todo(todo.items))
+
+
+class ScratchpadTool(Tool):
+    name = "scratchpad"
+    description = (
+        "Named working notes for the current task (findings, logs, drafts...). action=write "
+        "replaces a section, append adds to it, read shows one section (or all when `section` "
+        "is omitted), clear deletes one section (or all)."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {
+            "action": {"type": "string", "enum": ["write", "append", "read", "clear"]},
+            "section": {"type": "string", "description": "section name, e.g. findings"},
+            "content": {"type": "string", "description": "for write and append"},
+        },
+        "required": ["action"],
+    }
+
+    async def execute(self, params: dict[str, Any]) -> ToolResult:
+        scope = _scope()
+        action, section = params["action"], (params.get("section") or "").strip()
+        rows = ScratchpadSection.objects.filter(scope=scope)
+        if action in ("write", "append"):
+            if not section:
+                return ToolResult(False, error=f"action={action} needs a `section` name")
+            content = params.get("content")
+            if content is None:
+                return ToolResult(False, error=f"action={action} needs `content`")
+            row, _ = await ScratchpadSection.objects.aget_or_create(scope=scope, section=section)
+            row.content = content if action == "write" or not row.content else row.content + "\n" + content
+            await row.asave()
+            return ToolResult(True, f"Section '{section}' saved ({len(row.content)} chars).")
+        if action == "clear":
+            target = rows.filter(section=section) if section else rows
+            count, _ = await target.adelete()
+            return ToolResult(True, f"Cleared {count} section(s).")
+        if section:
+            row = await rows.filter(section=section).afirst()
+            if row is None:
+                names = [r.section async for r in rows]
+                return ToolResult(False, error=f"no section '{section}'. Existing sections: {', '.join(names) or 'none'}")
+            return ToolResult(True, row.content)
+        parts = [f"## {r.section}\n{r.content}" async for r in rows]
+        return ToolResult(True, "\n\n".join(parts) or "The scratchpad is empty.")

@@ -1,0 +1,26 @@
+"""Context variables the agent sets and tools read (seeds' architecture.md table)."""
+
+from __future__ import annotations
+
+import asyncio
+from contextvars import ContextVar
+
+# Session id for per-session tool state (scratchpad, todo, SSH pool); "subagent_<uuid12>" in
+# sub-agents so their state is isolated from the parent's.
+current_session_id: ContextVar[str | None] = ContextVar("current_session_id", default=None)
+# Queue a tool may put AgentEvents into (sub-agent events, memory_saved); the loop drains it
+# while the tool runs and forwards the events to the client in real time.
+current_event_sink: ContextVar[asyncio.Queue | None] = ContextVar("current_event_sink", default=None)
+# Set when the owner presses Stop; checked before each LLM call, mid-stream and around tools.
+current_stop_event: ContextVar[asyncio.Event | None] = ContextVar("current_stop_event", default=None)
+# The user the run belongs to (memory is per user); None outside a run.
+current_user_id: ContextVar[int | None] = ContextVar("current_user_id", default=None)
+# The real chat session id (a sub-agent keeps its parent's here), for session files.
+current_chat_session_id: ContextVar[str | None] = ContextVar("current_chat_session_id", default=None)
+
+
+def emit(event) -> None:
+    """Send an AgentEvent to the client from inside a tool (no-op outside a run)."""
+    sink = current_event_sink.get()
+    if sink is not None:
+        sink.put_nowait(event)

@@ -1,0 +1,133 @@
+"""ToolRegistry: builtins plus hot-reloadable user tools, and the one safe way to call a tool.
+
+`call()` is where a bad tool call turns into a readable tool result instead of a crash:
+unknown tool, arguments that are not JSON or fail the schema, a tool that raises, a timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any, Callable, Iterable
+
+import jsonschema
+from django.conf import settings
+
+from .base import Tool, ToolResult
+
+log = logging.getLogger(__name__)
+
+
+class ToolRegistry:
+    def __init__(self) -> None:
+        self._tools: dict[str, Tool] = {}
+        self._builtin_names: set[str] = set()
+        # Set by the user-tool loader: () -> LoadResult-like with `.loaded` and `.errors`.
+        self.user_tool_loader: Callable[[], Any] | None = None
+
+    # --- registration -----------------------------------------------------------------
+    def register(self, tool: Tool, *, builtin: bool = True) -> None:
+        self._tools[tool.name] = tool
+        if builtin:
+            self._builtin_names.add(tool.name)
+
+    def unregister(self, name: str) -> None:
+        self._tools.pop(name, None)
+        self._builtin_names.discard(name)
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def is_builtin(self, name: str) -> bool:
+        return name in self._builtin_names
+
+    @property
+    def builtin_names(self) -> set[str]:
+        return set(self._builtin_names)
+
+    def user_tool_names(self) -> list[str]:
+        return sorted(n for n in self._tools if n not in self._builtin_names)
+
+    def all(self) -> list[Tool]:
+        return [self._tools[n] for n in sorted(self._tools)]
+
+    def reload_user_tools(self) -> Any:
+        """Drop every non-builtin tool and load user tools again (seeds' hot reload)."""
+        for name in self.user_tool_names():
+            self._tools.pop(name, None)
+        if self.user_tool_loader is None:
+            return None
+        result = self.user_tool_loader()
+        for tool in getattr(result, "loaded", []):
+            if tool.name in self._builtin_names:
+                log.warning("user tool %r ignored: a builtin has that name", tool.name)
+                continue
+            self._tools[tool.name] = tool
+        return result
+
+    # --- what the model is offered -------------------------------------------------------
+    def tools_for(self, enabled: Iterable[str], extra_user_tools: bool = True) -> list[Tool]:
+        """A profile's tools: its enabled list plus every loaded (enabled) user tool."""
+        names = [n for n in enabled if n in self._tools]
+        if extra_user_tools:
+            names += [n for n in self.user_tool_names() if n not in names]
+        return [self._tools[n] for n in names]
+
+    # --- calling -------------------------------------------------------------------------
+    async def call(self, name: str, arguments: Any, allowed: Iterable[str] | None = None) -> ToolResult:
+        """Run a tool safely. Never raises (except CancelledError): errors become results."""
+        tool = self._tools.get(name)
+        if tool is None or (allowed is not None and name not in set(allowed)):
+            available = ", ".join(sorted(allowed if allowed is not None else self._tools))
+            return ToolResult(False, error=f"unknown tool '{name}'. Available tools: {available}")
+        params, problem = _parse_arguments(arguments)
+        if problem:
+            return ToolResult(False, error=f"arguments for '{name}' {problem}")
+        problem = _schema_problem(tool, params)
+        if problem:
+            return ToolResult(
+                False,
+                error=f"invalid arguments for '{name}': {problem}. Call tool_manual('{name}') for the parameters.",
+            )
+        timeout = tool.timeout if tool.timeout is not None else settings.TOOL_TIMEOUT_S
+        try:
+            result = await asyncio.wait_for(tool.execute(params), timeout=timeout)
+        except asyncio.TimeoutError:
+            return ToolResult(False, error=f"tool '{name}' timed out after {timeout:g} s and was stopped")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.info("tool %s raised", name, exc_info=True)
+            return ToolResult(False, error=f"tool '{name}' failed: {type(exc).__name__}: {exc}")
+        if not isinstance(result, ToolResult):
+            result = ToolResult(True, output=str(result))
+        return result
+
+
+def _parse_arguments(arguments: Any) -> tuple[dict, str | None]:
+    if arguments is None or arguments == "":
+        return {}, None
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError as exc:
+            return {}, f"are not valid JSON ({exc}); send a JSON object"
+    if not isinstance(arguments, dict):
+        return {}, f"must be a JSON object, got {type(arguments).__name__}"
+    return arguments, None
+
+
+def _schema_problem(tool: Tool, params: dict) -> str | None:
+    schema = tool.parameters or {"type": "object"}
+    try:
+        validator = jsonschema.Draft202012Validator(schema)
+        errors = sorted(validator.iter_errors(params), key=lambda e: list(e.path))
+    except jsonschema.SchemaError as exc:  # a user tool with a broken schema: don't block it
+        log.warning("tool %s has an invalid JSON schema: %s", tool.name, exc.message)
+        return None
+    if not errors:
+        return None
+    return "; ".join(
+        (f"{'/'.join(map(str, e.path))}: " if e.path else "") + e.message for e in errors[:5]
+    )
