@@ -1,7 +1,10 @@
-"""Built-in tools. `builtin_tools(agent)` is the one list of them the registry is built from."""
+"""Built-in tools. Every module in this package that defines `tools(agent) -> list[Tool]`
+contributes its tools; `builtin_tools(agent)` collects them all (sorted by module name)."""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from typing import TYPE_CHECKING
 
 from tools_app.base import Tool
@@ -11,13 +14,10 @@ if TYPE_CHECKING:
 
 
 def builtin_tools(agent: "Agent") -> list[Tool]:
-    from .agents import ListProfilesTool, SpawnAgentTool, SwitchProfileTool
-    from .working_notes import ScratchpadTool, TodoTool
-
-    return [
-        TodoTool(),
-        ScratchpadTool(),
-        SwitchProfileTool(),
-        ListProfilesTool(),
-        SpawnAgentTool(agent),
-    ]
+    found: list[Tool] = []
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        factory = getattr(module, "tools", None)
+        if callable(factory):
+            found.extend(factory(agent))
+    return found

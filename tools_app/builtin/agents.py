@@ -90,3 +90,7 @@ class SpawnAgentTool(Tool):
         except RunFailed as exc:
             return ToolResult(False, error=str(exc))
         return ToolResult(True, answer or "(the sub-agent returned no text)")
+
+
+def tools(agent: "Agent") -> list[Tool]:
+    return [SwitchProfileTool(), ListProfilesTool(), SpawnAgentTool(agent)]

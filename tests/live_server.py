@@ -1,0 +1,154 @@
+"""Real Navi server processes for end-to-end tests, browser tests and benchmarks.
+
+    with LiveNavi(env={"OLLAMA_HOST": llm.url}) as navi:
+        navi.url, navi.ws_url(session_id), navi.token, navi.username, navi.password
+        navi.kill(); navi.start()        # crash and restart on the same database
+
+Each instance has its own temp dir (SQLite file, workspace, session files, user tools), a free
+port, an owner account and an API token. Several instances can share one database (pass
+`data_dir=` of the first) and a Redis channel layer (`REDIS_URL` in env) — that is how the
+multi-worker tests run two real server processes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+PASSWORD = "live-server-password"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LiveNavi:
+    def __init__(self, env: dict[str, str] | None = None, data_dir: str | Path | None = None, username: str = "owner"):
+        self._own_dir = data_dir is None
+        self.data_dir = Path(data_dir or tempfile.mkdtemp(prefix="navi-live-"))
+        self.username = username
+        self.password = PASSWORD
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+        self.token = ""
+        self.log_path = self.data_dir / f"server-{self.port}.log"
+        self.env = {
+            **os.environ,
+            "DATABASE_URL": f"sqlite:///{self.data_dir / 'navi.db'}",
+            "NAVI_WORKSPACE": str(self.data_dir / "workspace"),
+            "SESSION_FILES_DIR": str(self.data_dir / "session_files"),
+            "TOOLS_DIR": str(self.data_dir / "user_tools"),
+            "SECRET_KEY": "live-test-secret",
+            "ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "NAVI_ADMIN_USER": username,
+            "NAVI_ADMIN_PASSWORD": PASSWORD,
+            "NAVI_PERSONA": "You are Navi (live test persona).",
+            "OLLAMA_NUM_CTX": "8192",
+            "LOG_LEVEL": "WARNING",
+            "PYTHONUNBUFFERED": "1",
+            **(env or {}),
+        }
+        self.env.pop("NAVI_TESTING", None)
+
+    # --- lifecycle -------------------------------------------------------------------------
+    def _manage(self, *args: str) -> str:
+        result = subprocess.run(
+            [PYTHON, "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=120
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+        return result.stdout
+
+    def prepare(self) -> None:
+        """Migrate, create the owner and an API token (idempotent for a shared data dir)."""
+        for sub in ("workspace", "session_files", "user_tools"):
+            (self.data_dir / sub).mkdir(parents=True, exist_ok=True)
+        self._manage("migrate", "--noinput")
+        self._manage("ensure_owner")
+        self.token = self._manage("navi_token", self.username).strip()
+
+    def start(self, timeout: float = 30) -> "LiveNavi":
+        if not self.token:
+            self.prepare()
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "navi_project.asgi:application"],
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"navi server exited early:\n{self.log()}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"navi server did not come up in {timeout}s:\n{self.log()}")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.proc = None
+
+    def kill(self) -> None:
+        """SIGKILL, like a crash: nothing gets to clean up."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        self.proc = None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def __enter__(self) -> "LiveNavi":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+        if self._own_dir:
+            import shutil
+
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    # --- addresses and helpers -----------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def ws_url(self, session_id: str, query: str = "") -> str:
+        return f"ws://127.0.0.1:{self.port}/ws/sessions/{session_id}" + (f"?{query}" if query else "")
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def api(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers=self.headers, timeout=30)
+
+    def create_session(self, profile_id: str = "secretary") -> str:
+        with self.api() as client:
+            response = client.post("/sessions", json={"profile_id": profile_id})
+            response.raise_for_status()
+            return response.json()["session_id"]
