@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test install install-test migrate serve bench clean
+.PHONY: run test install install-test migrate serve bench clean vendor
 
 $(VENV)/bin/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -23,21 +23,30 @@ $(VENV)/.installed-test: requirements-test.txt $(VENV)/.installed
 
 install: $(VENV)/.installed
 
+# The chat page's browser libraries (marked, DOMPurify, highlight.js) from npm, copied into
+# static/vendor/ by package.json's postinstall: served by Django, so the page needs no internet.
+static/vendor/.installed: package.json package-lock.json vendor.mjs
+	@echo "==> installing the chat page's JS libraries (npm ci)"
+	npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+vendor: static/vendor/.installed
+
 install-test: $(VENV)/.installed-test
 
 migrate: install
 	$(PY) manage.py migrate --noinput
 
-run: migrate
+run: migrate vendor
 	$(PY) manage.py ensure_owner
 	@echo "==> Navi on http://$(HOST):$(PORT)/  (admin: http://$(HOST):$(PORT)/admin/, Ctrl-C to stop)"
 	$(VENV)/bin/daphne -b $(HOST) -p $(PORT) navi_project.asgi:application
 
-test: install-test
+test: install-test vendor
 	$(PY) -m pytest
 
-bench: install-test
+bench: install-test vendor
 	for b in bench/*.py; do echo "==> $$b"; $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) staticfiles tests/artifacts
+	rm -rf $(VENV) staticfiles tests/artifacts node_modules static/vendor

@@ -16,11 +16,13 @@ _agent: Agent | None = None
 
 def build_default_registries() -> Agent:
     from tools_app.builtin import builtin_tools
+    from tools_app.loader import load_user_tools
 
     backends = BackendRegistry()
     backends.register(OllamaBackend())
     backends.register(OpenAIBackend())
     tools = ToolRegistry()
+    tools.user_tool_loader = load_user_tools
     agent = Agent(tools, backends)
     for tool in builtin_tools(agent):
         tools.register(tool, builtin=True)

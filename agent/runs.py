@@ -20,6 +20,7 @@ from datetime import timedelta
 from typing import Any
 
 from channels.layers import get_channel_layer
+from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
@@ -66,7 +67,14 @@ async def claim_run(session_id: str, run_id: str) -> bool:
     updated = await Session.objects.filter(pk=session_id).filter(
         Q(active_run_id="") | Q(active_run_heartbeat__lt=now - CLAIM_TTL)
     ).aupdate(active_run_id=run_id, active_run_heartbeat=now)
-    return updated == 1
+    if updated != 1:
+        return False
+    # We hold the claim, so no run of this session is alive: a `partial` row left by a dead
+    # worker (crash in a multi-worker setup, voided by TTL) is interrupted, not streaming.
+    await Message.objects.filter(session_id=session_id, status=Message.Status.PARTIAL).aupdate(
+        status=Message.Status.INTERRUPTED
+    )
+    return True
 
 
 async def active_run_id(session_id: str) -> str | None:
@@ -145,7 +153,7 @@ class RunManager:
             if self.active.get(run.session_id) is run:
                 del self.active[run.session_id]
             run.done.set()
-            self._later(KEEP_FINISHED_S, self._forget(run))
+            self._later(KEEP_FINISHED_S, lambda: self._forget(run))
 
     async def publish(self, run: Run, frame: dict) -> None:
         run.seq += 1
@@ -166,10 +174,10 @@ class RunManager:
         if run.session_id not in self.active:
             await self.layer.group_discard(control_group(run.session_id), self.channel)
 
-    def _later(self, delay: float, coro) -> None:
+    def _later(self, delay: float, make_coro) -> None:
         async def waiter() -> None:
             await asyncio.sleep(delay)
-            await coro
+            await make_coro()
 
         task = asyncio.create_task(waiter())
         self._tasks.add(task)
@@ -259,9 +267,11 @@ def get_run_manager() -> RunManager:
 def recover_after_crash() -> int:
     """On server start: void dead claims and mark answers left `partial` as `interrupted`.
 
-    Rows of sessions whose run is still alive (another worker's fresh heartbeat) are left alone.
+    Without REDIS_URL this process is the only worker (in-memory layer), so every claim is dead.
+    With Redis, rows of sessions whose run is still alive (another worker's fresh heartbeat)
+    are left alone; `claim_run` tidies them up when the claim is next taken over.
     """
-    stale = timezone.now() - CLAIM_TTL
+    stale = timezone.now() - (CLAIM_TTL if settings.REDIS_URL else timedelta(0))
     Session.objects.exclude(active_run_id="").filter(
         Q(active_run_heartbeat__isnull=True) | Q(active_run_heartbeat__lt=stale)
     ).update(active_run_id="", active_run_heartbeat=None)

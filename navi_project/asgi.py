@@ -36,9 +36,11 @@ class OriginCheck(OriginValidator):
     accepted from Bearer-token clients (scripts), which cross-site pages cannot forge."""
 
     def __init__(self, application):
-        super().__init__(application, AllowedHostsOriginValidator(application).allowed_origins)
+        super().__init__(application, [])
 
     async def __call__(self, scope, receive, send):
+        # Read per connection so a settings change (tests, reload) takes effect.
+        self.allowed_origins = AllowedHostsOriginValidator(self.application).allowed_origins
         origin = None
         for name, value in scope.get("headers", []):
             if name == b"origin":

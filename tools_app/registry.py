@@ -25,6 +25,8 @@ class ToolRegistry:
         self._builtin_names: set[str] = set()
         # Set by the user-tool loader: () -> LoadResult-like with `.loaded` and `.errors`.
         self.user_tool_loader: Callable[[], Any] | None = None
+        # What the last reload returned (failed files and their errors, for list_tools).
+        self.last_user_load: Any = None
 
     # --- registration -----------------------------------------------------------------
     def register(self, tool: Tool, *, builtin: bool = True) -> None:
@@ -54,14 +56,19 @@ class ToolRegistry:
 
     def reload_user_tools(self) -> Any:
         """Drop every non-builtin tool and load user tools again (seeds' hot reload)."""
+        # Load first, then swap: a slow reload never leaves a window without user tools.
+        result = self.user_tool_loader() if self.user_tool_loader is not None else None
         for name in self.user_tool_names():
             self._tools.pop(name, None)
-        if self.user_tool_loader is None:
+        if result is None:
             return None
-        result = self.user_tool_loader()
+        self.last_user_load = result
         for tool in getattr(result, "loaded", []):
             if tool.name in self._builtin_names:
                 log.warning("user tool %r ignored: a builtin has that name", tool.name)
+                errors = getattr(result, "errors", None)
+                if isinstance(errors, dict):
+                    errors[tool.name] = "a built-in tool has this name; rename the tool and its file"
                 continue
             self._tools[tool.name] = tool
         return result

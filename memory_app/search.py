@@ -1,0 +1,132 @@
+"""Ranked full-text search over a user's facts: SQLite FTS5, Postgres full-text, else LIKE.
+
+Query terms are OR-ed (any term matches), best matches first (bm25 / ts_rank). The FTS5 table
+is an external-content index of memory_app_memoryfact kept in sync by triggers.
+"""
+
+from __future__ import annotations
+
+import re
+
+from django.db import connection
+from django.db.models import Q
+
+from .models import MemoryFact
+
+FTS_TABLE = "memory_app_memoryfact_fts"
+FACT_TABLE = "memory_app_memoryfact"
+_TRIGGERS = {
+    "memoryfact_fts_ai": f"""CREATE TRIGGER IF NOT EXISTS memoryfact_fts_ai AFTER INSERT ON {FACT_TABLE} BEGIN
+        INSERT INTO {FTS_TABLE}(rowid, category, "key", value) VALUES (new.id, new.category, new."key", new.value);
+    END""",
+    "memoryfact_fts_ad": f"""CREATE TRIGGER IF NOT EXISTS memoryfact_fts_ad AFTER DELETE ON {FACT_TABLE} BEGIN
+        INSERT INTO {FTS_TABLE}({FTS_TABLE}, rowid, category, "key", value)
+        VALUES ('delete', old.id, old.category, old."key", old.value);
+    END""",
+    "memoryfact_fts_au": f"""CREATE TRIGGER IF NOT EXISTS memoryfact_fts_au AFTER UPDATE ON {FACT_TABLE} BEGIN
+        INSERT INTO {FTS_TABLE}({FTS_TABLE}, rowid, category, "key", value)
+        VALUES ('delete', old.id, old.category, old."key", old.value);
+        INSERT INTO {FTS_TABLE}(rowid, category, "key", value) VALUES (new.id, new.category, new."key", new.value);
+    END""",
+}
+_WORD = re.compile(r"\w+", re.UNICODE)
+MAX_TERMS = 20
+
+
+def ensure_fts(conn=connection) -> None:
+    """Create the FTS5 table and triggers if missing (idempotent); rebuild the index if the
+    triggers had been lost (a table rebuild by a later migration drops them)."""
+    if conn.vendor != "sqlite":
+        return
+    with conn.cursor() as cur:
+        cur.execute(
+            f"CREATE VIRTUAL TABLE IF NOT EXISTS {FTS_TABLE} USING fts5("
+            f"category, \"key\", value, content='{FACT_TABLE}', content_rowid='id', "
+            "tokenize='unicode61 remove_diacritics 2')"
+        )
+        cur.execute("SELECT name FROM sqlite_master WHERE type='trigger' AND tbl_name=%s", [FACT_TABLE])
+        present = {row[0] for row in cur.fetchall()}
+        missing = [name for name in _TRIGGERS if name not in present]
+        for name in missing:
+            cur.execute(_TRIGGERS[name])
+        if missing:
+            cur.execute(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('rebuild')")
+
+
+def drop_fts(conn=connection) -> None:
+    if conn.vendor != "sqlite":
+        return
+    with conn.cursor() as cur:
+        for name in _TRIGGERS:
+            cur.execute(f"DROP TRIGGER IF EXISTS {name}")
+        cur.execute(f"DROP TABLE IF EXISTS {FTS_TABLE}")
+
+
+def query_terms(query: str) -> list[str]:
+    """Distinct lowercase word terms of a query (punctuation and FTS syntax are dropped)."""
+    seen: list[str] = []
+    for term in _WORD.findall(query.lower()):
+        if term not in seen:
+            seen.append(term)
+    return seen[:MAX_TERMS]
+
+
+def search_facts(owner_id: int, query: str, limit: int = 15) -> list[MemoryFact]:
+    """The owner's facts matching any term of `query`, best first."""
+    terms = query_terms(query)
+    if not terms or limit <= 0:
+        return []
+    if connection.vendor == "sqlite":
+        return _search_sqlite(owner_id, terms, limit)
+    if connection.vendor == "postgresql":
+        return _search_postgres(owner_id, terms, limit)
+    return _search_like(owner_id, terms, limit)
+
+
+def _search_sqlite(owner_id: int, terms: list[str], limit: int) -> list[MemoryFact]:
+    # Each term quoted (no FTS syntax injection) and prefix-matched, OR-ed.
+    match = " OR ".join(f'"{t}"*' for t in terms)
+    sql = (
+        f"SELECT f.id FROM {FTS_TABLE} JOIN {FACT_TABLE} f ON f.id = {FTS_TABLE}.rowid "
+        f"WHERE {FTS_TABLE} MATCH %s AND f.owner_id = %s "
+        f"ORDER BY bm25({FTS_TABLE}, 2.0, 3.0, 1.0), f.updated_at DESC LIMIT %s"
+    )
+    with connection.cursor() as cur:
+        cur.execute(sql, [match, owner_id, limit])
+        ids = [row[0] for row in cur.fetchall()]
+    return _in_order(ids)
+
+
+def _search_postgres(owner_id: int, terms: list[str], limit: int) -> list[MemoryFact]:
+    tsquery = " | ".join(f"{t}:*" for t in terms)  # terms are \w+ only: no tsquery syntax
+    document = (
+        "setweight(to_tsvector('simple', category), 'B') || setweight(to_tsvector('simple', \"key\"), 'A')"
+        " || setweight(to_tsvector('simple', value), 'C')"
+    )
+    sql = (
+        f"SELECT id FROM {FACT_TABLE} WHERE owner_id = %s AND ({document}) @@ to_tsquery('simple', %s) "
+        f"ORDER BY ts_rank({document}, to_tsquery('simple', %s)) DESC, updated_at DESC LIMIT %s"
+    )
+    with connection.cursor() as cur:
+        cur.execute(sql, [owner_id, tsquery, tsquery, limit])
+        ids = [row[0] for row in cur.fetchall()]
+    return _in_order(ids)
+
+
+def _search_like(owner_id: int, terms: list[str], limit: int) -> list[MemoryFact]:
+    """Fallback for other databases: OR of substring matches, ranked by how many terms hit."""
+    cond = Q()
+    for t in terms:
+        cond |= Q(category__icontains=t) | Q(key__icontains=t) | Q(value__icontains=t)
+    rows = list(MemoryFact.objects.filter(cond, owner_id=owner_id)[:500])
+
+    def score(f: MemoryFact) -> int:
+        text = f"{f.category} {f.key} {f.value}".lower()
+        return sum(text.count(t) for t in terms)
+
+    return sorted(rows, key=lambda f: (-score(f), -f.updated_at.timestamp()))[:limit]
+
+
+def _in_order(ids: list[int]) -> list[MemoryFact]:
+    by_id = MemoryFact.objects.in_bulk(ids)
+    return [by_id[i] for i in ids if i in by_id]

@@ -1,0 +1,128 @@
+"""Memory operations shared by the tools, extraction, admin and commands (sync ORM).
+
+Async callers (tools, the prompt provider) wrap these with `sync_to_async`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from asgiref.sync import async_to_sync
+from django.db import transaction
+from django.utils import timezone
+
+from .models import CATEGORY_MAX, KEY_MAX, VALUE_MAX, MemoryFact, MemorySummary
+
+log = logging.getLogger(__name__)
+
+SUMMARY_FACTS_LIMIT = 400  # facts sent to the summary prompt (most recently updated first)
+SUMMARY_PROMPT = """You maintain an assistant's long-term memory about its user.
+Below are facts about the user as `category: key = value` lines. Write a short narrative summary
+(at most 12 sentences, plain text, third person: "The user ...") of who the user is, their
+preferences, projects and environment. Only use the facts given; do not invent anything."""
+
+
+class FactError(ValueError):
+    """A fact that cannot be stored; the message says how to fix it."""
+
+
+@dataclass
+class SavedFact:
+    fact: MemoryFact
+    changed: bool  # new, or its value changed
+
+
+def normalise_label(text: str) -> str:
+    """Categories and keys are compared case-insensitively with single spaces."""
+    return " ".join(str(text).split()).lower()
+
+
+def upsert_fact(owner_id: int, category: str, key: str, value: str, source_session_id=None) -> SavedFact:
+    category, key, value = normalise_label(category), normalise_label(key), " ".join(str(value).split())
+    if not category or not key or not value:
+        raise FactError("category, key and value must all be non-empty text")
+    if len(category) > CATEGORY_MAX or len(key) > KEY_MAX:
+        raise FactError(f"category is limited to {CATEGORY_MAX} and key to {KEY_MAX} characters; shorten them")
+    value = value[:VALUE_MAX]
+    with transaction.atomic():
+        fact = MemoryFact.objects.select_for_update().filter(owner_id=owner_id, category=category, key=key).first()
+        if fact is None:
+            fact = MemoryFact.objects.create(
+                owner_id=owner_id, category=category, key=key, value=value, source_session_id=source_session_id
+            )
+            return SavedFact(fact, True)
+        changed = fact.value != value
+        if changed:
+            fact.value = value
+            fact.updated_at = timezone.now()
+            if source_session_id is not None:
+                fact.source_session_id = source_session_id
+            fact.save(update_fields=["value", "updated_at", "source_session"])
+        return SavedFact(fact, changed)
+
+
+def forget_facts(owner_id: int, key: str, category: str | None = None) -> list[MemoryFact]:
+    """Delete the owner's facts with this key (in this category only, when given)."""
+    rows = MemoryFact.objects.filter(owner_id=owner_id, key=normalise_label(key))
+    if category:
+        rows = rows.filter(category=normalise_label(category))
+    deleted = list(rows)
+    rows.delete()
+    return deleted
+
+
+def all_facts(owner_id: int, limit: int | None = None) -> list[MemoryFact]:
+    rows = MemoryFact.objects.filter(owner_id=owner_id).order_by("category", "-updated_at")
+    return list(rows[:limit] if limit else rows)
+
+
+def get_summary(owner_id: int | None) -> str:
+    if owner_id is None:
+        return ""
+    return MemorySummary.objects.filter(owner_id=owner_id).values_list("content", flat=True).first() or ""
+
+
+def set_summary(owner_id: int, content: str) -> None:
+    MemorySummary.objects.update_or_create(
+        owner_id=owner_id, defaults={"content": content.strip(), "updated_at": timezone.now()}
+    )
+
+
+def facts_as_lines(facts: list[MemoryFact]) -> str:
+    return "\n".join(f"{f.category}: {f.key} = {f.value}" for f in facts)
+
+
+def regenerate_summary(owner_id: int, backend, model: str) -> str:
+    """Ask the LLM for a new narrative summary of all facts; store and return it.
+
+    If the model fails, a plain list of the facts becomes the summary so the owner's memory
+    still reaches the agent; the failure is logged.
+    """
+    from agent.messages import ChatMessage
+
+    facts = list(
+        MemoryFact.objects.filter(owner_id=owner_id).order_by("-updated_at")[:SUMMARY_FACTS_LIMIT]
+    )
+    if not facts:
+        set_summary(owner_id, "")
+        return ""
+    lines = facts_as_lines(sorted(facts, key=lambda f: (f.category, f.key)))
+    messages = [ChatMessage(role="system", content=SUMMARY_PROMPT), ChatMessage(role="user", content=lines)]
+    try:
+        response = async_to_sync(backend.complete)(messages, None, model=model, temperature=0.3, think=False)
+        summary = response.content.strip()
+    except Exception as exc:
+        log.warning("memory summary generation failed (%s); storing the fact list instead", exc)
+        summary = ""
+    if not summary:
+        summary = "Known facts:\n" + "\n".join(f"- {line}" for line in lines.splitlines())
+    set_summary(owner_id, summary)
+    return summary
+
+
+async def summary_provider(user_id: int | None) -> str:
+    """`agent.prompts.memory_summary_provider`: the owner's summary text ("" if none)."""
+    from asgiref.sync import sync_to_async
+
+    return await sync_to_async(get_summary)(user_id)

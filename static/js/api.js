@@ -1,0 +1,67 @@
+// REST calls of the chat page. Every state-changing request carries Django's CSRF token
+// (X-CSRFToken, read from the csrftoken cookie or the page's hidden form field).
+
+export class ApiError extends Error {
+  constructor(message, status) {
+    super(message);
+    this.status = status;
+  }
+}
+
+export function csrfToken() {
+  const match = document.cookie.match(/(?:^|;\s*)csrftoken=([^;]+)/);
+  if (match) return decodeURIComponent(match[1]);
+  const field = document.querySelector("input[name=csrfmiddlewaretoken]");
+  return field ? field.value : "";
+}
+
+async function request(method, path, body) {
+  const headers = { Accept: "application/json" };
+  const init = { method, headers, credentials: "same-origin" };
+  if (method !== "GET") headers["X-CSRFToken"] = csrfToken();
+  if (body instanceof FormData) {
+    init.body = body;
+  } else if (body !== undefined) {
+    headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  let response;
+  try {
+    response = await fetch(path, init);
+  } catch (err) {
+    throw new ApiError(`cannot reach the Navi server (${err.message}); check it is running, then retry`, 0);
+  }
+  if (response.status === 401 || (response.redirected && response.url.includes("/login/"))) {
+    window.location.assign(`/login/?next=${encodeURIComponent(location.pathname + location.hash)}`);
+    throw new ApiError("your login expired; log in again", 401);
+  }
+  let data = {};
+  try {
+    data = await response.json();
+  } catch {
+    data = {};
+  }
+  if (!response.ok) {
+    const detail = data.error || `${method} ${path} failed with HTTP ${response.status}`;
+    throw new ApiError(detail, response.status);
+  }
+  return data;
+}
+
+export const api = {
+  sessions: () => request("GET", "/sessions").then((d) => d.sessions),
+  session: (id) => request("GET", `/sessions/${id}`),
+  createSession: (profileId) => request("POST", "/sessions", { profile_id: profileId }),
+  rename: (id, title) => request("PATCH", `/sessions/${id}`, { title }),
+  pin: (id, pinned) => request("PATCH", `/sessions/${id}/pin`, { pinned }),
+  remove: (id) => request("DELETE", `/sessions/${id}`),
+  stop: (id) => request("POST", `/sessions/${id}/stop`),
+  context: (id) => request("GET", `/sessions/${id}/context`),
+  profiles: () => request("GET", "/agents/profiles").then((d) => d.profiles),
+  tools: () => request("GET", "/agents/tools").then((d) => d.tools),
+  upload(id, file) {
+    const form = new FormData();
+    form.append("file", file, file.name);
+    return request("POST", `/sessions/${id}/files`, form);
+  },
+};

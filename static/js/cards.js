@@ -1,0 +1,156 @@
+// Small DOM builders for the pieces of a conversation: bubbles, thinking blocks, tool cards,
+// plan cards and notices. Text from the model or the user is only ever set as textContent or
+// through renderMarkdown (sanitised).
+import { renderMarkdown } from "./markdown.js";
+
+export function el(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined && text !== null) node.textContent = text;
+  return node;
+}
+
+const FILES_BLOCK = /\n*\[Uploaded files on disk:\n([\s\S]*?)\]\s*$/;
+
+export function imageSrc(ref) {
+  if (typeof ref !== "string" || !ref) return "";
+  if (ref.startsWith("data:image/")) return ref;
+  if (ref.startsWith("/sessions/")) return ref;
+  return `data:image/png;base64,${ref}`;
+}
+
+/** A user bubble: plain text (never HTML), attached images and uploaded-file chips. */
+export function userBubble(content, images = [], files = []) {
+  const wrap = el("div", "group user");
+  const bubble = el("div", "bubble user-bubble");
+  let text = content || "";
+  const match = text.match(FILES_BLOCK);
+  if (match) {
+    text = text.slice(0, match.index);
+    for (const line of match[1].split("\n")) {
+      const name = line.replace(/^-\s*/, "").split(" → ")[0];
+      if (name) files = [...files, { name }];
+    }
+  }
+  bubble.append(el("div", "text", text));
+  if (images.length) {
+    const row = el("div", "images");
+    for (const ref of images) {
+      const img = el("img");
+      img.alt = "attached image";
+      img.src = imageSrc(ref);
+      row.append(img);
+    }
+    bubble.append(row);
+  }
+  if (files.length) {
+    const row = el("div", "files");
+    for (const f of files) row.append(el("span", "chip", `📎 ${f.name}`));
+    bubble.append(row);
+  }
+  wrap.append(bubble);
+  return wrap;
+}
+
+/** A collapsible reasoning block; open while the model is still thinking. */
+export function thinkingBlock(text, open) {
+  const details = el("details", "thinking");
+  details.open = open;
+  const summary = el("summary", "", open ? "Thinking…" : "Thought process");
+  const body = el("div", "thinking-body", text || "");
+  details.append(summary, body);
+  return details;
+}
+
+export function closeThinking(details, text) {
+  if (text !== undefined) details.querySelector(".thinking-body").textContent = text;
+  details.querySelector("summary").textContent = "Thought process";
+  details.open = false;
+  details.classList.add("done");
+}
+
+function pretty(value) {
+  if (typeof value === "string") {
+    try {
+      return JSON.stringify(JSON.parse(value), null, 2);
+    } catch {
+      return value;
+    }
+  }
+  return JSON.stringify(value ?? {}, null, 2);
+}
+
+/** A tool card: pending until completeToolCard; collapsed by default. */
+export function toolCard(name, args) {
+  const details = el("details", "tool pending");
+  details.dataset.tool = name;
+  const summary = el("summary");
+  summary.append(el("span", "tool-icon", "⚙"), el("span", "tool-name", name), el("span", "tool-status", "running…"));
+  const body = el("div", "tool-body");
+  body.append(el("div", "label", "Arguments"), el("pre", "tool-args", pretty(args)));
+  details.append(summary, body);
+  return details;
+}
+
+export function completeToolCard(card, result, success) {
+  card.classList.remove("pending");
+  card.classList.add(success ? "ok" : "failed");
+  card.querySelector(".tool-status").textContent = success ? "done" : "failed";
+  const body = card.querySelector(".tool-body");
+  body.querySelector(".tool-result")?.remove();
+  body.querySelector(".label.result")?.remove();
+  body.append(el("div", "label result", success ? "Result" : "Error"), el("pre", "tool-result", result ?? ""));
+}
+
+/** Where sub-agent cards go: a nested list inside a spawn_agent card. */
+export function subagentList(card) {
+  let list = card.querySelector(":scope > .tool-body > .subagent");
+  if (!list) {
+    list = el("div", "subagent");
+    list.append(el("div", "label", "Sub-agent steps"));
+    card.querySelector(".tool-body").append(list);
+  }
+  return list;
+}
+
+export function planCard(text) {
+  const card = el("section", "plan");
+  card.append(el("div", "plan-title", "Plan"));
+  const body = el("div", "markdown");
+  renderMarkdown(body, text);
+  card.append(body);
+  return card;
+}
+
+export function notice(text, kind = "") {
+  return el("div", `notice ${kind}`.trim(), text);
+}
+
+export function errorBox(message) {
+  const box = el("div", "error-box");
+  box.setAttribute("role", "alert");
+  box.append(el("strong", "", "Error: "), document.createTextNode(message || "something went wrong"));
+  return box;
+}
+
+export function statusBadge(status) {
+  const text = status === "stopped" ? "Stopped — the partial answer is kept" : status === "interrupted"
+    ? "Interrupted — the answer was cut off" : status === "partial" ? "Partial answer (still being written or cut off)" : status;
+  return el("div", `status-badge ${status}`, text);
+}
+
+export function publishedFile(frame) {
+  const box = el("div", "published");
+  if ((frame.mime || "").startsWith("image/") && frame.url.startsWith("/")) {
+    const img = el("img");
+    img.alt = frame.name;
+    img.src = frame.url;
+    box.append(img);
+  }
+  const link = el("a", "", `📄 ${frame.name}`);
+  if ((frame.url || "").startsWith("/")) link.href = frame.url;
+  link.target = "_blank";
+  link.rel = "noopener";
+  box.append(link);
+  return box;
+}

@@ -1,0 +1,276 @@
+"""SessionConsumer and the run manager in-process: auth, origin, bad frames, numbered frames,
+replay on connect, resume, stop, and the REST endpoints that drive runs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.test import AsyncClient
+
+from agent.models import Profile
+from navi_project.asgi import application
+from sessions_app.models import Message, Session
+from tests.llm_server import Turn
+
+pytestmark = pytest.mark.django_db(transaction=True)
+TIMEOUT = 10
+
+
+@pytest.fixture
+def no_planning(profiles):
+    Profile.objects.update(planning_enabled=False)
+
+
+class TokenClient:
+    """AsyncClient with a Bearer header on every request (its constructor headers do not
+    reach ASGI requests)."""
+
+    def __init__(self, token: str):
+        self.client = AsyncClient()
+        self.headers = {"Authorization": f"Bearer {token}"}
+
+    async def post(self, path, data=None, content_type="application/json"):
+        return await self.client.post(path, data, content_type=content_type, headers=self.headers)
+
+
+def connect(session_id, token=None, origin=None, cookie=None, query=""):
+    headers = []
+    if token:
+        headers.append((b"authorization", f"Bearer {token}".encode()))
+    if origin:
+        headers.append((b"origin", origin.encode()))
+    if cookie:
+        headers.append((b"cookie", cookie.encode()))
+    path = f"/ws/sessions/{session_id}" + (f"?{query}" if query else "")
+    return WebsocketCommunicator(application, path, headers=headers)
+
+
+async def receive_until(comm, last_type="stream_end", timeout=TIMEOUT) -> list[dict]:
+    frames = []
+    while True:
+        frame = json.loads(await comm.receive_from(timeout=timeout))
+        frames.append(frame)
+        if frame["type"] in (last_type, "error", "stream_stopped") and frame.get("run_id"):
+            return frames
+
+
+async def closed_with(comm) -> int:
+    connected, _ = await comm.connect(timeout=TIMEOUT)
+    assert connected  # accepted first, so the close code reaches the client
+    output = await comm.receive_output(timeout=TIMEOUT)
+    assert output["type"] == "websocket.close"
+    return output["code"]
+
+
+class TestHandshake:
+    async def test_anonymous_is_closed_with_4401(self, session):
+        assert await closed_with(connect(session.id, origin="http://testserver")) == 4401
+
+    async def test_a_foreign_origin_is_closed_with_4403(self, session, owner_token):
+        code = await closed_with(connect(session.id, token=owner_token, origin="http://evil.example"))
+        assert code == 4403
+
+    async def test_a_missing_origin_needs_a_token(self, session, owner, client):
+        await sync_to_async(client.force_login)(owner)
+        cookie = f"sessionid={client.cookies['sessionid'].value}"
+        assert await closed_with(connect(session.id, cookie=cookie)) == 4403
+
+    async def test_a_cookie_session_with_the_right_origin_connects(self, session, owner, client):
+        await sync_to_async(client.force_login)(owner)
+        comm = connect(session.id, cookie=f"sessionid={client.cookies['sessionid'].value}", origin="http://localhost:8000")
+        connected, _ = await comm.connect(timeout=TIMEOUT)
+        assert connected
+        await comm.send_json_to({"type": "ping"})
+        assert await comm.receive_json_from(timeout=TIMEOUT) == {"type": "pong"}
+        await comm.disconnect()
+
+    async def test_unknown_and_foreign_sessions_are_closed_with_4004(self, session, other_user):
+        from sessions_app.models import ApiToken
+
+        _, other_token = await asyncio.to_thread(ApiToken.issue, other_user)
+        assert await closed_with(connect(uuid.uuid4(), token=other_token)) == 4004
+        assert await closed_with(connect("not-a-uuid", token=other_token)) == 4004
+        assert await closed_with(connect(session.id, token=other_token)) == 4004
+
+
+class TestFrames:
+    @pytest.mark.parametrize(
+        "raw,expected",
+        [
+            ("not json", "not valid JSON"),
+            ("[1, 2]", "JSON object"),
+            ('{"type": "dance"}', "unknown frame type"),
+            ('{"type": "message"}', "non-empty"),
+            ('{"type": "message", "content": "   "}', "non-empty"),
+            ('{"type": "message", "content": "x", "images": ["%%%not-base64"]}', "not valid base64"),
+            ('{"type": "message", "content": "x", "images": "abc"}', "images must be a list"),
+            ('{"type": "message", "content": "x", "files": [{"name": "nope.pdf", "path": "/etc/passwd"}]}', "not uploaded"),
+            ('{"type": "resume", "run_id": 5}', "resume needs"),
+        ],
+    )
+    async def test_bad_frames_get_an_error_and_the_socket_stays_open(self, session, owner_token, raw, expected):
+        comm = connect(session.id, token=owner_token)
+        assert (await comm.connect(timeout=TIMEOUT))[0]
+        await comm.send_to(text_data=raw)
+        frame = await comm.receive_json_from(timeout=TIMEOUT)
+        assert frame["type"] == "error" and expected in frame["message"]
+        await comm.send_json_to({"type": "ping"})
+        assert await comm.receive_json_from(timeout=TIMEOUT) == {"type": "pong"}
+        await comm.disconnect()
+        assert await Message.objects.acount() == 0
+
+    async def test_content_over_the_limit_is_refused(self, session, owner_token):
+        comm = connect(session.id, token=owner_token)
+        await comm.connect(timeout=TIMEOUT)
+        await comm.send_json_to({"type": "message", "content": "x" * 100_001})
+        frame = await comm.receive_json_from(timeout=TIMEOUT)
+        assert frame["type"] == "error" and "100000" in frame["message"]
+        await comm.disconnect()
+
+    async def test_a_run_streams_numbered_frames(self, llm, session, owner_token, no_planning):
+        llm.script(Turn(content="Hello there, owner.", chunk_size=3))
+        comm = connect(session.id, token=owner_token)
+        await comm.connect(timeout=TIMEOUT)
+        await comm.send_json_to({"type": "message", "content": "hi", "images": ["data:image/png;base64,aGVsbG8="]})
+        frames = await receive_until(comm)
+        assert [f["seq"] for f in frames] == list(range(1, len(frames) + 1))
+        assert len({f["run_id"] for f in frames}) == 1
+        assert frames[0]["type"] == "stream_start" and frames[-1]["type"] == "stream_end"
+        assert "".join(f["delta"] for f in frames if f["type"] == "stream_delta") == "Hello there, owner."
+        assert llm.requests[-1]["messages"][-1]["images"] == ["aGVsbG8="]
+        await comm.disconnect()
+
+    async def test_a_second_message_during_a_run_is_refused_and_nothing_is_lost(self, llm, session, owner_token, no_planning):
+        llm.script(Turn(content="slow " * 30, chunk_size=5, delay=0.03))
+        comm = connect(session.id, token=owner_token)
+        await comm.connect(timeout=TIMEOUT)
+        await comm.send_json_to({"type": "message", "content": "first"})
+        first = json.loads(await comm.receive_from(timeout=TIMEOUT))
+        await comm.send_json_to({"type": "message", "content": "second"})
+        frames = [first] + await receive_until(comm)
+        errors = [f for f in frames if f["type"] == "error"]
+        assert errors == [{"type": "error", "message": errors[0]["message"]}]
+        assert "a run is already active" in errors[0]["message"]
+        assert frames[-1]["type"] == "stream_end"
+        contents = [m async for m in Message.objects.filter(session_id=session.pk).values_list("content", flat=True)]
+        assert contents == ["first", "slow " * 30]
+        await comm.disconnect()
+
+
+class TestReconnect:
+    async def test_a_socket_joining_mid_run_gets_every_frame_exactly_once(self, llm, session, owner_token, no_planning):
+        text = "".join(f"w{i} " for i in range(60))
+        llm.script(Turn(content=text, chunk_size=3, delay=0.01))
+        first = connect(session.id, token=owner_token)
+        await first.connect(timeout=TIMEOUT)
+        await first.send_json_to({"type": "message", "content": "go"})
+        for _ in range(10):
+            await first.receive_from(timeout=TIMEOUT)
+        late = connect(session.id, token=owner_token)
+        await late.connect(timeout=TIMEOUT)
+        frames = await receive_until(late)
+        assert [f["seq"] for f in frames] == list(range(1, len(frames) + 1))
+        assert "".join(f["delta"] for f in frames if f["type"] == "stream_delta") == text
+        await receive_until(first)
+        await first.disconnect()
+        await late.disconnect()
+
+    async def test_resume_after_a_sequence_number(self, llm, session, owner_token, no_planning):
+        text = "".join(f"t{i} " for i in range(50))
+        llm.script(Turn(content=text, chunk_size=2, delay=0.01))
+        comm = connect(session.id, token=owner_token)
+        await comm.connect(timeout=TIMEOUT)
+        await comm.send_json_to({"type": "message", "content": "go"})
+        got = [json.loads(await comm.receive_from(timeout=TIMEOUT)) for _ in range(8)]
+        await comm.disconnect()
+        run_id, after = got[-1]["run_id"], got[-1]["seq"]
+        again = connect(session.id, token=owner_token, query=f"run_id={run_id}&after_seq={after}")
+        await again.connect(timeout=TIMEOUT)
+        rest = await receive_until(again)
+        frames = got + rest
+        assert [f["seq"] for f in frames] == list(range(1, len(frames) + 1))
+        assert "".join(f["delta"] for f in frames if f["type"] == "stream_delta") == text
+        await again.disconnect()
+
+    async def test_closing_the_socket_does_not_stop_the_run(self, llm, session, owner_token, no_planning):
+        llm.script(Turn(content="a" * 60, chunk_size=2, delay=0.01))
+        comm = connect(session.id, token=owner_token)
+        await comm.connect(timeout=TIMEOUT)
+        await comm.send_json_to({"type": "message", "content": "go"})
+        await comm.receive_from(timeout=TIMEOUT)
+        await comm.disconnect()
+        for _ in range(200):
+            row = await Message.objects.filter(session_id=session.pk, role="assistant").afirst()
+            if row and row.status == "complete":
+                break
+            await asyncio.sleep(0.05)
+        assert row.content == "a" * 60 and row.status == "complete"
+
+
+class TestStopAndRest:
+    async def test_stop_frame(self, llm, session, owner_token, no_planning):
+        llm.script(Turn(content="word " * 300, chunk_size=5, delay=0.02))
+        comm = connect(session.id, token=owner_token)
+        await comm.connect(timeout=TIMEOUT)
+        await comm.send_json_to({"type": "message", "content": "talk"})
+        await comm.receive_from(timeout=TIMEOUT)
+        await comm.receive_from(timeout=TIMEOUT)
+        await comm.send_json_to({"type": "stop"})
+        frames = await receive_until(comm, last_type="stream_stopped")
+        assert frames[-1]["type"] == "stream_stopped"
+        assert llm.wait_for_disconnect(timeout=5)
+        row = await Message.objects.aget(session_id=session.pk, role="assistant")
+        assert row.status == "interrupted" and row.content
+        await comm.disconnect()
+
+    async def test_post_stop(self, llm, session, owner, owner_token, no_planning):
+        llm.script(Turn(content="word " * 300, chunk_size=5, delay=0.02))
+        http = TokenClient(owner_token)
+        assert (await http.post(f"/sessions/{session.id}/stop")).json() == {"ok": False, "reason": "no active run"}
+        comm = connect(session.id, token=owner_token)
+        await comm.connect(timeout=TIMEOUT)
+        await comm.send_json_to({"type": "message", "content": "talk"})
+        await comm.receive_from(timeout=TIMEOUT)
+        response = await http.post(f"/sessions/{session.id}/stop")
+        assert response.status_code == 200 and response.json() == {"ok": True}
+        frames = await receive_until(comm, last_type="stream_stopped")
+        assert frames[-1]["type"] == "stream_stopped"
+        await comm.disconnect()
+
+    async def test_post_messages_returns_the_answer(self, llm, session, owner_token, no_planning):
+        llm.script(Turn(content="REST answer.", prompt_tokens=100, eval_tokens=3))
+        http = TokenClient(owner_token)
+        response = await http.post(f"/sessions/{session.id}/messages", {"content": "hi"}, content_type="application/json")
+        assert response.status_code == 200
+        assert response.json()["content"] == "REST answer." and response.json()["context_tokens"] == 103
+
+    async def test_post_messages_is_409_during_a_run(self, llm, session, owner_token, no_planning):
+        llm.script(Turn(content="slow " * 40, chunk_size=5, delay=0.03))
+        comm = connect(session.id, token=owner_token)
+        await comm.connect(timeout=TIMEOUT)
+        await comm.send_json_to({"type": "message", "content": "first"})
+        await comm.receive_from(timeout=TIMEOUT)
+        http = TokenClient(owner_token)
+        response = await http.post(f"/sessions/{session.id}/messages", {"content": "hi"}, content_type="application/json")
+        assert response.status_code == 409 and "already active" in response.json()["error"]
+        await receive_until(comm)
+        await comm.disconnect()
+
+    async def test_post_messages_is_503_when_the_llm_is_unreachable(self, session, owner_token, no_planning):
+        http = TokenClient(owner_token)
+        response = await http.post(f"/sessions/{session.id}/messages", {"content": "hi"}, content_type="application/json")
+        assert response.status_code == 503
+        assert "ollama serve" in response.json()["error"]
+        assert await Message.objects.filter(session_id=session.pk, role="user").acount() == 1
+        assert (await Session.objects.aget(pk=session.pk)).active_run_id == ""
+
+    @pytest.mark.parametrize("body,status", [("{bad", 400), ('{"content": ""}', 400), ("[]", 400)])
+    async def test_post_messages_rejects_bad_bodies(self, session, owner_token, body, status):
+        http = TokenClient(owner_token)
+        response = await http.post(f"/sessions/{session.id}/messages", body, content_type="application/json")
+        assert response.status_code == status and "error" in response.json()

@@ -1,0 +1,258 @@
+"""User tools: discovered in TOOLS_DIR, described and executed in child processes.
+
+User code is never imported into the server: `user_tool_runner.py` imports it in a fresh
+`python -I` child, once to read the metadata (cached by file mtime) and once per call. A syntax
+error, a hanging import, a print, a crash or a timeout only affects that file or that call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+from .base import Tool, ToolResult
+from .sandbox import run_process, safe_env
+
+log = logging.getLogger(__name__)
+
+RUNNER = Path(__file__).with_name("user_tool_runner.py")
+_meta_cache: dict[str, tuple[tuple[int, int], dict]] = {}
+_cache_lock = threading.Lock()
+
+
+@dataclass
+class LoadResult:
+    loaded: list[Tool] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)  # file stem -> what went wrong
+    disabled: list[str] = field(default_factory=list)
+
+
+def import_timeout() -> float:
+    return float(getattr(settings, "USER_TOOL_IMPORT_TIMEOUT_S", 10.0))
+
+
+def tools_dir() -> Path:
+    return Path(settings.TOOLS_DIR)
+
+
+def tool_files(directory: Path | None = None) -> list[Path]:
+    """`*.py` files directly in TOOLS_DIR; `_`-prefixed files (the template) are not tools."""
+    directory = directory or tools_dir()
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.glob("*.py") if p.is_file() and not p.name.startswith(("_", ".")))
+
+
+def _child_env() -> dict[str, str]:
+    workspace = Path(settings.NAVI_WORKSPACE)
+    return safe_env(workspace, {"NAVI_WORKSPACE": str(workspace), "NAVI_TOOLS_DIR": str(tools_dir())})
+
+
+def _child_cwd() -> Path:
+    workspace = Path(settings.NAVI_WORKSPACE)
+    workspace.mkdir(parents=True, exist_ok=True)
+    return workspace
+
+
+def _argv(mode: str, path: Path, cls: str = "") -> list[str]:
+    argv = [sys.executable, "-I", str(RUNNER), mode, str(path)]
+    return argv + [cls] if cls else argv
+
+
+def _parse_answer(stdout: bytes | str, stderr: str, returncode: int | None) -> dict:
+    """The runner's JSON, or a description of how the child died without answering."""
+    text = stdout.decode("utf-8", "replace") if isinstance(stdout, bytes) else stdout
+    try:
+        answer = json.loads(text)
+        if isinstance(answer, dict):
+            return answer
+    except ValueError:
+        pass
+    if returncode is not None and returncode < 0:
+        try:
+            how = f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            how = f"was killed by signal {-returncode}"
+    else:
+        how = f"exited with code {returncode} without an answer (os._exit or sys.exit at import?)"
+    tail = stderr.strip()[-2000:]
+    return {"ok": False, "error": f"the tool's process {how}" + (f"\n{tail}" if tail else "")}
+
+
+# --- metadata (sync: reloads happen outside the event loop) -------------------------------
+def read_metadata(path: Path, timeout: float | None = None) -> dict:
+    """Isolated import of one file: {"ok", "tools": [...]} or {"ok": False, "error"}; cached."""
+    stat = path.stat()
+    key = (stat.st_mtime_ns, stat.st_size)
+    with _cache_lock:
+        cached = _meta_cache.get(str(path))
+    if cached and cached[0] == key:
+        return cached[1]
+    meta = _import_in_child(path, timeout or import_timeout())
+    with _cache_lock:
+        _meta_cache[str(path)] = (key, meta)
+    return meta
+
+
+def _import_in_child(path: Path, timeout: float) -> dict:
+    proc = subprocess.Popen(
+        _argv("meta", path),
+        cwd=_child_cwd(),
+        env=_child_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _killpg(proc.pid)
+        proc.communicate()
+        return {
+            "ok": False,
+            "error": f"importing the file took longer than {timeout:g} s and was stopped; "
+            "do not run long work or loops at import time — put it inside execute()",
+        }
+    finally:
+        _killpg(proc.pid)  # nothing the import started may outlive it
+    answer = _parse_answer(out, err.decode("utf-8", "replace")[-4000:], proc.returncode)
+    if not answer.get("ok") and answer.get("traceback"):
+        answer["error"] = f"{answer['error']}\n{answer['traceback']}"
+    return answer
+
+
+def _killpg(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def check_file(path: Path) -> dict:
+    """Fresh (uncached) isolated import, used by write_tool before a file is accepted."""
+    return _import_in_child(path, import_timeout())
+
+
+# --- the Tool the registry sees ------------------------------------------------------------
+class UserToolProcess(Tool):
+    """A user tool whose every call runs in its own child process."""
+
+    def __init__(self, name: str, description: str, parameters: dict, path: Path, cls: str = "") -> None:
+        self.name = name
+        self.description = description
+        self.parameters = parameters or {"type": "object", "properties": {}}
+        self.path = path
+        self.cls = cls
+
+    @property
+    def timeout(self) -> float:  # the child's own limit fires first and says more
+        return float(settings.TOOL_TIMEOUT_S) + 5.0
+
+    async def execute(self, params: dict[str, Any]) -> ToolResult:
+        return await run_user_tool(self.path, params, cls=self.cls, name=self.name)
+
+
+async def run_user_tool(path: Path, params: dict, *, cls: str = "", name: str = "") -> ToolResult:
+    """Run one call in a child; killed (whole group) on timeout or when the task is cancelled."""
+    name = name or path.stem
+    timeout = float(settings.TOOL_TIMEOUT_S)
+    outcome = await run_process(
+        _argv("run", path, cls),
+        cwd=_child_cwd(),
+        env=_child_env(),
+        timeout=timeout,
+        output_cap=4_000_000,
+        stdin_data=json.dumps(params).encode(),
+    )
+    if outcome.timed_out:
+        return ToolResult(False, error=f"user tool '{name}' ran longer than {timeout:g} s and was stopped; "
+                          "make it faster or fix the loop, then rewrite it with write_tool")
+    answer = _parse_answer(outcome.stdout, outcome.stderr, outcome.returncode)
+    if not answer.get("ok"):
+        detail = answer.get("traceback", "")
+        return ToolResult(
+            False,
+            error=f"user tool '{name}' failed: {answer.get('error')}\n{detail}".rstrip()
+            + f"\nFix {path.name} with write_tool (the previous version is kept) and check it with test_tool.",
+        )
+    return ToolResult(
+        bool(answer.get("success", True)),
+        output=answer.get("output", ""),
+        error=answer.get("error"),
+        metadata=answer.get("metadata") or {},
+    )
+
+
+# --- discovery -----------------------------------------------------------------------------
+def discover() -> tuple[dict[str, dict], dict[str, Path]]:
+    """Metadata of every tool file (in parallel), keyed by file stem."""
+    files = tool_files()
+    with ThreadPoolExecutor(max_workers=min(8, max(1, len(files)))) as pool:
+        metas = list(pool.map(read_metadata, files))
+    return {p.stem: m for p, m in zip(files, metas)}, {p.stem: p for p in files}
+
+
+def build_tools(stem: str, path: Path, meta: dict) -> tuple[list[Tool], str]:
+    """Tools of one file, or the reason it cannot be loaded."""
+    if not meta.get("ok"):
+        return [], meta.get("error", "unknown error")
+    tools: list[Tool] = []
+    for info in meta.get("tools", []):
+        if meta.get("format") == "module" and info["name"] != stem:
+            return [], f"name = {info['name']!r} does not match the file name {path.name}; make them equal"
+        tools.append(UserToolProcess(info["name"], info.get("description", ""), info.get("parameters"), path, info.get("cls", "")))
+    return tools, ""
+
+
+def load_user_tools() -> LoadResult:
+    """The registry's `user_tool_loader`: discover, sync the UserTool table, keep enabled ones."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return _load()
+    # Called from async code (first get_agent() in a consumer): sync ORM is not allowed on the
+    # event loop thread, so do the work in a worker thread.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(_load_closing_db).result()
+
+
+def _load_closing_db() -> LoadResult:
+    from django.db import connections
+
+    try:
+        return _load()
+    finally:
+        connections.close_all()
+
+
+def _load() -> LoadResult:
+    from .user_tools import sync_rows
+
+    metas, paths = discover()
+    result = LoadResult()
+    per_file: dict[str, tuple[list[Tool], str]] = {}
+    for stem, meta in metas.items():
+        per_file[stem] = build_tools(stem, paths[stem], meta)
+    enabled = sync_rows({s: (paths[s], t, e) for s, (t, e) in per_file.items()})
+    for stem, (tools, error) in per_file.items():
+        if error:
+            result.errors[stem] = error
+            log.warning("user tool %s not loaded: %s", paths[stem].name, error.splitlines()[0])
+        elif not enabled.get(stem, True):
+            result.disabled.append(stem)
+        else:
+            result.loaded.extend(tools)
+    return result
