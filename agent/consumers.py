@@ -54,7 +54,19 @@ def decode_image(value: object) -> str:
     return value
 
 
+# Channel-layer messages whose handlers never touch the database.
+_NO_DB_MESSAGES = frozenset({"run.event", "run.replay", "run.replay_timeout"})
+
+
 class SessionConsumer(AsyncJsonWebsocketConsumer):
+    async def dispatch(self, message: dict) -> None:
+        """Relay run frames without Channels' per-message `close_old_connections` thread hop,
+        which capped a stream at ~2 000 frames/s; everything else goes the usual way."""
+        if message.get("type") in _NO_DB_MESSAGES:
+            await getattr(self, message["type"].replace(".", "_"))(message)
+            return
+        await super().dispatch(message)
+
     async def connect(self) -> None:
         self.session_id: str | None = None
         self.cursor: dict[str, int] = {}  # run id -> last seq sent to this socket
@@ -161,6 +173,11 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
     # --- frames from the channel layer -------------------------------------------------------
     async def run_event(self, event: dict) -> None:
         frame = event["frame"]
+        if "run_id" not in frame:
+            # Not part of a run (e.g. memory_saved from background extraction): no seq to order
+            # or replay, so deliver it as is.
+            await self.send(text_data=json.dumps(frame))
+            return
         if self.awaiting is not None:
             self.pending.append(frame)
             return
@@ -175,9 +192,13 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         await self._flush_pending()
 
     async def run_replay_timeout(self, event: dict) -> None:
-        if self.awaiting == event["token"]:  # the owner is gone: deliver what we have
-            self.awaiting = None
-            await self._flush_pending()
+        if self.awaiting != event["token"]:
+            return
+        # No process has that run any more (finished long ago, or its worker died): say so,
+        # so the client reloads the history instead of waiting, then deliver what we hold.
+        self.awaiting = None
+        await self.send_json({"type": "resume_unavailable", "run_id": event.get("run_id", "")})
+        await self._flush_pending()
 
     async def _flush_pending(self) -> None:
         pending, self.pending = sorted(self.pending, key=lambda f: f["seq"]), []
@@ -213,7 +234,9 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
 
         async def timeout() -> None:
             await asyncio.sleep(REPLAY_TIMEOUT_S)
-            await self.channel_layer.send(self.channel_name, {"type": "run.replay_timeout", "token": token})
+            await self.channel_layer.send(
+                self.channel_name, {"type": "run.replay_timeout", "token": token, "run_id": run_id}
+            )
 
         task = asyncio.create_task(timeout())
         task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)

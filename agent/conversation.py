@@ -10,6 +10,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from asgiref.sync import sync_to_async
+from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
@@ -57,6 +59,11 @@ class Conversation:
     async def current_profile_id(self) -> str:
         return self.profile_id
 
+    async def apply_compression(self, new_context: list[ChatMessage]) -> None:
+        """Replace the context with a compressed one (agent.compression); tokens restart at 0."""
+        self.context = list(new_context)
+        self.token_count = 0
+
 
 @dataclass
 class _FlushState:
@@ -79,7 +86,9 @@ class DBConversation(Conversation):
     @classmethod
     async def open(cls, session_id: str) -> "DBConversation":
         session = await Session.objects.aget(pk=session_id)
-        rows = Message.objects.filter(session=session, in_context=True).order_by("seq")
+        # A compression summary is always the first context message (there is at most one in
+        # context: the next compression folds it), yet its seq is newer than the rows it replaced.
+        rows = Message.objects.filter(session=session, in_context=True).order_by("-is_summary", "seq")
         return cls(session, [row_to_message(r) async for r in rows])
 
     async def _next_seq(self) -> int:
@@ -132,6 +141,38 @@ class DBConversation(Conversation):
         await Session.objects.filter(pk=self.session.pk).aupdate(
             context_token_count=tokens, last_active=timezone.now()
         )
+
+    async def apply_compression(self, new_context: list[ChatMessage]) -> None:
+        """Rows not in `new_context` leave the context; a new summary row enters it.
+
+        The summary row takes the next seq (seq stays append-only and unique) and is ordered
+        first by `open()` via is_summary. Display rows are never touched.
+        """
+        kept_ids = [m.db_id for m in new_context if m.db_id is not None]
+        summaries = [m for m in new_context if m.is_summary and m.db_id is None]
+        await sync_to_async(self._apply_compression_rows)(kept_ids, summaries)
+        self.context = list(new_context)
+        self.token_count = 0
+
+    def _apply_compression_rows(self, kept_ids: list[int], summaries: list[ChatMessage]) -> None:
+        with transaction.atomic():
+            Message.objects.filter(session_id=self.session.pk, in_context=True).exclude(pk__in=kept_ids).update(
+                in_context=False
+            )
+            seq = (Message.objects.filter(session_id=self.session.pk).aggregate(m=Max("seq"))["m"] or 0) + 1
+            for msg in summaries:
+                row = Message.objects.create(
+                    session_id=self.session.pk,
+                    seq=seq,
+                    role="user",
+                    content=msg.content,
+                    is_summary=True,
+                    in_display=False,
+                    in_context=True,
+                )
+                msg.db_id = row.id
+                seq += 1
+            Session.objects.filter(pk=self.session.pk).update(context_token_count=0)
 
     async def current_profile_id(self) -> str:
         pid = await Session.objects.filter(pk=self.session.pk).values_list("profile_id", flat=True).afirst()

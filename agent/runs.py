@@ -198,7 +198,10 @@ class RunManager:
 
     async def _ensure_listening(self) -> None:
         if self._listener is None or self._listener.done():
-            self.channel = await self.layer.new_channel("navi-runs.")
+            # The default prefix on purpose: channels_redis serves every process-local channel
+            # from ONE real channel per prefix under one shared lock, so a second prefix would
+            # make this listener and the sockets starve each other (frames stuck for seconds).
+            self.channel = await self.layer.new_channel()
             self._listener = asyncio.create_task(self._listen(), name="run-manager-listener")
 
     async def _listen(self) -> None:

@@ -124,7 +124,14 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "capacity": 5000, "expiry": 60},
+            # redis-py 8 reads time out after 5 s by default, which kills channels_redis' 5 s
+            # blocking BZPOPMIN (and with it every idle socket: close 1011); 15 s still catches
+            # a dead Redis (django/channels_redis#422).
+            "CONFIG": {
+                "hosts": [{"address": REDIS_URL, "socket_timeout": 15}],
+                "capacity": 5000,
+                "expiry": 60,
+            },
         }
     }
 else:

@@ -2,7 +2,7 @@ from django.urls import path
 
 from agent import views as agent_views
 
-from . import views
+from . import files, views
 
 # No trailing slashes: the same paths as the original Navi, so existing clients work.
 urlpatterns = [
@@ -12,4 +12,6 @@ urlpatterns = [
     path("sessions/<str:session_id>/context", views.session_context, name="session-context"),
     path("sessions/<str:session_id>/messages", agent_views.session_messages, name="session-messages"),
     path("sessions/<str:session_id>/stop", agent_views.session_stop, name="session-stop"),
+    path("sessions/<str:session_id>/files", files.upload_file, name="session-files"),
+    path("sessions/<str:session_id>/files/<str:name>", files.download_file, name="session-file"),
 ]

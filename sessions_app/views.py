@@ -28,7 +28,9 @@ def _get_session_for_user(request: HttpRequest, session_id: str) -> Session:
 
 
 def _messages(session: Session, **flags: bool) -> list[dict]:
-    return [m.as_dict() for m in Message.objects.filter(session=session, **flags).order_by("seq")]
+    # Context order: a compression summary (at most one in context) comes first, as the model sees it.
+    order = ("-is_summary", "seq") if flags.get("in_context") else ("seq",)
+    return [m.as_dict() for m in Message.objects.filter(session=session, **flags).order_by(*order)]
 
 
 @api_login_required

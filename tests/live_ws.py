@@ -25,7 +25,9 @@ def planning_rule() -> Rule:
 
 
 def connect(navi: LiveNavi, session_id: str, query: str = ""):
-    return websockets.connect(navi.ws_url(session_id, query), additional_headers=navi.headers, max_size=None)
+    """A client socket; its queue is unbounded so a socket the test reads only partly never
+    stops reading (websockets' backpressure would then stall its close for close_timeout)."""
+    return websockets.connect(navi.ws_url(session_id, query), additional_headers=navi.headers, max_size=None, max_queue=None)
 
 
 async def recv_frame(ws, timeout: float = 15) -> dict:

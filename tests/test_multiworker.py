@@ -69,6 +69,7 @@ def workers(redis, llm_live):
     env = {"REDIS_URL": redis.url, "OLLAMA_HOST": llm_live.url}
     with LiveNavi(env=env) as a, LiveNavi(env=env, data_dir=a.data_dir) as b:
         yield a, b
+        print_tails(a, b)
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +77,13 @@ def single(llm_live):
     """One process on the in-memory channel layer (the embedded default)."""
     with LiveNavi(env={"OLLAMA_HOST": llm_live.url}) as navi:
         yield navi
+        print_tails(navi)
+
+
+def print_tails(*servers: LiveNavi) -> None:
+    """Server logs end up in the report of a failing test (captured output)."""
+    for navi in servers:
+        print(f"--- server log {navi.url} ---\n{navi.log()[-4000:]}")
 
 
 def message(content: str) -> str:

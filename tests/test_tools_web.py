@@ -247,7 +247,7 @@ async def test_http_request_unreachable_is_readable(settings):
 
 # --- web_search (only the ddgs backend is stubbed) -----------------------------------------
 async def test_web_search_formats_results(monkeypatch):
-    import ddgs
+    import ddgs.ddgs  # the real class: `ddgs.DDGS` is a lazy proxy
 
     calls = []
 
@@ -258,7 +258,7 @@ async def test_web_search_formats_results(monkeypatch):
             {"title": "Result two", "href": "https://two.example/", "body": "second snippet"},
         ]
 
-    monkeypatch.setattr(ddgs.DDGS, "text", fake_text)
+    monkeypatch.setattr(ddgs.ddgs.DDGS, "text", fake_text)
     result = await WebSearchTool().execute({"query": "navi agent", "max_results": 2})
     assert result.success
     assert "1. Result one\n   https://one.example/\n   first snippet" in result.output
@@ -274,20 +274,20 @@ async def test_web_search_formats_results(monkeypatch):
     ],
 )
 async def test_web_search_errors_are_readable(monkeypatch, exc_name, expected):
-    import ddgs
+    import ddgs.ddgs  # the real class: `ddgs.DDGS` is a lazy proxy
     from ddgs import exceptions
 
     def failing(self, query, **kwargs):
         raise getattr(exceptions, exc_name)("No results found.")
 
-    monkeypatch.setattr(ddgs.DDGS, "text", failing)
+    monkeypatch.setattr(ddgs.ddgs.DDGS, "text", failing)
     result = await WebSearchTool().execute({"query": "zzzz"})
     assert not result.success and expected in result.error
 
 
 async def test_web_search_empty_list(monkeypatch):
-    import ddgs
+    import ddgs.ddgs  # the real class: `ddgs.DDGS` is a lazy proxy
 
-    monkeypatch.setattr(ddgs.DDGS, "text", lambda self, q, **kw: [])
+    monkeypatch.setattr(ddgs.ddgs.DDGS, "text", lambda self, q, **kw: [])
     result = await WebSearchTool().execute({"query": "nothing"})
     assert not result.success and "different keywords" in result.error

@@ -99,6 +99,17 @@ async def _run(module, cls_name: str, params: dict) -> dict:
     return dict(payload, ok=True)
 
 
+def _user_traceback(exc: BaseException, path: str) -> str:
+    """The traceback from the user's file on (the runner's own frames are noise)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    first = next((i for i, f in enumerate(frames) if os.path.abspath(f.filename) == os.path.abspath(path)), None)
+    lines = []
+    if first is not None:
+        lines = ["Traceback (most recent call last):\n", *traceback.StackSummary.from_list(frames[first:]).format()]
+    lines += traceback.TracebackException.from_exception(exc).format_exception_only()
+    return "".join(lines)
+
+
 def main() -> None:
     answer_fd = os.dup(1)
     os.dup2(2, 1)  # prints of the user's code (even from C) go to stderr
@@ -114,8 +125,7 @@ def main() -> None:
         else:
             payload = asyncio.run(_run(module, cls_name, params))
     except BaseException as exc:  # noqa: BLE001 - everything goes back as a readable traceback
-        tb = traceback.format_exc(limit=-8)
-        payload = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": tb}
+        payload = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": _user_traceback(exc, path)}
     sys.stdout.flush()
     _answer(answer_fd, payload)
 

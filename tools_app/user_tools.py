@@ -11,6 +11,8 @@ import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 
+from asgiref.sync import sync_to_async
+
 from .loader import check_file, tools_dir
 
 log = logging.getLogger(__name__)
@@ -197,3 +199,22 @@ def mark_written(name: str, created_by: str) -> None:
         row.created_by = created_by
         row.path = path
         row.save(update_fields=["enabled", "created_by", "path", "updated_at"])
+
+
+def reload_registry():
+    """Reload the process-wide registry (admin actions, management command)."""
+    from agent.registry import get_agent
+
+    return get_agent().tools.reload_user_tools()
+
+
+def restore_tool_version(name: str, version: str, created_by: str = "owner") -> Path:
+    """What the admin's restore does: file back, row enabled, registry reloaded."""
+    path = restore_version(name, version)
+    mark_written(name, created_by)
+    reload_registry()
+    return path
+
+
+areload_registry = sync_to_async(reload_registry)
+arestore_tool_version = sync_to_async(restore_tool_version)

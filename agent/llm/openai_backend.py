@@ -19,7 +19,7 @@ def _to_openai(msg: ChatMessage) -> dict[str, Any]:
     out: dict[str, Any] = {"role": msg.role, "content": msg.content or ""}
     if msg.images:
         out["content"] = [{"type": "text", "text": msg.content or ""}] + [
-            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{img}"}} for img in msg.images
+            {"type": "image_url", "image_url": {"url": f"data:{_image_mime(img)};base64,{img}"}} for img in msg.images
         ]
     if msg.tool_calls:
         out["tool_calls"] = [
@@ -153,6 +153,24 @@ class OpenAIBackend(LLMBackend):
             except httpx.HTTPStatusError as exc:
                 raise LLMError(f"{self.base_url}/models returned HTTP {exc.response.status_code}") from None
             return sorted(m.get("id", "") for m in response.json().get("data", []))
+
+
+def _image_mime(b64: str) -> str:
+    """The image type from its first bytes (the data URI must name the real type)."""
+    import base64
+    import binascii
+
+    try:
+        head = base64.b64decode(b64[:24] + "=" * (-len(b64[:24]) % 4))
+    except (binascii.Error, ValueError):
+        return "image/png"
+    if head.startswith(b"\xff\xd8"):
+        return "image/jpeg"
+    if head.startswith((b"GIF87a", b"GIF89a")):
+        return "image/gif"
+    if head.startswith(b"RIFF") and head[8:12] == b"WEBP":
+        return "image/webp"
+    return "image/png"
 
 
 def _parse_args(raw: str) -> Any:

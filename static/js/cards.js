@@ -45,7 +45,7 @@ export function userBubble(content, images = [], files = []) {
   }
   if (files.length) {
     const row = el("div", "files");
-    for (const f of files) row.append(el("span", "chip", `📎 ${f.name}`));
+    for (const f of files) row.append(el("span", "chip", `⎘ ${f.name}`));
     bubble.append(row);
   }
   wrap.append(bubble);
@@ -147,7 +147,7 @@ export function publishedFile(frame) {
     img.src = frame.url;
     box.append(img);
   }
-  const link = el("a", "", `📄 ${frame.name}`);
+  const link = el("a", "", `⤓ ${frame.name}`);
   if ((frame.url || "").startsWith("/")) link.href = frame.url;
   link.target = "_blank";
   link.rel = "noopener";

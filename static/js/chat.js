@@ -172,7 +172,7 @@ export class ChatView {
     this.apply(this.run, f);
     if (TERMINAL.has(f.type) && !this.run.done) {
       this.run.done = true;
-      this.flushText(this.run);
+      this.closeText(this.run);
       this.onRunState(false);
       this.onRunEnd(this.run, f);
     }
@@ -197,7 +197,7 @@ export class ChatView {
         break;
       case "thinking_delta":
         if (!run.thinking) {
-          run.text = null;
+          this.closeText(run);
           run.thinking = { node: thinkingBlock("", true), value: "" };
           run.el.append(run.thinking.node);
         }
@@ -232,8 +232,7 @@ export class ChatView {
         this.queueText(run);
         break;
       case "tool_started": {
-        this.flushText(run);
-        run.text = null;
+        this.closeText(run);
         const card = toolCard(f.tool, f.args);
         card.dataset.sub = sub ? "1" : "";
         run.target(sub).append(card);
@@ -248,7 +247,7 @@ export class ChatView {
         else run.target(sub).append((card = toolCard(f.tool, f.args)));
         completeToolCard(card, f.result, f.success);
         if (card === run.spawn) run.spawn = null;
-        run.text = null;
+        this.closeText(run);
         break;
       }
       case "stream_end":
@@ -298,8 +297,13 @@ export class ChatView {
   }
 
   flushText(run) {
+    if (run.text) renderMarkdown(run.text.node, run.text.value);
+  }
+
+  closeText(run) {
     if (!run.text) return;
-    renderMarkdown(run.text.node, run.text.value);
-    if (run.done) run.text.node.classList.remove("streaming");
+    this.flushText(run);
+    run.text.node.classList.remove("streaming");
+    run.text = null;
   }
 }

@@ -41,7 +41,7 @@ function defuseImages(fragment) {
     const note = document.createElement("span");
     note.className = "blocked-image";
     const alt = img.getAttribute("alt") || "image";
-    note.textContent = `[${alt}: remote image not loaded — ${img.getAttribute("data-blocked-src")}]`;
+    note.textContent = `[${alt}: image not loaded (only this server's files are shown) — ${img.getAttribute("data-blocked-src")}]`;
     img.replaceWith(note);
   }
 }

@@ -1,0 +1,153 @@
+"""Context compression (seeds' sessions.md): old turns of the LLM context become one summary.
+
+Only the context changes: summarised rows leave the context (`in_context=False`) and one
+summary row (role=user, is_summary, not in display) enters it. The display history is never
+touched. `CompressionWorker` runs pre-turn and post-turn when the session's token count
+reaches OLLAMA_NUM_CTX × CONTEXT_COMPRESSION_THRESHOLD.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from agent.events import ContextCompressed
+from agent.messages import ChatMessage
+from agent.workers import Worker, WorkerContext, WorkerResult, post_turn_workers, pre_turn_workers
+
+log = logging.getLogger(__name__)
+
+_MAX_SUMMARY_INPUT_CHARS = 12_000
+_MAX_ARGS_CHARS = 120
+_MAX_RESULT_CHARS = 300
+SUMMARY_PREFIX = "[Summary of the earlier conversation]"
+SUMMARY_PROMPT = """You compress the earlier part of a conversation between a user and an AI assistant.
+Write a concise bullet-point summary ("- " per line) that keeps everything needed to continue:
+the user's requests and goals, decisions, facts and names, file paths, commands and their important
+results, errors, and open tasks. Leave out small talk. No preamble."""
+
+
+class CompressionError(Exception):
+    """The summary could not be produced; the context is left unchanged."""
+
+
+@dataclass
+class Partition:
+    system: list[ChatMessage]
+    to_summarize: list[ChatMessage]
+    to_keep: list[ChatMessage]
+
+
+def _starts_turn(msg: ChatMessage, prev: ChatMessage | None) -> bool:
+    """A user message starts a turn, unless it follows a tool result: then it is an injected
+    image (or a stop in mid-tools), and starting a turn there could split a tool-call group."""
+    return msg.role == "user" and not msg.is_summary and not (prev is not None and prev.role == "tool")
+
+
+def partition(context: list[ChatMessage], keep_recent: int) -> Partition:
+    """Split into system messages, old turns (plus earlier summaries) and the last turns."""
+    system = [m for m in context if m.role == "system"]
+    rest = [m for m in context if m.role != "system"]
+    starts = [i for i, m in enumerate(rest) if _starts_turn(m, rest[i - 1] if i else None)]
+    if len(starts) <= keep_recent:
+        return Partition(system, [], rest)
+    cut = starts[-keep_recent] if keep_recent > 0 else len(rest)
+    return Partition(system, rest[:cut], rest[cut:])
+
+
+def _clip(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def format_for_summary(messages: list[ChatMessage]) -> str:
+    """Plain text of the old turns; tool calls and results as compact previews."""
+    lines: list[str] = []
+    for m in messages:
+        if m.is_summary:
+            lines.append(f"Earlier summary:\n{m.content}")
+        elif m.role == "user":
+            lines.append(f"User: {m.content}" + (f" [{len(m.images)} image(s)]" if m.images else ""))
+        elif m.role == "assistant":
+            if m.content:
+                lines.append(f"Assistant: {m.content}")
+            for call in m.tool_calls:
+                args = call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments, ensure_ascii=False)
+                lines.append(f"Assistant called {call.name}({_clip(args, _MAX_ARGS_CHARS)})")
+        elif m.role == "tool":
+            lines.append(f"Tool result ({m.name or 'tool'}): {_clip(m.content, _MAX_RESULT_CHARS)}")
+    return "\n".join(lines)
+
+
+def cap_input(text: str, limit: int = _MAX_SUMMARY_INPUT_CHARS) -> str:
+    """Cap at `limit` chars: keep the head (it holds the earlier summary) and the most recent tail."""
+    if len(text) <= limit:
+        return text
+    marker = "\n[…middle of the conversation omitted…]\n"
+    head = limit // 3
+    tail = limit - head - len(marker)
+    return text[:head] + marker + text[-tail:]
+
+
+async def compress_context(
+    context: list[ChatMessage], llm, model: str, temperature: float, keep_recent: int
+) -> list[ChatMessage] | None:
+    """system + [summary] + kept turns, or None when there is nothing old enough to summarise.
+
+    Raises CompressionError (or the backend's LLMError) when the summary cannot be produced.
+    """
+    parts = partition(context, keep_recent)
+    if not parts.to_summarize:
+        return None
+    text = cap_input(format_for_summary(parts.to_summarize))
+    prompt = [ChatMessage(role="system", content=SUMMARY_PROMPT), ChatMessage(role="user", content=text)]
+    response = await llm.complete(prompt, None, model=model, temperature=temperature, think=False)
+    summary = response.content.strip()
+    if not summary:
+        raise CompressionError("the model returned an empty summary")
+    summary_msg = ChatMessage(role="user", content=f"{SUMMARY_PREFIX}\n{summary}", is_summary=True)
+    return parts.system + [summary_msg] + parts.to_keep
+
+
+def should_compress(token_count: int, max_tokens: int) -> bool:
+    if not settings.CONTEXT_COMPRESSION_ENABLED or max_tokens <= 0:
+        return False
+    return token_count >= max_tokens * settings.CONTEXT_COMPRESSION_THRESHOLD
+
+
+class CompressionWorker(Worker):
+    """Pre- and post-turn: compress when the token count crossed the threshold."""
+
+    name = "compression"
+
+    async def run(self, ctx: WorkerContext) -> WorkerResult:
+        conv = ctx.conversation
+        if not should_compress(ctx.token_count, ctx.max_tokens) or not getattr(conv, "persistent", False):
+            return WorkerResult()
+        before = len(conv.context)
+        new_context = await compress_context(
+            conv.context,
+            ctx.backend,
+            ctx.profile.resolved_model(),
+            settings.CONTEXT_SUMMARY_TEMPERATURE,
+            max(1, settings.CONTEXT_KEEP_RECENT),  # never summarise away the turn being answered
+        )
+        if new_context is None:
+            log.info("compression skipped for %s: at most %d turns in context", conv.id, settings.CONTEXT_KEEP_RECENT)
+            return WorkerResult()
+        await conv.apply_compression(new_context)
+        log.info("compressed the context of %s: %d → %d messages", conv.id, before, len(conv.context))
+        return WorkerResult(events=[ContextCompressed(messages_before=before, messages_after=len(conv.context))])
+
+
+_worker = CompressionWorker()
+
+
+def register_workers() -> None:
+    """Add the compression worker to both trigger points (idempotent)."""
+    for registry in (pre_turn_workers, post_turn_workers):
+        if not any(isinstance(w, CompressionWorker) for w in registry):
+            registry.append(_worker)

@@ -1,0 +1,140 @@
+"""A terminal chat against a session: the same runs and frames as the web chat.
+
+Thinking is dimmed, each tool call is one line, Ctrl-C during a run stops it (the partial
+answer is kept), Ctrl-C or Ctrl-D at the prompt quits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+import uuid
+
+from channels.layers import get_channel_layer
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+
+from agent.models import Profile
+from agent.runs import RunActive, frames_group, get_run_manager
+from sessions_app.models import Session
+
+DIM, BOLD, RED, RESET = "\033[2m", "\033[1m", "\033[31m", "\033[0m"
+
+
+class Command(BaseCommand):
+    help = "Chat with Navi in the terminal (streams; Ctrl-C stops a run, Ctrl-D quits)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--session", help="continue this session id (default: a new session)")
+        parser.add_argument("--profile", default="secretary", help="profile for a new session")
+        parser.add_argument("--user", help="owner username (default: the first superuser)")
+
+    def handle(self, *args, **opts):
+        self.color = sys.stdout.isatty() and not opts["no_color"]
+        session = self._session(opts)
+        self.stdout.write(f"Session {session.id} — profile {session.profile_id}. Ctrl-C stops a run, Ctrl-D quits.")
+        asyncio.run(self._chat(str(session.id)))
+
+    def _style(self, code: str, text: str) -> str:
+        return f"{code}{text}{RESET}" if self.color else text
+
+    def _session(self, opts) -> Session:
+        User = get_user_model()
+        user = (
+            User.objects.filter(username=opts["user"]).first()
+            if opts["user"]
+            else User.objects.filter(is_superuser=True).order_by("pk").first()
+        )
+        if user is None:
+            raise CommandError("no such user; create the owner with `make run` or `python manage.py createsuperuser`")
+        if opts["session"]:
+            try:
+                session = Session.objects.filter(pk=uuid.UUID(opts["session"]), owner=user).first()
+            except ValueError:
+                session = None
+            if session is None:
+                raise CommandError(f"no session {opts['session']} for {user.username}")
+            return session
+        if not Profile.objects.filter(pk=opts["profile"]).exists():
+            known = ", ".join(Profile.objects.values_list("id", flat=True))
+            raise CommandError(f"unknown profile '{opts['profile']}'; known: {known}")
+        return Session.objects.create(owner=user, profile_id=opts["profile"])
+
+    async def _chat(self, session_id: str) -> None:
+        layer = get_channel_layer()
+        channel = await layer.new_channel("navi-chat.")
+        await layer.group_add(frames_group(session_id), channel)
+        loop = asyncio.get_running_loop()
+        manager = get_run_manager()
+        try:
+            while True:
+                self.stdout.write(self._style(BOLD, "\nyou> "), ending="")
+                self.stdout.flush()
+                line = await loop.run_in_executor(None, sys.stdin.readline)
+                if not line:
+                    self.stdout.write("")
+                    return
+                text = line.strip()
+                if not text:
+                    continue
+                try:
+                    run = await manager.start(session_id, text)
+                except RunActive as exc:
+                    self.stdout.write(self._style(RED, str(exc)))
+                    continue
+                loop.add_signal_handler(signal.SIGINT, run.stop_event.set)
+                try:
+                    await self._print_run(layer, channel, run.run_id)
+                finally:
+                    loop.remove_signal_handler(signal.SIGINT)
+                await run.done.wait()
+        finally:
+            await layer.group_discard(frames_group(session_id), channel)
+            await manager.shutdown()
+
+    async def _print_run(self, layer, channel: str, run_id: str) -> None:
+        thinking = False
+        while True:
+            message = await layer.receive(channel)
+            frame = message.get("frame") or {}
+            if frame.get("run_id") != run_id:
+                continue
+            kind = frame["type"]
+            if kind == "thinking_delta":
+                if not thinking:
+                    self.stdout.write(self._style(DIM, "(thinking) "), ending="")
+                thinking = True
+                self.stdout.write(self._style(DIM, frame["delta"]), ending="")
+            elif kind in ("thinking_end", "turn_thinking"):
+                if thinking:
+                    self.stdout.write("")
+                thinking = False
+            elif kind == "plan_ready":
+                self.stdout.write(self._style(DIM, "plan:\n" + frame["plan"]))
+            elif kind == "tool_started":
+                prefix = "  ↳ " if frame.get("is_subagent") else ""
+                self.stdout.write(self._style(DIM, f"{prefix}[{frame['tool']}] {json.dumps(frame['args'])[:100]} …"))
+            elif kind == "tool_call":
+                mark = "ok" if frame["success"] else "FAILED"
+                prefix = "  ↳ " if frame.get("is_subagent") else ""
+                result = " ".join(str(frame["result"]).split())[:100]
+                self.stdout.write(self._style(DIM if frame["success"] else RED, f"{prefix}[{frame['tool']}] {mark}: {result}"))
+            elif kind == "stream_delta":
+                self.stdout.write(frame["delta"], ending="")
+                self.stdout.flush()
+            elif kind == "stream_end":
+                self.stdout.write(self._style(DIM, f"\n[{frame['context_tokens']}/{frame['max_context_tokens']} tokens]"))
+            elif kind == "stream_stopped":
+                self.stdout.write(self._style(RED, "\n[stopped — the partial answer is kept]"))
+                return
+            elif kind == "error":
+                self.stdout.write(self._style(RED, f"\nerror: {frame['message']}"))
+                return
+            elif kind in ("profile_switched", "context_compressed", "memory_saved"):
+                details = {k: v for k, v in frame.items() if k not in ("type", "run_id", "seq")}
+                self.stdout.write(self._style(DIM, f"[{kind}] {details}"))
+            if kind == "stream_end":
+                # Post-turn workers may still emit (context_compressed); the run ends when done.
+                return

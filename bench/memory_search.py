@@ -1,0 +1,72 @@
+"""Benchmark: ranked memory search over 100 000 facts, 200 random queries → p50/p95 ms.
+
+Run: .venv/bin/python bench/memory_search.py   (temp SQLite DB; prints figures, asserts nothing)
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+TMP = tempfile.mkdtemp(prefix="navi-bench-")
+os.environ.setdefault("DATABASE_URL", f"sqlite:///{TMP}/bench.db")
+os.environ.setdefault("LOG_LEVEL", "WARNING")
+os.environ["DJANGO_SETTINGS_MODULE"] = "navi_project.settings"
+
+import django  # noqa: E402
+
+django.setup()
+from django.core.management import call_command  # noqa: E402
+
+FACTS = 100_000
+QUERIES = 200
+
+
+def main() -> None:
+    call_command("migrate", verbosity=0)
+    from django.contrib.auth import get_user_model
+    from django.db import transaction
+
+    from memory_app.models import MemoryFact
+    from memory_app.search import search_facts
+
+    rng = random.Random(42)
+    vocab = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(4, 9))) for _ in range(20_000)]
+    categories = ["personal", "preferences", "projects", "environment", "people", "routines", "work", "health"]
+    user = get_user_model().objects.create_user("bench")
+    started = time.perf_counter()
+    with transaction.atomic():
+        batch = []
+        for i in range(FACTS):
+            batch.append(MemoryFact(
+                owner=user, category=rng.choice(categories), key=f"{rng.choice(vocab)} {i}",
+                value=" ".join(rng.choice(vocab) for _ in range(rng.randint(3, 12))),
+            ))
+            if len(batch) == 5000:
+                MemoryFact.objects.bulk_create(batch)
+                batch = []
+        MemoryFact.objects.bulk_create(batch)
+    print(f"inserted {FACTS} facts in {time.perf_counter() - started:.1f} s")
+    queries = [" ".join(rng.choice(vocab) for _ in range(rng.randint(1, 3))) for _ in range(QUERIES)]
+    search_facts(user.id, "warm up")
+    timings, hits = [], 0
+    for q in queries:
+        t0 = time.perf_counter()
+        hits += len(search_facts(user.id, q))
+        timings.append((time.perf_counter() - t0) * 1000)
+    timings.sort()
+    p50 = statistics.median(timings)
+    p95 = timings[int(len(timings) * 0.95) - 1]
+    print(f"memory_search: {QUERIES} queries over {FACTS} facts: p50 {p50:.2f} ms, p95 {p95:.2f} ms, "
+          f"max {timings[-1]:.2f} ms, {hits / QUERIES:.1f} results/query (target p50 <= 10 ms)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,147 @@
+// The input area: Enter sends, Shift+Enter is a newline; images (paste or attach) go as base64,
+// other files are uploaded first and referenced by name/path; Stop during a run.
+import { api } from "./api.js";
+import { el } from "./cards.js";
+
+const MAX_IMAGE_BYTES = 20 * 1024 * 1024;
+
+function readAsDataURL(file) {
+  return new Promise((resolve, reject) => {
+    const reader = new FileReader();
+    reader.onload = () => resolve(reader.result);
+    reader.onerror = () => reject(reader.error);
+    reader.readAsDataURL(file);
+  });
+}
+
+export class Composer {
+  constructor(form, { getSession, onSend, onStop, onError }) {
+    this.form = form;
+    this.input = form.querySelector("#input");
+    this.sendButton = form.querySelector("#send");
+    this.stopButton = form.querySelector("#stop");
+    this.attachments = form.querySelector("#attachments");
+    this.getSession = getSession;
+    this.onSend = onSend;
+    this.onError = onError;
+    this.images = []; // data: URIs
+    this.files = []; // {name, path, size}
+    this.running = false;
+    this.busy = false; // an upload is in flight
+
+    form.addEventListener("submit", (e) => {
+      e.preventDefault();
+      this.send();
+    });
+    this.input.addEventListener("keydown", (e) => {
+      if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
+        e.preventDefault();
+        this.send();
+      }
+    });
+    this.input.addEventListener("input", () => this.autosize());
+    this.input.addEventListener("paste", (e) => {
+      const images = [...(e.clipboardData?.files || [])].filter((f) => f.type.startsWith("image/"));
+      if (images.length) {
+        e.preventDefault();
+        images.forEach((f) => this.addImage(f));
+      }
+    });
+    form.querySelector("#attach-image").addEventListener("change", (e) => {
+      [...e.target.files].forEach((f) => this.addImage(f));
+      e.target.value = "";
+    });
+    form.querySelector("#attach-file").addEventListener("change", (e) => {
+      [...e.target.files].forEach((f) => this.addFile(f));
+      e.target.value = "";
+    });
+    this.stopButton.addEventListener("click", () => onStop());
+  }
+
+  autosize() {
+    this.input.style.height = "auto";
+    this.input.style.height = `${Math.min(this.input.scrollHeight, 240)}px`;
+  }
+
+  async addImage(file) {
+    if (file.size > MAX_IMAGE_BYTES) {
+      this.onError(`${file.name} is larger than 20 MB; attach a smaller image`);
+      return;
+    }
+    this.images.push(await readAsDataURL(file));
+    this.renderAttachments();
+  }
+
+  async addFile(file) {
+    const sid = this.getSession();
+    if (!sid) return;
+    this.busy = true;
+    this.update();
+    const chip = el("span", "chip uploading", `Uploading ${file.name}…`);
+    this.attachments.append(chip);
+    try {
+      this.files.push(await api.upload(sid, file));
+    } catch (err) {
+      this.onError(`upload of ${file.name} failed: ${err.message}`);
+    } finally {
+      this.busy = false;
+      this.renderAttachments();
+      this.update();
+    }
+  }
+
+  renderAttachments() {
+    const chips = [];
+    this.images.forEach((src, i) => {
+      const chip = el("span", "chip image");
+      const img = el("img");
+      img.src = src;
+      img.alt = "image to send";
+      chip.append(img, this.removeButton(() => this.images.splice(i, 1)));
+      chips.push(chip);
+    });
+    this.files.forEach((f, i) => {
+      const chip = el("span", "chip file", `⎘ ${f.name}`);
+      chip.append(this.removeButton(() => this.files.splice(i, 1)));
+      chips.push(chip);
+    });
+    this.attachments.replaceChildren(...chips);
+  }
+
+  removeButton(remove) {
+    const b = el("button", "icon remove", "×");
+    b.type = "button";
+    b.title = "Remove";
+    b.addEventListener("click", () => {
+      remove();
+      this.renderAttachments();
+    });
+    return b;
+  }
+
+  send() {
+    const content = this.input.value.trim();
+    if (!content || this.running || this.busy || !this.getSession()) return;
+    const sent = this.onSend(content, this.images, this.files.map((f) => ({ name: f.name, path: f.path })));
+    if (sent === false) return;
+    this.input.value = "";
+    this.images = [];
+    this.files = [];
+    this.renderAttachments();
+    this.autosize();
+  }
+
+  setRunning(running) {
+    this.running = running;
+    this.update();
+    if (!running) this.input.focus();
+  }
+
+  update() {
+    this.input.disabled = this.running;
+    this.sendButton.disabled = this.running || this.busy;
+    this.stopButton.hidden = !this.running;
+    this.sendButton.hidden = this.running;
+    this.form.classList.toggle("running", this.running);
+  }
+}

@@ -1,0 +1,50 @@
+"""Shared pieces of the browser tests and the UI benchmark: Debian's Chromium driven by
+Playwright (no `playwright install`), a live Navi server and the protocol-level test LLM."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "tests" / "artifacts"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@contextmanager
+def chromium_browser() -> Iterator:
+    """A headless Chromium (the system one) for one module or one benchmark."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def log_in(page, navi) -> None:
+    """Log in through the real login form and wait until the chat page is ready."""
+    page.goto(f"{navi.url}/login/")
+    page.fill("input[name=username]", navi.username)
+    page.fill("input[name=password]", navi.password)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{navi.url}/**")
+    page.wait_for_selector("body[data-ready='1']")
+
+
+def screenshot(page, name: str) -> None:
+    """Save a screenshot for humans under tests/artifacts/ (gitignored)."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=False)

@@ -1,0 +1,407 @@
+"""The chat page in a real browser (Debian's Chromium via Playwright) against a live Navi
+server and the protocol-level test LLM: what the owner sees and does."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import httpx
+import pytest
+
+from tests.browser_support import CHROMIUM, chromium_browser, log_in, screenshot
+from tests.live_server import LiveNavi
+from tests.llm_server import LLMServer, Rule, Turn
+
+pytestmark = pytest.mark.skipif(not shutil.which(CHROMIUM), reason="needs Debian's chromium (apt-get install chromium)")
+
+expect = None
+
+
+@pytest.fixture(scope="module")
+def live_llm():
+    with LLMServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def navi(live_llm):
+    with LiveNavi(env={"OLLAMA_HOST": live_llm.url}) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def browser():
+    global expect
+    from playwright.sync_api import expect as pw_expect
+
+    expect = pw_expect
+    pw_expect.set_options(timeout=10_000)
+    with chromium_browser() as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def login_state(browser, navi, tmp_path_factory):
+    """Log in once through the form; later tests reuse the cookies."""
+    context = browser.new_context()
+    page = context.new_page()
+    log_in(page, navi)
+    path = tmp_path_factory.mktemp("browser") / "state.json"
+    context.storage_state(path=str(path))
+    context.close()
+    return str(path)
+
+
+@pytest.fixture
+def page(browser, login_state, live_llm):
+    live_llm.reset()
+    context = browser.new_context(storage_state=login_state, viewport={"width": 1200, "height": 800})
+    page = context.new_page()
+    page.on("dialog", lambda dialog: dialog.accept())
+    yield page
+    context.close()
+
+
+def open_new_chat(page, navi) -> str:
+    page.goto(f"{navi.url}/")
+    page.wait_for_selector("body[data-ready='1']")
+    old = page.evaluate("location.hash")
+    page.click("#new-chat")
+    page.wait_for_function("h => location.hash && location.hash !== h", arg=old)
+    sid = page.evaluate("location.hash.slice(1)")
+    page.wait_for_function("() => document.body.dataset.ready === '1' && window.navi && window.navi.socket.sessionId === location.hash.slice(1)")
+    page.wait_for_function("() => window.navi.socket.ws.readyState === 1")
+    return sid
+
+
+def send(page, text: str) -> None:
+    page.fill("#input", text)
+    page.press("#input", "Enter")
+
+
+def test_it_shows_the_login_page_and_logs_in(browser, navi):
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{navi.url}/")
+    assert "/login/" in page.url
+    screenshot(page, "01-login")
+    page.fill("input[name=username]", navi.username)
+    page.fill("input[name=password]", "wrong")
+    page.click("button[type=submit]")
+    expect(page.locator(".error")).to_contain_text("Wrong username or password")
+    log_in(page, navi)
+    expect(page.locator("#sidebar")).to_be_visible()
+    context.close()
+
+
+def test_it_streams_an_answer_into_a_new_chat(page, navi, live_llm):
+    live_llm.add_rule(Rule(match="hello there", turns=[Turn(content="Hello! **Nice** to meet you.", chunk_size=3, delay=0.02)]))
+    sid = open_new_chat(page, navi)
+    send(page, "hello there")
+    expect(page.locator(".group.user").last).to_contain_text("hello there")
+    answer = page.locator(".bubble.assistant").last
+    expect(answer).to_contain_text("Nice to meet you.")
+    expect(answer.locator("strong")).to_have_text("Nice")
+    expect(page.locator("#input")).to_be_enabled()
+    expect(page.locator("#context-meter .label")).to_contain_text("/ 8,192 tokens")
+    expect(page.locator(f"#session-list li[data-id='{sid}'] .session-title")).to_have_text("hello there")
+    screenshot(page, "02-streamed-answer")
+
+
+RECORD_PENDING = """
+window.__seen = {pendingTools: [], openThinking: 0};
+new MutationObserver((mutations) => {
+  for (const m of mutations) for (const n of m.addedNodes) {
+    if (n.nodeType !== 1 || !n.matches) continue;
+    if (n.matches('details.tool.pending')) window.__seen.pendingTools.push(n.dataset.tool);
+    if (n.matches('details.thinking[open]')) window.__seen.openThinking += 1;
+  }
+}).observe(document, {childList: true, subtree: true});
+"""
+
+
+DIRECT = Rule(system="planning step", match="", turns=[Turn(content="DIRECT")])  # slow rules: skip planning
+
+
+def last_turn(page):
+    return page.locator(".group.turn").last
+
+
+def test_tool_cards_go_from_pending_to_complete_and_mark_failures(page, navi, live_llm):
+    live_llm.add_rule(Rule(match="list your tools", turns=[
+        Turn(thinking="I need the tool list.", tool_calls=[{"name": "list_tools", "arguments": {}}]),
+        Turn(tool_calls=[{"name": "no_such_tool", "arguments": {"x": 1}}]),
+        Turn(content="All done."),
+    ]))
+    page.add_init_script(RECORD_PENDING)
+    open_new_chat(page, navi)
+    send(page, "list your tools")
+    turn = last_turn(page)
+    expect(turn.locator(".bubble.assistant")).to_have_text("All done.")
+    ok = turn.locator("details.tool[data-tool=list_tools]")
+    failed = turn.locator("details.tool[data-tool=no_such_tool]")
+    expect(ok).to_have_class(re.compile(r"\bok\b"))
+    expect(failed).to_have_class(re.compile(r"\bfailed\b"))
+    expect(failed.locator(".tool-status")).to_have_text("failed")
+    assert page.evaluate("window.__seen.pendingTools") == ["list_tools", "no_such_tool"]
+    assert not ok.evaluate("d => d.open"), "tool cards start collapsed"
+    # turn_thinking closes the live thinking block instead of adding a second one
+    expect(turn.locator("details.thinking")).to_have_count(1)
+    expect(turn.locator("details.thinking .thinking-body")).to_have_text("I need the tool list.")
+    ok.locator("summary").click()
+    expect(ok.locator(".tool-result")).to_contain_text("list_tools")
+    screenshot(page, "03-tool-cards")
+    # the same cards come back from the history after a reload
+    page.reload()
+    page.wait_for_selector("body[data-ready='1']")
+    turn = last_turn(page)
+    expect(turn.locator("details.tool[data-tool=list_tools]")).to_have_class(re.compile(r"\bok\b"))
+    expect(turn.locator("details.tool[data-tool=no_such_tool]")).to_have_class(re.compile(r"\bfailed\b"))
+
+
+def test_sub_agent_cards_nest_under_their_spawn_agent_card(page, navi, live_llm):
+    live_llm.add_rule(Rule(match="delegate this", turns=[
+        Turn(tool_calls=[{"name": "spawn_agent", "arguments": {"task": "subtask please"}}]),
+        Turn(content="Delegated."),
+    ]))
+    live_llm.add_rule(Rule(match="subtask please", turns=[
+        Turn(tool_calls=[{"name": "list_tools", "arguments": {}}]),
+        Turn(content="sub result"),
+    ]))
+    open_new_chat(page, navi)
+    send(page, "delegate this")
+    turn = last_turn(page)
+    expect(turn.locator(".bubble.assistant")).to_have_text("Delegated.")
+    spawn = turn.locator("details.tool[data-tool=spawn_agent]")
+    expect(spawn).to_have_class(re.compile(r"\bok\b"))
+    nested = spawn.locator(".subagent details.tool[data-tool=list_tools]")
+    expect(nested).to_have_count(1)
+    expect(nested).to_have_class(re.compile(r"\bok\b"))
+    expect(turn.locator(":scope > details.tool")).to_have_count(1)
+
+
+def test_it_shows_a_plan_card(page, navi, live_llm):
+    live_llm.add_rule(Rule(system="planning step", match="make a plan", turns=[Turn(content="1. Look around\n2. Report back")]))
+    live_llm.add_rule(Rule(match="make a plan", turns=[Turn(content="Plan done.")]))
+    open_new_chat(page, navi)
+    send(page, "make a plan")
+    turn = last_turn(page)
+    expect(turn.locator(".plan")).to_contain_text("Look around")
+    expect(turn.locator(".plan li")).to_have_count(2)
+    expect(turn.locator(".bubble.assistant")).to_have_text("Plan done.")
+    screenshot(page, "04-plan-card")
+
+
+def test_thinking_is_open_while_streaming_then_collapses_and_reopens(page, navi, live_llm):
+    live_llm.add_rule(Rule(match="think first", turns=[
+        Turn(thinking="Let me think about this carefully.", content="Thought it through.", chunk_size=4, delay=0.02)
+    ]))
+    page.add_init_script(RECORD_PENDING)
+    open_new_chat(page, navi)
+    send(page, "think first")
+    turn = last_turn(page)
+    expect(turn.locator(".bubble.assistant")).to_have_text("Thought it through.")
+    thinking = turn.locator("details.thinking")
+    expect(thinking).to_have_count(1)
+    assert page.evaluate("window.__seen.openThinking") == 1, "the thinking block was open while streaming"
+    assert not thinking.evaluate("d => d.open"), "it collapsed at thinking_end"
+    expect(thinking.locator(".thinking-body")).to_have_text("Let me think about this carefully.")
+    thinking.locator("summary").click()
+    assert thinking.evaluate("d => d.open"), "it can be re-opened"
+    screenshot(page, "05-thinking")
+
+
+def test_stop_mid_stream_keeps_the_partial_text(page, navi, live_llm):
+    live_llm.add_rule(DIRECT)
+    live_llm.add_rule(Rule(match="long story", turns=[Turn(content="word " * 400, chunk_size=5, delay=0.04)]))
+    open_new_chat(page, navi)
+    send(page, "long story")
+    turn = last_turn(page)
+    expect(turn.locator(".bubble.assistant")).to_contain_text("word word word")
+    expect(page.locator("#input")).to_be_disabled()
+    with page.expect_request(lambda r: r.url.endswith("/stop") and r.method == "POST") as stop_request:
+        page.click("#stop")
+    assert stop_request.value.headers.get("x-csrftoken"), "Stop sends the CSRF header"
+    expect(turn.locator(".status-badge.stopped")).to_be_visible()
+    expect(page.locator("#input")).to_be_enabled()
+    expect(page.locator("#stop")).to_be_hidden()
+    text = turn.locator(".bubble.assistant").inner_text()
+    assert text.startswith("word word") and len(text) < len("word " * 400)
+    screenshot(page, "06-stopped")
+
+
+COUNT = " ".join(f"n{i}" for i in range(150))
+
+
+def _assert_single_answer(page, question: str) -> None:
+    expect(page.locator(".group.user", has_text=question)).to_have_count(1)
+    turn = last_turn(page)
+    expect(turn.locator(".bubble.assistant")).to_have_text(COUNT, timeout=20_000)
+    expect(turn.locator(".bubble.assistant")).to_have_count(1)
+    expect(page.locator("#input")).to_be_enabled()
+
+
+def test_reload_mid_stream_continues_the_same_answer_without_duplicates(page, navi, live_llm):
+    live_llm.add_rule(DIRECT)
+    live_llm.add_rule(Rule(match="count slowly", turns=[Turn(content=COUNT, chunk_size=6, delay=0.03)]))
+    open_new_chat(page, navi)
+    send(page, "count slowly")
+    expect(last_turn(page).locator(".bubble.assistant")).to_contain_text("n10 ")
+    page.reload()
+    page.wait_for_selector("body[data-ready='1']")
+    _assert_single_answer(page, "count slowly")
+
+
+def test_a_dropped_socket_resumes_from_the_last_seq(page, navi, live_llm):
+    live_llm.add_rule(DIRECT)
+    live_llm.add_rule(Rule(match="count again", turns=[Turn(content=COUNT, chunk_size=6, delay=0.03)]))
+    open_new_chat(page, navi)
+    send(page, "count again")
+    expect(last_turn(page).locator(".bubble.assistant")).to_contain_text("n10 ")
+    page.evaluate("window.navi.socket.drop()")
+    _assert_single_answer(page, "count again")
+    assert page.evaluate("window.navi.socket.attempt") == 0
+
+
+EVIL = (
+    'Look <img src=x onerror="window.__pwned=1"> and [click](javascript:window.__pwned=2) and '
+    '![remote](http://198.51.100.7/pixel.png) and <a href="javascript:window.__pwned=3">raw</a> '
+    "<script>window.__pwned=4</script> done."
+)
+
+
+def test_model_output_is_rendered_inert(page, navi, live_llm):
+    live_llm.add_rule(Rule(match="be evil", turns=[Turn(content=EVIL, chunk_size=7)]))
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url))
+    open_new_chat(page, navi)
+    send(page, "be evil")
+    bubble = last_turn(page).locator(".bubble.assistant")
+    expect(bubble).to_contain_text("done.")
+    expect(page.locator("#input")).to_be_enabled()
+    assert bubble.locator("img").count() == 0
+    assert bubble.locator("script").count() == 0
+    hrefs = bubble.locator("a").evaluate_all("as => as.map(a => a.getAttribute('href'))")
+    assert all(h is None or not h.lower().startswith("javascript") for h in hrefs), hrefs
+    bubble.locator("a", has_text="click").click()
+    bubble.locator("a", has_text="raw").click()
+    assert page.evaluate("window.__pwned") is None
+    expect(bubble.locator(".blocked-image")).to_have_count(2)
+    expect(bubble.locator(".blocked-image").nth(1)).to_contain_text("198.51.100.7")
+    bad = [u for u in requests if "198.51.100.7" in u or u.endswith("/x") or not u.startswith(navi.url)]
+    assert bad == [], bad
+
+
+def test_code_blocks_are_highlighted_with_a_copy_button(page, navi, live_llm):
+    live_llm.add_rule(Rule(match="show code", turns=[Turn(content="```python\ndef f():\n    return 1\n```")]))
+    open_new_chat(page, navi)
+    send(page, "show code")
+    pre = last_turn(page).locator("pre.code")
+    expect(pre.locator("code.hljs .hljs-keyword").first).to_have_text("def")
+    expect(pre.locator("button.copy")).to_have_text("Copy")
+
+
+def test_pin_rename_and_delete_in_the_sidebar(page, navi):
+    first = navi.create_session()
+    second = navi.create_session()
+    page.goto(f"{navi.url}/#{first}")
+    page.wait_for_selector("body[data-ready='1']")
+    item = page.locator(f"#session-list li[data-id='{first}']")
+    item.locator("button.pin").click()
+    expect(page.locator("#session-list li").first).to_have_attribute("data-id", first)
+    expect(page.locator(f"#session-list li[data-id='{first}']")).to_have_class(re.compile(r"\bpinned\b"))
+    page.locator(f"#session-list li[data-id='{first}'] button.rename").click()
+    page.fill(".rename-input", "My pinned chat")
+    page.press(".rename-input", "Enter")
+    expect(page.locator(f"#session-list li[data-id='{first}'] .session-title")).to_have_text("My pinned chat")
+    page.reload()
+    page.wait_for_selector("body[data-ready='1']")
+    expect(page.locator("#session-list li").first).to_have_attribute("data-id", first)
+    screenshot(page, "07-sidebar")
+    page.locator(f"#session-list li[data-id='{second}'] button.delete").click()
+    expect(page.locator(f"#session-list li[data-id='{second}']")).to_have_count(0)
+    with navi.api() as api:
+        assert api.get(f"/sessions/{second}").status_code == 404
+        assert api.get(f"/sessions/{first}").json()["pinned"] is True
+    page.locator(f"#session-list li[data-id='{first}'] button.pin").click()
+    expect(page.locator(f"#session-list li[data-id='{first}']")).not_to_have_class(re.compile(r"\bpinned\b"))
+
+
+def test_the_page_opens_the_most_recent_session_without_a_hash(page, navi):
+    page.goto(f"{navi.url}/")
+    page.wait_for_selector("body[data-ready='1']")
+    with navi.api() as api:
+        sessions = api.get("/sessions").json()["sessions"]
+    latest = max(sessions, key=lambda s: s["last_active"])
+    assert page.evaluate("location.hash.slice(1)") == latest["id"]
+
+
+def test_an_uploaded_file_reaches_the_agent(page, navi, live_llm, tmp_path):
+    sid = open_new_chat(page, navi)
+    with navi.api() as api:
+        probe = api.post(f"/sessions/{sid}/files")
+    if probe.status_code == 404 and "no session" not in probe.text:
+        pytest.xfail("POST /sessions/<id>/files is not implemented yet")
+    doc = tmp_path / "notes.txt"
+    doc.write_text("the secret word is pineapple\n")
+    page.set_input_files("#attach-file", str(doc))
+    expect(page.locator("#attachments .chip.file")).to_contain_text("notes.txt")
+    send(page, "summarise the attached file")
+    expect(page.locator(".group.user").last.locator(".files")).to_contain_text("notes.txt")
+    expect(last_turn(page).locator(".bubble.assistant")).to_contain_text("summarise the attached file")
+    bodies = [str(r) for r in live_llm.requests]
+    assert any("[Uploaded files on disk:" in b and "notes.txt" in b for b in bodies)
+
+
+def test_the_debug_page_shows_context_frames_and_tools(page, navi, live_llm):
+    sid = open_new_chat(page, navi)
+    send(page, "debug me")
+    expect(last_turn(page).locator(".bubble.assistant")).to_have_text("echo: debug me")
+    page.goto(f"{navi.url}/debug#{sid}")
+    page.wait_for_selector("body[data-ready='1']")
+    expect(page.locator("#context tbody")).to_contain_text("debug me")
+    expect(page.locator("#tools tbody")).to_contain_text("list_tools")
+    expect(page.locator("#profiles")).to_contain_text("secretary")
+    screenshot(page, "08-debug")
+
+
+def test_it_works_at_phone_width(browser, login_state, navi):
+    context = browser.new_context(storage_state=login_state, viewport={"width": 390, "height": 800})
+    page = context.new_page()
+    page.goto(f"{navi.url}/")
+    page.wait_for_selector("body[data-ready='1']")
+    expect(page.locator("#menu")).to_be_visible()
+    expect(page.locator("#input")).to_be_visible()
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    page.click("#menu")
+    expect(page.locator("#new-chat")).to_be_in_viewport()
+    screenshot(page, "09-phone")
+    context.close()
+
+
+def test_the_page_sends_a_strict_csp(navi):
+    with httpx.Client(base_url=navi.url) as client:
+        response = client.get("/login/")
+    csp = response.headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "unsafe-inline" not in csp.split("script-src")[1].split(";")[0]
+    assert "img-src 'self' data: blob:" in csp
+
+
+PNG_1PX = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+    "1f15c4890000000d49444154789c6360f8cfc0f01f0005000201e2266d4f0000000049454e44ae426082"
+)
+
+
+def test_an_attached_image_is_shown_and_sent_as_base64(page, navi, live_llm, tmp_path):
+    image = tmp_path / "dot.png"
+    image.write_bytes(PNG_1PX)
+    open_new_chat(page, navi)
+    page.set_input_files("#attach-image", str(image))
+    expect(page.locator("#attachments .chip.image img")).to_have_count(1)
+    send(page, "what is in this picture")
+    expect(page.locator(".group.user").last.locator(".images img")).to_have_count(1)
+    expect(last_turn(page).locator(".bubble.assistant")).to_contain_text("what is in this picture")
+    sent = [m for r in live_llm.requests for m in r.get("messages", []) if m.get("images")]
+    assert sent and sent[-1]["images"][0].startswith("iVBORw0KGgo")

@@ -1,0 +1,286 @@
+"""Long-term memory: extraction parsing, staleness, the background trigger, search, the tools,
+injection into every entry point, and `memory_saved` frames."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from datetime import timedelta
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.core.management import call_command
+from django.utils import timezone
+
+from agent.registry import get_agent
+from memory_app import background, extraction
+from memory_app.extraction import parse_facts, stale_sessions
+from memory_app.models import MemoryFact, MemorySummary, SessionMemoryState
+from memory_app.search import search_facts
+from memory_app.services import upsert_fact
+from sessions_app.models import Message, Session
+from tests.llm_server import Rule, Turn
+from tools_app.context import current_chat_session_id, current_event_sink, current_user_id
+
+
+def _session(owner, idle_minutes: float = 45, **kw) -> Session:
+    s = Session.objects.create(owner=owner, profile_id="secretary", **kw)
+    Session.objects.filter(pk=s.pk).update(last_active=timezone.now() - timedelta(minutes=idle_minutes))
+    s.refresh_from_db()
+    return s
+
+
+def _say(session: Session, *pairs: tuple[str, str]) -> None:
+    seq = 0
+    for role, content in pairs:
+        seq += 1
+        Message.objects.create(session=session, seq=seq, role=role, content=content)
+
+
+class TestParsing:
+    def test_it_parses_good_lines_with_bullets_numbers_quotes_and_spaces(self):
+        parsed = parse_facts(
+            "preferences: editor = neovim\n"
+            "- projects : navi =  a Django agent \n"
+            "2. **environment: os = \"Debian 12\"**\n"
+            "* 'people': 'wife' = 'Anna'\n"
+            "  1) work: employer = ACME\n"
+        )
+        assert parsed.facts == [
+            ("preferences", "editor", "neovim"),
+            ("projects", "navi", "a Django agent"),
+            ("environment", "os", "Debian 12"),
+            ("people", "wife", "Anna"),
+            ("work", "employer", "ACME"),
+        ]
+        assert parsed.malformed == 0
+
+    def test_it_skips_and_counts_malformed_lines(self):
+        parsed = parse_facts("Here are the facts:\npreferences: editor = vim\nno separator here\nkey = value\n: x = y\n\nNONE")
+        assert parsed.facts == [("preferences", "editor", "vim")]
+        assert parsed.malformed == 4
+
+    def test_a_duplicate_keeps_the_last_value(self):
+        parsed = parse_facts("preferences: Editor = vim\nPreferences:  editor = neovim")
+        assert parsed.facts == [("preferences", "editor", "neovim")]
+
+    def test_it_keeps_unicode(self):
+        parsed = parse_facts("• personal: город = Санкт-Петербург\n- préférences: café = noir ☕\nfood: dish = 寿司")
+        assert parsed.facts == [
+            ("personal", "город", "Санкт-Петербург"),
+            ("préférences", "café", "noir ☕"),
+            ("food", "dish", "寿司"),
+        ]
+
+    def test_value_may_contain_colons_and_equals(self):
+        parsed = parse_facts("environment: nas url = http://nas.local:5000/?a=b")
+        assert parsed.facts == [("environment", "nas url", "http://nas.local:5000/?a=b")]
+
+
+@pytest.mark.django_db
+class TestStaleness:
+    def test_idle_and_never_extracted_is_stale(self, owner):
+        stale = _session(owner, idle_minutes=45)
+        _session(owner, idle_minutes=5)
+        assert list(stale_sessions()) == [stale]
+
+    def test_extracted_after_last_activity_is_not_stale_until_new_activity(self, owner):
+        s = _session(owner, idle_minutes=45)
+        SessionMemoryState.objects.create(session=s, extracted_at=timezone.now() - timedelta(minutes=40))
+        assert list(stale_sessions()) == []
+        Session.objects.filter(pk=s.pk).update(last_active=timezone.now() - timedelta(minutes=35))
+        assert list(stale_sessions()) == [s]
+
+    def test_it_filters_by_owner(self, owner, other_user):
+        mine = _session(owner)
+        _session(other_user)
+        assert list(stale_sessions(owner_id=owner.id)) == [mine]
+
+
+@pytest.mark.django_db
+class TestExtraction:
+    def test_it_upserts_facts_regenerates_the_summary_and_marks_the_session(self, owner, llm):
+        s = _session(owner)
+        _say(s, ("user", "I use neovim and live in Lyon"), ("assistant", "Noted!"))
+        upsert_fact(owner.id, "preferences", "editor", "vim")
+        llm.add_rule(Rule(match="Conversation:", turns=[Turn(content="preferences: editor = neovim\nbad line\npersonal: city = Lyon")]))
+        llm.add_rule(Rule(match="preferences: editor", system="narrative summary", turns=[Turn(content="The user lives in Lyon.")]))
+        sent = []
+        result = extraction.extract_session(s, notify=lambda sid, fact: sent.append((sid, fact)))
+        assert (len(result.facts), result.saved, result.malformed) == (2, 2, 1)
+        facts = {(f.category, f.key): f.value for f in MemoryFact.objects.filter(owner=owner)}
+        assert facts == {("preferences", "editor"): "neovim", ("personal", "city"): "Lyon"}
+        assert MemorySummary.objects.get(owner=owner).content == "The user lives in Lyon."
+        assert SessionMemoryState.objects.filter(session=s).exists()
+        assert sent == [(str(s.pk), {"category": "preferences", "key": "editor", "value": "neovim"}),
+                        (str(s.pk), {"category": "personal", "key": "city", "value": "Lyon"})]
+        assert llm.requests[0]["think"] is False
+        assert list(stale_sessions()) == []
+
+    def test_an_llm_failure_leaves_the_session_stale(self, owner, llm):
+        s = _session(owner)
+        _say(s, ("user", "hello"))
+        llm.script(Turn(status=500, error="boom"))
+        assert extraction.extract_stale_sessions(owner.id) == 0
+        assert list(stale_sessions()) == [s]
+
+    def test_the_command_prints_progress_and_a_count(self, owner, llm, capsys):
+        s = _session(owner, title="chat about editors")
+        _say(s, ("user", "I use emacs"))
+        _session(owner, idle_minutes=1)  # fresh: not processed without --all
+        llm.add_rule(Rule(match="Conversation:", turns=[Turn(content="preferences: editor = emacs")]))
+        call_command("extract_memory", "--dry-run")
+        out = capsys.readouterr().out
+        assert "[1/1]" in out and "preferences: editor = emacs" in out and "1 session(s) processed" in out
+        assert not MemoryFact.objects.exists()  # dry run
+        call_command("extract_memory", "--session", str(s.pk))
+        assert MemoryFact.objects.get(owner=owner).value == "emacs"
+        call_command("extract_memory", "--all")
+        assert "2 session(s) processed" in capsys.readouterr().out
+
+
+@pytest.mark.django_db(transaction=True)
+class TestBackgroundTrigger:
+    def test_creating_a_session_is_not_delayed_by_extraction(self, owner, owner_client, monkeypatch):
+        _session(owner)
+        release, started = threading.Event(), threading.Event()
+
+        def slow_extraction(owner_id, **kw):
+            started.set()
+            release.wait(30)
+            return 0
+
+        monkeypatch.setattr(extraction, "extract_stale_sessions", slow_extraction)
+        response = owner_client.post("/sessions", {}, content_type="application/json")
+        assert response.status_code == 201  # answered while extraction is still blocked
+        assert started.wait(10)
+        release.set()
+        for t in background.threads:
+            t.join(10)
+
+    def test_the_background_job_extracts_stale_sessions(self, owner, owner_client, llm):
+        s = _session(owner)
+        _say(s, ("user", "my dog is called Rex"))
+        llm.add_rule(Rule(match="Conversation:", turns=[Turn(content="people: dog = Rex")]))
+        assert owner_client.post("/sessions", {}, content_type="application/json").status_code == 201
+        for t in background.threads:
+            t.join(20)
+        assert MemoryFact.objects.get(owner=owner, key="dog").value == "Rex"
+
+    def test_no_thread_is_started_when_nothing_is_stale(self, owner, owner_client):
+        background.threads.clear()
+        assert owner_client.post("/sessions", {}, content_type="application/json").status_code == 201
+        assert background.threads == []
+
+
+@pytest.mark.django_db
+class TestSearch:
+    def test_it_ranks_and_ors_terms_and_is_per_user(self, owner, other_user):
+        upsert_fact(owner.id, "preferences", "editor", "neovim with lua config")
+        upsert_fact(owner.id, "projects", "navi", "python django agent")
+        upsert_fact(owner.id, "environment", "python version", "python 3.11 on debian")
+        upsert_fact(owner.id, "people", "wife", "Anna")
+        upsert_fact(other_user.id, "environment", "python", "secret python fact")
+        keys = [f.key for f in search_facts(owner.id, "python debian")]
+        assert keys[0] == "python version"  # matches both terms, one in the key
+        assert set(keys) == {"python version", "navi"}
+        assert {f.key for f in search_facts(owner.id, "anna neovim")} == {"wife", "editor"}
+        assert search_facts(owner.id, "nothing-matches-this") == []
+        assert search_facts(owner.id, '"*) OR (') == []  # FTS syntax is not interpreted
+
+    def test_the_limit_is_honoured_and_defaults_to_15(self, owner):
+        for i in range(30):
+            upsert_fact(owner.id, "notes", f"item {i}", "common word")
+        assert len(search_facts(owner.id, "common")) == 15
+        assert len(search_facts(owner.id, "common", limit=4)) == 4
+
+    def test_updates_and_deletes_reach_the_index(self, owner):
+        upsert_fact(owner.id, "preferences", "shell", "bash")
+        upsert_fact(owner.id, "preferences", "shell", "fish")
+        assert search_facts(owner.id, "bash") == []
+        assert [f.value for f in search_facts(owner.id, "fish")] == ["fish"]
+        MemoryFact.objects.all().delete()
+        assert search_facts(owner.id, "fish") == []
+
+
+@pytest.mark.django_db(transaction=True)
+class TestTools:
+    async def _call(self, owner, name, args, session_id=None):
+        current_user_id.set(owner.id)
+        current_chat_session_id.set(session_id)
+        sink: asyncio.Queue = asyncio.Queue()
+        current_event_sink.set(sink)
+        agent = await sync_to_async(get_agent)()
+        result = await agent.tools.call(name, args, [name])
+        events = [sink.get_nowait() for _ in range(sink.qsize())]
+        return result, events
+
+    async def test_save_emits_memory_saved_and_search_finds_it(self, owner, session):
+        result, events = await self._call(owner, "memory_save", {"category": "Preferences", "key": "Editor", "value": "neovim"}, str(session.pk))
+        assert result.success, result.error
+        assert [(e.type, e.category, e.key, e.value) for e in events] == [("memory_saved", "preferences", "editor", "neovim")]
+        result, _ = await self._call(owner, "memory_search", {"query": "editor"})
+        assert "preferences: editor = neovim" in result.output
+
+    async def test_forget_by_key_and_by_key_and_category(self, owner):
+        for cat in ("work", "hobby"):
+            await self._call(owner, "memory_save", {"category": cat, "key": "project", "value": f"{cat} project"})
+        await self._call(owner, "memory_save", {"category": "work", "key": "laptop", "value": "thinkpad"})
+        result, _ = await self._call(owner, "memory_forget", {"key": "project", "category": "hobby"})
+        assert result.success and "hobby: project" in result.output
+        keys = await sync_to_async(lambda: sorted(MemoryFact.objects.values_list("category", "key")))()
+        assert keys == [("work", "laptop"), ("work", "project")]
+        result, _ = await self._call(owner, "memory_forget", {"key": "project"})
+        assert result.success
+        missing, _ = await self._call(owner, "memory_forget", {"key": "project"})
+        assert not missing.success and "memory_search" in missing.error
+        keys = await sync_to_async(lambda: list(MemoryFact.objects.values_list("key", flat=True)))()
+        assert keys == ["laptop"]
+
+
+@pytest.mark.django_db(transaction=True)
+class TestInjection:
+    async def test_the_summary_is_injected_in_run_stream_run_and_run_ephemeral(self, owner, session, llm, profiles):
+        from agent.models import Profile
+
+        await Profile.objects.all().aupdate(planning_enabled=False)
+        await MemorySummary.objects.acreate(owner=owner, content="The user is called Sam.")
+        agent = await sync_to_async(get_agent)()
+
+        def memory_msgs():
+            return [m["content"] for m in llm.requests[-1]["messages"] if m["role"] == "system" and "remember" in m["content"]]
+
+        async for _ in agent.run_stream(str(session.pk), "hi"):
+            pass
+        assert memory_msgs() == ["## What I remember about the user\n\nThe user is called Sam."]
+        await agent.run(str(session.pk), "again")
+        assert len(memory_msgs()) == 1
+        current_user_id.set(owner.id)
+        await agent.run_ephemeral("sub task", "secretary")
+        assert len(memory_msgs()) == 1
+
+    async def test_no_summary_means_no_memory_message(self, owner, session, llm, profiles):
+        from agent.models import Profile
+
+        await Profile.objects.all().aupdate(planning_enabled=False)
+        agent = await sync_to_async(get_agent)()
+        await agent.run(str(session.pk), "hi")
+        assert not any("remember" in m["content"] for m in llm.requests[-1]["messages"])
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_extraction_frames_reach_the_session_socket(owner, session):
+    from channels.testing import WebsocketCommunicator
+
+    from navi_project.asgi import application
+
+    communicator = WebsocketCommunicator(
+        application, f"/ws/sessions/{session.pk}", headers=[(b"origin", b"http://testserver")]
+    )
+    communicator.scope["user"] = owner
+    connected, _ = await communicator.connect()
+    assert connected
+    await sync_to_async(extraction.notify_memory_saved)(str(session.pk), {"category": "a", "key": "b", "value": "c"})
+    frame = await communicator.receive_json_from(timeout=5)
+    assert frame == {"type": "memory_saved", "category": "a", "key": "b", "value": "c"}
+    await communicator.disconnect()

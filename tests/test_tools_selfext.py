@@ -1,0 +1,171 @@
+"""Self-extension: write_tool's checks, history and restore, the other self-extension tools, and
+the whole story through the agent loop (write → use in the next message → break → restore)."""
+
+from __future__ import annotations
+
+
+import pytest
+
+from agent.events import to_frame
+from agent.models import Profile
+from agent.registry import get_agent
+from tests.llm_server import Turn
+from tools_app import user_tools
+from tools_app.models import UserTool
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+GREET = '''
+name = "greet"
+description = "Greet someone by name."
+parameters = {"type": "object", "properties": {"who": {"type": "string"}}, "required": ["who"]}
+
+async def execute(params: dict) -> str:
+    return "Hello, " + params["who"] + "!"
+'''
+
+
+async def call(tool: str, **params):
+    return await get_agent().tools.call(tool, params)
+
+
+async def test_write_tool_reports_exactly_what_is_missing(settings):
+    result = await call("write_tool", name="greet", code='name = "greet"\ndescription = "x"\n')
+    assert not result.success
+    assert "missing required module-level definitions: parameters, execute" in result.error
+    assert "nothing was written" in result.error
+    assert not (settings.TOOLS_DIR / "greet.py").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "code", "expected"),
+    [
+        ("_hidden", GREET, "must not start with '_'"),
+        ("bad-name", GREET, "valid Python identifier"),
+        ("list_tools", GREET.replace('"greet"', '"list_tools"'), "is a built-in tool"),
+        ("hello", GREET, "name = 'greet' in the code must equal the tool name 'hello'"),
+        ("greet", GREET.replace("async def", "def"), "`execute` must be async"),
+        ("greet", GREET + "\ndef broken(:\n    pass\n", "SyntaxError at line 9"),
+        ("greet", "import no_such_module_xyz\n" + GREET, "ModuleNotFoundError: No module named 'no_such_module_xyz'"),
+        ("greet", GREET.replace('"Greet someone by name."', "42"), "`description` must be a string"),
+    ],
+)
+async def test_write_tool_rejects_bad_tools_and_writes_nothing(settings, name, code, expected):
+    result = await call("write_tool", name=name, code=code)
+    assert not result.success and expected in result.error, result.error
+    assert list(settings.TOOLS_DIR.glob("*.py")) == []
+
+
+async def test_write_tool_import_errors_come_with_the_traceback(settings):
+    code = GREET + "\nraise RuntimeError('config missing')\n"
+    result = await call("write_tool", name="greet", code=code)
+    assert "RuntimeError: config missing" in result.error and 'greet.py", line 9' in result.error
+
+
+async def test_write_tool_writes_enables_and_reloads(settings):
+    result = await call("write_tool", name="greet", code=GREET)
+    assert result.success and "next message" in result.output and "test_tool" in result.output
+    assert (settings.TOOLS_DIR / "greet.py").read_text() == GREET
+    row = await UserTool.objects.aget(name="greet")
+    assert (row.enabled, row.created_by, row.last_error) == (True, "agent", "")
+    assert get_agent().tools.user_tool_names() == ["greet"]
+    assert (await call("greet", who="Ann")).output == "Hello, Ann!"
+
+
+async def test_rewrites_and_deletes_keep_history_and_restore_brings_it_back(settings):
+    await call("write_tool", name="greet", code=GREET)
+    await call("write_tool", name="greet", code=GREET.replace("Hello", "Bye"))
+    assert (await call("greet", who="Ann")).output == "Bye, Ann!"
+    versions = user_tools.history_versions("greet")
+    assert len(versions) == 1
+    await user_tools.arestore_tool_version("greet", versions[0])
+    assert (await call("greet", who="Ann")).output == "Hello, Ann!"
+    assert len(user_tools.history_versions("greet")) == 2  # the Bye version was kept too
+    deleted = await call("delete_tool", name="greet")
+    assert deleted.success and "restore" in deleted.output
+    assert get_agent().tools.user_tool_names() == [] and not await UserTool.objects.filter(name="greet").aexists()
+    await user_tools.arestore_tool_version("greet", user_tools.history_versions("greet")[0])
+    assert (await call("greet", who="Ann")).output == "Hello, Ann!"
+    with pytest.raises(user_tools.ToolFileError, match="pick one of"):
+        user_tools.restore_version("greet", "../../etc/passwd")
+
+
+async def test_delete_tool_refuses_builtins_and_unknown_tools():
+    assert "built-in" in (await call("delete_tool", name="write_tool")).error
+    assert "no user tool file" in (await call("delete_tool", name="nope")).error
+
+
+async def test_list_tools_is_the_live_list_with_failures(settings):
+    await call("write_tool", name="greet", code=GREET)
+    (settings.TOOLS_DIR / "broken.py").write_text("name = 'broken'\n")
+    await call("reload_tools")
+    listing = (await call("list_tools")).output
+    assert "- write_tool: Create or replace a user tool" in listing
+    assert "User tools:\n- greet: Greet someone by name." in listing
+    assert "- broken: missing required module-level definitions: description, parameters, execute" in listing
+
+
+async def test_reload_tools_reports_loaded_and_failed(settings):
+    (settings.TOOLS_DIR / "greet.py").write_text(GREET)
+    (settings.TOOLS_DIR / "broken.py").write_text("def (:\n")
+    result = await call("reload_tools")
+    assert "Loaded 1 user tool(s): greet." in result.output and "FAILED broken: SyntaxError" in result.output
+
+
+async def test_tool_manual_serves_files_or_generates_from_the_schema(settings):
+    manual = (await call("tool_manual", name="write_tool")).output
+    assert "## Required code format" in manual and "user_tools/" in manual
+    await call("write_tool", name="greet", code=GREET)
+    generated = (await call("tool_manual", name="greet")).output
+    assert "# greet — Manual" in generated and "- `who` (string, required)" in generated
+    assert "no tool named 'nope'" in (await call("tool_manual", name="nope")).error
+    assert not (await call("tool_manual", name="../settings")).success
+
+
+async def test_test_tool_returns_output_or_traceback(settings):
+    (settings.TOOLS_DIR / "greet.py").write_text(GREET)
+    assert (await call("test_tool", name="greet", params={"who": "Bo"})).output == "Hello, Bo!"
+    missing = await call("test_tool", name="greet", params={})
+    assert "'who' is a required property" in missing.error
+    (settings.TOOLS_DIR / "greet.py").write_text(GREET.replace('"Hello, "', "1"))
+    failed = await call("test_tool", name="greet", params={"who": "Bo"})
+    assert "TypeError" in failed.error and 'greet.py", line 7, in execute' in failed.error
+    assert "there is no user tool nope.py" in (await call("test_tool", name="nope")).error
+
+
+def _tool_names(request: dict) -> list[str]:
+    return [t["function"]["name"] for t in request.get("tools") or []]
+
+
+async def test_the_model_writes_a_tool_uses_it_next_message_breaks_it_and_it_is_restored(llm, session, settings):
+    await Profile.objects.aupdate(planning_enabled=False)
+    agent = get_agent()
+    write = {"name": "write_tool", "arguments": {"name": "greet", "code": GREET}}
+    llm.script(Turn(tool_calls=[write]), Turn(content="I wrote greet."))
+    frames = [to_frame(e) async for e in agent.run_stream(str(session.id), "make a greeting tool")]
+    call_frame = next(f for f in frames if f["type"] == "tool_call")
+    assert call_frame["success"] and "written to user_tools/greet.py" in call_frame["result"]
+    assert "greet" not in _tool_names(llm.requests[1])  # not offered within the same message
+
+    llm.script(Turn(tool_calls=[{"name": "greet", "arguments": {"who": "Ann"}}]), Turn(content="Done."))
+    frames = [to_frame(e) async for e in agent.run_stream(str(session.id), "greet Ann")]
+    assert "greet" in _tool_names(llm.requests[2])
+    used = next(f for f in frames if f["type"] == "tool_call")
+    assert (used["tool"], used["success"], used["result"]) == ("greet", True, "Hello, Ann!")
+
+    broken = {"name": "write_tool", "arguments": {"name": "greet", "code": GREET.replace("async def execute", "async def run")}}
+    llm.script(Turn(tool_calls=[broken]), Turn(content="That failed."))
+    frames = [to_frame(e) async for e in agent.run_stream(str(session.id), "rename execute")]
+    failed = next(f for f in frames if f["type"] == "tool_call")
+    assert not failed["success"] and "missing required module-level definitions: execute" in failed["result"]
+
+    assert (settings.TOOLS_DIR / "greet.py").read_text() == GREET  # the rejected rewrite changed nothing
+
+    rewrite = {"name": "write_tool", "arguments": {"name": "greet", "code": GREET.replace("Hello", "Bye")}}
+    llm.script(Turn(tool_calls=[rewrite]), Turn(content="Rewritten."))
+    [e async for e in agent.run_stream(str(session.id), "make it say bye")]
+    assert (await agent.tools.call("greet", {"who": "Bo"})).output == "Bye, Bo!"
+    await user_tools.arestore_tool_version("greet", user_tools.history_versions("greet")[0])  # what admin does
+    llm.script(Turn(tool_calls=[{"name": "greet", "arguments": {"who": "Bo"}}]), Turn(content="Done."))
+    frames = [to_frame(e) async for e in agent.run_stream(str(session.id), "greet Bo")]
+    assert next(f for f in frames if f["type"] == "tool_call")["result"] == "Hello, Bo!"

@@ -1,0 +1,208 @@
+"""code_exec: run Python in a bubblewrap sandbox.
+
+Read-only system folders, the workspace as the only writable place, a private /tmp, no network
+unless CODE_EXEC_NETWORK, and resource limits (address space, processes, file size) set inside
+the sandbox before the code runs. The kernel ignores RLIMIT_NPROC for real root, so when the
+server runs as root the process limit comes from a `pids` cgroup when one is writable.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+
+from tools_app.base import Tool, ToolResult
+from tools_app.sandbox import run_process, safe_env
+
+if TYPE_CHECKING:
+    from agent.loop import Agent
+
+log = logging.getLogger(__name__)
+
+CODE_PATH = "/run/navi/main.py"
+# Sets the limits, then runs the user's file as __main__. Runs inside the sandbox.
+BOOT = (
+    "import resource,runpy,sys\n"
+    "mem,procs,fsize=(int(x) for x in sys.argv[1:4])\n"
+    "resource.setrlimit(resource.RLIMIT_AS,(mem,mem))\n"
+    "resource.setrlimit(resource.RLIMIT_NPROC,(procs,procs))\n"
+    "resource.setrlimit(resource.RLIMIT_FSIZE,(fsize,fsize))\n"
+    "resource.setrlimit(resource.RLIMIT_CORE,(0,0))\n"
+    "path=sys.argv[4]; sys.argv=[path]\n"
+    "runpy.run_path(path,run_name='__main__')\n"
+)
+_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32")
+_ETC_FILES = (
+    "/etc/alternatives", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime",
+    "/etc/ssl", "/etc/ca-certificates", "/etc/nsswitch.conf", "/etc/hosts", "/etc/resolv.conf",
+    "/etc/mime.types", "/etc/python3", "/etc/python3.11",
+)
+MISSING_BWRAP = (
+    "code_exec needs bubblewrap (bwrap), which is not installed. Install it with "
+    "`sudo apt-get install bubblewrap`, or set CODE_EXEC_SANDBOX=none in .env to run code "
+    "without a sandbox (unsafe: the code can then read and change everything the server can)."
+)
+
+
+def _setting(name: str, default: float) -> float:
+    return float(getattr(settings, name, default))
+
+
+def limits() -> tuple[int, int, int]:
+    """(address space bytes, processes, file size bytes) from settings."""
+    mb = 1024 * 1024
+    return (
+        int(_setting("CODE_EXEC_MEMORY_MB", 512) * mb),
+        int(_setting("CODE_EXEC_MAX_PROCS", 64)),
+        int(_setting("CODE_EXEC_MAX_FILE_MB", 64) * mb),
+    )
+
+
+def python_binary() -> str:
+    configured = getattr(settings, "CODE_EXEC_PYTHON", "")
+    if configured:
+        return configured
+    return "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else os.path.realpath(sys.executable)
+
+
+def bwrap_binary() -> str | None:
+    return shutil.which("bwrap") or ("/usr/bin/bwrap" if os.path.exists("/usr/bin/bwrap") else None)
+
+
+def bwrap_argv(bwrap: str, workspace: Path, code_file: Path, python: str, network: bool) -> list[str]:
+    argv = [bwrap, "--die-with-parent", "--new-session", "--unshare-all"]
+    if network:
+        argv.append("--share-net")
+    if os.geteuid() == 0:
+        argv += ["--cap-drop", "ALL"]  # root inside the user namespace gets no capabilities
+    for path in (*_SYSTEM_DIRS, *_ETC_FILES):
+        argv += ["--ro-bind-try", path, path]
+    prefix = os.path.realpath(sys.base_prefix)
+    if not python.startswith("/usr/") and not prefix.startswith("/usr"):
+        argv += ["--ro-bind", prefix, prefix]  # an interpreter outside /usr (pyenv)
+    argv += [
+        "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+        "--bind", str(workspace), str(workspace), "--chdir", str(workspace),
+        "--ro-bind", str(code_file), CODE_PATH,
+        "--setenv", "HOME", str(workspace), "--setenv", "TMPDIR", "/tmp",
+        "--",
+    ]
+    return argv
+
+
+class _PidsCgroup:
+    """A throwaway `pids` cgroup (v1 or v2) capping the process count; None when not writable."""
+
+    ROOTS = ("/sys/fs/cgroup/pids", "/sys/fs/cgroup")
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @classmethod
+    def create(cls, max_pids: int) -> "_PidsCgroup | None":
+        for root in map(Path, cls.ROOTS):
+            if not (root / "cgroup.procs").exists():
+                continue
+            path = root / f"navi-code-exec-{uuid.uuid4().hex[:12]}"
+            try:
+                path.mkdir()
+                (path / "pids.max").write_text(str(max_pids))
+                return cls(path)
+            except OSError:
+                if path.exists():
+                    _rmdir(path)
+        return None
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        # The shell joins the cgroup, then becomes bwrap: everything it starts is counted.
+        return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.path / "cgroup.procs"), *argv]
+
+    def remove(self) -> None:
+        _rmdir(self.path)
+
+
+def _rmdir(path: Path) -> None:
+    """Killed processes leave the cgroup a moment after they die; retry briefly."""
+    for _ in range(100):
+        try:
+            path.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.01)
+    log.warning("could not remove cgroup %s", path)
+
+
+class CodeExecTool(Tool):
+    name = "code_exec"
+    description = (
+        "Run a Python 3 program in a sandbox and return its output (stdout, stderr, exit code). "
+        "Only the workspace (the current folder) is writable; no network unless the owner allows it; "
+        "memory, processes, file size and run time are limited. print() what you want to see."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {
+            "code": {"type": "string", "description": "the complete Python program"},
+            "timeout": {"type": "number", "minimum": 1, "description": "seconds (at most TOOL_TIMEOUT_S)"},
+        },
+        "required": ["code"],
+    }
+
+    @property
+    def timeout(self) -> float:  # our own limit fires first and kills the sandbox
+        return float(settings.TOOL_TIMEOUT_S) + 5.0
+
+    async def execute(self, params: dict[str, Any]) -> ToolResult:
+        mode = str(getattr(settings, "CODE_EXEC_SANDBOX", "bwrap")).lower()
+        bwrap = bwrap_binary() if mode != "none" else None
+        if mode != "none" and bwrap is None:
+            return ToolResult(False, error=MISSING_BWRAP)
+        workspace = Path(settings.NAVI_WORKSPACE).resolve()
+        workspace.mkdir(parents=True, exist_ok=True)
+        limit = min(float(params.get("timeout") or settings.TOOL_TIMEOUT_S), float(settings.TOOL_TIMEOUT_S))
+        with tempfile.TemporaryDirectory(prefix="navi-code-") as tmp:
+            code_file = Path(tmp) / "main.py"
+            code_file.write_text(params["code"], encoding="utf-8")
+            return await self._run(bwrap, workspace, code_file, limit)
+
+    async def _run(self, bwrap: str | None, workspace: Path, code_file: Path, limit: float) -> ToolResult:
+        memory, procs, fsize = limits()
+        python = python_binary()
+        cgroup = None
+        if bwrap is None:
+            argv = [python, "-I", "-c", BOOT, str(memory), str(procs), str(fsize), str(code_file)]
+        else:
+            prefix = bwrap_argv(bwrap, workspace, code_file, python, bool(getattr(settings, "CODE_EXEC_NETWORK", False)))
+            argv = prefix + [python, "-I", "-c", BOOT, str(memory), str(procs), str(fsize), CODE_PATH]
+            if os.geteuid() == 0:
+                cgroup = _PidsCgroup.create(procs)
+                if cgroup is None:
+                    log.warning("running as root without a writable pids cgroup: code_exec has no process limit")
+                else:
+                    argv = cgroup.wrap(argv)
+        try:
+            outcome = await run_process(
+                argv, cwd=workspace, env=safe_env(workspace), timeout=limit, output_cap=int(_setting("TOOL_OUTPUT_MAX_BYTES", 100_000))
+            )
+        finally:
+            if cgroup is not None:
+                cgroup.remove()
+        text = outcome.format()
+        if outcome.returncode == 1 and "MemoryError" in outcome.stderr:
+            text += f"\n[the program ran out of memory: the limit is {memory // (1024 * 1024)} MB]"
+        return ToolResult(outcome.ok, output=text, error=None if outcome.ok else f"the program did not finish cleanly {outcome.describe_exit()}")
+
+
+def tools(agent: "Agent") -> list[Tool]:
+    return [CodeExecTool()]

@@ -1,0 +1,111 @@
+"""`memory_save`, `memory_search`, `memory_forget`: the agent's long-term memory about its user.
+
+Scoped to the run's user (`current_user_id`): one account never sees another's facts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from asgiref.sync import sync_to_async
+
+from agent.events import MemorySaved
+from tools_app.base import Tool, ToolResult
+from tools_app.context import current_chat_session_id, current_user_id, emit
+
+
+def _owner() -> int:
+    owner = current_user_id.get()
+    if owner is None:
+        raise RuntimeError("no user for this run: memory tools only work inside a chat run")
+    return owner
+
+
+class MemorySaveTool(Tool):
+    name = "memory_save"
+    description = (
+        "Remember a fact about the user for future sessions (insert or update). Use short lowercase "
+        "categories (personal, preferences, projects, environment, people, routines, work) and a short key; "
+        "saving an existing category+key replaces its value."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {
+            "category": {"type": "string", "minLength": 1, "maxLength": 100},
+            "key": {"type": "string", "minLength": 1, "maxLength": 200},
+            "value": {"type": "string", "minLength": 1, "maxLength": 2000},
+        },
+        "required": ["category", "key", "value"],
+    }
+
+    async def execute(self, params: dict[str, Any]) -> ToolResult:
+        from memory_app.services import FactError, upsert_fact
+
+        session_id = current_chat_session_id.get()
+        try:
+            saved = await sync_to_async(upsert_fact)(
+                _owner(), params["category"], params["key"], params["value"], source_session_id=session_id
+            )
+        except FactError as exc:
+            return ToolResult(False, error=str(exc))
+        fact = saved.fact
+        emit(MemorySaved(category=fact.category, key=fact.key, value=fact.value))
+        verb = "Saved" if saved.changed else "Already known"
+        return ToolResult(True, f"{verb}: {fact.category}: {fact.key} = {fact.value}")
+
+
+class MemorySearchTool(Tool):
+    name = "memory_search"
+    description = (
+        "Search long-term memory facts about the user by keywords (any word matches, best matches first). "
+        "Call it when the user mentions something personal or before assuming their preferences or environment."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "minLength": 1},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 15},
+        },
+        "required": ["query"],
+    }
+
+    async def execute(self, params: dict[str, Any]) -> ToolResult:
+        from memory_app.search import search_facts
+
+        facts = await sync_to_async(search_facts)(_owner(), params["query"], int(params.get("limit") or 15))
+        if not facts:
+            return ToolResult(True, f"No memory facts match {params['query']!r}.")
+        lines = [f"- {f.category}: {f.key} = {f.value}" for f in facts]
+        return ToolResult(True, f"{len(facts)} fact(s):\n" + "\n".join(lines))
+
+
+class MemoryForgetTool(Tool):
+    name = "memory_forget"
+    description = (
+        "Delete facts from long-term memory by key (optionally only in one category). Only when the user "
+        "explicitly asks to forget something or a stored fact is clearly wrong or outdated."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {
+            "key": {"type": "string", "minLength": 1},
+            "category": {"type": "string"},
+        },
+        "required": ["key"],
+    }
+
+    async def execute(self, params: dict[str, Any]) -> ToolResult:
+        from memory_app.services import forget_facts
+
+        deleted = await sync_to_async(forget_facts)(_owner(), params["key"], params.get("category") or None)
+        if not deleted:
+            where = f" in category {params['category']!r}" if params.get("category") else ""
+            return ToolResult(
+                False, error=f"no fact with key {params['key']!r}{where}; use memory_search to find the exact key"
+            )
+        lines = [f"- {f.category}: {f.key}" for f in deleted]
+        return ToolResult(True, f"Forgot {len(deleted)} fact(s):\n" + "\n".join(lines))
+
+
+def tools(agent) -> list[Tool]:
+    return [MemorySaveTool(), MemorySearchTool(), MemoryForgetTool()]

@@ -1,0 +1,198 @@
+"""Self-extension tools: write_tool, reload_tools, list_tools, tool_manual, delete_tool, test_tool.
+
+File and DB work runs in a worker thread (sync_to_async): isolated imports start child
+processes, and the ORM must not be used on the event loop.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+
+from tools_app import user_tools
+from tools_app.base import Tool, ToolResult
+from tools_app.loader import read_metadata, run_user_tool
+from tools_app.registry import ToolRegistry, _schema_problem
+
+if TYPE_CHECKING:
+    from agent.loop import Agent
+
+_NAME = {"type": "string", "description": "tool name (the file is user_tools/<name>.py)"}
+
+
+def _first_line(text: str, limit: int = 160) -> str:
+    line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+class _RegistryTool(Tool):
+    def __init__(self, registry: ToolRegistry) -> None:
+        self.registry = registry
+
+    async def reload(self):
+        return await sync_to_async(self.registry.reload_user_tools)()
+
+
+class WriteToolTool(_RegistryTool):
+    name = "write_tool"
+    description = (
+        "Create or replace a user tool: writes user_tools/<name>.py, enables it and reloads. "
+        "The code must define name, description, parameters and `async def execute(params) -> str`. "
+        "Call tool_manual('write_tool') first. The new tool is usable from the next message."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {"name": _NAME, "code": {"type": "string", "description": "the full Python source"}},
+        "required": ["name", "code"],
+    }
+
+    async def execute(self, params: dict[str, Any]) -> ToolResult:
+        name, code = params["name"], params["code"]
+        problem = user_tools.check_name(name, self.registry.builtin_names) or user_tools.check_source(name, code)
+        if not problem:
+            problem = await sync_to_async(user_tools.check_in_child)(name, code)
+        if problem:
+            return ToolResult(False, error=f"write_tool rejected {name}.py, nothing was written: {problem}")
+        await sync_to_async(self._commit)(name, code)
+        result = self.registry.last_user_load
+        error = getattr(result, "errors", {}).get(name)
+        if error:
+            return ToolResult(False, error=f"{name}.py was written but did not load: {error}")
+        return ToolResult(
+            True,
+            f"Tool '{name}' written to user_tools/{name}.py, enabled and loaded. It is offered from the "
+            f"next message; you can try it now with test_tool(name='{name}', params={{...}}).",
+        )
+
+    def _commit(self, name: str, code: str) -> None:
+        user_tools.save_tool(name, code)
+        user_tools.mark_written(name, "agent")
+        self.registry.reload_user_tools()
+
+
+class ReloadToolsTool(_RegistryTool):
+    name = "reload_tools"
+    description = "Reload all user tools from user_tools/ without a restart; reports what loaded and what failed."
+    parameters = {"type": "object", "properties": {}}
+
+    async def execute(self, params: dict[str, Any]) -> ToolResult:
+        result = await self.reload()
+        loaded = sorted(t.name for t in getattr(result, "loaded", []))
+        lines = [f"Loaded {len(loaded)} user tool(s): {', '.join(loaded) or 'none'}."]
+        if getattr(result, "disabled", None):
+            lines.append(f"Disabled by the owner: {', '.join(result.disabled)}.")
+        for stem, error in sorted(getattr(result, "errors", {}).items()):
+            lines.append(f"FAILED {stem}: {_first_line(error, 300)}")
+        return ToolResult(True, "\n".join(lines))
+
+
+class ListToolsTool(_RegistryTool):
+    name = "list_tools"
+    description = "List the tools you really have right now (built-in and user tools), and user tools that failed to load."
+    parameters = {"type": "object", "properties": {}}
+
+    async def execute(self, params: dict[str, Any]) -> ToolResult:
+        reg = self.registry
+        lines = ["Built-in tools:"]
+        lines += [f"- {n}: {_first_line(reg.get(n).description)}" for n in sorted(reg.builtin_names)]
+        user = reg.user_tool_names()
+        lines.append("User tools:" if user else "User tools: none yet (create one with write_tool).")
+        lines += [f"- {n}: {_first_line(reg.get(n).description)}" for n in user]
+        result = reg.last_user_load
+        if getattr(result, "disabled", None):
+            lines.append("Disabled user tools (the owner can enable them in the admin): " + ", ".join(result.disabled))
+        errors = getattr(result, "errors", {})
+        if errors:
+            lines.append("User tools that failed to load (fix with write_tool):")
+            lines += [f"- {stem}: {_first_line(err, 300)}" for stem, err in sorted(errors.items())]
+        lines.append("Call tool_manual(name) for a tool's parameters.")
+        return ToolResult(True, "\n".join(lines))
+
+
+class ToolManualTool(_RegistryTool):
+    name = "tool_manual"
+    description = "Read the manual of a tool (manuals/<name>.md, or one generated from its parameters)."
+    parameters = {"type": "object", "properties": {"name": {"type": "string", "description": "tool name"}}, "required": ["name"]}
+
+    async def execute(self, params: dict[str, Any]) -> ToolResult:
+        name = params["name"]
+        if name.isidentifier():
+            path = Path(settings.MANUALS_DIR) / f"{name}.md"
+            if path.is_file():
+                return ToolResult(True, path.read_text(encoding="utf-8"))
+        tool = self.registry.get(name)
+        if tool is None:
+            known = ", ".join(sorted(t.name for t in self.registry.all()))
+            return ToolResult(False, error=f"no tool named '{name}'. Known tools: {known}")
+        return ToolResult(True, generate_manual(tool))
+
+
+def generate_manual(tool: Tool) -> str:
+    """A manual from the JSON schema, for tools without a hand-written one."""
+    schema = tool.parameters or {}
+    required = set(schema.get("required", []))
+    lines = [f"# {tool.name} — Manual", "", "## What it does", tool.description or "(no description)", "", "## Parameters"]
+    props = schema.get("properties", {})
+    for key, spec in props.items():
+        kind = spec.get("type", "any")
+        extra = f" one of {spec['enum']}" if "enum" in spec else ""
+        need = "required" if key in required else "optional"
+        lines.append(f"- `{key}` ({kind}, {need}){extra} — {spec.get('description', '')}".rstrip(" —"))
+    if not props:
+        lines.append("(none)")
+    return "\n".join(lines)
+
+
+class DeleteToolTool(_RegistryTool):
+    name = "delete_tool"
+    description = "Delete a user tool (a copy is kept in the history so the owner can restore it)."
+    parameters = {"type": "object", "properties": {"name": _NAME}, "required": ["name"]}
+
+    async def execute(self, params: dict[str, Any]) -> ToolResult:
+        name = params["name"]
+        if self.registry.is_builtin(name):
+            return ToolResult(False, error=f"'{name}' is a built-in tool and cannot be deleted")
+        try:
+            version = await sync_to_async(user_tools.delete_tool_file)(name)
+        except user_tools.ToolFileError as exc:
+            return ToolResult(False, error=str(exc))
+        await self.reload()
+        return ToolResult(True, f"Deleted user tool '{name}'. Saved as history version {version}; the owner can restore it in the admin.")
+
+
+class TestToolTool(_RegistryTool):
+    __test__ = False  # not a pytest class
+    name = "test_tool"
+    description = "Run a user tool once with the given params and return its output or its traceback."
+    parameters = {
+        "type": "object",
+        "properties": {"name": _NAME, "params": {"type": "object", "description": "arguments for the tool"}},
+        "required": ["name"],
+    }
+
+    async def execute(self, params: dict[str, Any]) -> ToolResult:
+        name, args = params["name"], params.get("params") or {}
+        try:
+            path = user_tools.tool_path(name)
+        except user_tools.ToolFileError as exc:
+            return ToolResult(False, error=str(exc))
+        if not path.is_file():
+            return ToolResult(False, error=f"there is no user tool {path.name}; call list_tools to see the user tools")
+        meta = await sync_to_async(read_metadata)(path)
+        if not meta.get("ok"):
+            return ToolResult(False, error=f"{path.name} does not load: {meta.get('error')}")
+        info = meta["tools"][0]
+        probe = SimpleNamespace(name=info["name"], parameters=info.get("parameters") or {})
+        problem = _schema_problem(probe, args)
+        if problem:
+            return ToolResult(False, error=f"params do not match {name}'s parameters: {problem}")
+        return await run_user_tool(path, args, cls=info.get("cls", ""), name=info["name"])
+
+
+def tools(agent: "Agent") -> list[Tool]:
+    reg = agent.tools
+    return [cls(reg) for cls in (WriteToolTool, ReloadToolsTool, ListToolsTool, ToolManualTool, DeleteToolTool, TestToolTool)]

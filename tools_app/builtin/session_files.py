@@ -1,0 +1,202 @@
+"""share_file and content_publish: hand files to the owner through the session's files.
+
+share_file copies an allowed local file into the session's files folder and returns the
+authenticated download link; content_publish marks a session file for inline display in the
+chat (a `file_published` frame). `readable_path` is the path check image_view shares.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import mimetypes
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from django.conf import settings
+from django.db import IntegrityError
+
+from agent.events import FilePublished
+from tools_app.base import Tool, ToolResult
+from tools_app.context import current_chat_session_id, emit
+
+if TYPE_CHECKING:
+    from agent.loop import Agent
+
+
+class PathRefused(Exception):
+    """The path may not be read; the message says why and what to do."""
+
+
+def _allowed_roots() -> list[Path] | None:
+    """Resolved allowlisted folders plus this session's files; None means unrestricted ('*')."""
+    from sessions_app.services import session_files_dir
+
+    # Parsed from django.conf.settings (not navi_project.settings.fs_allowed_paths_list) so that
+    # overrides made at runtime/tests apply.
+    listed = [p.strip() for p in str(settings.FS_ALLOWED_PATHS).split(",") if p.strip()]
+    if "*" in listed:
+        return None
+    roots = [Path(p).expanduser().resolve() for p in listed]
+    session_id = current_chat_session_id.get()
+    if session_id:
+        roots.append(Path(session_files_dir(session_id)).resolve())
+    return roots
+
+
+def readable_path(raw: str) -> Path:
+    """Resolve a user-given path (symlinks included) and check it is an allowed regular file.
+
+    Relative paths are taken from NAVI_WORKSPACE, then from the session's files folder."""
+    from sessions_app.services import session_files_dir
+
+    if not raw or "\x00" in raw:
+        raise PathRefused("invalid path (empty or containing NUL); give a file path inside the workspace")
+    given = Path(raw).expanduser()
+    candidates = [given] if given.is_absolute() else [Path(settings.NAVI_WORKSPACE) / given]
+    session_id = current_chat_session_id.get()
+    if not given.is_absolute() and session_id:
+        candidates.append(Path(session_files_dir(session_id)) / given)
+    roots = _allowed_roots()
+    outside = False
+    for candidate in candidates:
+        resolved = candidate.resolve()
+        if roots is not None and not any(resolved.is_relative_to(root) for root in roots):
+            outside = True
+        elif resolved.is_file():
+            return resolved
+    if outside:
+        raise PathRefused(
+            f"'{raw}' is outside the allowed folders ({', '.join(map(str, roots or []))}); "
+            "copy the file into the workspace first"
+        )
+    raise PathRefused(f"no such file: '{raw}'; check the path with filesystem(action='list')")
+
+
+def file_url(session_id: str, name: str) -> str:
+    """The authenticated download link of a session file."""
+    return f"/sessions/{quote(str(session_id), safe='')}/files/{quote(name, safe='')}"
+
+
+def _free_name(folder: Path, name: str, taken: set[str]) -> str:
+    stem, suffix = Path(name).stem, Path(name).suffix
+    candidate, n = name, 0
+    while candidate in taken or (folder / candidate).exists():
+        n += 1
+        candidate = f"{stem}_{n}{suffix}"
+    return candidate
+
+
+class ShareFileTool(Tool):
+    name = "share_file"
+    description = (
+        "Give the owner a file: copies a local file (workspace or other allowed folder) into this "
+        "chat session's files and returns a download link to put in your answer. Use "
+        "content_publish afterwards to show it inline in the chat."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "file path (relative paths start in the workspace)"},
+            "name": {"type": "string", "description": "optional file name for the download"},
+        },
+        "required": ["path"],
+    }
+
+    async def execute(self, params: dict[str, Any]) -> ToolResult:
+        from sessions_app.models import SessionFile
+        from sessions_app.services import session_files_dir
+
+        session_id = current_chat_session_id.get()
+        if not session_id:
+            return ToolResult(False, error="share_file only works inside a chat session")
+        try:
+            source = readable_path(params["path"])
+        except PathRefused as exc:
+            return ToolResult(False, error=str(exc))
+        size = source.stat().st_size
+        limit = settings.SESSION_FILES_MAX_SIZE_MB * 1024 * 1024
+        if size > limit:
+            return ToolResult(False, error=f"the file is {size // (1024 * 1024)} MB, over the {settings.SESSION_FILES_MAX_SIZE_MB} MB limit for session files; compress or split it")
+        folder = Path(session_files_dir(session_id))
+        if source.parent == folder.resolve() and not params.get("name"):
+            existing = await SessionFile.objects.filter(session_id=session_id, name=source.name).afirst()
+            if existing is not None:  # already a session file (e.g. an upload): just link it
+                url = file_url(session_id, existing.name)
+                return ToolResult(True, f"'{existing.name}' is already a session file. Download link: {url}", metadata={"url": url, "name": existing.name})
+        wanted = Path(params.get("name") or source.name).name.strip() or source.name
+        if wanted.startswith("."):
+            wanted = "file" + wanted
+        name = await _copy_in(session_id, source, wanted, size)
+        if name is None:
+            return ToolResult(False, error="could not find a free file name; retry with another `name`")
+        url = file_url(session_id, name)
+        return ToolResult(True, f"Shared '{name}' ({size} bytes). Download link: {url}", metadata={"url": url, "name": name})
+
+
+def _copy_exclusive(source: Path, dest: Path) -> None:
+    """Copy into a file this call creates (never overwrites a concurrent share's file)."""
+    with open(source, "rb") as src, open(dest, "xb") as out:
+        shutil.copyfileobj(src, out)
+
+
+async def _copy_in(session_id: str, source: Path, wanted: str, size: int) -> str | None:
+    """Copy `source` into the session's files under a free name and record it; the name used."""
+    from sessions_app.models import SessionFile
+    from sessions_app.services import session_files_dir
+
+    folder = Path(session_files_dir(session_id))
+    folder.mkdir(parents=True, exist_ok=True)
+    for _attempt in range(5):
+        taken = {n async for n in SessionFile.objects.filter(session_id=session_id).values_list("name", flat=True)}
+        name = _free_name(folder, wanted, taken)
+        dest = folder / name
+        try:
+            await asyncio.to_thread(_copy_exclusive, source, dest)
+        except FileExistsError:
+            continue
+        try:
+            await SessionFile.objects.acreate(session_id=session_id, name=name, path=str(dest), size=size)
+        except IntegrityError:  # a concurrent share took the name: pick another
+            dest.unlink(missing_ok=True)
+            continue
+        return name
+    return None
+
+
+class ContentPublishTool(Tool):
+    name = "content_publish"
+    description = (
+        "Show a file from this session's files inline in the chat (images, PDFs, HTML, text...). "
+        "The file must already be a session file: upload or share_file it first."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {"name": {"type": "string", "description": "session file name (as returned by share_file)"}},
+        "required": ["name"],
+    }
+
+    async def execute(self, params: dict[str, Any]) -> ToolResult:
+        from sessions_app.models import SessionFile
+
+        session_id = current_chat_session_id.get()
+        if not session_id:
+            return ToolResult(False, error="content_publish only works inside a chat session")
+        name = params["name"]
+        row = await SessionFile.objects.filter(session_id=session_id, name=name).afirst()
+        if row is None:
+            names = [n async for n in SessionFile.objects.filter(session_id=session_id).values_list("name", flat=True)]
+            listing = ", ".join(names) or "(none yet)"
+            return ToolResult(False, error=f"no session file named '{name}'; session files: {listing}. Use share_file to add one")
+        if not row.published:
+            row.published = True
+            await row.asave(update_fields=["published"])
+        url = file_url(session_id, row.name)
+        mime = mimetypes.guess_type(row.name)[0] or "application/octet-stream"
+        emit(FilePublished(name=row.name, url=url, mime=mime))
+        return ToolResult(True, f"Published '{row.name}' ({mime}) inline in the chat: {url}")
+
+
+def tools(agent: "Agent") -> list[Tool]:
+    return [ShareFileTool(), ContentPublishTool()]
