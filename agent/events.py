@@ -14,6 +14,7 @@ class AgentEvent:
 
 @dataclass
 class StreamStart(AgentEvent):
+    user_message: str = ""  # lets other tabs show the message that started the run
     type = "stream_start"
 
 

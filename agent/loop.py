@@ -71,7 +71,7 @@ class Agent:
         current_session_id.set(conv.id)
         current_chat_session_id.set(conv.id)
         current_user_id.set(conv.owner_id)
-        yield StreamStart()
+        yield StreamStart(user_message=user_message)
         # Committed before any LLM call: a crash or an unreachable model never loses it.
         await conv.add(ChatMessage(role="user", content=user_message, images=list(images or [])))
         profile = await _load_profile(conv.profile_id)

@@ -59,6 +59,7 @@ class Run:
     final_content: str | None = None
     error: str | None = None
     stopped: bool = False
+    answered: bool = False  # stream_end sent; only post-turn workers may still run
     context_tokens: int = 0
 
 
@@ -116,7 +117,7 @@ class RunManager:
     ) -> Run:
         session_id = str(session_id)
         run = Run(run_id=uuid.uuid4().hex, session_id=session_id)
-        if not await claim_run(session_id, run.run_id):
+        if not await claim_run(session_id, run.run_id) and not await self._claim_after_answer(session_id, run.run_id):
             raise RunActive("a run is already active in this session; wait for it to finish or press Stop")
         await self._ensure_listening()
         await self.layer.group_add(control_group(session_id), self.channel)
@@ -127,6 +128,21 @@ class RunManager:
         run.task.add_done_callback(self._tasks.discard)
         return run
 
+    async def _claim_after_answer(self, session_id: str, run_id: str) -> bool:
+        """The client may send as soon as it sees stream_end (seeds: "unlock user input"), while
+        post-turn workers (compression) still hold the run: wait for them instead of refusing."""
+        previous = self.active.get(session_id)
+        if previous is not None:
+            if not previous.answered:
+                return False
+            await asyncio.shield(previous.done.wait())
+            return await claim_run(session_id, run_id)
+        for _ in range(15):  # another worker's run may be finishing the same way
+            await asyncio.sleep(0.1)
+            if await claim_run(session_id, run_id):
+                return True
+        return False
+
     async def _drive(self, run: Run, content: str, images: list[str] | None, planning: bool) -> None:
         current_stop_event.set(run.stop_event)
         heartbeat = asyncio.create_task(self._heartbeat(run))
@@ -134,6 +150,7 @@ class RunManager:
             async for event in self.agent.run_stream(run.session_id, content, images, planning=planning):
                 frame = to_frame(event)
                 if frame["type"] == "stream_end":
+                    run.answered = True
                     run.final_content = frame["content"]
                     run.context_tokens = frame.get("context_tokens", 0)
                 elif frame["type"] == "error":

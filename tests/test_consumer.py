@@ -141,6 +141,7 @@ class TestFrames:
         assert [f["seq"] for f in frames] == list(range(1, len(frames) + 1))
         assert len({f["run_id"] for f in frames}) == 1
         assert frames[0]["type"] == "stream_start" and frames[-1]["type"] == "stream_end"
+        assert frames[0]["user_message"] == "hi"  # other tabs can show what started the run
         assert "".join(f["delta"] for f in frames if f["type"] == "stream_delta") == "Hello there, owner."
         assert llm.requests[-1]["messages"][-1]["images"] == ["aGVsbG8="]
         await comm.disconnect()
@@ -274,3 +275,31 @@ class TestStopAndRest:
         http = TokenClient(owner_token)
         response = await http.post(f"/sessions/{session.id}/messages", body, content_type="application/json")
         assert response.status_code == status and "error" in response.json()
+
+
+class TestAfterTheAnswer:
+    async def test_a_message_sent_right_after_stream_end_waits_for_post_turn_work(
+        self, llm, session, owner_token, no_planning, monkeypatch
+    ):
+        from agent import workers
+
+        finished = []
+
+        class SlowWorker(workers.Worker):
+            name = "slow"
+
+            async def run(self, ctx):
+                await asyncio.sleep(0.5)
+                finished.append(True)
+                return workers.WorkerResult()
+
+        monkeypatch.setattr(workers, "post_turn_workers", [SlowWorker()])
+        llm.script(Turn(content="first answer"), Turn(content="second answer"))
+        comm = connect(session.id, token=owner_token)
+        await comm.connect(timeout=TIMEOUT)
+        await comm.send_json_to({"type": "message", "content": "one"})
+        await receive_until(comm)
+        await comm.send_json_to({"type": "message", "content": "two"})  # the worker is still busy
+        frames = await receive_until(comm)
+        assert finished and frames[-1]["type"] == "stream_end" and frames[-1]["content"] == "second answer"
+        await comm.disconnect()

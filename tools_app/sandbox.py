@@ -100,8 +100,10 @@ def kill_group(proc: asyncio.subprocess.Process) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     if proc.returncode is None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
+        # os.kill, not proc.kill(): Popen.send_signal() polls and may reap the child behind the
+        # asyncio child watcher's back ("Unknown child process pid").
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(proc.pid, signal.SIGKILL)
 
 
 async def run_process(

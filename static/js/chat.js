@@ -107,6 +107,7 @@ export class ChatView {
     this.run = null;
     this.renderOlder(true);
     const lastUser = this.groups.map((g) => !!g.user).lastIndexOf(true);
+    this.lastUserText = lastUser >= 0 ? this.groups[lastUser].user.content || "" : null;
     this.tail = lastUser >= 0 ? [...this.list.children].slice(lastUser - this.firstRendered + 1) : [];
     this.scrollToBottom();
   }
@@ -150,6 +151,7 @@ export class ChatView {
 
   addUserMessage(content, images, files) {
     this.localStart = true;
+    this.lastUserText = null;
     this.tail = [];
     this.append(userBubble(content, images, files));
   }
@@ -181,7 +183,16 @@ export class ChatView {
 
   beginRun(f) {
     if (f.seq === 1 && !this.localStart) {
-      for (const node of this.tail) node.remove(); // a replay from the start redraws them
+      // A run started elsewhere (another tab, a reload). stream_start names its user message:
+      // if the history already ends with it, the rows after it are this run's partial output
+      // and the replay redraws them; otherwise the run is newer than the history we loaded.
+      const known = f.user_message !== undefined && this.lastUserText === f.user_message;
+      if (known || f.user_message === undefined) {
+        for (const node of this.tail) node.remove();
+      } else {
+        this.append(userBubble(f.user_message));
+      }
+      this.lastUserText = null;
     }
     this.tail = [];
     this.run = new RunView(f.run_id, this.list);

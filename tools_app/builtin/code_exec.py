@@ -93,6 +93,7 @@ def bwrap_argv(bwrap: str, workspace: Path, code_file: Path, python: str, networ
         "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
         "--bind", str(workspace), str(workspace), "--chdir", str(workspace),
         "--ro-bind", str(code_file), CODE_PATH,
+        "--remount-ro", "/",
         "--setenv", "HOME", str(workspace), "--setenv", "TMPDIR", "/tmp",
         "--",
     ]
