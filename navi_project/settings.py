@@ -203,15 +203,13 @@ HTTP_ALLOWED_HOSTS = env.list("HTTP_ALLOWED_HOSTS", default=[])
 CODE_EXEC_SANDBOX = env.str("CODE_EXEC_SANDBOX", default="bwrap")
 CODE_EXEC_NETWORK = env.bool("CODE_EXEC_NETWORK", default=False)
 SSH_HOSTS_FILE = _path(env.str("SSH_HOSTS_FILE", default="ssh_hosts.json"))
-
-
-def fs_allowed_paths_list() -> list[str]:
-    """FS_ALLOWED_PATHS as a list; ["*"] means unrestricted."""
-    return [p.strip() for p in FS_ALLOWED_PATHS.split(",") if p.strip()]
-
-
-def terminal_allowed_commands_list() -> list[str]:
-    return [c.strip() for c in TERMINAL_ALLOWED_COMMANDS.split(",") if c.strip()]
+USER_TOOL_IMPORT_TIMEOUT_S = env.float("USER_TOOL_IMPORT_TIMEOUT_S", default=10.0)
+TOOL_OUTPUT_MAX_BYTES = env.int("TOOL_OUTPUT_MAX_BYTES", default=100_000)
+FS_READ_MAX_BYTES = env.int("FS_READ_MAX_BYTES", default=200_000)
+CODE_EXEC_MEMORY_MB = env.int("CODE_EXEC_MEMORY_MB", default=512)
+CODE_EXEC_MAX_PROCS = env.int("CODE_EXEC_MAX_PROCS", default=64)
+CODE_EXEC_MAX_FILE_MB = env.int("CODE_EXEC_MAX_FILE_MB", default=64)
+CODE_EXEC_PYTHON = env.str("CODE_EXEC_PYTHON", default="")  # empty: /usr/bin/python3 (stdlib only)
 
 
 # --- Session files ------------------------------------------------------------------------

@@ -169,3 +169,51 @@ async def test_the_model_writes_a_tool_uses_it_next_message_breaks_it_and_it_is_
     llm.script(Turn(tool_calls=[{"name": "greet", "arguments": {"who": "Bo"}}]), Turn(content="Done."))
     frames = [to_frame(e) async for e in agent.run_stream(str(session.id), "greet Bo")]
     assert next(f for f in frames if f["type"] == "tool_call")["result"] == "Hello, Bo!"
+
+
+@pytest.fixture
+def admin_client(django_user_model):
+    from django.test import Client
+
+    client = Client()
+    client.force_login(django_user_model.objects.create_superuser("boss", password="x" * 12))
+    return client
+
+
+def test_admin_disables_reloads_and_restores(settings, admin_client):
+    from asgiref.sync import async_to_sync
+
+    async_to_sync(call)("write_tool", name="greet", code=GREET)
+    async_to_sync(call)("write_tool", name="greet", code=GREET.replace("Hello", "Bye"))
+    row = UserTool.objects.get(name="greet")
+    changelist = "/admin/tools_app/usertool/"
+    page = admin_client.get(changelist)
+    assert page.status_code == 200 and b"Reload tools" in page.content
+    admin_client.post(changelist, {"action": "disable", "_selected_action": [row.pk]})
+    assert get_agent().tools.user_tool_names() == []
+    admin_client.post(changelist, {"action": "enable", "_selected_action": [row.pk]})
+    assert get_agent().tools.user_tool_names() == ["greet"]
+    detail = admin_client.get(f"{changelist}{row.pk}/change/")
+    version = user_tools.history_versions("greet")[0]
+    assert version.encode() in detail.content
+    confirm = admin_client.get(f"{changelist}restore/greet/{version}/")
+    assert b"Hello, " in confirm.content
+    assert admin_client.post(f"{changelist}restore/greet/{version}/").status_code == 302
+    assert "Hello" in (settings.TOOLS_DIR / "greet.py").read_text()
+    assert admin_client.get(f"{changelist}restore/greet/19990101T000000000000Z/").status_code == 404
+    assert admin_client.get(f"{changelist}history/").status_code == 200
+    (settings.TOOLS_DIR / "broken.py").write_text("def (:\n")
+    admin_client.post(f"{changelist}reload/")
+    assert "SyntaxError" in UserTool.objects.get(name="broken").last_error
+
+
+def test_reload_tools_command(settings, capsys):
+    from django.core.management import call_command
+
+    (settings.TOOLS_DIR / "greet.py").write_text(GREET)
+    call_command("reload_tools")
+    assert "loaded 1 user tool(s): greet" in capsys.readouterr().out
+    (settings.TOOLS_DIR / "broken.py").write_text("def (:\n")
+    with pytest.raises(SystemExit):
+        call_command("reload_tools")
+    assert "FAILED broken: SyntaxError" in capsys.readouterr().out

@@ -127,30 +127,26 @@ async def run_process(
     )
     capture = _Capture(output_cap)
     timed_out = False
+    readers = asyncio.gather(capture.pump(proc.stdout, "out"), capture.pump(proc.stderr, "err"))
     try:
         if stdin_data is not None and proc.stdin is not None:
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                 proc.stdin.write(stdin_data)
                 await proc.stdin.drain()
             proc.stdin.close()
-        readers = asyncio.gather(capture.pump(proc.stdout, "out"), capture.pump(proc.stderr, "err"))
         overflow = asyncio.ensure_future(capture.overflow.wait())
         finished = asyncio.ensure_future(_finish(proc, readers))
         try:
             done, _ = await asyncio.wait({finished, overflow}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:
             overflow.cancel()
-        timed_out = not done
-        if finished not in done:
-            kill_group(proc)
             finished.cancel()
-            readers.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await readers
+        timed_out = not done
     finally:
-        kill_group(proc)  # also reached on CancelledError (Stop): nothing keeps running
-        with contextlib.suppress(ProcessLookupError):
-            await asyncio.shield(proc.wait())
+        # Also reached on CancelledError (Stop): nothing keeps running, nothing is left unreaped.
+        kill_group(proc)
+        readers.cancel()
+        await asyncio.shield(_reap(proc, readers))
     return ProcessOutcome(
         returncode=proc.returncode,
         stdout=capture.buffers["out"].decode("utf-8", "replace"),
@@ -163,5 +159,25 @@ async def run_process(
 
 
 async def _finish(proc: asyncio.subprocess.Process, readers: asyncio.Future) -> None:
-    await readers
+    await asyncio.shield(readers)
     await proc.wait()
+
+
+async def _reap(proc: asyncio.subprocess.Process, readers: asyncio.Future) -> None:
+    """Read the pipes to EOF and wait for the exit status. asyncio's wait() only returns once
+    the pipes are closed, and a reader paused on a full buffer would never see EOF."""
+
+    async def drain(stream: asyncio.StreamReader | None) -> None:
+        while stream is not None and await stream.read(65536):
+            pass
+
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await readers  # let the cancelled pumps finish before draining the same streams
+    try:
+        await asyncio.wait_for(asyncio.gather(drain(proc.stdout), drain(proc.stderr)), 2.0)
+    except (asyncio.TimeoutError, RuntimeError, ConnectionError):
+        transport = getattr(proc, "_transport", None)  # a writer escaped the kill: stop listening
+        if transport is not None:
+            transport.close()
+    with contextlib.suppress(asyncio.TimeoutError, ProcessLookupError):
+        await asyncio.wait_for(proc.wait(), 2.0)

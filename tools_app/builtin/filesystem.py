@@ -35,7 +35,8 @@ def read_cap() -> int:
 
 def allowed_roots() -> list[str] | None:
     """Resolved allowlist roots; None when unrestricted ('*')."""
-    entries = settings.fs_allowed_paths_list()
+    # Read from django.conf.settings (not navi_project.settings' helper) so overrides apply.
+    entries = [p.strip() for p in str(settings.FS_ALLOWED_PATHS).split(",") if p.strip()]
     if "*" in entries:
         return None
     return [os.path.realpath(_absolute(e)) for e in entries]

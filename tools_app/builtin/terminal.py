@@ -28,7 +28,7 @@ def output_cap() -> int:
 
 
 def allowed_commands() -> list[str]:
-    return settings.terminal_allowed_commands_list()
+    return [c.strip() for c in str(settings.TERMINAL_ALLOWED_COMMANDS).split(",") if c.strip()]
 
 
 def plan_command(command: str, allowed: list[str]) -> list[str]:

@@ -1,0 +1,219 @@
+"""filesystem, terminal and code_exec: what they may do, and everything they must refuse or contain."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+
+import pytest
+
+from tools_app.builtin import code_exec
+from tools_app.builtin.code_exec import CodeExecTool
+from tools_app.builtin.filesystem import FilesystemTool
+from tools_app.builtin.terminal import TerminalTool
+
+
+@pytest.fixture
+def small_limits(settings):
+    settings.TOOL_TIMEOUT_S = 2
+    settings.TOOL_OUTPUT_MAX_BYTES = 10_000
+    settings.FS_READ_MAX_BYTES = 100
+    settings.CODE_EXEC_MEMORY_MB = 256
+    settings.CODE_EXEC_MAX_PROCS = 32
+    settings.CODE_EXEC_MAX_FILE_MB = 1
+    settings.CODE_EXEC_NETWORK = False
+    settings.CODE_EXEC_SANDBOX = "bwrap"
+
+
+async def fs(**params):
+    return await FilesystemTool().execute(params)
+
+
+# --- filesystem ----------------------------------------------------------------------------
+async def test_filesystem_actions_in_the_workspace(settings, small_limits):
+    ws = settings.NAVI_WORKSPACE
+    assert (await fs(action="write", path="notes/a.txt", content="hello")).success
+    assert (await fs(action="append", path="notes/a.txt", content=" world")).success
+    assert (await fs(action="read", path="notes/a.txt")).output == "hello world"
+    assert (await fs(action="mkdir", path=str(ws / "empty"))).success
+    assert (await fs(action="list", path=".")).output == "empty/\nnotes/"
+    assert (await fs(action="move", path="notes/a.txt", destination="b.txt")).success
+    assert (ws / "b.txt").read_text() == "hello world"
+    found = await fs(action="search", path=".", pattern="*.txt", text="world")
+    assert found.output == str(ws / "b.txt")
+    assert (await fs(action="delete", path="b.txt")).success and not (ws / "b.txt").exists()
+    assert "allowed root" in (await fs(action="delete", path=".", recursive=True)).error
+
+
+async def test_filesystem_read_is_capped_and_says_so(settings, small_limits):
+    (settings.NAVI_WORKSPACE / "big.txt").write_text("x" * 250)
+    first = (await fs(action="read", path="big.txt")).output
+    assert first.startswith("x" * 100) and "[truncated: showed bytes 0–100 of 250; read again with offset=100" in first
+    assert (await fs(action="read", path="big.txt", offset=200)).output == "x" * 50
+
+
+@pytest.mark.parametrize("path", ["../outside.txt", "notes/../../outside.txt", "/etc/passwd", "/tmp", "a\x00b"])
+async def test_filesystem_refuses_paths_outside_the_allowlist(settings, path):
+    for action in ("read", "write", "list", "delete"):
+        result = await fs(action=action, path=path, content="x")
+        assert not result.success and result.error.startswith("refused:"), (action, path, result.error)
+    assert not (settings.NAVI_WORKSPACE.parent / "outside.txt").exists()
+
+
+async def test_filesystem_refuses_symlinks_that_leave_the_allowlist(settings, tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("top secret")
+    (settings.NAVI_WORKSPACE / "link.txt").symlink_to(secret)
+    (settings.NAVI_WORKSPACE / "linkdir").symlink_to(tmp_path)
+    assert "refused" in (await fs(action="read", path="link.txt")).error
+    assert "refused" in (await fs(action="write", path="link.txt", content="pwned")).error
+    assert "refused" in (await fs(action="read", path="linkdir/secret.txt")).error
+    assert "refused" in (await fs(action="move", path="link.txt", destination="x.txt")).error
+    assert (await fs(action="search", path=".", text="secret")).output == "no matching files"
+    assert secret.read_text() == "top secret"
+
+
+async def test_filesystem_user_tools_dir_is_allowed_and_star_means_unrestricted(settings, tmp_path):
+    assert (await fs(action="write", path=str(settings.TOOLS_DIR / "data.json"), content="{}")).success
+    outside = tmp_path / "free.txt"
+    assert not (await fs(action="write", path=str(outside), content="x")).success
+    settings.FS_ALLOWED_PATHS = "*"
+    assert (await fs(action="write", path=str(outside), content="x")).success
+
+
+# --- terminal ------------------------------------------------------------------------------
+async def term(command: str, **extra):
+    return await TerminalTool().execute({"command": command, **extra})
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["ls; rm -rf /", "echo $(id)", "echo `id`", "ls | rm -rf x", "ls > out.txt", "cat < /etc/passwd",
+     "ls && rm x", "ls & rm x", "rm -rf /", "/bin/rm x", "ls\nrm x", "echo ${HOME}"],
+)
+async def test_terminal_refuses_everything_outside_the_allowlist(settings, command):
+    settings.TERMINAL_ALLOWED_COMMANDS = "ls,echo,cat,grep,pwd"
+    result = await term(command)
+    assert not result.success and result.error.startswith("refused:"), result.error
+    assert not (settings.NAVI_WORKSPACE / "out.txt").exists()
+
+
+async def test_terminal_runs_allowed_commands_without_a_shell(settings, small_limits):
+    settings.TERMINAL_ALLOWED_COMMANDS = "ls,echo,cat,grep,pwd"
+    (settings.NAVI_WORKSPACE / "apple.txt").write_text("a")
+    (settings.NAVI_WORKSPACE / "pear.txt").write_text("p")
+    assert (await term("pwd")).output.startswith(str(settings.NAVI_WORKSPACE))
+    assert (await term("echo 'a;b' 'c|d'")).output.startswith("a;b c|d\n")  # quoted text is data
+    assert (await term("ls | grep apple")).output.startswith("apple.txt\n")
+    failed = await term("cat missing.txt")
+    assert not failed.success and "No such file" in failed.output and "[exit code 1]" in failed.output
+
+
+async def test_terminal_timeout_and_output_cap(settings, small_limits):
+    settings.TERMINAL_ALLOWED_COMMANDS = "*"
+    slow = await term("sleep 30")
+    assert not slow.success and "still running after 2 s" in slow.output
+    flood = await term("yes")
+    assert "[truncated: output exceeded 10000 bytes" in flood.output and len(flood.output) < 11_000
+    assert (await term("echo a && echo b")).output.startswith("a\nb\n")
+
+
+# --- code_exec -----------------------------------------------------------------------------
+async def run(code: str):
+    return await CodeExecTool().execute({"code": code})
+
+
+async def test_code_exec_runs_python_in_the_workspace(settings, small_limits):
+    result = await run("import os\nopen('out.txt', 'w').write('42')\nprint(os.getcwd())")
+    assert result.success and result.output.startswith(str(settings.NAVI_WORKSPACE.resolve()))
+    assert (settings.NAVI_WORKSPACE / "out.txt").read_text() == "42"
+    failed = await run("1/0")
+    assert not failed.success and "ZeroDivisionError" in failed.output and "[exit code 1]" in failed.output
+
+
+async def test_code_exec_cannot_write_or_read_outside_the_workspace(settings, small_limits, tmp_path):
+    target = tmp_path / "escaped.txt"
+    await run(f"import os\nos.makedirs({str(tmp_path)!r}, exist_ok=True)\nopen({str(target)!r}, 'w').write('x')")
+    assert not target.exists()  # /tmp in the sandbox is private and thrown away
+    assert "Read-only file system" in (await run("open('/usr/navi_x', 'w')")).output
+    assert "No such file" in (await run("open('/work/main/navi_project/settings.py')")).output
+
+
+async def test_code_exec_contains_a_fork_bomb(settings, small_limits):
+    result = await run("import os\nwhile True:\n    os.fork()")
+    assert not result.success
+    assert "BlockingIOError" in result.output or "Resource temporarily unavailable" in result.output or "still running" in result.output
+
+
+async def test_code_exec_contains_a_memory_bomb(settings, small_limits):
+    result = await run("x = bytearray(1024 * 1024 * 1024)")
+    assert not result.success and "MemoryError" in result.output and "limit is 256 MB" in result.output
+
+
+async def test_code_exec_stops_an_infinite_loop(settings, small_limits):
+    result = await run("while True:\n    pass")
+    assert not result.success and "still running after 2 s" in result.output
+
+
+async def test_code_exec_caps_100_mb_of_output(settings, small_limits):
+    result = await run("import sys\nfor _ in range(1600):\n    sys.stdout.write('x' * 65536)")
+    assert not result.success and "[truncated: output exceeded 10000 bytes" in result.output
+    assert len(result.output) < 11_000
+
+
+async def test_code_exec_limits_file_size(settings, small_limits):
+    result = await run("open('big.bin', 'wb').write(b'x' * 5_000_000)")
+    assert not result.success and "File too large" in result.output
+
+
+def _listener():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(5)
+    accepted: list[bool] = []
+
+    def accept():
+        try:
+            conn, _ = server.accept()
+            accepted.append(True)
+            conn.close()
+        except OSError:
+            pass
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    return server, thread, accepted
+
+
+async def test_code_exec_has_no_network_unless_allowed(settings, small_limits):
+    server, thread, accepted = _listener()
+    port = server.getsockname()[1]
+    code = f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)\nprint('connected')"
+    try:
+        blocked = await run(code)
+        assert not blocked.success and "connected" not in blocked.output and not accepted
+        settings.CODE_EXEC_NETWORK = True
+        allowed = await run(code)
+        assert allowed.success and "connected" in allowed.output
+    finally:
+        server.close()
+        thread.join()
+
+
+async def test_code_exec_refuses_without_bwrap_and_can_opt_out(settings, small_limits, monkeypatch):
+    monkeypatch.setattr(code_exec, "bwrap_binary", lambda: None)
+    refused = await run("print(1)")
+    assert "apt-get install bubblewrap" in refused.error and "CODE_EXEC_SANDBOX=none" in refused.error
+    settings.CODE_EXEC_SANDBOX = "none"
+    assert (await run("print(6 * 7)")).output.startswith("42")
+
+
+def test_code_exec_children_get_no_server_secrets(settings, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    from tools_app.sandbox import safe_env
+
+    env = safe_env(settings.NAVI_WORKSPACE)
+    assert "OPENAI_API_KEY" not in env and env["HOME"] == str(settings.NAVI_WORKSPACE)
+    assert os.environ["OPENAI_API_KEY"] == "sk-secret"
