@@ -146,6 +146,8 @@ class RunManager:
     async def _drive(self, run: Run, content: str, images: list[str] | None, planning: bool) -> None:
         current_stop_event.set(run.stop_event)
         heartbeat = asyncio.create_task(self._heartbeat(run))
+        outbox: asyncio.Queue = asyncio.Queue()
+        publisher = asyncio.create_task(self._publisher(run, outbox))
         try:
             async for event in self.agent.run_stream(run.session_id, content, images, planning=planning):
                 frame = to_frame(event)
@@ -157,12 +159,14 @@ class RunManager:
                     run.error = frame["message"]
                 elif frame["type"] == "stream_stopped":
                     run.stopped = True
-                await self.publish(run, frame)
+                outbox.put_nowait(frame)
         except Exception as exc:
             log.exception("run %s failed", run.run_id)
             run.error = f"the run failed: {type(exc).__name__}: {exc}. The session is intact; send the message again."
-            await self.publish(run, to_frame(ErrorEvent(run.error)))
+            outbox.put_nowait(to_frame(ErrorEvent(run.error)))
         finally:
+            outbox.put_nowait(None)
+            await publisher  # every frame is out before the claim is released
             heartbeat.cancel()
             await Session.objects.filter(pk=run.session_id, active_run_id=run.run_id).aupdate(
                 active_run_id="", active_run_heartbeat=None
@@ -171,6 +175,22 @@ class RunManager:
                 del self.active[run.session_id]
             run.done.set()
             self._later(KEEP_FINISHED_S, lambda: self._forget(run))
+
+    async def _publisher(self, run: Run, outbox: asyncio.Queue) -> None:
+        """Publish the run's frames in order. When the relay falls behind the model, the deltas
+        already waiting are merged into one frame, so lag stays bounded and nothing is lost;
+        with no backlog every delta goes out on its own, without added latency."""
+        while True:
+            batch = [await outbox.get()]
+            while not outbox.empty():
+                batch.append(outbox.get_nowait())
+            for frame in merge_deltas(batch):
+                if frame is None:
+                    return
+                try:
+                    await self.publish(run, frame)
+                except Exception:
+                    log.exception("run %s: publishing a %s frame failed", run.run_id, frame.get("type"))
 
     async def publish(self, run: Run, frame: dict) -> None:
         run.seq += 1
@@ -282,6 +302,23 @@ def get_run_manager() -> RunManager:
         manager._loop = loop
         _managers[id(loop)] = manager
     return manager
+
+
+def merge_deltas(frames: list[dict | None]) -> list[dict | None]:
+    """Consecutive stream_delta (or thinking_delta) frames become one with the joined text."""
+    merged: list[dict | None] = []
+    for frame in frames:
+        last = merged[-1] if merged else None
+        if (
+            frame is not None
+            and last is not None
+            and frame["type"] == last["type"]
+            and frame["type"] in ("stream_delta", "thinking_delta")
+        ):
+            last["delta"] += frame["delta"]
+        else:
+            merged.append(frame)
+    return merged
 
 
 def recover_after_crash() -> int:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import weakref
 from abc import ABC, abstractmethod
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 from agent.messages import ChatMessage, LLMChunk, LLMResponse
 
@@ -62,6 +64,20 @@ class LLMBackend(ABC):
 
     @abstractmethod
     async def list_models(self) -> list[str]: ...
+
+
+class ClientCache:
+    """One HTTP client per event loop and configuration: a new httpx client costs an SSL
+    context and a TCP handshake (tens of ms), and clients must not cross event loops."""
+
+    def __init__(self) -> None:
+        self._clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def get(self, key: tuple, factory: Callable[[], Any]) -> Any:
+        per_loop = self._clients.setdefault(asyncio.get_running_loop(), {})
+        if key not in per_loop:
+            per_loop[key] = factory()
+        return per_loop[key]
 
 
 class BackendRegistry:

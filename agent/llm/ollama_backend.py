@@ -7,11 +7,12 @@ from typing import Any, AsyncIterator
 
 import httpx
 import ollama
+import pydantic
 from django.conf import settings
 
 from agent.messages import ChatMessage, LLMChunk, ToolCall
 
-from .base import LLMBackend, LLMError, LLMModelMissing, LLMUnreachable
+from .base import ClientCache, LLMBackend, LLMError, LLMModelMissing, LLMUnreachable
 
 _ids = itertools.count(1)
 
@@ -35,14 +36,18 @@ class OllamaBackend(LLMBackend):
 
     def __init__(self, host: str | None = None) -> None:
         self._host = host
+        self._clients = ClientCache()
 
     @property
     def host(self) -> str:
         return (self._host or settings.OLLAMA_HOST).rstrip("/")
 
     def _client(self) -> ollama.AsyncClient:
-        # A client per call: httpx clients are bound to the event loop that created them.
-        return ollama.AsyncClient(host=self.host, timeout=httpx.Timeout(settings.LLM_TIMEOUT_S, connect=5.0))
+        timeout = settings.LLM_TIMEOUT_S
+        return self._clients.get(
+            (self.host, timeout),
+            lambda: ollama.AsyncClient(host=self.host, timeout=httpx.Timeout(timeout, connect=5.0)),
+        )
 
     async def stream_complete(
         self,
@@ -56,37 +61,39 @@ class OllamaBackend(LLMBackend):
         client = self._client()
         think = settings.OLLAMA_THINK if think is None else think
         try:
+            stream = await client.chat(
+                model=model,
+                messages=[_to_ollama(m) for m in messages],
+                tools=tools or None,
+                stream=True,
+                think=think,
+                options={"num_ctx": settings.OLLAMA_NUM_CTX, "temperature": temperature},
+                keep_alive=settings.OLLAMA_KEEP_ALIVE,
+            )
             try:
-                stream = await client.chat(
-                    model=model,
-                    messages=[_to_ollama(m) for m in messages],
-                    tools=tools or None,
-                    stream=True,
-                    think=think,
-                    options={"num_ctx": settings.OLLAMA_NUM_CTX, "temperature": temperature},
-                    keep_alive=settings.OLLAMA_KEEP_ALIVE,
-                )
-                try:
-                    async for part in stream:
-                        yield self._chunk(part)
-                finally:
-                    await stream.aclose()  # closes the HTTP response: generation ends server-side
-            except (ConnectionError, httpx.ConnectError, httpx.ConnectTimeout):
-                raise LLMUnreachable(
-                    f"cannot reach Ollama at {self.host} — is `ollama serve` running? "
-                    "Set OLLAMA_HOST if it runs elsewhere."
-                ) from None
-            except ollama.ResponseError as exc:
-                if exc.status_code == 404:
-                    raise LLMModelMissing(await self._missing_model_message(model)) from None
-                raise LLMError(f"Ollama returned an error: {exc.error} (HTTP {exc.status_code})") from None
-            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.ReadTimeout) as exc:
-                raise LLMError(
-                    f"the connection to Ollama at {self.host} dropped mid-answer ({type(exc).__name__}); "
-                    "the partial answer was kept — send the message again to retry"
-                ) from None
-        finally:
-            await client.close()
+                async for part in stream:
+                    yield self._chunk(part)
+            finally:
+                await stream.aclose()  # closes the HTTP response: generation ends server-side
+        except (ConnectionError, httpx.ConnectError, httpx.ConnectTimeout):
+            raise LLMUnreachable(
+                f"cannot reach Ollama at {self.host} — is `ollama serve` running? "
+                "Set OLLAMA_HOST if it runs elsewhere."
+            ) from None
+        except ollama.ResponseError as exc:
+            if exc.status_code == 404:
+                raise LLMModelMissing(await self._missing_model_message(model)) from None
+            raise LLMError(f"Ollama returned an error: {exc.error} (HTTP {exc.status_code})") from None
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.ReadTimeout) as exc:
+            raise LLMError(
+                f"the connection to Ollama at {self.host} dropped mid-answer ({type(exc).__name__}); "
+                "the partial answer was kept — send the message again to retry"
+            ) from None
+        except pydantic.ValidationError as exc:
+            raise LLMError(
+                f"Ollama sent a reply the client could not read ({exc.error_count()} problem(s), e.g. "
+                f"{exc.errors()[0]['msg']}); try again, or update Ollama"
+            ) from None
 
     @staticmethod
     def _chunk(part: Any) -> LLMChunk:
@@ -112,11 +119,8 @@ class OllamaBackend(LLMBackend):
         return f"model '{model}' is not available in Ollama at {self.host} (it has: {have}). Run `ollama pull {model}` or change the profile's model."
 
     async def list_models(self) -> list[str]:
-        client = self._client()
         try:
-            listing = await client.list()
+            listing = await self._client().list()
             return sorted(m.model for m in listing.models if m.model)
         except (ConnectionError, httpx.ConnectError):
             raise LLMUnreachable(f"cannot reach Ollama at {self.host} — is `ollama serve` running?") from None
-        finally:
-            await client.close()

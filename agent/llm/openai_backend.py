@@ -10,7 +10,7 @@ from django.conf import settings
 
 from agent.messages import ChatMessage, LLMChunk, ToolCall
 
-from .base import LLMBackend, LLMError, LLMModelMissing, LLMUnreachable
+from .base import ClientCache, LLMBackend, LLMError, LLMModelMissing, LLMUnreachable
 
 
 def _to_openai(msg: ChatMessage) -> dict[str, Any]:
@@ -42,6 +42,7 @@ class OpenAIBackend(LLMBackend):
     def __init__(self, base_url: str | None = None, api_key: str | None = None) -> None:
         self._base_url = base_url
         self._api_key = api_key
+        self._clients = ClientCache()
 
     @property
     def base_url(self) -> str:
@@ -52,9 +53,11 @@ class OpenAIBackend(LLMBackend):
         return settings.OPENAI_API_KEY if self._api_key is None else self._api_key
 
     def _client(self) -> httpx.AsyncClient:
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        return httpx.AsyncClient(
-            base_url=self.base_url, headers=headers, timeout=httpx.Timeout(settings.LLM_TIMEOUT_S, connect=5.0)
+        base_url, api_key, timeout = self.base_url, self.api_key, settings.LLM_TIMEOUT_S
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        return self._clients.get(
+            (base_url, api_key, timeout),
+            lambda: httpx.AsyncClient(base_url=base_url, headers=headers, timeout=httpx.Timeout(timeout, connect=5.0)),
         )
 
     async def stream_complete(
@@ -78,47 +81,47 @@ class OpenAIBackend(LLMBackend):
         pending: dict[int, dict[str, str]] = {}  # tool-call fragments by index
         finish = ""
         usage: dict[str, int] = {}
-        async with self._client() as client:
-            try:
-                async with client.stream("POST", "/chat/completions", json=body) as response:
-                    if response.status_code >= 400:
-                        await response.aread()
-                        raise self._http_error(response, model)
-                    async for line in response.aiter_lines():
-                        if not line.startswith("data:"):
-                            continue
-                        data = line[5:].strip()
-                        if data == "[DONE]":
-                            break
-                        try:
-                            event = json.loads(data)
-                        except ValueError:
-                            continue
-                        if event.get("usage"):
-                            usage = event["usage"]
-                        for choice in event.get("choices") or []:
-                            delta = choice.get("delta") or {}
-                            for frag in delta.get("tool_calls") or []:
-                                slot = pending.setdefault(frag.get("index", 0), {"id": "", "name": "", "arguments": ""})
-                                fn = frag.get("function") or {}
-                                slot["id"] = frag.get("id") or slot["id"]
-                                slot["name"] += fn.get("name") or ""
-                                slot["arguments"] += fn.get("arguments") or ""
-                            text = delta.get("content") or ""
-                            reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
-                            if text or reasoning:
-                                yield LLMChunk(content=text, thinking=reasoning)
-                            if choice.get("finish_reason"):
-                                finish = choice["finish_reason"]
-            except (httpx.ConnectError, httpx.ConnectTimeout):
-                raise LLMUnreachable(
-                    f"cannot reach the OpenAI-compatible server at {self.base_url} — is it running? Check OPENAI_BASE_URL."
-                ) from None
-            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.ReadTimeout) as exc:
-                raise LLMError(
-                    f"the connection to {self.base_url} dropped mid-answer ({type(exc).__name__}); "
-                    "the partial answer was kept — send the message again to retry"
-                ) from None
+        client = self._client()
+        try:
+            async with client.stream("POST", "/chat/completions", json=body) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    raise self._http_error(response, model)
+                async for line in response.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        break
+                    try:
+                        event = json.loads(data)
+                    except ValueError:
+                        continue
+                    if event.get("usage"):
+                        usage = event["usage"]
+                    for choice in event.get("choices") or []:
+                        delta = choice.get("delta") or {}
+                        for frag in delta.get("tool_calls") or []:
+                            slot = pending.setdefault(frag.get("index", 0), {"id": "", "name": "", "arguments": ""})
+                            fn = frag.get("function") or {}
+                            slot["id"] = frag.get("id") or slot["id"]
+                            slot["name"] += fn.get("name") or ""
+                            slot["arguments"] += fn.get("arguments") or ""
+                        text = delta.get("content") or ""
+                        reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
+                        if text or reasoning:
+                            yield LLMChunk(content=text, thinking=reasoning)
+                        if choice.get("finish_reason"):
+                            finish = choice["finish_reason"]
+        except (httpx.ConnectError, httpx.ConnectTimeout):
+            raise LLMUnreachable(
+                f"cannot reach the OpenAI-compatible server at {self.base_url} — is it running? Check OPENAI_BASE_URL."
+            ) from None
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.ReadTimeout) as exc:
+            raise LLMError(
+                f"the connection to {self.base_url} dropped mid-answer ({type(exc).__name__}); "
+                "the partial answer was kept — send the message again to retry"
+            ) from None
         calls = [
             ToolCall(id=s["id"] or f"call_{i}", name=s["name"], arguments=_parse_args(s["arguments"]))
             for i, s in sorted(pending.items())
@@ -144,15 +147,15 @@ class OpenAIBackend(LLMBackend):
         return LLMError(f"{self.base_url} returned HTTP {response.status_code}: {detail}")
 
     async def list_models(self) -> list[str]:
-        async with self._client() as client:
-            try:
-                response = await client.get("/models")
-                response.raise_for_status()
-            except httpx.ConnectError:
-                raise LLMUnreachable(f"cannot reach {self.base_url}") from None
-            except httpx.HTTPStatusError as exc:
-                raise LLMError(f"{self.base_url}/models returned HTTP {exc.response.status_code}") from None
-            return sorted(m.get("id", "") for m in response.json().get("data", []))
+        client = self._client()
+        try:
+            response = await client.get("/models")
+            response.raise_for_status()
+        except httpx.ConnectError:
+            raise LLMUnreachable(f"cannot reach {self.base_url}") from None
+        except httpx.HTTPStatusError as exc:
+            raise LLMError(f"{self.base_url}/models returned HTTP {exc.response.status_code}") from None
+        return sorted(m.get("id", "") for m in response.json().get("data", []))
 
 
 def _image_mime(b64: str) -> str:
