@@ -7,24 +7,15 @@ Run: .venv/bin/python bench/compression.py   (temp SQLite DB; prints figures, as
 from __future__ import annotations
 
 import asyncio
-import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-TMP = tempfile.mkdtemp(prefix="navi-bench-")
-os.environ.setdefault("DATABASE_URL", f"sqlite:///{TMP}/bench.db")
-os.environ.setdefault("LOG_LEVEL", "WARNING")
-os.environ["DJANGO_SETTINGS_MODULE"] = "navi_project.settings"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _django import setup  # noqa: E402
 
-import django  # noqa: E402
-
-django.setup()
-from django.core.management import call_command  # noqa: E402
+setup()
 
 TURNS = 500
 REPEATS = 5
@@ -84,7 +75,6 @@ async def _compress_once(session_id: str, backend) -> tuple[float, float, int, i
 def main() -> None:
     from tests.llm_server import LLMServer, Turn
 
-    call_command("migrate", verbosity=0)
     from django.conf import settings
     from django.contrib.auth import get_user_model
 

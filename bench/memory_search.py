@@ -5,32 +5,22 @@ Run: .venv/bin/python bench/memory_search.py   (temp SQLite DB; prints figures, 
 
 from __future__ import annotations
 
-import os
 import random
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-TMP = tempfile.mkdtemp(prefix="navi-bench-")
-os.environ.setdefault("DATABASE_URL", f"sqlite:///{TMP}/bench.db")
-os.environ.setdefault("LOG_LEVEL", "WARNING")
-os.environ["DJANGO_SETTINGS_MODULE"] = "navi_project.settings"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _django import setup  # noqa: E402
 
-import django  # noqa: E402
-
-django.setup()
-from django.core.management import call_command  # noqa: E402
+setup()
 
 FACTS = 100_000
 QUERIES = 200
 
 
 def main() -> None:
-    call_command("migrate", verbosity=0)
     from django.contrib.auth import get_user_model
     from django.db import transaction
 

@@ -7,24 +7,15 @@ Run: .venv/bin/python bench/persist.py   (temp SQLite DB; prints figures, assert
 from __future__ import annotations
 
 import asyncio
-import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-TMP = tempfile.mkdtemp(prefix="navi-bench-")
-os.environ.setdefault("DATABASE_URL", f"sqlite:///{TMP}/bench.db")
-os.environ.setdefault("LOG_LEVEL", "WARNING")
-os.environ["DJANGO_SETTINGS_MODULE"] = "navi_project.settings"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _django import setup  # noqa: E402
 
-import django  # noqa: E402
-
-django.setup()
-from django.core.management import call_command  # noqa: E402
+setup()
 
 SIZES = (10, 1_000, 10_000)
 REPEATS = 50
@@ -58,7 +49,6 @@ async def _save_turns(session_id: str) -> list[float]:
 
 
 def main() -> None:
-    call_command("migrate", verbosity=0)
     from django.contrib.auth import get_user_model
 
     user = get_user_model().objects.create_user("bench")

@@ -9,6 +9,8 @@ from django.test import Client
 
 from agent.registry import reset_agent
 from sessions_app.models import ApiToken, Session
+from tests.live_server import free_port
+from tests.live_ws import planning_rule
 from tests.llm_server import LLMServer
 
 PASSWORD = "correct horse battery"
@@ -98,3 +100,23 @@ def owner_token(owner) -> str:
 @pytest.fixture
 def session(owner) -> Session:
     return Session.objects.create(owner=owner, profile_id="secretary")
+
+
+@pytest.fixture(scope="module")
+def llm_live():
+    """One test LLM server for a module of live tests, on a fixed port so a test can stop and
+    restart it."""
+    server = LLMServer(port=free_port()).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def live_llm(llm_live):
+    """The module's LLM server, reset for this test, answering planning calls with DIRECT."""
+    llm_live.reset()
+    llm_live.models = None
+    if llm_live._httpd is None:  # a failed test left it stopped
+        llm_live.start()
+    llm_live.add_rule(planning_rule())
+    return llm_live

@@ -85,3 +85,4 @@ def assistant_rows(navi: LiveNavi, session_id: str) -> list[dict]:
 async def post(navi: LiveNavi, path: str, json_body: dict | None = None, timeout: float = 30) -> httpx.Response:
     async with httpx.AsyncClient(base_url=navi.url, headers=navi.headers, timeout=timeout) as client:
         return await client.post(path, json=json_body or {})
+

@@ -16,31 +16,19 @@ import time
 import pytest
 
 from sessions_app.models import Message
-from tests.live_server import LiveNavi, free_port
-from tests.live_ws import assistant_rows, connect, deltas, planning_rule, post, recv_run, recv_until
-from tests.llm_server import LLMServer, Rule, Turn
+from tests.live_server import LiveNavi
+from tests.live_ws import assistant_rows, connect, deltas, post, recv_run, recv_until
+from tests.llm_server import Rule, Turn
 
 pytestmark = pytest.mark.live
 
 ANSWER = "".join(f"word{i:03d} " for i in range(150))  # ~1 200 chars at 2 chars / 40 ms: ~24 s
 
 
-@pytest.fixture(scope="module")
-def llm_live():
-    """One test LLM server for the module, on a fixed port so a test can stop and restart it."""
-    server = LLMServer(port=free_port()).start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
-def llm(llm_live):
-    llm_live.reset()
-    llm_live.models = None
-    if llm_live._httpd is None:  # a failed test left it stopped
-        llm_live.start()
-    llm_live.add_rule(planning_rule())
-    return llm_live
+def llm(live_llm):
+    """These tests share one LLM server per module (see conftest.live_llm)."""
+    return live_llm
 
 
 @pytest.fixture(scope="module")

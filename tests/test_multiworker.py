@@ -15,19 +15,18 @@ import time
 import pytest
 
 from tests import redis_server
-from tests.live_server import LiveNavi, free_port
+from tests.live_server import LiveNavi
 from tests.live_ws import (
     assert_contiguous,
     assistant_rows,
     connect,
     deltas,
-    planning_rule,
     post,
     recv_frame,
     recv_run,
     recv_until,
 )
-from tests.llm_server import LLMServer, Rule, Turn
+from tests.llm_server import Rule, Turn
 
 pytestmark = pytest.mark.live
 
@@ -39,20 +38,10 @@ def is_delta(frame: dict) -> bool:
     return frame["type"] == "stream_delta"
 
 
-@pytest.fixture(scope="module")
-def llm_live():
-    """One test LLM server for the module, on a fixed port so a test can stop and restart it."""
-    server = LLMServer(port=free_port()).start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
-def llm(llm_live):
-    llm_live.reset()
-    llm_live.models = None
-    llm_live.add_rule(planning_rule())
-    return llm_live
+def llm(live_llm):
+    """These tests share one LLM server per module (see conftest.live_llm)."""
+    return live_llm
 
 
 @pytest.fixture(scope="module")

@@ -19,30 +19,23 @@ from django.db import IntegrityError
 
 from agent.events import FilePublished
 from tools_app.base import Tool, ToolResult
+from tools_app.builtin.filesystem import PathRefused, allowed_roots
 from tools_app.context import current_chat_session_id, emit
 
 if TYPE_CHECKING:
     from agent.loop import Agent
 
 
-class PathRefused(Exception):
-    """The path may not be read; the message says why and what to do."""
-
-
 def _allowed_roots() -> list[Path] | None:
-    """Resolved allowlisted folders plus this session's files; None means unrestricted ('*')."""
+    """The filesystem tool's allowlist plus this session's files; None means unrestricted ('*')."""
     from sessions_app.services import session_files_dir
 
-    # Parsed from django.conf.settings (not navi_project.settings.fs_allowed_paths_list) so that
-    # overrides made at runtime/tests apply.
-    listed = [p.strip() for p in str(settings.FS_ALLOWED_PATHS).split(",") if p.strip()]
-    if "*" in listed:
+    roots = allowed_roots()
+    if roots is None:
         return None
-    roots = [Path(p).expanduser().resolve() for p in listed]
     session_id = current_chat_session_id.get()
-    if session_id:
-        roots.append(Path(session_files_dir(session_id)).resolve())
-    return roots
+    extra = [session_files_dir(session_id)] if session_id else []
+    return [Path(r) for r in roots] + [Path(e).resolve() for e in extra]
 
 
 def readable_path(raw: str) -> Path:
