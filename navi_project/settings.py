@@ -15,7 +15,8 @@ import environ
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
-environ.Env.read_env(BASE_DIR / ".env")
+if (BASE_DIR / ".env").is_file():  # optional: every variable has a default
+    environ.Env.read_env(BASE_DIR / ".env")
 
 TESTING = "pytest" in sys.modules or env.bool("NAVI_TESTING", default=False)
 
@@ -162,6 +163,7 @@ USE_TZ = True
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = _path(env.str("STATIC_ROOT", default="staticfiles"))
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns at every start when it is missing
 # In development and tests WhiteNoise serves straight from the finders (no collectstatic step).
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG or TESTING

@@ -350,6 +350,23 @@ class TestPersistenceAndErrors:
         assert SlowTool.cancelled
 
 
+    async def test_stop_reaches_a_running_sub_agent(self, llm, session, no_planning):
+        llm.add_rule(Rule(match="delegate", turns=[
+            Turn(tool_calls=[{"name": "spawn_agent", "arguments": {"task": "sub: ramble"}}]),
+        ]))
+        llm.add_rule(Rule(match="sub: ramble", turns=[Turn(content="la " * 500, chunk_size=3, delay=0.02)]))
+        stop = asyncio.Event()
+        current_stop_event.set(stop)
+        frames = []
+        async for event in get_agent().run_stream(str(session.id), "delegate"):
+            frames.append(to_frame(event))
+            if frames[-1]["type"] == "tool_started":
+                asyncio.get_running_loop().call_later(0.3, stop.set)
+        assert types(frames)[-3:] == ["tool_started", "tool_call", "stream_stopped"]
+        assert frames[-2]["tool"] == "spawn_agent" and frames[-2]["success"] is False
+        assert llm.wait_for_disconnect(timeout=5)  # the sub-agent's LLM stream was closed
+
+
 class TestEntryPoints:
     async def test_run_returns_text_without_planning(self, llm, session):
         llm.add_rule(Rule(match="", turns=[Turn(content="Plain answer.")]))

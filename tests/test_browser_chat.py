@@ -405,3 +405,19 @@ def test_an_attached_image_is_shown_and_sent_as_base64(page, navi, live_llm, tmp
     expect(last_turn(page).locator(".bubble.assistant")).to_contain_text("what is in this picture")
     sent = [m for r in live_llm.requests for m in r.get("messages", []) if m.get("images")]
     assert sent and sent[-1]["images"][0].startswith("iVBORw0KGgo")
+
+
+def test_profile_switches_and_new_memories_are_shown_as_notices(page, navi, live_llm):
+    live_llm.add_rule(DIRECT)
+    live_llm.add_rule(Rule(match="I live in Lisbon, check my server", turns=[
+        Turn(tool_calls=[{"name": "memory_save", "arguments": {"category": "home", "key": "city", "value": "Lisbon"}}]),
+        Turn(tool_calls=[{"name": "switch_profile", "arguments": {"profile_id": "server_admin"}}]),
+        Turn(content="Noted, and switched to admin mode."),
+    ]))
+    open_new_chat(page, navi)
+    send(page, "I live in Lisbon, check my server")
+    turn = last_turn(page)
+    expect(turn.locator(".notice.memory")).to_contain_text("Remembered (home) city: Lisbon")
+    expect(turn.locator(".notice.profile")).to_contain_text("Switched to profile Server Administrator")
+    expect(page.locator(".bubble.assistant").last).to_contain_text("switched to admin mode")
+    screenshot(page, "14-notices")
