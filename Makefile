@@ -46,7 +46,7 @@ test: install-test vendor
 	$(PY) -m pytest
 
 bench: install-test vendor
-	for b in bench/*.py; do echo "==> $$b"; $(PY) $$b || exit 1; done
+	for b in bench/[!_]*.py; do echo "==> $$b"; $(PY) $$b || exit 1; done
 
 clean:
 	rm -rf $(VENV) staticfiles tests/artifacts node_modules static/vendor
