@@ -91,7 +91,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         after = (query.get("after_seq") or ["0"])[0]
         if run_id:
             self.cursor[run_id] = int(after) if after.isdigit() else 0
-            await self._request_replay(run_id, self.cursor[run_id])
+            await self._request_replay(run_id, self.cursor[run_id], announce=True)
         else:
             active = await active_run_id(session_id)
             if active:
@@ -141,7 +141,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
             if not isinstance(run_id, str) or not isinstance(after, int) or after < 0:
                 raise FrameError('resume needs {"run_id": str, "after_seq": int >= 0}')
             self.cursor[run_id] = after
-            await self._request_replay(run_id, after)
+            await self._request_replay(run_id, after, announce=True)
         elif kind == "ping":
             await self.send_json({"type": "pong"})
         else:
@@ -197,28 +197,33 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         # No process has that run any more (finished long ago, or its worker died): say so,
         # so the client reloads the history instead of waiting, then deliver what we hold.
         self.awaiting = None
-        await self.send_json({"type": "resume_unavailable", "run_id": event.get("run_id", "")})
-        await self._flush_pending()
+        if event.get("announce"):
+            await self.send_json({"type": "resume_unavailable", "run_id": event.get("run_id", "")})
+        await self._flush_pending(accept_gaps=True)  # nobody can fill them any more
 
-    async def _flush_pending(self) -> None:
+    async def _flush_pending(self, accept_gaps: bool = False) -> None:
         pending, self.pending = sorted(self.pending, key=lambda f: f["seq"]), []
         for frame in pending:
-            await self._deliver(frame)
+            await self._deliver(frame, repairing=accept_gaps)
 
     async def _deliver(self, frame: dict, repairing: bool = False) -> None:
         run_id, seq = frame["run_id"], frame["seq"]
         last = self.cursor.get(run_id, 0)
         if seq <= last:
             return  # already sent (replay overlapping live frames)
-        if seq > last + 1 and not repairing and self.awaiting is None:
-            # A frame went missing (full channel, reconnect race): fetch the gap from the buffer.
+        if seq > last + 1 and not repairing:
+            # A frame went missing (full channel, reconnect race): hold this one and fetch the
+            # gap from the run's buffer; the replay delivers both in order.
             self.pending.append(frame)
-            await self._request_replay(run_id, last)
+            if self.awaiting is None:
+                await self._request_replay(run_id, last)
             return
         self.cursor[run_id] = seq
         await self.send(text_data=json.dumps(frame))
 
-    async def _request_replay(self, run_id: str, after_seq: int) -> None:
+    async def _request_replay(self, run_id: str, after_seq: int, announce: bool = False) -> None:
+        """Ask the run's owner for its frames after `after_seq`; `announce` = tell the client
+        (resume_unavailable) if nobody has that run any more."""
         token = uuid.uuid4().hex
         self.awaiting = token
         await self.channel_layer.group_send(
@@ -235,7 +240,8 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         async def timeout() -> None:
             await asyncio.sleep(REPLAY_TIMEOUT_S)
             await self.channel_layer.send(
-                self.channel_name, {"type": "run.replay_timeout", "token": token, "run_id": run_id}
+                self.channel_name,
+                {"type": "run.replay_timeout", "token": token, "run_id": run_id, "announce": announce},
             )
 
         task = asyncio.create_task(timeout())

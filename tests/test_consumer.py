@@ -303,3 +303,30 @@ class TestAfterTheAnswer:
         frames = await receive_until(comm)
         assert finished and frames[-1]["type"] == "stream_end" and frames[-1]["content"] == "second answer"
         await comm.disconnect()
+
+
+class TestGapRepair:
+    async def test_a_frame_lost_by_the_channel_layer_is_fetched_from_the_run_buffer(
+        self, llm, session, owner_token, no_planning, monkeypatch
+    ):
+        from agent.runs import RunManager
+
+        original = RunManager.publish
+
+        async def lossy_publish(self, run, frame):
+            if run.seq + 1 == 3:  # number it and keep it in the buffer, but never send it
+                run.seq += 1
+                frame.update(run_id=run.run_id, seq=run.seq)
+                run.frames.append(frame)
+                return
+            await original(self, run, frame)
+
+        monkeypatch.setattr(RunManager, "publish", lossy_publish)
+        llm.script(Turn(content="abcdefghij" * 3, chunk_size=2, delay=0.01))
+        comm = connect(session.id, token=owner_token)
+        await comm.connect(timeout=TIMEOUT)
+        await comm.send_json_to({"type": "message", "content": "go"})
+        frames = await receive_until(comm)
+        assert [f["seq"] for f in frames] == list(range(1, len(frames) + 1))
+        assert "".join(f["delta"] for f in frames if f["type"] == "stream_delta") == "abcdefghij" * 3
+        await comm.disconnect()

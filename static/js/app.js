@@ -79,6 +79,12 @@ const sidebar = new Sidebar($("#sidebar"), {
 function receive(frame) {
   state.frames.push(frame);
   if (state.frames.length > 200) state.frames.shift();
+  if (frame.type === "resume_unavailable") {
+    // The run we were following ended while we were away and is no longer replayable:
+    // the saved history has its final state.
+    if (state.sessionId) openSession(state.sessionId);
+    return;
+  }
   if (!state.ready) state.buffer.push(frame);
   else chat.frame(frame);
 }

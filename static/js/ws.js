@@ -56,6 +56,7 @@ export class SessionSocket {
       return;
     }
     if (frame.type === "pong") return;
+    if (frame.type === "resume_unavailable") this.runOpen = false; // reconnect without resuming
     if (frame.run_id) {
       if (frame.run_id === this.runId) {
         if (frame.seq <= this.seq) return; // already shown (replay overlapping what we had)
