@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test install install-test migrate serve bench clean vendor
+.PHONY: run test install install-test migrate serve bench clean vendor lint
 
 $(VENV)/bin/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,9 @@ run: migrate vendor
 
 test: install-test vendor
 	$(PY) -m pytest
+
+lint: install-test
+	$(VENV)/bin/ruff check .
 
 bench: install-test vendor
 	for b in bench/[!_]*.py; do echo "==> $$b"; $(PY) $$b || exit 1; done

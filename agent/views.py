@@ -10,7 +10,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
-from agent.consumers import FrameError, MAX_CONTENT_CHARS, decode_image
+from agent.consumers import MAX_CONTENT_CHARS, FrameError, decode_image
 from agent.llm import LLMModelMissing, LLMUnreachable
 from agent.models import Profile
 from agent.registry import get_agent

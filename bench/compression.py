@@ -73,12 +73,11 @@ async def _compress_once(session_id: str, backend) -> tuple[float, float, int, i
 
 
 def main() -> None:
-    from tests.llm_server import LLMServer, Turn
-
     from django.conf import settings
     from django.contrib.auth import get_user_model
 
     from agent.llm.ollama_backend import OllamaBackend
+    from tests.llm_server import LLMServer, Turn
 
     server = LLMServer().start()
     settings.OLLAMA_HOST = server.url

@@ -23,7 +23,8 @@ class MemoryAppConfig(AppConfig):
     def ready(self) -> None:
         from agent import compression, prompts
         from navi_project import startup
-        from sessions_app import cleanup, services as session_services
+        from sessions_app import cleanup
+        from sessions_app import services as session_services
 
         from . import background, services
 

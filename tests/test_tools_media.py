@@ -245,7 +245,6 @@ async def test_reflect_llm_down_is_readable(session, no_planning):
 # --- every tool of this part, end to end over the WebSocket --------------------------------
 async def test_tools_end_to_end_over_websocket(llm, settings, session, owner_token, no_planning, web_server, monkeypatch):  # noqa: F811
     import ddgs.ddgs
-
     from channels.testing import WebsocketCommunicator
 
     from navi_project.asgi import application

@@ -3,7 +3,6 @@ the whole story through the agent loop (write → use in the next message → br
 
 from __future__ import annotations
 
-
 import pytest
 
 from agent.events import to_frame

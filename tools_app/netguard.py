@@ -109,7 +109,7 @@ def parse_url(url: str) -> httpx.URL:
     try:
         parsed = httpx.URL(url.strip())
     except Exception as exc:  # httpx.InvalidURL and friends
-        raise URLRefused(f"invalid URL ({exc}); give a full http:// or https:// URL with a normal hostname")
+        raise URLRefused(f"invalid URL ({exc}); give a full http:// or https:// URL with a normal hostname") from None
     if parsed.scheme not in ("http", "https"):
         raise URLRefused(f"scheme '{parsed.scheme or '(none)'}' is not allowed; only http and https URLs can be fetched")
     host = parsed.host
