@@ -264,6 +264,20 @@ def test_a_dropped_socket_resumes_from_the_last_seq(page, navi, live_llm):
     assert page.evaluate("window.navi.socket.attempt") == 0
 
 
+def test_a_second_tab_shows_a_run_started_in_the_first(page, navi, live_llm):
+    live_llm.add_rule(DIRECT)
+    live_llm.add_rule(Rule(match="two tabs", turns=[Turn(content=COUNT, chunk_size=6, delay=0.03)]))
+    sid = open_new_chat(page, navi)
+    other = page.context.new_page()
+    other.goto(f"{navi.url}/#{sid}")
+    other.wait_for_function("() => document.body.dataset.ready === '1' && window.navi.socket.ws.readyState === 1")
+    send(page, "two tabs")
+    expect(other.locator(".group.user").last).to_contain_text("two tabs")
+    expect(other.locator(".bubble.assistant").last).to_contain_text(COUNT.strip()[-12:])
+    assert other.locator(".group.user").count() == 1
+    other.close()
+
+
 EVIL = (
     'Look <img src=x onerror="window.__pwned=1"> and [click](javascript:window.__pwned=2) and '
     '![remote](http://198.51.100.7/pixel.png) and <a href="javascript:window.__pwned=3">raw</a> '
