@@ -50,6 +50,15 @@ def connect(session_id, token=None, origin=None, cookie=None, query=""):
     return WebsocketCommunicator(application, path, headers=headers)
 
 
+async def send_message(session, token: str, content: str) -> WebsocketCommunicator:
+    """A connected socket on which `content` was just sent as a message."""
+    comm = connect(session.id, token=token)
+    connected, _ = await comm.connect(timeout=TIMEOUT)
+    assert connected
+    await comm.send_json_to({"type": "message", "content": content})
+    return comm
+
+
 async def receive_until(comm, last_type="stream_end", timeout=TIMEOUT) -> list[dict]:
     frames = []
     while True:
@@ -148,9 +157,7 @@ class TestFrames:
 
     async def test_a_second_message_during_a_run_is_refused_and_nothing_is_lost(self, llm, session, owner_token, no_planning):
         llm.script(Turn(content="slow " * 30, chunk_size=5, delay=0.03))
-        comm = connect(session.id, token=owner_token)
-        await comm.connect(timeout=TIMEOUT)
-        await comm.send_json_to({"type": "message", "content": "first"})
+        comm = await send_message(session, owner_token, "first")
         first = json.loads(await comm.receive_from(timeout=TIMEOUT))
         await comm.send_json_to({"type": "message", "content": "second"})
         frames = [first] + await receive_until(comm)
@@ -167,9 +174,7 @@ class TestReconnect:
     async def test_a_socket_joining_mid_run_gets_every_frame_exactly_once(self, llm, session, owner_token, no_planning):
         text = "".join(f"w{i} " for i in range(60))
         llm.script(Turn(content=text, chunk_size=3, delay=0.01))
-        first = connect(session.id, token=owner_token)
-        await first.connect(timeout=TIMEOUT)
-        await first.send_json_to({"type": "message", "content": "go"})
+        first = await send_message(session, owner_token, "go")
         for _ in range(10):
             await first.receive_from(timeout=TIMEOUT)
         late = connect(session.id, token=owner_token)
@@ -184,9 +189,7 @@ class TestReconnect:
     async def test_resume_after_a_sequence_number(self, llm, session, owner_token, no_planning):
         text = "".join(f"t{i} " for i in range(50))
         llm.script(Turn(content=text, chunk_size=2, delay=0.01))
-        comm = connect(session.id, token=owner_token)
-        await comm.connect(timeout=TIMEOUT)
-        await comm.send_json_to({"type": "message", "content": "go"})
+        comm = await send_message(session, owner_token, "go")
         got = [json.loads(await comm.receive_from(timeout=TIMEOUT)) for _ in range(8)]
         await comm.disconnect()
         run_id, after = got[-1]["run_id"], got[-1]["seq"]
@@ -200,9 +203,7 @@ class TestReconnect:
 
     async def test_closing_the_socket_does_not_stop_the_run(self, llm, session, owner_token, no_planning):
         llm.script(Turn(content="a" * 60, chunk_size=2, delay=0.01))
-        comm = connect(session.id, token=owner_token)
-        await comm.connect(timeout=TIMEOUT)
-        await comm.send_json_to({"type": "message", "content": "go"})
+        comm = await send_message(session, owner_token, "go")
         await comm.receive_from(timeout=TIMEOUT)
         await comm.disconnect()
         for _ in range(200):
@@ -216,9 +217,7 @@ class TestReconnect:
 class TestStopAndRest:
     async def test_stop_frame(self, llm, session, owner_token, no_planning):
         llm.script(Turn(content="word " * 300, chunk_size=5, delay=0.02))
-        comm = connect(session.id, token=owner_token)
-        await comm.connect(timeout=TIMEOUT)
-        await comm.send_json_to({"type": "message", "content": "talk"})
+        comm = await send_message(session, owner_token, "talk")
         await comm.receive_from(timeout=TIMEOUT)
         await comm.receive_from(timeout=TIMEOUT)
         await comm.send_json_to({"type": "stop"})
@@ -233,9 +232,7 @@ class TestStopAndRest:
         llm.script(Turn(content="word " * 300, chunk_size=5, delay=0.02))
         http = TokenClient(owner_token)
         assert (await http.post(f"/sessions/{session.id}/stop")).json() == {"ok": False, "reason": "no active run"}
-        comm = connect(session.id, token=owner_token)
-        await comm.connect(timeout=TIMEOUT)
-        await comm.send_json_to({"type": "message", "content": "talk"})
+        comm = await send_message(session, owner_token, "talk")
         await comm.receive_from(timeout=TIMEOUT)
         response = await http.post(f"/sessions/{session.id}/stop")
         assert response.status_code == 200 and response.json() == {"ok": True}
@@ -252,9 +249,7 @@ class TestStopAndRest:
 
     async def test_post_messages_is_409_during_a_run(self, llm, session, owner_token, no_planning):
         llm.script(Turn(content="slow " * 40, chunk_size=5, delay=0.03))
-        comm = connect(session.id, token=owner_token)
-        await comm.connect(timeout=TIMEOUT)
-        await comm.send_json_to({"type": "message", "content": "first"})
+        comm = await send_message(session, owner_token, "first")
         await comm.receive_from(timeout=TIMEOUT)
         http = TokenClient(owner_token)
         response = await http.post(f"/sessions/{session.id}/messages", {"content": "hi"}, content_type="application/json")
@@ -295,9 +290,7 @@ class TestAfterTheAnswer:
 
         monkeypatch.setattr(workers, "post_turn_workers", [SlowWorker()])
         llm.script(Turn(content="first answer"), Turn(content="second answer"))
-        comm = connect(session.id, token=owner_token)
-        await comm.connect(timeout=TIMEOUT)
-        await comm.send_json_to({"type": "message", "content": "one"})
+        comm = await send_message(session, owner_token, "one")
         await receive_until(comm)
         await comm.send_json_to({"type": "message", "content": "two"})  # the worker is still busy
         frames = await receive_until(comm)
@@ -323,9 +316,7 @@ class TestGapRepair:
 
         monkeypatch.setattr(RunManager, "publish", lossy_publish)
         llm.script(Turn(content="abcdefghij" * 3, chunk_size=2, delay=0.01))
-        comm = connect(session.id, token=owner_token)
-        await comm.connect(timeout=TIMEOUT)
-        await comm.send_json_to({"type": "message", "content": "go"})
+        comm = await send_message(session, owner_token, "go")
         frames = await receive_until(comm)
         assert [f["seq"] for f in frames] == list(range(1, len(frames) + 1))
         assert "".join(f["delta"] for f in frames if f["type"] == "stream_delta") == "abcdefghij" * 3
