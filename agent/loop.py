@@ -76,6 +76,7 @@ class Agent:
         await conv.add(ChatMessage(role="user", content=user_message, images=list(images or [])))
         profile = await _load_profile(conv.profile_id)
         backend = self.backends.get(profile.llm_backend)
+        await self.tools.refresh_user_tools()  # tools written or toggled elsewhere since
         for event in await self._workers(workers.pre_turn_workers, conv, profile, "pre"):
             yield event
         if planning and profile.planning_enabled:

@@ -16,6 +16,7 @@ _agent: Agent | None = None
 
 def build_default_registries() -> Agent:
     from tools_app.builtin import builtin_tools
+    from tools_app.loader import fingerprint as user_tool_fingerprint
     from tools_app.loader import load_user_tools
 
     backends = BackendRegistry()
@@ -23,6 +24,7 @@ def build_default_registries() -> Agent:
     backends.register(OpenAIBackend())
     tools = ToolRegistry()
     tools.user_tool_loader = load_user_tools
+    tools.user_tool_fingerprint = user_tool_fingerprint
     agent = Agent(tools, backends)
     for tool in builtin_tools(agent):
         tools.register(tool, builtin=True)

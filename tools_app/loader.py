@@ -229,6 +229,19 @@ def load_user_tools() -> LoadResult:
         return pool.submit(_load_closing_db).result()
 
 
+def fingerprint() -> tuple:
+    """What user tools look like now (files and UserTool rows): another worker's write_tool,
+    delete or an admin enable/disable changes it, so each process knows to reload."""
+    from .models import UserTool
+
+    files = tuple(sorted((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in tool_files()))
+    try:
+        rows = tuple(UserTool.objects.order_by("name").values_list("name", "enabled", "updated_at"))
+    except Exception:  # no table yet: files alone decide
+        rows = ()
+    return files, rows
+
+
 def _load_closing_db() -> LoadResult:
     from django.db import connections
 

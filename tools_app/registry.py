@@ -12,6 +12,7 @@ import logging
 from typing import Any, Callable, Iterable
 
 import jsonschema
+from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from .base import Tool, ToolResult
@@ -25,6 +26,9 @@ class ToolRegistry:
         self._builtin_names: set[str] = set()
         # Set by the user-tool loader: () -> LoadResult-like with `.loaded` and `.errors`.
         self.user_tool_loader: Callable[[], Any] | None = None
+        # () -> a value that changes when user tools change on disk or in the table (sync).
+        self.user_tool_fingerprint: Callable[[], Any] | None = None
+        self._fingerprint: Any = None
         # What the last reload returned (failed files and their errors, for list_tools).
         self.last_user_load: Any = None
 
@@ -54,10 +58,21 @@ class ToolRegistry:
     def all(self) -> list[Tool]:
         return [self._tools[n] for n in sorted(self._tools)]
 
+    async def refresh_user_tools(self) -> None:
+        """Reload when user tools changed since the last load — possibly in another worker
+        process (write_tool there, or an admin toggle): every run starts with the current set."""
+        if self.user_tool_fingerprint is None:
+            return
+        # sync_to_async: the ORM work runs where Django's async ORM calls run.
+        if await sync_to_async(self.user_tool_fingerprint)() != self._fingerprint:
+            await sync_to_async(self.reload_user_tools)()
+
     def reload_user_tools(self) -> Any:
         """Drop every non-builtin tool and load user tools again (seeds' hot reload)."""
         # Load first, then swap: a slow reload never leaves a window without user tools.
         result = self.user_tool_loader() if self.user_tool_loader is not None else None
+        if self.user_tool_fingerprint is not None:
+            self._fingerprint = _call_off_loop(self.user_tool_fingerprint)
         for name in self.user_tool_names():
             self._tools.pop(name, None)
         if result is None:
@@ -110,6 +125,26 @@ class ToolRegistry:
         if not isinstance(result, ToolResult):
             result = ToolResult(True, output=str(result))
         return result
+
+
+def _call_off_loop(fn: Callable[[], Any]) -> Any:
+    """Call a sync (ORM-using) function, in a worker thread when on the event loop's thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return fn()
+    from concurrent.futures import ThreadPoolExecutor
+
+    def closing() -> Any:
+        from django.db import connections
+
+        try:
+            return fn()
+        finally:
+            connections.close_all()  # this thread ends now; so does its connection
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(closing).result()
 
 
 def _parse_arguments(arguments: Any) -> tuple[dict, str | None]:
