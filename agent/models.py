@@ -23,6 +23,8 @@ class Profile(models.Model):
     planning_enabled = models.BooleanField(default=False)
     llm_backend = models.CharField(max_length=32, default="ollama")
     scratchpad_sections = models.JSONField(default=list, blank=True)
+    # {tool name: "allow" | "ask" | "deny"}; a tool not listed follows agent.policy.DEFAULTS.
+    tool_policy = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["id"]
@@ -49,4 +51,59 @@ class Profile(models.Model):
             "planning_enabled": self.planning_enabled,
             "llm_backend": self.llm_backend,
             "scratchpad_sections": list(self.scratchpad_sections),
+            "tool_policy": dict(self.tool_policy or {}),
         }
+
+
+class ToolCallRecord(models.Model):
+    """Audit: one row per tool call the model made — who, where, what, the decision, the outcome.
+    A pending approval is a row with decision=pending; answering it is a conditional UPDATE, so
+    the first answer wins whichever socket, worker or REST client sends it."""
+
+    class Decision(models.TextChoices):
+        PENDING = "pending"  # waiting for the owner
+        ALLOWED = "allowed"  # the policy allows it
+        APPROVED = "approved"  # the owner approved it (or "always in this chat")
+        DENIED = "denied"  # the owner declined
+        TIMED_OUT = "timed_out"  # nobody answered within APPROVAL_TIMEOUT_S
+        CANCELLED = "cancelled"  # the run was stopped while waiting
+        REFUSED = "refused"  # the policy says deny, or the user lacks the permission
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
+    # The chat session (a sub-agent's calls are recorded under its parent's session).
+    session = models.ForeignKey("sessions_app.Session", null=True, blank=True, on_delete=models.SET_NULL)
+    run_id = models.CharField(max_length=64, blank=True, db_index=True)
+    profile_id = models.CharField(max_length=64, blank=True)
+    tool = models.CharField(max_length=100, db_index=True)
+    arguments = models.JSONField(default=dict, blank=True)
+    is_subagent = models.BooleanField(default=False)
+    decision = models.CharField(max_length=16, choices=Decision.choices, db_index=True)
+    reason = models.TextField(blank=True)
+    approval_id = models.CharField(max_length=64, blank=True, db_index=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    success = models.BooleanField(null=True)
+    duration_ms = models.PositiveIntegerField(null=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.tool} ({self.decision})"
+
+
+class SessionToolGrant(models.Model):
+    """"Always in this chat": the owner approved a tool for the rest of one session."""
+
+    session = models.ForeignKey("sessions_app.Session", on_delete=models.CASCADE, related_name="tool_grants")
+    tool = models.CharField(max_length=100)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["session", "tool"], name="session_tool_grant_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.tool} in {self.session_id}"
