@@ -26,6 +26,30 @@ class Profile(models.Model):
     # {tool name: "allow" | "ask" | "deny"}; a tool not listed follows agent.policy.DEFAULTS.
     tool_policy = models.JSONField(default=dict, blank=True)
 
+    # --- small models (agent.toolcalls, agent.toolselect) -------------------------------------
+    class Planning(models.TextChoices):
+        ALWAYS = "always"
+        AUTO = "auto"  # skip the planning call for short single-request messages
+        NEVER = "never"
+
+    # Used when planning_enabled is on (planning_enabled off = never).
+    planning = models.CharField(max_length=8, choices=Planning.choices, default=Planning.AUTO)
+    recover_tool_calls = models.BooleanField(
+        default=True, help_text="Run tool calls the model wrote as text (<tool_call>, JSON, name(arg=...))."
+    )
+    repair_arguments = models.BooleanField(
+        default=True, help_text="Repair almost-valid tool arguments (lenient JSON, types from the schema)."
+    )
+    max_tools = models.PositiveIntegerField(
+        default=0, help_text="Offer at most this many tools per turn, the most relevant ones (0 = all)."
+    )
+    compact_schemas = models.BooleanField(
+        default=False, help_text="Send tool schemas without descriptions of parameters (fewer tokens)."
+    )
+    context_window = models.PositiveIntegerField(
+        default=0, help_text="Tokens of the model's window when the server does not say (0 = ask the server)."
+    )
+
     class Meta:
         ordering = ["id"]
 
@@ -52,7 +76,18 @@ class Profile(models.Model):
             "llm_backend": self.llm_backend,
             "scratchpad_sections": list(self.scratchpad_sections),
             "tool_policy": dict(self.tool_policy or {}),
+            "planning": self.planning_mode,
+            "recover_tool_calls": self.recover_tool_calls,
+            "repair_arguments": self.repair_arguments,
+            "max_tools": self.max_tools,
+            "compact_schemas": self.compact_schemas,
+            "context_window": self.context_window,
         }
+
+    @property
+    def planning_mode(self) -> str:
+        """always | auto | never: `planning_enabled` is the switch, `planning` the mode."""
+        return self.planning if self.planning_enabled else self.Planning.NEVER
 
 
 class ToolCallRecord(models.Model):
@@ -93,6 +128,27 @@ class ToolCallRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool} ({self.decision})"
+
+
+class ModelReliability(models.Model):
+    """How well a model calls tools: counters per backend and model, shown in the admin and /debug."""
+
+    backend = models.CharField(max_length=32)
+    model = models.CharField(max_length=200)
+    native_calls = models.PositiveIntegerField(default=0)
+    recovered_calls = models.PositiveIntegerField(default=0)  # written as text, run anyway
+    repaired_arguments = models.PositiveIntegerField(default=0)
+    refused_calls = models.PositiveIntegerField(default=0)  # arguments that could not be repaired
+    unknown_tools = models.PositiveIntegerField(default=0)
+    broken_loops = models.PositiveIntegerField(default=0)  # the same failing call twice in a row
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["backend", "model"], name="model_reliability_unique")]
+        verbose_name_plural = "model reliability"
+
+    def __str__(self) -> str:
+        return f"{self.model} ({self.backend})"
 
 
 class SessionToolGrant(models.Model):
