@@ -174,6 +174,11 @@ class Evaluation:
         return self.data_dir / "user_tools"
 
     @property
+    def workspace(self) -> Path:
+        """The owner's own workspace (NAVI_WORKSPACE/<user id>)."""
+        return self.data_dir / "workspace" / str(self.owner_id)
+
+    @property
     def db(self) -> Path:
         return self.data_dir / "navi.db"
 
@@ -189,9 +194,8 @@ class Evaluation:
 
     def _reset(self) -> None:
         """A clean workspace, no memory, only the installed user tool, no web posts."""
-        workspace = self.data_dir / "workspace"
-        shutil.rmtree(workspace, ignore_errors=True)
-        workspace.mkdir()
+        shutil.rmtree(self.data_dir / "workspace", ignore_errors=True)
+        self.workspace.mkdir(parents=True, mode=0o700)
         for path in self.tools_dir.iterdir():
             if path.name != "shout.py":
                 shutil.rmtree(path) if path.is_dir() else path.unlink()
@@ -219,7 +223,7 @@ class Evaluation:
     async def run_task(self, task: Task, mode: str) -> dict:
         self._reset()
         session_id = self.navi.create_session(f"eval-{mode}")
-        run = Run(db=self.db, workspace=self.data_dir / "workspace", tools_dir=self.tools_dir,
+        run = Run(db=self.db, workspace=self.workspace, tools_dir=self.tools_dir,
                   owner_id=self.owner_id, session_id=session_id, web=self.web)
         if task.setup:
             task.setup(run)
