@@ -5,10 +5,10 @@
         [--tasks N | --only todo_create,file_write] [--modes navi,plain] [--timeout 240] [--out results.json]
 
 A real Navi server (daphne, temp dir, `tests.live_server.LiveNavi`) talks to the model through a
-counting proxy (`bench/llm_proxy.py`); the bench is the user: for each task and mode it opens a
+counting proxy (`bench/_llm_proxy.py`); the bench is the user: for each task and mode it opens a
 fresh session on the mode's profile, sends the task's messages over the WebSocket, approves
 whatever asks (nothing should: every tool is `allow`), and on the deadline presses Stop. Then the
-task's checker reads the end state (`bench/eval_tasks.py`). The workspace, memory and user tools
+task's checker reads the end state (`bench/_eval_tasks.py`). The workspace, memory and user tools
 are reset before every run. Modes are profiles:
 
   navi   planning auto, text tool-call recovery, argument repair, at most --max-tools tools
@@ -43,8 +43,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.eval_tasks import SHOUT_TOOL, TASKS, Run, Task, WebFixture  # noqa: E402
-from bench.llm_proxy import LLMProxy  # noqa: E402
+from bench._eval_tasks import SHOUT_TOOL, TASKS, Run, Task, WebFixture  # noqa: E402
+from bench._llm_proxy import LLMProxy  # noqa: E402
 from tests.live_server import LiveNavi  # noqa: E402
 
 TERMINAL = ("stream_end", "stream_stopped", "error")
