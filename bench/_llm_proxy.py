@@ -34,6 +34,7 @@ class CallRecord:
     completion_tokens: int | None = None
     content: str = ""
     tool_calls: list[dict] = field(default_factory=list)
+    usage_estimated: bool = False  # the server reported none: counted with its tokenizer
     request: dict | None = None  # kept only when the proxy keeps requests (corpus capture)
 
     @property
@@ -55,6 +56,7 @@ class LLMProxy:
         self.label = ""
         self.records: list[CallRecord] = []
         self._lock = threading.Lock()
+        self._tokenizer: bool | None = None  # False once the server turned out to have none
         self._httpd: ThreadingHTTPServer | None = None
 
     def start(self) -> "LLMProxy":
@@ -93,6 +95,38 @@ class LLMProxy:
     def connection(self) -> http.client.HTTPConnection:
         cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
         return cls(self.host, self.port, timeout=3600)
+
+    def estimate_usage(self, record: CallRecord, body: dict) -> None:
+        """Streamed answers of llama-cpp-python's server carry no usage: count the tokens of the
+        messages, tools and output with the server's own tokenizer (`/extras/tokenize/count`),
+        when it has one. The chat template's few tokens are not counted."""
+        parts = [f"{m.get('role')}\n{_text(m.get('content'))}" for m in body.get("messages") or []]
+        prompt = "\n".join(parts) + (json.dumps(body["tools"]) if body.get("tools") else "")
+        output = record.content + "".join(json.dumps(c) for c in record.tool_calls)
+        counts = [self._count(prompt), self._count(output) if output else 0]
+        if None not in counts:
+            record.prompt_tokens, record.completion_tokens = counts
+            record.usage_estimated = True
+
+    def _count(self, text: str) -> int | None:
+        if self._tokenizer is False:
+            return None
+        root = self.prefix.rsplit("/v1", 1)[0]
+        conn = self.connection()
+        try:
+            conn.request("POST", root + "/extras/tokenize/count", body=json.dumps({"input": text}).encode(),
+                         headers={"Content-Type": "application/json"})
+            response = conn.getresponse()
+            data = response.read()
+            if response.status != 200:
+                self._tokenizer = False
+                return None
+            return int(json.loads(data)["count"])
+        except (OSError, ValueError, KeyError):
+            self._tokenizer = False
+            return None
+        finally:
+            conn.close()
 
     def rewrite(self, body: dict) -> dict:
         """Cap generation when asked (a small model can ramble until the window is full)."""
@@ -151,6 +185,8 @@ class _Handler(BaseHTTPRequestHandler):
         if record:
             record.status, record.ended = response.status, time.time()
             _parse_output(record, data, response.getheader("Content-Type") or "")
+            if record.prompt_tokens is None and response.status == 200:
+                proxy.estimate_usage(record, body)
             proxy._add(record)
 
     def _reply(self, status: int, body: bytes) -> None:
@@ -215,6 +251,12 @@ def _parse_output(record: CallRecord, data: bytes, content_type: str) -> None:
                 args = fn.get("arguments")
                 slot["arguments"] = args if isinstance(args, dict) else slot["arguments"] + (args or "")
     record.tool_calls = [calls[i] for i in sorted(calls)]
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content if isinstance(content, str) else ""
 
 
 def _json(text: str) -> dict | None:

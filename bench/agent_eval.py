@@ -258,6 +258,7 @@ class Evaluation:
             "prompt_tokens": sum(r.prompt_tokens or 0 for r in records),
             "completion_tokens": sum(r.completion_tokens or 0 for r in records),
             "usage_reported": all(r.prompt_tokens is not None for r in records),
+            "usage_estimated": any(r.usage_estimated for r in records),
             "tool_calls": self._calls(session_id, run.calls),
             "plan": any(f["type"] == "plan_ready" for f in frames),
             "approvals": sum(1 for f in frames if f["type"] == "approval_required"),
@@ -360,6 +361,7 @@ def summarise(results: list[dict], modes: tuple[str, ...]) -> dict[str, dict]:
             "prompt_tokens_per_task": round(sum(r["prompt_tokens"] for r in rows) / n),
             "completion_tokens_per_task": round(sum(r["completion_tokens"] for r in rows) / n),
             "usage_reported": all(r["usage_reported"] for r in rows),
+            "usage_estimated": any(r["usage_estimated"] for r in rows),
             "wall_s_per_task": round(sum(r["wall_s"] for r in rows) / n, 1),
             "wall_s_median": round(statistics.median(r["wall_s"] for r in rows), 1),
             "timeouts": sum(r["timed_out"] for r in rows),
@@ -382,8 +384,8 @@ def table(summary: dict[str, dict], results: list[dict]) -> str:
         ("valid tool calls", lambda s: pct(s["valid_calls"], s["tool_calls"])),
         ("tool calls / task", lambda s: f"{s['tool_calls'] / s['tasks']:.2f}"),
         ("LLM calls / task", lambda s: f"{s['llm_calls_per_task']:.2f}"),
-        ("prompt tokens / task", lambda s: f"{s['prompt_tokens_per_task']}" + ("" if s["usage_reported"] else "*")),
-        ("completion tokens / task", lambda s: f"{s['completion_tokens_per_task']}" + ("" if s["usage_reported"] else "*")),
+        ("prompt tokens / task", lambda s: f"{s['prompt_tokens_per_task']}" + _mark(s)),
+        ("completion tokens / task", lambda s: f"{s['completion_tokens_per_task']}" + _mark(s)),
         ("wall s / task (median)", lambda s: f"{s['wall_s_per_task']:.1f} ({s['wall_s_median']:.1f})"),
         ("timeouts / run errors", lambda s: f"{s['timeouts']} / {s['errors']}"),
         ("plans made", lambda s: str(s["plans"])),
@@ -397,9 +399,15 @@ def table(summary: dict[str, dict], results: list[dict]) -> str:
     for name, per_mode in by_task.items():
         cells = "".join(f"{('ok' if per_mode[m]['success'] else '-') if m in per_mode else '':>22}" for m in modes)
         lines.append(f"{name:28}{cells}")
-    if any(not s["usage_reported"] for s in summary.values()):
-        lines.append("* the server did not report usage for every call")
+    if any(_mark(s) for s in summary.values()):
+        lines.append("* the server did not report usage for every call; ~ counted with the server's tokenizer")
     return "\n".join(lines)
+
+
+def _mark(mode_summary: dict) -> str:
+    if not mode_summary["usage_reported"]:
+        return "*"
+    return "~" if mode_summary["usage_estimated"] else ""
 
 
 def select_tasks(count: int | None, only: str | None) -> list[Task]:
