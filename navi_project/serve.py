@@ -25,7 +25,10 @@ from twisted.web.http import RESPONSES
 from navi_project import bodylimit
 
 log = logging.getLogger("navi_project.serve")  # not "__main__" under python -m
-LINGER_S = 2.0  # after a refusal, keep draining (unbuffered) so the client can read the answer
+# After a refusal the rest of the body is read and dropped for a little while, so that a client
+# which only reads after sending still gets the answer; then the connection is closed.
+LINGER_S = 2.0
+LINGER_MAX_BYTES = 8 * 1024 * 1024
 
 
 class LimitedWebRequest(WebRequest):
@@ -100,8 +103,7 @@ class LimitedWebRequest(WebRequest):
             self._refuse((503, "could not check the request's credentials; try again"))
 
     def _refuse(self, refusal: bodylimit.Refusal) -> None:
-        """Answer now and close. Until then the rest of the body is read and dropped (not
-        stored), so a client that only reads after sending still gets the answer."""
+        """Answer now, drop whatever body still arrives (LINGER_S / LINGER_MAX_BYTES), close."""
         self._refused = True
         self.content = getattr(self, "content", None) or BytesIO()
         self.requestHeaders.removeHeader(b"expect")  # no "100 Continue" after the answer
@@ -111,14 +113,23 @@ class LimitedWebRequest(WebRequest):
             b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
             b"Connection: close\r\n\r\n%s" % (status, RESPONSES.get(status, b"Error"), len(body), body)
         )
-        channel.dataReceived = _discard
+        channel.dataReceived = _discarder(channel.transport)
         channel.transport.resumeProducing()
         reactor.callLater(LINGER_S, channel.transport.loseConnection)
         log.warning("refused a request body (%d): %s", status, refusal[1])
 
 
-def _discard(data: bytes) -> None:
-    pass
+def _discarder(transport):
+    """A dataReceived that drops the data and closes after LINGER_MAX_BYTES."""
+    dropped = 0
+
+    def discard(data: bytes) -> None:
+        nonlocal dropped
+        dropped += len(data)
+        if dropped > LINGER_MAX_BYTES:
+            transport.loseConnection()
+
+    return discard
 
 
 class LimitedHTTPFactory(HTTPFactory):
