@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import httpx
 from asgiref.sync import async_to_sync
@@ -47,17 +48,35 @@ def _check_llm() -> str:
         return f"unreachable at {settings.OLLAMA_HOST} — is `ollama serve` running?"
 
 
+LLM_PROBE_TTL_S = 10.0
+_llm_probe_cache: dict[str, tuple[float, str]] = {}
+
+
+def _cached(key: str, probe) -> str:
+    """The probe's answer, reused for LLM_PROBE_TTL_S: /health is public, and a flood of it
+    must not become a flood of requests to the LLM server."""
+    now = time.monotonic()
+    hit = _llm_probe_cache.get(key)
+    if hit is not None and now - hit[0] < LLM_PROBE_TTL_S:
+        return hit[1]
+    answer = probe()
+    _llm_probe_cache[key] = (now, answer)
+    return answer
+
+
 @require_GET
 def health(request: HttpRequest) -> JsonResponse:
-    """Liveness plus dependencies. Public (no login) so monitors can use it; reveals no data."""
-    return JsonResponse(
-        {
-            "status": "ok",
-            "db": _check_db(),
-            "channel_layer": _check_channel_layer(),
-            "llm": _check_llm(),
-        }
-    )
+    """Liveness for everyone (monitors need no login); which dependency is down, and where the
+    LLM lives, only for signed-in users: anonymous callers get the status word alone."""
+    report = {
+        "status": "ok",
+        "db": _check_db(),
+        "channel_layer": _check_channel_layer(),
+        "llm": _cached(f"llm:{settings.OLLAMA_HOST}", _check_llm),
+    }
+    if not request.user.is_authenticated:
+        report = {"status": report["status"]}
+    return JsonResponse(report)
 
 
 def csrf_failure(request: HttpRequest, reason: str = "") -> JsonResponse:

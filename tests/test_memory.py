@@ -275,7 +275,7 @@ async def test_extraction_frames_reach_the_session_socket(owner, session):
     from navi_project.asgi import application
 
     communicator = WebsocketCommunicator(
-        application, f"/ws/sessions/{session.pk}", headers=[(b"origin", b"http://testserver")]
+        application, f"/ws/sessions/{session.pk}", headers=[(b"origin", b"http://testserver"), (b"host", b"testserver")]
     )
     communicator.scope["user"] = owner
     connected, _ = await communicator.connect()

@@ -18,17 +18,20 @@ def _json(response):
 
 
 class TestHealth:
-    def test_it_is_public_and_reports_dependencies(self, anon_client):
+    def test_it_is_public_but_tells_anonymous_callers_only_the_status(self, anon_client):
         response = anon_client.get("/health")
         assert response.status_code == 200
-        body = _json(response)
+        assert _json(response) == {"status": "ok"}
+
+    def test_it_reports_dependencies_to_signed_in_users(self, owner_client):
+        body = _json(owner_client.get("/health"))
         assert body["status"] == "ok"
         assert body["db"] == "ok"
         assert body["channel_layer"] == "ok"
         assert "ollama serve" in body["llm"]  # nothing listens on the test OLLAMA_HOST
 
-    def test_it_reports_a_reachable_llm(self, anon_client, llm):
-        assert _json(anon_client.get("/health"))["llm"] == "ok"
+    def test_it_reports_a_reachable_llm(self, owner_client, llm):
+        assert _json(owner_client.get("/health"))["llm"] == "ok"
 
 
 class TestAuth:
