@@ -104,10 +104,13 @@ def send(page, text: str) -> None:
 
 
 def terminal_rule(match: str, command: str = "ls", answer: str = "Here are your files.") -> Rule:
-    return Rule(match=match, turns=[
-        Turn(tool_calls=[{"name": "terminal", "arguments": {"command": command}}]),
-        Turn(content=answer),
-    ])
+    return Rule(
+        match=match,
+        turns=[
+            Turn(tool_calls=[{"name": "terminal", "arguments": {"command": command}}]),
+            Turn(content=answer),
+        ],
+    )
 
 
 def tool_results(live_llm) -> list[str]:
@@ -157,7 +160,9 @@ def test_approve_runs_the_tool_and_the_answer_follows(page, navi, live_llm):
 
 
 def test_deny_tells_the_model_and_the_card_says_denied(page, navi, live_llm):
-    live_llm.add_rule(terminal_rule("delete the logs", command="rm -rf /var/log/app", answer="Understood, I left them alone."))
+    live_llm.add_rule(
+        terminal_rule("delete the logs", command="rm -rf /var/log/app", answer="Understood, I left them alone.")
+    )
     open_new_chat(page, navi)
     send(page, "delete the logs")
     card = page.locator(CARD)
@@ -335,8 +340,16 @@ node => {
   return (hi + 0.05) / (lo + 0.05);
 }
 """
-CARD_TEXTS = (".approval-title", ".approval-title .tool-name", ".approval-reason", ".label", ".approval-args",
-              "button.approve", "button.deny", "button.remember")
+CARD_TEXTS = (
+    ".approval-title",
+    ".approval-title .tool-name",
+    ".approval-reason",
+    ".label",
+    ".approval-args",
+    "button.approve",
+    "button.deny",
+    "button.remember",
+)
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
