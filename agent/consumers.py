@@ -19,6 +19,7 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from agent import approvals
 from agent.runs import RunActive, active_run_id, control_group, frames_group, get_run_manager
 from sessions_app.models import Session
 
@@ -142,10 +143,12 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
                 raise FrameError('resume needs {"run_id": str, "after_seq": int >= 0}')
             self.cursor[run_id] = after
             await self._request_replay(run_id, after, announce=True)
+        elif kind == "approval":
+            await self._answer_approval(content)
         elif kind == "ping":
             await self.send_json({"type": "pong"})
         else:
-            raise FrameError(f"unknown frame type {kind!r}; expected message, stop, resume or ping")
+            raise FrameError(f"unknown frame type {kind!r}; expected message, stop, resume, approval or ping")
 
     async def _start_run(self, frame: dict) -> None:
         text = frame.get("content")
@@ -169,6 +172,17 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
             await get_run_manager().start(self.session_id, text, images)
         except RunActive as exc:
             await self._error(str(exc))
+
+    async def _answer_approval(self, frame: dict) -> None:
+        """The owner's answer to a pending approval (any socket of the session, any worker).
+        The run announces the outcome with approval_resolved to every socket."""
+        user = self.scope["user"]
+        try:
+            await approvals.answer(
+                self.session_id, frame.get("approval_id"), frame.get("decision"), frame.get("remember"), user.pk
+            )
+        except (ValueError, approvals.ApprovalNotFound, approvals.ApprovalAlreadyAnswered) as exc:
+            raise FrameError(str(exc)) from None
 
     # --- frames from the channel layer -------------------------------------------------------
     async def run_event(self, event: dict) -> None:

@@ -117,6 +117,29 @@ class FilePublished(AgentEvent):
     type = "file_published"
 
 
+@dataclass
+class ApprovalRequired(AgentEvent):
+    """A tool call waits for the owner: approve or deny (client frame `approval`, or REST)."""
+
+    approval_id: str
+    tool: str
+    arguments: Any
+    reason: str
+    is_subagent: bool = False
+    type = "approval_required"
+
+
+@dataclass
+class ApprovalResolved(AgentEvent):
+    """decision: approve | deny | timeout | stopped; remember = "session" for "always in this chat"."""
+
+    approval_id: str
+    decision: str
+    remember: str = ""
+    is_subagent: bool = False
+    type = "approval_resolved"
+
+
 def to_frame(event: AgentEvent) -> dict[str, Any]:
     """The JSON frame for an event: its fields plus "type"."""
     # A shallow copy (not dataclasses.asdict, which deep-copies): this runs once per delta.

@@ -12,14 +12,18 @@ import asyncio
 import contextlib
 import logging
 import re
+import time
 from typing import AsyncIterator
 
 from django.conf import settings
 
-from agent import prompts, workers
+from agent import policy, prompts, workers
+from agent.approvals import FRAME_DECISION, RunGuard, Verdict, current_guard
 from agent.conversation import Conversation, DBConversation
 from agent.events import (
     AgentEvent,
+    ApprovalRequired,
+    ApprovalResolved,
     ErrorEvent,
     PlanReady,
     StreamEnd,
@@ -36,21 +40,24 @@ from agent.events import (
 from agent.llm import BackendRegistry, LLMError
 from agent.messages import ChatMessage, ToolCall
 from agent.models import Profile
+from sessions_app.services import session_files_dir
 from tools_app.base import ToolResult
 from tools_app.context import (
     current_chat_session_id,
     current_event_sink,
+    current_run_id,
     current_session_id,
     current_stop_event,
     current_user_id,
 )
 from tools_app.registry import ToolRegistry
+from tools_app.workspace import workspace_for
 
 log = logging.getLogger(__name__)
 
 _NUMBERED_STEP = re.compile(r"^\s*\d+[\.\)]", re.MULTILINE)
 # Events a sub-agent forwards to its parent (its text becomes the spawn_agent result instead).
-_SUBAGENT_FORWARDED = (ToolStarted, ToolEvent, TurnThinking)
+_SUBAGENT_FORWARDED = (ToolStarted, ToolEvent, TurnThinking, ApprovalRequired, ApprovalResolved)
 
 
 class RunFailed(Exception):
@@ -71,6 +78,7 @@ class Agent:
         current_session_id.set(conv.id)
         current_chat_session_id.set(conv.id)
         current_user_id.set(conv.owner_id)
+        current_guard.set(await RunGuard.for_run(conv.owner_id, conv.id, current_run_id.get()))
         yield StreamStart(user_message=user_message)
         # Committed before any LLM call: a crash or an unreachable model never loses it.
         await conv.add(ChatMessage(role="user", content=user_message, images=list(images or [])))
@@ -104,6 +112,8 @@ class Agent:
         conv = Conversation(profile.id, owner_id=current_user_id.get())
         parent_sink = current_event_sink.get()
         current_session_id.set(conv.id)
+        if current_guard.get() is None:  # a sub-agent shares its parent run's guard (and taint)
+            current_guard.set(await RunGuard.for_run(conv.owner_id, current_chat_session_id.get(), current_run_id.get()))
         await conv.add(ChatMessage(role="user", content=user_message))
         backend = self.backends.get(profile.llm_backend)
         content, problem = "", ""
@@ -147,7 +157,7 @@ class Agent:
         self, conv: Conversation, profile: Profile, backend, *, is_subagent: bool = False
     ) -> AsyncIterator[AgentEvent]:
         stop = current_stop_event.get()
-        tools = self.tools.tools_for(profile.enabled_tools)
+        tools = self._offered(profile)
         for _ in range(max(1, profile.max_iterations)):
             if stop is not None and stop.is_set():
                 yield StreamStopped()
@@ -172,7 +182,7 @@ class Agent:
             await conv.set_token_count(turn.tokens)
             allowed = [t.name for t in tools]
             for call in turn.calls:
-                async for event in self._run_tool(conv, call, allowed):
+                async for event in self._run_tool(conv, call, allowed, profile, is_subagent):
                     yield event
                 if stop is not None and stop.is_set():
                     yield StreamStopped()
@@ -180,7 +190,7 @@ class Agent:
             if await conv.current_profile_id() != profile.id:
                 profile = await _load_profile(conv.profile_id)
                 backend = self.backends.get(profile.llm_backend)
-                tools = self.tools.tools_for(profile.enabled_tools)
+                tools = self._offered(profile)
         text = (
             f"I stopped after {profile.max_iterations} tool-calling steps (this profile's max_iterations) "
             "without reaching a final answer. Say 'continue' to let me go on, or raise max_iterations "
@@ -189,6 +199,15 @@ class Agent:
         await conv.add(ChatMessage(role="assistant", content=text))
         yield TextDelta(text)
         yield StreamEnd(text, conv.token_count, settings.OLLAMA_NUM_CTX)
+
+    def _offered(self, profile: Profile) -> list:
+        """The profile's tools this user may be offered (no host tools without the permission,
+        nothing the policy denies)."""
+        guard = current_guard.get()
+        tools = self.tools.tools_for(profile.enabled_tools)
+        if guard is None:
+            return tools
+        return [t for t in tools if guard.offers(t.name, profile.tool_policy)]
 
     async def _stream_turn(self, conv, profile, backend, tools, turn: "_Turn", is_subagent: bool):
         """Stream one LLM call into `turn`, yielding thinking/text deltas and persisting as it goes."""
@@ -250,10 +269,58 @@ class Agent:
         else:
             await conv.update(msg, status="complete")
 
-    async def _run_tool(self, conv: Conversation, call: ToolCall, allowed: list[str]) -> AsyncIterator[AgentEvent]:
-        """Run one tool call, forwarding what it emits (sub-agent events) while it runs."""
-        stop = current_stop_event.get()
+    async def _run_tool(
+        self, conv: Conversation, call: ToolCall, allowed: list[str], profile: Profile, is_subagent: bool
+    ) -> AsyncIterator[AgentEvent]:
+        """Check the call (permission, policy, the owner's approval), run it, forward what it
+        emits (sub-agent events) while it runs, and append the result to the conversation."""
         yield ToolStarted(tool=call.name, args=call.arguments)
+        guard = current_guard.get()
+        verdict = None
+        if guard is not None:
+            verdict = await guard.check(call.name, call.arguments, profile.id, profile.tool_policy, is_subagent=is_subagent)
+            if verdict.ask:
+                async for event in self._ask_owner(guard, verdict, call):
+                    yield event
+        started = time.monotonic()
+        if verdict is not None and not verdict.run:
+            result = ToolResult(False, error=verdict.refusal)
+        else:
+            result = None
+            async for item in self._execute(call, allowed):
+                if isinstance(item, ToolResult):
+                    result = item
+                else:
+                    yield item
+        content = result.to_message_content()
+        source = self._untrusted_source(call, result, conv)
+        if source:
+            content = policy.wrap_untrusted(content, source)
+            guard.taint(source)
+        yield ToolEvent(tool=call.name, args=call.arguments, result=content, success=result.success)
+        await conv.add(ChatMessage(role="tool", content=content, tool_call_id=call.id, name=call.name))
+        if verdict is not None and verdict.run:
+            await guard.finish(verdict, result.success, started)
+        if result.success and result.metadata.get("is_image") and result.metadata.get("base64"):
+            # The image goes to the model's context only, never to the display history.
+            await conv.add(
+                ChatMessage(role="user", content=f"[image from {call.name}]", images=[result.metadata["base64"]]),
+                display=False,
+            )
+
+    async def _ask_owner(self, guard: RunGuard, verdict: Verdict, call: ToolCall) -> AsyncIterator[AgentEvent]:
+        """approval_required, wait for the answer (or timeout, or Stop), approval_resolved."""
+        approval_id = verdict.record.approval_id
+        yield ApprovalRequired(approval_id=approval_id, tool=call.name, arguments=call.arguments, reason=verdict.reason)
+        decision = await guard.wait(verdict, current_stop_event.get())
+        remember = "session" if verdict.run and call.name in guard.grants else ""
+        yield ApprovalResolved(approval_id=approval_id, decision=FRAME_DECISION[decision], remember=remember)
+        if not verdict.run:
+            verdict.refusal = _DECLINED.get(decision, _DECLINED["denied"]).format(tool=call.name)
+
+    async def _execute(self, call: ToolCall, allowed: list[str]) -> AsyncIterator[AgentEvent | ToolResult]:
+        """Run the tool as a task, yielding the events it emits, then its ToolResult."""
+        stop = current_stop_event.get()
         sink: asyncio.Queue = asyncio.Queue()
         token = current_event_sink.set(sink)
         try:
@@ -281,18 +348,18 @@ class Agent:
             if stop_wait is not None:
                 stop_wait.cancel()
         if task.cancelled():
-            result = ToolResult(False, error="stopped by the owner before the tool finished")
+            yield ToolResult(False, error="stopped by the owner before the tool finished")
         else:
-            result = task.result()
-        content = result.to_message_content()
-        yield ToolEvent(tool=call.name, args=call.arguments, result=content, success=result.success)
-        await conv.add(ChatMessage(role="tool", content=content, tool_call_id=call.id, name=call.name))
-        if result.success and result.metadata.get("is_image") and result.metadata.get("base64"):
-            # The image goes to the model's context only, never to the display history.
-            await conv.add(
-                ChatMessage(role="user", content=f"[image from {call.name}]", images=[result.metadata["base64"]]),
-                display=False,
-            )
+            yield task.result()
+
+    @staticmethod
+    def _untrusted_source(call: ToolCall, result: ToolResult, conv: Conversation) -> str:
+        """Where an outside result came from, when it must be marked as data ("" otherwise)."""
+        if not result.success and not result.output:
+            return ""
+        chat = current_chat_session_id.get()
+        uploads = str(session_files_dir(chat)) if chat else None
+        return policy.untrusted_source(call.name, call.arguments, uploads, str(workspace_for(conv.owner_id)))
 
     async def _workers(self, registered, conv, profile, phase: str) -> list[AgentEvent]:
         if not registered:
@@ -306,6 +373,16 @@ class Agent:
             phase=phase,
         )
         return await workers.run_workers(registered, ctx)
+
+
+# The tool result the model reads when the owner did not approve a call.
+_DECLINED = {
+    "denied": "the owner declined this {tool} call, so it was not run. Do not retry it; continue without "
+    "it, or ask the owner what to do instead.",
+    "timed_out": "nobody approved this {tool} call in time, so it was not run. Continue without it, or "
+    "ask the owner to approve it when they are back.",
+    "cancelled": "the run was stopped while this {tool} call waited for approval; it was not run.",
+}
 
 
 class _Turn:

@@ -23,6 +23,32 @@ class Profile(models.Model):
     planning_enabled = models.BooleanField(default=False)
     llm_backend = models.CharField(max_length=32, default="ollama")
     scratchpad_sections = models.JSONField(default=list, blank=True)
+    # {tool name: "allow" | "ask" | "deny"}; a tool not listed follows agent.policy.DEFAULTS.
+    tool_policy = models.JSONField(default=dict, blank=True)
+
+    # --- small models (agent.toolcalls, agent.toolselect) -------------------------------------
+    class Planning(models.TextChoices):
+        ALWAYS = "always"
+        AUTO = "auto"  # skip the planning call for short single-request messages
+        NEVER = "never"
+
+    # Used when planning_enabled is on (planning_enabled off = never).
+    planning = models.CharField(max_length=8, choices=Planning.choices, default=Planning.AUTO)
+    recover_tool_calls = models.BooleanField(
+        default=True, help_text="Run tool calls the model wrote as text (<tool_call>, JSON, name(arg=...))."
+    )
+    repair_arguments = models.BooleanField(
+        default=True, help_text="Repair almost-valid tool arguments (lenient JSON, types from the schema)."
+    )
+    max_tools = models.PositiveIntegerField(
+        default=0, help_text="Offer at most this many tools per turn, the most relevant ones (0 = all)."
+    )
+    compact_schemas = models.BooleanField(
+        default=False, help_text="Send tool schemas without descriptions of parameters (fewer tokens)."
+    )
+    context_window = models.PositiveIntegerField(
+        default=0, help_text="Tokens of the model's window when the server does not say (0 = ask the server)."
+    )
 
     class Meta:
         ordering = ["id"]
@@ -49,4 +75,91 @@ class Profile(models.Model):
             "planning_enabled": self.planning_enabled,
             "llm_backend": self.llm_backend,
             "scratchpad_sections": list(self.scratchpad_sections),
+            "tool_policy": dict(self.tool_policy or {}),
+            "planning": self.planning_mode,
+            "recover_tool_calls": self.recover_tool_calls,
+            "repair_arguments": self.repair_arguments,
+            "max_tools": self.max_tools,
+            "compact_schemas": self.compact_schemas,
+            "context_window": self.context_window,
         }
+
+    @property
+    def planning_mode(self) -> str:
+        """always | auto | never: `planning_enabled` is the switch, `planning` the mode."""
+        return self.planning if self.planning_enabled else self.Planning.NEVER
+
+
+class ToolCallRecord(models.Model):
+    """Audit: one row per tool call the model made — who, where, what, the decision, the outcome.
+    A pending approval is a row with decision=pending; answering it is a conditional UPDATE, so
+    the first answer wins whichever socket, worker or REST client sends it."""
+
+    class Decision(models.TextChoices):
+        PENDING = "pending"  # waiting for the owner
+        ALLOWED = "allowed"  # the policy allows it
+        APPROVED = "approved"  # the owner approved it (or "always in this chat")
+        DENIED = "denied"  # the owner declined
+        TIMED_OUT = "timed_out"  # nobody answered within APPROVAL_TIMEOUT_S
+        CANCELLED = "cancelled"  # the run was stopped while waiting
+        REFUSED = "refused"  # the policy says deny, or the user lacks the permission
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
+    # The chat session (a sub-agent's calls are recorded under its parent's session).
+    session = models.ForeignKey("sessions_app.Session", null=True, blank=True, on_delete=models.SET_NULL)
+    run_id = models.CharField(max_length=64, blank=True, db_index=True)
+    profile_id = models.CharField(max_length=64, blank=True)
+    tool = models.CharField(max_length=100, db_index=True)
+    arguments = models.JSONField(default=dict, blank=True)
+    is_subagent = models.BooleanField(default=False)
+    decision = models.CharField(max_length=16, choices=Decision.choices, db_index=True)
+    reason = models.TextField(blank=True)
+    approval_id = models.CharField(max_length=64, blank=True, db_index=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    success = models.BooleanField(null=True)
+    duration_ms = models.PositiveIntegerField(null=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.tool} ({self.decision})"
+
+
+class ModelReliability(models.Model):
+    """How well a model calls tools: counters per backend and model, shown in the admin and /debug."""
+
+    backend = models.CharField(max_length=32)
+    model = models.CharField(max_length=200)
+    native_calls = models.PositiveIntegerField(default=0)
+    recovered_calls = models.PositiveIntegerField(default=0)  # written as text, run anyway
+    repaired_arguments = models.PositiveIntegerField(default=0)
+    refused_calls = models.PositiveIntegerField(default=0)  # arguments that could not be repaired
+    unknown_tools = models.PositiveIntegerField(default=0)
+    broken_loops = models.PositiveIntegerField(default=0)  # the same failing call twice in a row
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["backend", "model"], name="model_reliability_unique")]
+        verbose_name_plural = "model reliability"
+
+    def __str__(self) -> str:
+        return f"{self.model} ({self.backend})"
+
+
+class SessionToolGrant(models.Model):
+    """"Always in this chat": the owner approved a tool for the rest of one session."""
+
+    session = models.ForeignKey("sessions_app.Session", on_delete=models.CASCADE, related_name="tool_grants")
+    tool = models.CharField(max_length=100)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["session", "tool"], name="session_tool_grant_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.tool} in {self.session_id}"

@@ -17,30 +17,23 @@ import logging
 import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
 
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
+from agent import approvals
 from agent.events import ErrorEvent, to_frame
+from agent.groups import control_group, frames_group
 from sessions_app.models import Message, Session
-from tools_app.context import current_stop_event
+from tools_app.context import current_run_id, current_stop_event
 
 log = logging.getLogger(__name__)
 
 CLAIM_TTL = timedelta(seconds=30)  # a claim whose owner stopped heart-beating is void
 HEARTBEAT_S = 5.0
 KEEP_FINISHED_S = 120.0  # finished runs stay replayable this long (a reconnect after the end)
-
-
-def frames_group(session_id: Any) -> str:
-    return f"session.{session_id}"
-
-
-def control_group(session_id: Any) -> str:
-    return f"runctl.{session_id}"
 
 
 class RunActive(Exception):
@@ -145,6 +138,7 @@ class RunManager:
 
     async def _drive(self, run: Run, content: str, images: list[str] | None, planning: bool) -> None:
         current_stop_event.set(run.stop_event)
+        current_run_id.set(run.run_id)
         heartbeat = asyncio.create_task(self._heartbeat(run))
         outbox: asyncio.Queue = asyncio.Queue()
         publisher = asyncio.create_task(self._publisher(run, outbox))
@@ -262,6 +256,8 @@ class RunManager:
             run = self.active.get(str(message.get("session_id")))
             if run is not None:
                 run.stop_event.set()
+        elif kind == "run.approval":
+            approvals.wake(str(message.get("approval_id")), str(message.get("decision")))
         elif kind == "run.replay_request":
             run = self.by_id.get(message.get("run_id") or "") or self.active.get(str(message.get("session_id")))
             if run is None or run.session_id != str(message.get("session_id")):

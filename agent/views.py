@@ -10,6 +10,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
+from agent import approvals
 from agent.consumers import MAX_CONTENT_CHARS, FrameError, decode_image
 from agent.llm import LLMModelMissing, LLMUnreachable
 from agent.models import Profile
@@ -129,7 +130,34 @@ async def session_stop(request: HttpRequest, session_id: str) -> HttpResponse:
     return JsonResponse({"ok": False, "reason": "no active run"})
 
 
-__all__ = ["profiles", "tools", "session_messages", "session_stop", "LLMModelMissing", "LLMUnreachable"]
+async def session_approval(request: HttpRequest, session_id: str, approval_id: str) -> HttpResponse:
+    """Answer a pending approval: body {"decision": "approve"|"deny", "remember"?: "session"}."""
+    session, error = await _owned_session(request, session_id)
+    if error:
+        return error
+    if request.method != "POST":
+        return _method_not_allowed(request, "POST")
+    try:
+        body = json.loads(request.body or b"{}")
+    except ValueError as exc:
+        return JsonResponse({"error": f"request body is not valid JSON: {exc}"}, status=400)
+    if not isinstance(body, dict):
+        return JsonResponse({"error": 'request body must be a JSON object like {"decision": "approve"}'}, status=400)
+    user = await _user(request)
+    try:
+        decision = await approvals.answer(
+            str(session.pk), approval_id, body.get("decision"), body.get("remember"), user.pk
+        )
+    except ValueError as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
+    except approvals.ApprovalNotFound as exc:
+        return JsonResponse({"error": str(exc)}, status=404)
+    except approvals.ApprovalAlreadyAnswered as exc:
+        return JsonResponse({"error": str(exc)}, status=409)
+    return JsonResponse({"ok": True, "approval_id": approval_id, "decision": decision})
+
+
+__all__ = ["profiles", "tools", "session_messages", "session_stop", "session_approval", "LLMModelMissing", "LLMUnreachable"]
 
 
 @login_required

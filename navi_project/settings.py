@@ -198,6 +198,8 @@ NAVI_WORKSPACE = _path(env.str("NAVI_WORKSPACE", default="workspace"))
 TOOLS_DIR = _path(env.str("TOOLS_DIR", default="user_tools"))
 MANUALS_DIR = _path(env.str("MANUALS_DIR", default="manuals"))
 TOOL_TIMEOUT_S = env.float("TOOL_TIMEOUT_S", default=60.0)
+# A tool call waiting for the owner's approval is declined after this long.
+APPROVAL_TIMEOUT_S = env.float("APPROVAL_TIMEOUT_S", default=600.0)
 # Unlike the original ("*"), the filesystem tool defaults to the workspace and user_tools/.
 FS_ALLOWED_PATHS = env.str("FS_ALLOWED_PATHS", default=f"{NAVI_WORKSPACE},{TOOLS_DIR}")
 TERMINAL_ALLOWED_COMMANDS = env.str("TERMINAL_ALLOWED_COMMANDS", default="*")

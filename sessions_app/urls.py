@@ -12,6 +12,9 @@ urlpatterns = [
     path("sessions/<str:session_id>/context", views.session_context, name="session-context"),
     path("sessions/<str:session_id>/messages", agent_views.session_messages, name="session-messages"),
     path("sessions/<str:session_id>/stop", agent_views.session_stop, name="session-stop"),
+    path(
+        "sessions/<str:session_id>/approvals/<str:approval_id>", agent_views.session_approval, name="session-approval"
+    ),
     path("sessions/<str:session_id>/files", files.upload_file, name="session-files"),
     path("sessions/<str:session_id>/files/<str:name>", files.download_file, name="session-file"),
 ]

@@ -72,7 +72,18 @@ def profiles(django_db_blocker):
 
 @pytest.fixture
 def owner(django_user_model, profiles):
-    return django_user_model.objects.create_user("owner", password=PASSWORD)
+    """The owner: a superuser, so it holds tools_app.run_host_tools like `make run`'s account."""
+    return django_user_model.objects.create_superuser("owner", password=PASSWORD)
+
+
+@pytest.fixture
+def host_tools_allowed(profiles):
+    """Every profile runs host tools without asking (tests that script them end to end)."""
+    from agent.models import Profile
+    from tools_app.permissions import HOST_TOOLS
+
+    policy = {name: "allow" for name in [*HOST_TOOLS, "filesystem", "http_request"]}
+    Profile.objects.update(tool_policy=policy)
 
 
 @pytest.fixture

@@ -79,6 +79,16 @@ class LiveNavi:
         self._manage("ensure_owner")
         self.token = self._manage("navi_token", self.username).strip()
 
+    def add_user(self, username: str, password: str = PASSWORD) -> str:
+        """A second, plain (non-staff) account on this server's database; returns its API token."""
+        code = (
+            "from django.contrib.auth import get_user_model; "
+            f"get_user_model().objects.filter(username={username!r}).exists() or "
+            f"get_user_model().objects.create_user({username!r}, password={password!r})"
+        )
+        self._manage("shell", "-c", code)
+        return self._manage("navi_token", username).strip()
+
     def start(self, timeout: float = 30) -> "LiveNavi":
         if not self.token:
             self.prepare()

@@ -46,7 +46,7 @@ if shutil.which("bwrap"):
     CALLS.insert(7, ("code_exec", {"code": "print(6 * 7)"}, "42"))
 
 
-async def test_every_local_builtin_runs_through_a_websocket_run(llm, session, owner_token, profiles, settings):
+async def test_every_local_builtin_runs_through_a_websocket_run(llm, session, owner_token, host_tools_allowed, settings):
     settings.TERMINAL_ALLOWED_COMMANDS = "*"
     await Profile.objects.aupdate(planning_enabled=False)
     turns = [Turn(tool_calls=[{"name": name, "arguments": args}]) for name, args, _ in CALLS]

@@ -65,3 +65,21 @@ def test_ctrl_c_stops_the_run_and_keeps_the_partial_answer(navi_env):
     out, _ = proc.communicate("", timeout=30)
     assert "[stopped — the partial answer is kept]" in seen + out
     assert proc.returncode == 0
+
+
+def test_it_asks_yes_or_no_before_a_host_tool(navi_env):
+    llm, navi = navi_env
+    llm.add_rule(Rule(match="run two", turns=[
+        Turn(tool_calls=[{"name": "terminal", "arguments": {"command": "echo first-approved"}}]),
+        Turn(tool_calls=[{"name": "terminal", "arguments": {"command": "echo second-denied"}}]),
+        Turn(content="Finished."),
+    ]))
+    proc = chat(navi)
+    out, _ = proc.communicate("run two\ny\nn\n", timeout=60)
+    assert proc.returncode == 0, out
+    assert out.count("Approve terminal?") == 2 and "[y]es / [n]o / [a]lways in this chat" in out
+    assert '"command": "echo first-approved"' in out
+    assert "[approval approve]" in out and "[approval deny]" in out
+    assert "[terminal] ok: first-approved" in out
+    assert "[terminal] FAILED: ERROR: the owner declined" in out
+    assert "Finished." in out

@@ -243,7 +243,7 @@ async def test_reflect_llm_down_is_readable(session, no_planning):
 
 
 # --- every tool of this part, end to end over the WebSocket --------------------------------
-async def test_tools_end_to_end_over_websocket(llm, settings, session, owner_token, no_planning, web_server, monkeypatch):  # noqa: F811
+async def test_tools_end_to_end_over_websocket(llm, settings, session, owner_token, no_planning, web_server, monkeypatch, host_tools_allowed):  # noqa: F811
     import ddgs.ddgs
     from channels.testing import WebsocketCommunicator
 
@@ -253,9 +253,10 @@ async def test_tools_end_to_end_over_websocket(llm, settings, session, owner_tok
     settings.HTTP_ALLOWED_HOSTS = ["127.0.0.1"]
     (settings.NAVI_WORKSPACE / "pic.png").write_bytes(_png())
     calls = [
+        # The POST first: once web content entered the run, requests that change things ask.
+        ("http_request", {"method": "POST", "url": web_server.base + "/api", "json": {"k": "v"}}),
         ("web_search", {"query": "cats"}),
         ("web_view", {"url": web_server.base + "/page"}),
-        ("http_request", {"method": "POST", "url": web_server.base + "/api", "json": {"k": "v"}}),
         ("image_view", {"path_or_url": "pic.png"}),
         ("share_file", {"path": "pic.png"}),
         ("content_publish", {"name": "pic.png"}),

@@ -136,7 +136,7 @@ def _tool_names(request: dict) -> list[str]:
     return [t["function"]["name"] for t in request.get("tools") or []]
 
 
-async def test_the_model_writes_a_tool_uses_it_next_message_breaks_it_and_it_is_restored(llm, session, settings):
+async def test_the_model_writes_a_tool_uses_it_next_message_breaks_it_and_it_is_restored(llm, session, settings, host_tools_allowed):
     await Profile.objects.aupdate(planning_enabled=False)
     agent = get_agent()
     write = {"name": "write_tool", "arguments": {"name": "greet", "code": GREET}}

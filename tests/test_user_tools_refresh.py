@@ -30,7 +30,7 @@ async def run(agent, session, text):
     return [to_frame(e) async for e in agent.run_stream(str(session.id), text)]
 
 
-async def test_a_tool_written_through_one_worker_is_offered_by_another(llm, session, profiles):
+async def test_a_tool_written_through_one_worker_is_offered_by_another(llm, session, host_tools_allowed):
     await Profile.objects.aupdate(planning_enabled=False)
     worker_a, worker_b = build_default_registries(), build_default_registries()
     llm.add_rule(Rule(match="learn to greet", turns=[

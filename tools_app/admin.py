@@ -8,6 +8,7 @@ from django.utils.html import format_html, format_html_join
 
 from . import user_tools
 from .models import ScratchpadSection, TodoList, UserTool
+from .permissions import PERMISSION
 
 
 @admin.register(UserTool)
@@ -19,6 +20,23 @@ class UserToolAdmin(admin.ModelAdmin):
     fields = ("name", "enabled", "created_by", "path", "description", "error_text", "history", "created_at", "updated_at")
     actions = ("enable", "disable", "reload_tools")
     change_list_template = "admin/tools_app/usertool/change_list.html"
+
+    # Enabling, restoring or reloading tool code runs it: only holders of run_host_tools.
+    def has_change_permission(self, request, obj=None):
+        return super().has_change_permission(request, obj) and request.user.has_perm(PERMISSION)
+
+    def has_add_permission(self, request):
+        return False  # tools are files: written by write_tool or the owner, then reloaded
+
+    def has_delete_permission(self, request, obj=None):
+        return super().has_delete_permission(request, obj) and request.user.has_perm(PERMISSION)
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        if not request.user.has_perm(PERMISSION):
+            for name in ("enable", "disable", "reload_tools"):
+                actions.pop(name, None)
+        return actions
 
     @admin.display(boolean=True, description="load error")
     def has_error(self, obj):

@@ -15,6 +15,8 @@ current_event_sink: ContextVar[asyncio.Queue | None] = ContextVar("current_event
 current_stop_event: ContextVar[asyncio.Event | None] = ContextVar("current_stop_event", default=None)
 # The user the run belongs to (memory is per user); None outside a run.
 current_user_id: ContextVar[int | None] = ContextVar("current_user_id", default=None)
+# The id of the run in flight (RunManager), for the audit of tool calls.
+current_run_id: ContextVar[str] = ContextVar("current_run_id", default="")
 # The real chat session id (a sub-agent keeps its parent's here), for session files.
 current_chat_session_id: ContextVar[str | None] = ContextVar("current_chat_session_id", default=None)
 

@@ -25,6 +25,10 @@ class UserTool(models.Model):
 
     class Meta:
         ordering = ["name"]
+        # Granted in the admin (Users → permissions); superusers have it. See tools_app.permissions.
+        permissions = [
+            ("run_host_tools", "Can run host tools (terminal, code, SSH, writing tools and files)"),
+        ]
 
     def __str__(self) -> str:
         return self.name

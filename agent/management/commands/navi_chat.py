@@ -1,6 +1,6 @@
 """A terminal chat against a session: the same runs and frames as the web chat.
 
-Thinking is dimmed, each tool call is one line, Ctrl-C during a run stops it (the partial
+Thinking is dimmed, each tool call is one line, a call that needs approval asks y/n, Ctrl-C during a run stops it (the partial
 answer is kept), Ctrl-C or Ctrl-D at the prompt quits.
 """
 
@@ -16,6 +16,7 @@ from channels.layers import get_channel_layer
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
+from agent import approvals
 from agent.models import Profile
 from agent.runs import RunActive, frames_group, get_run_manager
 from sessions_app.models import Session
@@ -63,6 +64,7 @@ class Command(BaseCommand):
         return Session.objects.create(owner=user, profile_id=opts["profile"])
 
     async def _chat(self, session_id: str) -> None:
+        self.session_id = session_id
         layer = get_channel_layer()
         channel = await layer.new_channel("navi-chat.")
         await layer.group_add(frames_group(session_id), channel)
@@ -94,6 +96,25 @@ class Command(BaseCommand):
             await layer.group_discard(frames_group(session_id), channel)
             await manager.shutdown()
 
+    async def _ask_approval(self, frame: dict) -> None:
+        """y / n / a(lways in this chat); end of input declines."""
+        args = json.dumps(frame["arguments"], indent=2, ensure_ascii=False)
+        self.stdout.write(self._style(BOLD, f"\nApprove {frame['tool']}? ") + frame["reason"])
+        self.stdout.write(self._style(DIM, args))
+        loop = asyncio.get_running_loop()
+        while True:
+            self.stdout.write("[y]es / [n]o / [a]lways in this chat: ", ending="")
+            self.stdout.flush()
+            answer = (await loop.run_in_executor(None, sys.stdin.readline)).strip().lower()
+            if answer in ("y", "yes", "n", "no", "a", "always", ""):
+                break
+        decision = "approve" if answer[:1] in ("y", "a") else "deny"
+        remember = "session" if answer[:1] == "a" else None
+        try:
+            await approvals.answer(self.session_id, frame["approval_id"], decision, remember)
+        except (approvals.ApprovalNotFound, approvals.ApprovalAlreadyAnswered) as exc:
+            self.stdout.write(self._style(RED, str(exc)))
+
     async def _print_run(self, layer, channel: str, run_id: str) -> None:
         thinking = False
         while True:
@@ -111,6 +132,10 @@ class Command(BaseCommand):
                 if thinking:
                     self.stdout.write("")
                 thinking = False
+            elif kind == "approval_required":
+                await self._ask_approval(frame)
+            elif kind == "approval_resolved":
+                self.stdout.write(self._style(DIM, f"[approval {frame['decision']}]"))
             elif kind == "plan_ready":
                 self.stdout.write(self._style(DIM, "plan:\n" + frame["plan"]))
             elif kind == "tool_started":

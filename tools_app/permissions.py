@@ -1,0 +1,55 @@
+"""Who may run what: the `tools_app.run_host_tools` permission and which calls need it.
+
+Host tools act on the server itself (shell, code, SSH, tool code, writing files). A user
+without the permission is not offered them, and a call anyway is refused with a reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from asgiref.sync import sync_to_async
+
+PERMISSION = "tools_app.run_host_tools"
+HOST_TOOLS = frozenset(
+    {"terminal", "code_exec", "ssh_exec", "write_tool", "delete_tool", "reload_tools", "test_tool"}
+)
+# filesystem actions that change files; reads, lists and searches are not host calls.
+FILESYSTEM_WRITES = frozenset({"write", "append", "delete", "move", "mkdir"})
+SAFE_HTTP_METHODS = frozenset({"GET", "HEAD"})
+
+
+def is_host_call(tool: str, arguments: Any) -> bool:
+    """Does this call act on the server (needs the permission, `ask` by default)?"""
+    if tool in HOST_TOOLS:
+        return True
+    if tool == "filesystem":
+        action = arguments.get("action") if isinstance(arguments, dict) else None
+        return action in FILESYSTEM_WRITES
+    return False
+
+
+def offered_without_permission(tool: str) -> bool:
+    """Tools a user without the permission is still offered (filesystem: for reading)."""
+    return tool not in HOST_TOOLS
+
+
+def user_has_host_tools(user_id: int | None) -> bool:
+    if user_id is None:
+        return False
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model().objects.filter(pk=user_id, is_active=True).first()
+    return bool(user and user.has_perm(PERMISSION))
+
+
+auser_has_host_tools = sync_to_async(user_has_host_tools)
+
+
+def refusal(tool: str) -> str:
+    """The tool result a call without the permission gets."""
+    return (
+        f"refused: '{tool}' acts on the server and needs the 'run host tools' permission, which this "
+        "account does not have. Tell the user; the owner can grant it in the admin "
+        "(Users → permissions → tools_app | run host tools). Do not retry this call."
+    )
