@@ -85,6 +85,8 @@ def open_new_chat(page, navi) -> str:
     page.goto(f"{navi.url}/")
     page.wait_for_selector("body[data-ready='1']")
     old = page.evaluate("location.hash")
+    if page.locator("#menu").is_visible():  # phone width: the sidebar slides in
+        page.click("#menu")
     page.click("#new-chat")
     page.wait_for_function("h => location.hash && location.hash !== h", arg=old)
     wait_ready(page)
@@ -161,12 +163,12 @@ def test_approve_runs_the_tool_and_the_answer_follows(page, navi, live_llm):
 
 def test_deny_tells_the_model_and_the_card_says_denied(page, navi, live_llm):
     live_llm.add_rule(
-        terminal_rule("delete the logs", command="rm -rf /var/log/app", answer="Understood, I left them alone.")
+        terminal_rule("delete the logs", command="rm -rf old-logs/", answer="Understood, I left them alone.")
     )
     open_new_chat(page, navi)
     send(page, "delete the logs")
     card = page.locator(CARD)
-    expect(card.locator(".approval-args")).to_contain_text('"command": "rm -rf /var/log/app"')
+    expect(card.locator(".approval-args")).to_contain_text('"command": "rm -rf old-logs/"')
     card.locator("button.deny").click()
     expect(page.locator(".approval.done .approval-outcome")).to_have_text("Denied")
     tool = page.locator("details.tool[data-tool=terminal]")
@@ -250,7 +252,7 @@ def test_a_second_tab_sees_the_card_and_closes_it_when_the_first_answers(page, n
 
 
 def test_stop_cancels_a_pending_approval(page, navi, live_llm):
-    live_llm.add_rule(terminal_rule("reboot it", command="reboot", answer="never said"))
+    live_llm.add_rule(terminal_rule("reboot it", command="echo rebooting", answer="never said"))
     open_new_chat(page, navi)
     send(page, "reboot it")
     expect(page.locator(CARD)).to_be_visible()
@@ -302,7 +304,7 @@ def test_a_hidden_tab_gets_a_desktop_notification_when_permission_was_granted(pa
 def test_the_card_fits_a_phone(browser, login_state, navi, live_llm):
     live_llm.reset()
     live_llm.add_rule(DIRECT)
-    long_command = "find / -name '*.log' -mtime +30 -size +10M " + "-o -path /srv/data/very/long/path " * 12
+    long_command = "echo checking " + "/srv/data/a/rather/long/path/to/some/log/files " * 12
     live_llm.add_rule(terminal_rule("phone approval", command=long_command, answer="Found them."))
     page = new_page(browser, login_state, viewport={"width": 375, "height": 740}, is_mobile=True, has_touch=True)
     open_new_chat(page, navi)
