@@ -235,9 +235,15 @@ def test_a_second_tab_sees_the_card_and_closes_it_when_the_first_answers(page, n
     early = page.context.new_page()  # open before the run: gets the live frames
     early.goto(f"{navi.url}/#{sid}")
     wait_ready(early)
+    # The early tab is typing (renaming the chat): the card must not take its focus.
+    early.locator(f"#session-list li[data-id='{sid}'] button.rename").click()
+    early.keyboard.type("Renamed")
     send(page, "two tabs approve")
     expect(page.locator(CARD)).to_be_visible()
     expect(early.locator(CARD)).to_be_visible()
+    expect(early.locator(".rename-input")).to_be_focused()
+    expect(page.locator(CARD).locator("button.approve")).to_be_focused()
+    early.keyboard.press("Escape")
     late = page.context.new_page()  # open while the approval waits: gets the replay
     late.goto(f"{navi.url}/#{sid}")
     wait_ready(late)
