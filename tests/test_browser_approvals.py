@@ -257,6 +257,29 @@ def test_a_second_tab_sees_the_card_and_closes_it_when_the_first_answers(page, n
     late.close()
 
 
+def test_a_sub_agent_call_asks_inside_its_open_spawn_card(page, navi, live_llm):
+    live_llm.add_rule(
+        Rule(
+            match="delegate the check",
+            turns=[
+                Turn(tool_calls=[{"name": "spawn_agent", "arguments": {"task": "subtask: check the host"}}]),
+                Turn(content="Delegated."),
+            ],
+        )
+    )
+    live_llm.add_rule(terminal_rule("subtask: check the host", command="hostname", answer="sub done"))
+    open_new_chat(page, navi)
+    send(page, "delegate the check")
+    spawn = page.locator("details.tool[data-tool=spawn_agent]")
+    card = spawn.locator(f".subagent {CARD}")
+    expect(card).to_be_visible()
+    expect(card.locator(".approval-title")).to_contain_text("A sub-agent wants to run terminal")
+    card.locator("button.approve").click()
+    expect(spawn.locator(".approval.done .approval-outcome")).to_have_text("Approved")
+    expect(page.locator(".bubble.assistant").last).to_have_text("Delegated.")
+    expect(spawn.locator(".subagent details.tool[data-tool=terminal]")).to_have_class(re.compile(r"\bok\b"))
+
+
 def test_stop_cancels_a_pending_approval(page, navi, live_llm):
     live_llm.add_rule(terminal_rule("reboot it", command="echo rebooting", answer="never said"))
     open_new_chat(page, navi)

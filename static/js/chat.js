@@ -332,6 +332,8 @@ export class ChatView {
     } else {
       run.target(sub).append(card);
     }
+    // A sub-agent's card sits inside its collapsed spawn_agent card: open the way to it.
+    for (let d = card.parentElement.closest("details"); d; d = d.parentElement.closest("details")) d.open = true;
     announceApproval(card, f);
   }
 
