@@ -11,13 +11,22 @@ class ToolCall:
     id: str
     name: str
     arguments: Any  # dict when the model sent valid JSON; the raw string otherwise
+    recovered: bool = False  # written as text by the model, recovered by agent.toolcalls
 
     def as_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "name": self.name, "arguments": self.arguments}
+        data = {"id": self.id, "name": self.name, "arguments": self.arguments}
+        if self.recovered:
+            data["recovered"] = True
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ToolCall":
-        return cls(id=str(data.get("id") or ""), name=str(data.get("name") or ""), arguments=data.get("arguments"))
+        return cls(
+            id=str(data.get("id") or ""),
+            name=str(data.get("name") or ""),
+            arguments=data.get("arguments"),
+            recovered=bool(data.get("recovered")),
+        )
 
 
 @dataclass

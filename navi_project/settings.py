@@ -200,9 +200,16 @@ MANUALS_DIR = _path(env.str("MANUALS_DIR", default="manuals"))
 TOOL_TIMEOUT_S = env.float("TOOL_TIMEOUT_S", default=60.0)
 # A tool call waiting for the owner's approval is declined after this long.
 APPROVAL_TIMEOUT_S = env.float("APPROVAL_TIMEOUT_S", default=600.0)
-# Unlike the original ("*"), the filesystem tool defaults to the workspace and user_tools/.
-FS_ALLOWED_PATHS = env.str("FS_ALLOWED_PATHS", default=f"{NAVI_WORKSPACE},{TOOLS_DIR}")
-TERMINAL_ALLOWED_COMMANDS = env.str("TERMINAL_ALLOWED_COMMANDS", default="*")
+# Unlike the original ("*"), the filesystem tool defaults to the run's own workspace (an entry
+# naming NAVI_WORKSPACE means NAVI_WORKSPACE/<user id>). Extra entries and "*" only apply to
+# holders of tools_app.run_host_tools; user_tools/ is never writable through the file tool.
+FS_ALLOWED_PATHS = env.str("FS_ALLOWED_PATHS", default=str(NAVI_WORKSPACE))
+# Read-only utilities; programs that can run other programs are refused unless this is "*".
+TERMINAL_ALLOWED_COMMANDS = env.str(
+    "TERMINAL_ALLOWED_COMMANDS",
+    default="ls,cat,head,tail,wc,grep,sort,uniq,cut,tr,du,df,free,uptime,date,stat,file,pwd,echo,whoami,uname",
+)
+TERMINAL_NETWORK = env.bool("TERMINAL_NETWORK", default=False)
 HTTP_ALLOWED_HOSTS = env.list("HTTP_ALLOWED_HOSTS", default=[])
 CODE_EXEC_SANDBOX = env.str("CODE_EXEC_SANDBOX", default="bwrap")
 CODE_EXEC_NETWORK = env.bool("CODE_EXEC_NETWORK", default=False)

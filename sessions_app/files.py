@@ -56,7 +56,8 @@ def sanitize_filename(raw: str) -> str:
     keeping the extension. Never empty."""
     name = unicodedata.normalize("NFC", str(raw or "")).replace("\\", "/").split("/")[-1]
     name = "".join(ch for ch in name if unicodedata.category(ch)[0] != "C")
-    name = _UNSAFE_CHARS.sub("_", name).strip().lstrip(".").strip()
+    # Trailing dots and spaces go too: Windows drops them, so `x.py.` would be stored as `x.py`.
+    name = _UNSAFE_CHARS.sub("_", name).strip().lstrip(".").strip().rstrip(". ")
     if not name:
         return "upload"
     stem, ext = os.path.splitext(name)
@@ -67,7 +68,8 @@ def sanitize_filename(raw: str) -> str:
 
 
 def is_executable(name: str, head: bytes) -> bool:
-    suffixes = [s.lower() for s in Path(name).suffixes]
+    """By extension (trailing dots and spaces ignored: `x.py.` is `x.py`) or by magic bytes."""
+    suffixes = [s.lower() for s in Path(name.rstrip(". ")).suffixes]
     if suffixes and suffixes[-1] in EXECUTABLE_EXTENSIONS:
         return True
     return any(head.startswith(magic) for magic in EXECUTABLE_MAGIC)
@@ -166,7 +168,11 @@ def download_file(request: HttpRequest, session_id: str, name: str):
         raise ApiError(f"no file '{name}' in this session; list the session's files or upload it again", 404)
     mime = mimetypes.guess_type(row.name)[0] or "application/octet-stream"
     inline = row.published and mime not in _ACTIVE_TYPES
-    response = FileResponse(open(path, "rb"), as_attachment=not inline, filename=row.name, content_type=mime)
+    try:  # O_NOFOLLOW: a symlink swapped in after the check is not served
+        handle = os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb")
+    except OSError:
+        raise ApiError(f"no file '{name}' in this session; list the session's files or upload it again", 404) from None
+    response = FileResponse(handle, as_attachment=not inline, filename=row.name, content_type=mime)
     response["X-Content-Type-Options"] = "nosniff"
     response["Content-Security-Policy"] = "default-src 'none'; sandbox"
     return response

@@ -24,7 +24,7 @@ def _isolated_dirs(settings, tmp_path):
     settings.TOOLS_DIR = tmp_path / "user_tools"
     settings.TOOLS_DIR.mkdir()
     settings.NAVI_WORKSPACE.mkdir()
-    settings.FS_ALLOWED_PATHS = f"{settings.NAVI_WORKSPACE},{settings.TOOLS_DIR}"
+    settings.FS_ALLOWED_PATHS = str(settings.NAVI_WORKSPACE)  # the default: the run's own workspace
     settings.NAVI_PERSONA = "You are Navi (test persona)."
     settings.OLLAMA_HOST = "http://127.0.0.1:9"  # nothing listens: a test that needs an LLM asks for one
     settings.OLLAMA_THINK = True

@@ -12,6 +12,7 @@ from channels.testing import WebsocketCommunicator
 from agent.models import Profile
 from navi_project.asgi import application
 from tests.llm_server import Rule, Turn
+from tools_app.workspace import workspace_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -69,6 +70,6 @@ async def test_every_local_builtin_runs_through_a_websocket_run(llm, session, ow
         assert frame["tool"] == name and frame["is_subagent"] is False
         assert frame["success"], f"{name} failed: {frame['result']}"
         assert expected.lower() in frame["result"].lower(), f"{name}: {frame['result']}"
-    assert (settings.NAVI_WORKSPACE / "notes" / "e2e.txt").read_text() == "hello file"
+    assert (workspace_for(session.owner_id) / "notes" / "e2e.txt").read_text() == "hello file"
     memory_frames = [f for f in frames if f["type"] == "memory_saved"]
     assert memory_frames and memory_frames[0]["value"] == "Rex"

@@ -61,10 +61,10 @@ def test_persona_from_a_file_or_inline(tmp_path):
     assert load(tmp_path)["persona"].startswith("You are Navi")  # the shipped persona.txt
 
 
-def test_the_filesystem_allowlist_defaults_to_workspace_and_user_tools(tmp_path):
+def test_the_filesystem_allowlist_defaults_to_the_workspace_only(tmp_path):
     s = load(tmp_path)
     assert s["fs"] != "*"
-    assert s["fs"].split(",") == [s["workspace"], str(ROOT / "user_tools")]
+    assert s["fs"].split(",") == [s["workspace"]]  # user_tools/ only changes through write_tool
 
 
 def test_secret_key_file(tmp_path):

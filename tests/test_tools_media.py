@@ -23,6 +23,7 @@ from tools_app.builtin.images import MAX_SIDE, ImageViewTool
 from tools_app.builtin.reflect import ReflectTool
 from tools_app.builtin.session_files import ContentPublishTool, ShareFileTool
 from tools_app.context import current_chat_session_id, current_event_sink, current_session_id
+from tools_app.workspace import workspace_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -125,7 +126,7 @@ async def test_image_view_url_goes_through_guard(web_server, settings, in_sessio
 
 
 async def test_image_view_end_to_end_context_only(llm, settings, session, owner_token, no_planning):
-    (settings.NAVI_WORKSPACE / "pic.png").write_bytes(_png())
+    (workspace_for(session.owner_id) / "pic.png").write_bytes(_png())  # a run works in its user's workspace
     llm.script(
         Turn(tool_calls=[{"name": "image_view", "arguments": {"path_or_url": "pic.png"}}]),
         Turn(content="A red rectangle."),
@@ -251,7 +252,7 @@ async def test_tools_end_to_end_over_websocket(llm, settings, session, owner_tok
 
     monkeypatch.setattr(ddgs.ddgs.DDGS, "text", lambda self, q, **kw: [{"title": "T", "href": "https://t.example/", "body": "snip"}])
     settings.HTTP_ALLOWED_HOSTS = ["127.0.0.1"]
-    (settings.NAVI_WORKSPACE / "pic.png").write_bytes(_png())
+    (workspace_for(session.owner_id) / "pic.png").write_bytes(_png())
     calls = [
         # The POST first: once web content entered the run, requests that change things ask.
         ("http_request", {"method": "POST", "url": web_server.base + "/api", "json": {"k": "v"}}),

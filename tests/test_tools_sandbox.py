@@ -74,12 +74,13 @@ async def test_filesystem_refuses_symlinks_that_leave_the_allowlist(settings, tm
     assert secret.read_text() == "top secret"
 
 
-async def test_filesystem_user_tools_dir_is_allowed_and_star_means_unrestricted(settings, tmp_path):
-    assert (await fs(action="write", path=str(settings.TOOLS_DIR / "data.json"), content="{}")).success
+async def test_filesystem_star_means_unrestricted_except_the_user_tools_dir(settings, tmp_path):
     outside = tmp_path / "free.txt"
     assert not (await fs(action="write", path=str(outside), content="x")).success
     settings.FS_ALLOWED_PATHS = "*"
     assert (await fs(action="write", path=str(outside), content="x")).success
+    refused = await fs(action="write", path=str(settings.TOOLS_DIR / "data.json"), content="{}")
+    assert not refused.success and "write_tool" in refused.error
 
 
 # --- terminal ------------------------------------------------------------------------------

@@ -40,6 +40,11 @@ class TestSanitize:
         name = sanitize_filename("x" * 500 + ".tar.gz")
         assert len(name) == 120 and name.endswith("x.gz")
 
+    def test_trailing_dots_and_spaces_are_dropped(self):
+        assert sanitize_filename("x.py.") == "x.py"
+        assert sanitize_filename("report.pdf . ") == "report.pdf"
+        assert is_executable("x.py. ", b"")
+
     def test_executables_by_extension_and_by_magic(self):
         assert is_executable("run.SH", b"echo")
         assert is_executable("setup.exe", b"")
@@ -96,6 +101,13 @@ class TestUpload:
     def test_executables_are_rejected_even_with_a_harmless_extension(self, owner_client, session, name, data):
         response = _upload(owner_client, session, name, data)
         assert response.status_code == 400
+        assert "executable" in json.loads(response.content)["error"]
+        assert not SessionFile.objects.exists()
+
+    @pytest.mark.parametrize("name", ["x.py.", "x.py ", "x.py. . ", "run.sh...", "x.PY . "])
+    def test_it_refuses_executable_names_ending_in_dots_or_spaces(self, owner_client, session, name):
+        response = _upload(owner_client, session, name, b"print(1)")
+        assert response.status_code == 400, response.content
         assert "executable" in json.loads(response.content)["error"]
         assert not SessionFile.objects.exists()
 

@@ -1,8 +1,17 @@
-"""User tools: discovered in TOOLS_DIR, described and executed in child processes.
+"""User tools: discovered in TOOLS_DIR, described and executed in sandboxed child processes.
 
 User code is never imported into the server: `user_tool_runner.py` imports it in a fresh
-`python -I` child, once to read the metadata (cached by file mtime) and once per call. A syntax
-error, a hanging import, a print, a crash or a timeout only affects that file or that call.
+`python -I` child inside bubblewrap (tools_app.sandbox), once to read the metadata (cached by
+file mtime) and once per call. A syntax error, a hanging import, a print, a crash or a timeout
+only affects that file or that call.
+
+The sandbox sees read-only system folders, the interpreter and its site-packages, the runner
+and tools_app/base.py — never the project folder (database, secret key, .env), the server's
+environment or the host's /proc. A call gets the calling user's workspace (writable) and the
+tool's data folder `TOOLS_DIR/.data/<tool>/<user id>/`, mounted as the folder of the tool file so
+`os.path.dirname(__file__)` is a writable place for data (also in $NAVI_TOOL_DATA). Network only
+for tools that say `network = True`. Reading the metadata imports the file with a throwaway
+workspace and data folder and no network: import-time code leaves no trace.
 """
 
 from __future__ import annotations
@@ -11,7 +20,10 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 import signal
+import site
+import stat
 import subprocess
 import sys
 import threading
@@ -23,11 +35,28 @@ from typing import Any
 from django.conf import settings
 
 from .base import Tool, ToolResult
-from .sandbox import run_process, safe_env
+from .context import current_user_id
+from .sandbox import (
+    bwrap_argv,
+    bwrap_binary,
+    missing_bwrap,
+    python_dirs,
+    run_process,
+    safe_env,
+    sandbox_disabled,
+    sandbox_env,
+    signal_of,
+)
+from .workspace import workspace_for
 
 log = logging.getLogger(__name__)
 
 RUNNER = Path(__file__).with_name("user_tool_runner.py")
+# Inside the sandbox: the runner and tools_app.base (class-format tools import it) under LIB,
+# the tool file in TOOL_HOME, which is its writable data folder during a call.
+LIB = "/run/navi/lib"
+TOOL_HOME = "/run/navi/tool"
+_LIB_FILES = ("__init__.py", "base.py", "user_tool_runner.py")
 _meta_cache: dict[str, tuple[tuple[int, int], dict]] = {}
 _cache_lock = threading.Lock()
 
@@ -55,23 +84,90 @@ def tool_files(directory: Path | None = None) -> list[Path]:
     return sorted(p for p in directory.glob("*.py") if p.is_file() and not p.name.startswith(("_", ".")))
 
 
-def _child_env() -> dict[str, str]:
-    workspace = Path(settings.NAVI_WORKSPACE)
-    return safe_env(workspace, {"NAVI_WORKSPACE": str(workspace), "NAVI_TOOLS_DIR": str(tools_dir())})
+class SandboxMissing(RuntimeError):
+    """bwrap is not installed and CODE_EXEC_SANDBOX is not `none`."""
 
 
-def _child_cwd() -> Path:
-    workspace = Path(settings.NAVI_WORKSPACE)
-    workspace.mkdir(parents=True, exist_ok=True)
-    return workspace
+@dataclass
+class ChildCommand:
+    """How to start the runner for one file: argv, environment and folder."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: Path
+    sandboxed: bool
 
 
-def _argv(mode: str, path: Path, cls: str = "") -> list[str]:
-    argv = [sys.executable, "-I", str(RUNNER), mode, str(path)]
-    return argv + [cls] if cls else argv
+def site_dirs() -> list[str]:
+    """The server's site-packages (real paths), so user tools can import what is installed."""
+    found = []
+    for path in site.getsitepackages():
+        real = os.path.realpath(path)
+        if os.path.isdir(real) and real not in found:
+            found.append(real)
+    return found
 
 
-def _parse_answer(stdout: bytes | str, stderr: str, returncode: int | None) -> dict:
+def tool_data_dir(stem: str, user_id: int | None) -> Path:
+    """The tool's own writable folder for this user (or `shared` outside a run)."""
+    folder = tools_dir() / ".data" / stem / (str(user_id) if user_id is not None else "shared")
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _plain_mount_point(folder, f"{stem}.py")
+    return folder
+
+
+def _plain_mount_point(folder: Path, name: str) -> None:
+    """bwrap mounts the tool file over `folder/name` and creates it when missing; make sure it is
+    a plain file, never a symlink that would make bwrap create a file elsewhere on the host."""
+    dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        try:
+            mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
+        except FileNotFoundError:
+            mode = stat.S_IFREG
+        if stat.S_ISDIR(mode):
+            shutil.rmtree(name, dir_fd=dir_fd)
+        elif not stat.S_ISREG(mode):
+            os.unlink(name, dir_fd=dir_fd)
+        os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd))
+    finally:
+        os.close(dir_fd)
+
+
+def child_command(mode: str, path: Path, cls: str = "", *, network: bool = False) -> ChildCommand:
+    """The runner for `path` in the sandbox. mode "meta" imports with nothing persistent
+    writable and no network; mode "run" gets the user's workspace and the tool's data folder."""
+    workspace = workspace_for()
+    args = [mode, f"{TOOL_HOME}/{path.name}"] + ([cls] if cls else [])
+    if sandbox_disabled():
+        argv = [sys.executable, "-I", str(RUNNER), mode, str(path)] + ([cls] if cls else [])
+        return ChildCommand(argv, safe_env(workspace, {"NAVI_WORKSPACE": str(workspace)}), workspace, False)
+    bwrap = bwrap_binary()
+    if bwrap is None:
+        raise SandboxMissing(missing_bwrap("user tools"))
+    python = os.path.realpath(sys.executable)
+    sites = site_dirs()
+    ro_binds = [(d, d) for d in sites if not any(d.startswith(p + "/") for p in python_dirs(python))]
+    ro_binds += [(str(RUNNER.with_name(f)), f"{LIB}/tools_app/{f}") for f in _LIB_FILES]
+    ro_binds.append((str(path), f"{TOOL_HOME}/{path.name}"))
+    if mode == "meta":
+        binds, tmpfs = [], [TOOL_HOME]
+    else:
+        binds, tmpfs = [(str(tool_data_dir(path.stem, current_user_id.get())), TOOL_HOME)], []
+    env = {
+        "NAVI_WORKSPACE": str(workspace), "NAVI_TOOL_DATA": TOOL_HOME, "NAVI_SITE_PACKAGES": ":".join(sites),
+        "PYTHONIOENCODING": "utf-8", "TMPDIR": "/tmp",
+    }
+    prefix = bwrap_argv(
+        bwrap, workspace, network=network and mode == "run", throwaway_workspace=mode == "meta",
+        python=python, binds=binds, ro_binds=ro_binds, tmpfs=tmpfs, env=env,
+    )
+    # -B: no __pycache__ in the tool's data folder.
+    argv = prefix + [python, "-I", "-B", f"{LIB}/tools_app/user_tool_runner.py", *args]
+    return ChildCommand(argv, sandbox_env(workspace), workspace, True)
+
+
+def _parse_answer(stdout: bytes | str, stderr: str, returncode: int | None, sandboxed: bool = False) -> dict:
     """The runner's JSON, or a description of how the child died without answering."""
     text = stdout.decode("utf-8", "replace") if isinstance(stdout, bytes) else stdout
     try:
@@ -80,11 +176,12 @@ def _parse_answer(stdout: bytes | str, stderr: str, returncode: int | None) -> d
             return answer
     except ValueError:
         pass
-    if returncode is not None and returncode < 0:
+    signum = signal_of(returncode, sandboxed)
+    if signum is not None:
         try:
-            how = f"was killed by {signal.Signals(-returncode).name}"
+            how = f"was killed by {signal.Signals(signum).name}"
         except ValueError:
-            how = f"was killed by signal {-returncode}"
+            how = f"was killed by signal {signum}"
     else:
         how = f"exited with code {returncode} without an answer (os._exit or sys.exit at import?)"
     tail = stderr.strip()[-2000:]
@@ -107,10 +204,14 @@ def read_metadata(path: Path, timeout: float | None = None) -> dict:
 
 
 def _import_in_child(path: Path, timeout: float) -> dict:
+    try:
+        command = child_command("meta", path)
+    except SandboxMissing as exc:
+        return {"ok": False, "error": str(exc)}
     proc = subprocess.Popen(
-        _argv("meta", path),
-        cwd=_child_cwd(),
-        env=_child_env(),
+        command.argv,
+        cwd=command.cwd,
+        env=command.env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -128,7 +229,7 @@ def _import_in_child(path: Path, timeout: float) -> dict:
         }
     finally:
         _killpg(proc.pid)  # nothing the import started may outlive it
-    answer = _parse_answer(out, err.decode("utf-8", "replace")[-4000:], proc.returncode)
+    answer = _parse_answer(out, err.decode("utf-8", "replace")[-4000:], proc.returncode, command.sandboxed)
     if not answer.get("ok") and answer.get("traceback"):
         answer["error"] = f"{answer['error']}\n{answer['traceback']}"
     return answer
@@ -150,29 +251,37 @@ def check_file(path: Path) -> dict:
 class UserToolProcess(Tool):
     """A user tool whose every call runs in its own child process."""
 
-    def __init__(self, name: str, description: str, parameters: dict, path: Path, cls: str = "") -> None:
+    def __init__(
+        self, name: str, description: str, parameters: dict, path: Path, cls: str = "", network: bool = False
+    ) -> None:
         self.name = name
         self.description = description
         self.parameters = parameters or {"type": "object", "properties": {}}
         self.path = path
         self.cls = cls
+        self.network = network
 
     @property
     def timeout(self) -> float:  # the child's own limit fires first and says more
         return float(settings.TOOL_TIMEOUT_S) + 5.0
 
     async def execute(self, params: dict[str, Any]) -> ToolResult:
-        return await run_user_tool(self.path, params, cls=self.cls, name=self.name)
+        return await run_user_tool(self.path, params, cls=self.cls, name=self.name, network=self.network)
 
 
-async def run_user_tool(path: Path, params: dict, *, cls: str = "", name: str = "") -> ToolResult:
-    """Run one call in a child; killed (whole group) on timeout or when the task is cancelled."""
+async def run_user_tool(path: Path, params: dict, *, cls: str = "", name: str = "", network: bool = False) -> ToolResult:
+    """Run one call in a sandboxed child; killed (whole group) on timeout or when the task is
+    cancelled."""
     name = name or path.stem
     timeout = float(settings.TOOL_TIMEOUT_S)
+    try:
+        command = await asyncio.to_thread(child_command, "run", path, cls, network=network)
+    except SandboxMissing as exc:
+        return ToolResult(False, error=str(exc))
     outcome = await run_process(
-        _argv("run", path, cls),
-        cwd=_child_cwd(),
-        env=_child_env(),
+        command.argv,
+        cwd=command.cwd,
+        env=command.env,
         timeout=timeout,
         output_cap=4_000_000,
         stdin_data=json.dumps(params).encode(),
@@ -180,7 +289,7 @@ async def run_user_tool(path: Path, params: dict, *, cls: str = "", name: str = 
     if outcome.timed_out:
         return ToolResult(False, error=f"user tool '{name}' ran longer than {timeout:g} s and was stopped; "
                           "make it faster or fix the loop, then rewrite it with write_tool")
-    answer = _parse_answer(outcome.stdout, outcome.stderr, outcome.returncode)
+    answer = _parse_answer(outcome.stdout, outcome.stderr, outcome.returncode, command.sandboxed)
     if not answer.get("ok"):
         detail = answer.get("traceback", "")
         return ToolResult(
@@ -213,7 +322,12 @@ def build_tools(stem: str, path: Path, meta: dict) -> tuple[list[Tool], str]:
     for info in meta.get("tools", []):
         if meta.get("format") == "module" and info["name"] != stem:
             return [], f"name = {info['name']!r} does not match the file name {path.name}; make them equal"
-        tools.append(UserToolProcess(info["name"], info.get("description", ""), info.get("parameters"), path, info.get("cls", "")))
+        tools.append(
+            UserToolProcess(
+                info["name"], info.get("description", ""), info.get("parameters"), path, info.get("cls", ""),
+                network=bool(info.get("network")),
+            )
+        )
     return tools, ""
 
 

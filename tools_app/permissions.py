@@ -39,7 +39,10 @@ def user_has_host_tools(user_id: int | None) -> bool:
         return False
     from django.contrib.auth import get_user_model
 
-    user = get_user_model().objects.filter(pk=user_id, is_active=True).first()
+    try:
+        user = get_user_model().objects.filter(pk=user_id, is_active=True).first()
+    except (ValueError, TypeError):
+        return False
     return bool(user and user.has_perm(PERMISSION))
 
 

@@ -7,6 +7,7 @@ unknown tool, arguments that are not JSON or fail the schema, a tool that raises
 from __future__ import annotations
 
 import asyncio
+import difflib
 import json
 import logging
 from typing import Any, Callable, Iterable
@@ -16,6 +17,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from .base import Tool, ToolResult
+from .repair import ArgumentsUnreadable, coerce, example, explain, parse_lenient
 
 log = logging.getLogger(__name__)
 
@@ -97,20 +99,42 @@ class ToolRegistry:
         return [self._tools[n] for n in names]
 
     # --- calling -------------------------------------------------------------------------
-    async def call(self, name: str, arguments: Any, allowed: Iterable[str] | None = None) -> ToolResult:
-        """Run a tool safely. Never raises (except CancelledError): errors become results."""
+    async def call(
+        self, name: str, arguments: Any, allowed: Iterable[str] | None = None, *, repair: bool = False
+    ) -> ToolResult:
+        """Run a tool safely. Never raises (except CancelledError): errors become results.
+
+        With `repair`, almost-valid arguments are fixed first (tools_app.repair) and the result's
+        metadata says so (`repaired`); `problem` names what went wrong for the reliability stats."""
         tool = self._tools.get(name)
-        if tool is None or (allowed is not None and name not in set(allowed)):
-            available = ", ".join(sorted(allowed if allowed is not None else self._tools))
-            return ToolResult(False, error=f"unknown tool '{name}'. Available tools: {available}")
-        params, problem = _parse_arguments(arguments)
-        if problem:
-            return ToolResult(False, error=f"arguments for '{name}' {problem}")
-        problem = _schema_problem(tool, params)
-        if problem:
+        offered = sorted(allowed if allowed is not None else self._tools)
+        if tool is None or (allowed is not None and name not in set(offered)):
+            close = difflib.get_close_matches(str(name), offered, n=3, cutoff=0.5)
+            hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
             return ToolResult(
                 False,
-                error=f"invalid arguments for '{name}': {problem}. Call tool_manual('{name}') for the parameters.",
+                error=f"unknown tool '{name}'.{hint} Available tools: {', '.join(offered)}",
+                metadata={"problem": "unknown_tool"},
+            )
+        repaired = False
+        if repair:
+            try:
+                params, repaired = parse_lenient(arguments)
+            except ArgumentsUnreadable as exc:
+                return _bad_arguments(name, f"arguments for '{name}' {exc}. {_example_line(tool)}")
+            params, coerced = coerce(params, tool.parameters or {})
+            repaired = repaired or coerced
+        else:
+            params, problem = _parse_arguments(arguments)
+            if problem:
+                return _bad_arguments(name, f"arguments for '{name}' {problem}")
+        errors = _schema_errors(tool, params)
+        if errors:
+            if repair:
+                return _bad_arguments(name, explain(name, tool.parameters or {}, errors))
+            problem = "; ".join(_describe(e) for e in errors[:5])
+            return _bad_arguments(
+                name, f"invalid arguments for '{name}': {problem}. Call tool_manual('{name}') for the parameters."
             )
         timeout = tool.timeout if tool.timeout is not None else settings.TOOL_TIMEOUT_S
         try:
@@ -124,6 +148,8 @@ class ToolRegistry:
             return ToolResult(False, error=f"tool '{name}' failed: {type(exc).__name__}: {exc}")
         if not isinstance(result, ToolResult):
             result = ToolResult(True, output=str(result))
+        if repaired:
+            result.metadata["repaired"] = True
         return result
 
 
@@ -160,16 +186,29 @@ def _parse_arguments(arguments: Any) -> tuple[dict, str | None]:
     return arguments, None
 
 
-def _schema_problem(tool: Tool, params: dict) -> str | None:
+def _bad_arguments(name: str, message: str) -> ToolResult:
+    return ToolResult(False, error=message, metadata={"problem": "bad_arguments"})
+
+
+def _example_line(tool: Tool) -> str:
+    return f"A valid call looks like: {tool.name}({json.dumps(example(tool.parameters or {}), ensure_ascii=False)})"
+
+
+def _schema_errors(tool: Tool, params: dict) -> list:
     schema = tool.parameters or {"type": "object"}
     try:
         validator = jsonschema.Draft202012Validator(schema)
-        errors = sorted(validator.iter_errors(params), key=lambda e: list(e.path))
+        return sorted(validator.iter_errors(params), key=lambda e: list(e.path))
     except jsonschema.SchemaError as exc:  # a user tool with a broken schema: don't block it
         log.warning("tool %s has an invalid JSON schema: %s", tool.name, exc.message)
-        return None
-    if not errors:
-        return None
-    return "; ".join(
-        (f"{'/'.join(map(str, e.path))}: " if e.path else "") + e.message for e in errors[:5]
-    )
+        return []
+
+
+def _describe(error) -> str:
+    return (f"{'/'.join(map(str, error.path))}: " if error.path else "") + error.message
+
+
+def _schema_problem(tool: Tool, params: dict) -> str | None:
+    """One line listing what is wrong with `params` (None when they fit the schema)."""
+    errors = _schema_errors(tool, params)
+    return "; ".join(_describe(e) for e in errors[:5]) or None

@@ -1,15 +1,21 @@
 """One way to run a child process for a tool: own process group, wall-clock timeout, capped
 output, and the whole group killed on timeout, on overflow and when the tool task is cancelled
-(Stop). code_exec, terminal and user tools all go through `run_process`."""
+(Stop). code_exec, terminal and user tools all go through `run_process`, and all three run
+inside the same bubblewrap sandbox built by `bwrap_argv`."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
+
+from django.conf import settings
 
 # Environment variables a child may inherit; everything else (API keys, SECRET_KEY,
 # DATABASE_URL...) stays in the server process.
@@ -24,6 +30,100 @@ def safe_env(home: str | Path, extra: dict[str, str] | None = None) -> dict[str,
     env["PYTHONIOENCODING"] = "utf-8"
     env.update(extra or {})
     return env
+
+
+# --- the bubblewrap sandbox ------------------------------------------------------------------
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32")
+ETC_FILES = (
+    "/etc/alternatives", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime",
+    "/etc/ssl", "/etc/ca-certificates", "/etc/nsswitch.conf", "/etc/hosts", "/etc/resolv.conf",
+    "/etc/mime.types", "/etc/python3", "/etc/python3.11", "/etc/magic", "/etc/passwd", "/etc/group",
+)
+SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def missing_bwrap(tool: str) -> str:
+    """The refusal when bubblewrap is not installed, with both ways out."""
+    return (
+        f"{tool} needs bubblewrap (bwrap), which is not installed. Install it with "
+        "`sudo apt-get install bubblewrap`, or set CODE_EXEC_SANDBOX=none in .env to run code_exec, "
+        "terminal and user tools without a sandbox (unsafe: they can then read and change everything "
+        "the server can, its database and secret key included)."
+    )
+
+
+def sandbox_disabled() -> bool:
+    """CODE_EXEC_SANDBOX=none: the owner's explicit, unsafe opt-out for every sandboxed tool."""
+    return str(getattr(settings, "CODE_EXEC_SANDBOX", "bwrap")).lower() == "none"
+
+
+def bwrap_binary() -> str | None:
+    return shutil.which("bwrap") or ("/usr/bin/bwrap" if os.path.exists("/usr/bin/bwrap") else None)
+
+
+def sandbox_env(home: str | Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The whole environment inside the sandbox (and of bwrap itself, whose /proc/1/environ the
+    sandbox can read): PATH, HOME, LANG and what the tool adds, nothing of the server."""
+    env = {"PATH": SANDBOX_PATH, "HOME": str(home), "LANG": os.environ.get("LANG") or "C.UTF-8"}
+    env.update(extra or {})
+    return env
+
+
+def python_dirs(python: str) -> list[str]:
+    """Folders an interpreter outside /usr (pyenv) needs, to be bound read-only: its prefix."""
+    if os.path.realpath(python).startswith("/usr/"):
+        return []
+    return [os.path.realpath(sys.base_prefix)]
+
+
+def bwrap_argv(
+    bwrap: str,
+    workspace: str | Path,
+    *,
+    network: bool = False,
+    throwaway_workspace: bool = False,
+    python: str | None = None,
+    binds: Sequence[tuple[str, str]] = (),
+    ro_binds: Sequence[tuple[str, str]] = (),
+    tmpfs: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+) -> list[str]:
+    """The bwrap prefix of a sandboxed command: new namespaces (pid, net, ipc...), a fresh /proc,
+    read-only system folders, a private /tmp, the workspace as the only writable folder (a
+    tmpfs that vanishes when `throwaway_workspace`), an empty environment."""
+    workspace = str(workspace)
+    argv = [bwrap, "--die-with-parent", "--new-session", "--unshare-all"]
+    if network:
+        argv.append("--share-net")
+    if os.geteuid() == 0:
+        argv += ["--cap-drop", "ALL"]  # root inside the user namespace gets no capabilities
+    for path in (*SYSTEM_DIRS, *ETC_FILES):
+        argv += ["--ro-bind-try", path, path]
+    for path in python_dirs(python) if python else []:
+        argv += ["--ro-bind", path, path]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    argv += ["--tmpfs", workspace] if throwaway_workspace else ["--bind", workspace, workspace]
+    for path in tmpfs:
+        argv += ["--tmpfs", path]
+    for source, target in binds:
+        argv += ["--bind", str(source), target]
+    for source, target in ro_binds:  # after the binds: a file may sit inside a bound folder
+        argv += ["--ro-bind", str(source), target]
+    argv += ["--remount-ro", "/", "--chdir", workspace, "--clearenv"]
+    for key, value in sandbox_env(workspace, env).items():
+        argv += ["--setenv", key, value]
+    return argv + ["--"]
+
+
+def signal_of(returncode: int | None, sandboxed: bool) -> int | None:
+    """The signal that killed the command: bwrap reports a child killed by signal N as 128+N."""
+    if returncode is None:
+        return None
+    if returncode < 0:
+        return -returncode
+    if sandboxed and 128 < returncode < 128 + 65:
+        return returncode - 128
+    return None
 
 
 @dataclass

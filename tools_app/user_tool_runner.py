@@ -1,5 +1,5 @@
-"""Child-process side of user tools. Run as `python -I user_tool_runner.py meta|run <file>`;
-never imported by the server. Prints one JSON object on the original stdout; anything the
+"""Child-process side of user tools. Run as `python -I user_tool_runner.py meta|run <file>`,
+inside the bubblewrap sandbox (tools_app.loader.child_command); never imported by the server. Prints one JSON object on the original stdout; anything the
 user's code prints goes to stderr so it cannot corrupt the answer. Stdlib only (no Django)."""
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def describe(module) -> dict:
         if problems:
             return {"ok": False, "error": "; ".join(problems)}
         meta = {"name": module.name, "description": module.description, "parameters": module.parameters}
-        return {"ok": True, "format": "module", "tools": [dict(meta, cls="")]}
+        return {"ok": True, "format": "module", "tools": [dict(meta, cls="", network=_wants_network(module))]}
     classes = _class_tools(module)
     if not classes:
         return {"ok": False, "error": "missing required module-level definitions: " + ", ".join(REQUIRED)}
@@ -61,8 +61,16 @@ def describe(module) -> dict:
         if not inspect.iscoroutinefunction(cls.execute):
             return {"ok": False, "error": f"class {cls.__name__}: execute must be `async def`"}
         params = getattr(cls, "parameters", None) or {"type": "object", "properties": {}}
-        tools.append({"name": cls.name, "description": getattr(cls, "description", ""), "parameters": params, "cls": cls.__name__})
+        tools.append({
+            "name": cls.name, "description": getattr(cls, "description", ""), "parameters": params,
+            "cls": cls.__name__, "network": _wants_network(cls),
+        })
     return {"ok": True, "format": "class", "tools": tools}
+
+
+def _wants_network(owner) -> bool:
+    """`network = True` at module (or class) level: the tool's calls may use the network."""
+    return getattr(owner, "network", False) is True
 
 
 def _check_module_format(module) -> list[str]:
@@ -117,6 +125,8 @@ def main() -> None:
     mode, path = sys.argv[1], sys.argv[2]
     cls_name = sys.argv[3] if len(sys.argv) > 3 else ""
     sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tools_app.base
+    # The server's site-packages (-I leaves them out: the interpreter runs outside its venv).
+    sys.path.extend(p for p in os.environ.get("NAVI_SITE_PACKAGES", "").split(":") if p)
     try:
         params = json.loads(sys.stdin.read() or "{}") if mode == "run" else {}
         module = _import(path)

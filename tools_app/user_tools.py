@@ -8,6 +8,7 @@ import keyword
 import logging
 import re
 import shutil
+import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -87,15 +88,18 @@ def check_source(name: str, code: str) -> str | None:
 
 
 def check_in_child(name: str, code: str) -> str | None:
-    """Import the candidate in an isolated child before it replaces anything."""
+    """Import the candidate in a sandboxed child before it replaces anything. The import runs
+    with a throwaway workspace and no network (loader.child_command "meta"), so a rejected
+    candidate leaves no trace; its staging copy is removed here."""
     staging = tools_dir() / ".staging"
     staging.mkdir(parents=True, exist_ok=True)
-    candidate = staging / f"{name}.py"
+    folder = Path(tempfile.mkdtemp(dir=staging))  # concurrent write_tools never share a file
+    candidate = folder / f"{name}.py"
     candidate.write_text(code, encoding="utf-8")
     try:
         meta = check_file(candidate)
     finally:
-        candidate.unlink(missing_ok=True)
+        shutil.rmtree(folder, ignore_errors=True)
     if not meta.get("ok"):
         return f"the tool failed to import: {meta.get('error')}"
     names = [t["name"] for t in meta.get("tools", [])]

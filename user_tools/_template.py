@@ -11,8 +11,11 @@
 # use write_tool, which checks, saves and reloads in one step). The tool is available from the
 # NEXT message, in every profile, unless the owner disables it in the admin (Tools → User tools).
 #
-# Each call runs in its own Python process (cwd = the workspace), so a crash or an endless loop
-# only fails that call; it is stopped after TOOL_TIMEOUT_S seconds.
+# Each call runs in its own sandboxed Python process (cwd = the user's workspace), so a crash or
+# an endless loop only fails that call; it is stopped after TOOL_TIMEOUT_S seconds. The sandbox
+# has no network unless the file sets `network = True`. Data files go next to the tool:
+# os.path.join(os.path.dirname(__file__), "example_data.json") is in the tool's own writable
+# data folder (user_tools/.data/<name>/<user id>/, also $NAVI_TOOL_DATA).
 
 name = "example"
 description = (
@@ -30,6 +33,7 @@ parameters = {
     },
     "required": ["input"],
 }
+# network = True  # uncomment if execute() needs the network (web APIs)
 
 
 async def execute(params: dict) -> str:

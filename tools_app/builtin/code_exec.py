@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -21,7 +20,16 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 
 from tools_app.base import Tool, ToolResult
-from tools_app.sandbox import run_process, safe_env
+from tools_app.sandbox import (
+    bwrap_argv,
+    bwrap_binary,
+    missing_bwrap,
+    run_process,
+    safe_env,
+    sandbox_disabled,
+    sandbox_env,
+)
+from tools_app.workspace import workspace_for
 
 if TYPE_CHECKING:
     from agent.loop import Agent
@@ -40,17 +48,7 @@ BOOT = (
     "path=sys.argv[4]; sys.argv=[path]\n"
     "runpy.run_path(path,run_name='__main__')\n"
 )
-_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32")
-_ETC_FILES = (
-    "/etc/alternatives", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime",
-    "/etc/ssl", "/etc/ca-certificates", "/etc/nsswitch.conf", "/etc/hosts", "/etc/resolv.conf",
-    "/etc/mime.types", "/etc/python3", "/etc/python3.11",
-)
-MISSING_BWRAP = (
-    "code_exec needs bubblewrap (bwrap), which is not installed. Install it with "
-    "`sudo apt-get install bubblewrap`, or set CODE_EXEC_SANDBOX=none in .env to run code "
-    "without a sandbox (unsafe: the code can then read and change everything the server can)."
-)
+MISSING_BWRAP = missing_bwrap("code_exec")
 
 
 def _setting(name: str, default: float) -> float:
@@ -74,30 +72,12 @@ def python_binary() -> str:
     return "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else os.path.realpath(sys.executable)
 
 
-def bwrap_binary() -> str | None:
-    return shutil.which("bwrap") or ("/usr/bin/bwrap" if os.path.exists("/usr/bin/bwrap") else None)
-
-
-def bwrap_argv(bwrap: str, workspace: Path, code_file: Path, python: str, network: bool) -> list[str]:
-    argv = [bwrap, "--die-with-parent", "--new-session", "--unshare-all"]
-    if network:
-        argv.append("--share-net")
-    if os.geteuid() == 0:
-        argv += ["--cap-drop", "ALL"]  # root inside the user namespace gets no capabilities
-    for path in (*_SYSTEM_DIRS, *_ETC_FILES):
-        argv += ["--ro-bind-try", path, path]
-    prefix = os.path.realpath(sys.base_prefix)
-    if not python.startswith("/usr/") and not prefix.startswith("/usr"):
-        argv += ["--ro-bind", prefix, prefix]  # an interpreter outside /usr (pyenv)
-    argv += [
-        "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
-        "--bind", str(workspace), str(workspace), "--chdir", str(workspace),
-        "--ro-bind", str(code_file), CODE_PATH,
-        "--remount-ro", "/",
-        "--setenv", "HOME", str(workspace), "--setenv", "TMPDIR", "/tmp",
-        "--",
-    ]
-    return argv
+def code_exec_argv(bwrap: str, workspace: Path, code_file: Path, python: str, network: bool) -> list[str]:
+    """The sandbox of tools_app.sandbox plus the program file, read-only at CODE_PATH."""
+    return bwrap_argv(
+        bwrap, workspace, network=network, python=python,
+        ro_binds=[(str(code_file), CODE_PATH)], env={"TMPDIR": "/tmp", "PYTHONIOENCODING": "utf-8"},
+    )
 
 
 class _PidsCgroup:
@@ -165,12 +145,10 @@ class CodeExecTool(Tool):
         return float(settings.TOOL_TIMEOUT_S) + 5.0
 
     async def execute(self, params: dict[str, Any]) -> ToolResult:
-        mode = str(getattr(settings, "CODE_EXEC_SANDBOX", "bwrap")).lower()
-        bwrap = bwrap_binary() if mode != "none" else None
-        if mode != "none" and bwrap is None:
+        bwrap = None if sandbox_disabled() else bwrap_binary()
+        if bwrap is None and not sandbox_disabled():
             return ToolResult(False, error=MISSING_BWRAP)
-        workspace = Path(settings.NAVI_WORKSPACE).resolve()
-        workspace.mkdir(parents=True, exist_ok=True)
+        workspace = workspace_for()
         limit = min(float(params.get("timeout") or settings.TOOL_TIMEOUT_S), float(settings.TOOL_TIMEOUT_S))
         with tempfile.TemporaryDirectory(prefix="navi-code-") as tmp:
             code_file = Path(tmp) / "main.py"
@@ -184,7 +162,7 @@ class CodeExecTool(Tool):
         if bwrap is None:
             argv = [python, "-I", "-c", BOOT, str(memory), str(procs), str(fsize), str(code_file)]
         else:
-            prefix = bwrap_argv(bwrap, workspace, code_file, python, bool(getattr(settings, "CODE_EXEC_NETWORK", False)))
+            prefix = code_exec_argv(bwrap, workspace, code_file, python, bool(getattr(settings, "CODE_EXEC_NETWORK", False)))
             argv = prefix + [python, "-I", "-c", BOOT, str(memory), str(procs), str(fsize), CODE_PATH]
             if os.geteuid() == 0:
                 cgroup = _PidsCgroup.create(procs)
@@ -192,9 +170,10 @@ class CodeExecTool(Tool):
                     log.warning("running as root without a writable pids cgroup: code_exec has no process limit")
                 else:
                     argv = cgroup.wrap(argv)
+        env = safe_env(workspace) if bwrap is None else sandbox_env(workspace)
         try:
             outcome = await run_process(
-                argv, cwd=workspace, env=safe_env(workspace), timeout=limit, output_cap=int(_setting("TOOL_OUTPUT_MAX_BYTES", 100_000))
+                argv, cwd=workspace, env=env, timeout=limit, output_cap=int(_setting("TOOL_OUTPUT_MAX_BYTES", 100_000))
             )
         finally:
             if cgroup is not None:

@@ -1,71 +1,62 @@
-"""filesystem: read, write, append, list, mkdir, delete, move, search — only inside FS_ALLOWED_PATHS.
+"""filesystem: read, write, append, list, mkdir, delete, move, search — only inside the run's
+allowed folders (tools_app.workspace.file_roots).
 
-Every path is resolved (symlinks and `..` included) before the allowlist check, so a symlink
-or a relative path cannot lead outside. `*` in FS_ALLOWED_PATHS means unrestricted.
+A user without `run_host_tools` works in their own workspace (and reads their session's
+uploads); FS_ALLOWED_PATHS extras and `*` are for holders of that permission. TOOLS_DIR is never
+changed, even with `*`. Paths are resolved and checked once, then opened from the root through
+directory fds with O_NOFOLLOW (tools_app.safe_paths): a symlink swapped in after the check is
+refused, not followed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import fnmatch
 import os
 import shutil
-from pathlib import Path
+import stat
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
 from tools_app.base import Tool, ToolResult
+from tools_app.safe_paths import (
+    PathRefused,
+    check_writable,
+    is_link_at,
+    locate,
+    open_dir,
+    open_regular,
+    parent_dir,
+)
+from tools_app.workspace import Root, current_file_roots, workspace_for
 
 if TYPE_CHECKING:
     from agent.loop import Agent
 
+__all__ = ["FilesystemTool", "PathRefused"]
+
 ACTIONS = ("read", "write", "append", "list", "mkdir", "delete", "move", "search")
+CHANGES = {"write", "append", "mkdir", "delete", "move"}
 MAX_LIST = 500
 MAX_MATCHES = 200
-
-
-class PathRefused(ValueError):
-    """A path outside the allowlist or otherwise unusable; the message says what is allowed."""
+SEARCH_READ_BYTES = 5_000_000
 
 
 def read_cap() -> int:
     return int(getattr(settings, "FS_READ_MAX_BYTES", 200_000))
 
 
-def allowed_roots() -> list[str] | None:
-    """Resolved allowlist roots; None when unrestricted ('*')."""
-    # Read from django.conf.settings (not navi_project.settings' helper) so overrides apply.
-    entries = [p.strip() for p in str(settings.FS_ALLOWED_PATHS).split(",") if p.strip()]
-    if "*" in entries:
-        return None
-    return [os.path.realpath(_absolute(e)) for e in entries]
+class _Target:
+    """A checked path: its root and real path."""
 
+    def __init__(self, root: Root, real: str) -> None:
+        self.root, self.real = root, real
 
-def _absolute(raw: str | Path) -> str:
-    path = Path(raw)
-    return str(path if path.is_absolute() else Path(settings.NAVI_WORKSPACE) / path)
-
-
-def resolve(raw: Any) -> Path:
-    """The real path for `raw`, or PathRefused. Relative paths start at the workspace."""
-    if not isinstance(raw, str) or not raw.strip():
-        raise PathRefused("path must be a non-empty string")
-    if "\x00" in raw:
-        raise PathRefused("path contains a NUL byte")
-    real = os.path.realpath(_absolute(raw))
-    roots = allowed_roots()
-    if roots is not None and not any(real == r or real.startswith(r.rstrip("/") + "/") for r in roots):
-        raise PathRefused(
-            f"'{raw}' resolves to {real}, outside the allowed paths ({', '.join(roots)}); "
-            "use a path inside them (relative paths start in the workspace)"
-        )
-    return Path(real)
-
-
-def _is_root(path: Path) -> bool:
-    roots = allowed_roots() or []
-    return str(path) in roots or str(path) == os.path.realpath(settings.NAVI_WORKSPACE)
+    @property
+    def is_root(self) -> bool:
+        return self.real == self.root.path
 
 
 class FilesystemTool(Tool):
@@ -91,7 +82,8 @@ class FilesystemTool(Tool):
 
     async def execute(self, params: dict[str, Any]) -> ToolResult:
         try:
-            return await asyncio.to_thread(self._dispatch, params)
+            roots = await current_file_roots()
+            return await asyncio.to_thread(self._dispatch, params, roots, str(workspace_for()))
         except PathRefused as exc:
             return ToolResult(False, error=f"refused: {exc}")
         except FileNotFoundError as exc:
@@ -99,111 +91,173 @@ class FilesystemTool(Tool):
         except (IsADirectoryError, NotADirectoryError, FileExistsError, PermissionError, OSError) as exc:
             return ToolResult(False, error=f"{params['action']} failed: {exc}")
 
-    def _dispatch(self, params: dict[str, Any]) -> ToolResult:
+    def _dispatch(self, params: dict[str, Any], roots: list[Root], base: str) -> ToolResult:
         action = params["action"]
         if action not in ACTIONS:
             return ToolResult(False, error=f"unknown action '{action}'; use one of {', '.join(ACTIONS)}")
-        path = resolve(params["path"])
-        handler = getattr(self, f"_{action}")
-        return handler(path, params)
+        target = _Target(*locate(params["path"], roots, base))
+        if action in CHANGES:
+            check_writable(target.root, target.real)
+        if action == "move":
+            if not params.get("destination"):
+                return ToolResult(False, error="move needs `destination`")
+            destination = _Target(*locate(params["destination"], roots, base))
+            check_writable(destination.root, destination.real)
+            return self._move(target, destination)
+        return getattr(self, f"_{action}")(target, params)
 
-    def _read(self, path: Path, params: dict) -> ToolResult:
-        size = path.stat().st_size
-        offset = int(params.get("offset") or 0)
-        cap = read_cap()
-        with path.open("rb") as fh:
+    def _read(self, target: _Target, params: dict) -> ToolResult:
+        fd = open_regular(target.root, target.real)
+        with os.fdopen(fd, "rb") as fh:
+            size = os.fstat(fd).st_size
+            offset = int(params.get("offset") or 0)
             fh.seek(offset)
-            data = fh.read(cap)
+            data = fh.read(read_cap())
         text = data.decode("utf-8", "replace")
         end = offset + len(data)
         if end < size:
             text += f"\n[truncated: showed bytes {offset}–{end} of {size}; read again with offset={end} for more]"
         return ToolResult(True, text)
 
-    def _write(self, path: Path, params: dict, mode: str = "w") -> ToolResult:
+    def _write(self, target: _Target, params: dict, append: bool = False) -> ToolResult:
         content = params.get("content")
         if content is None:
             return ToolResult(False, error=f"{params['action']} needs `content`")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open(mode, encoding="utf-8") as fh:
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+        fd = open_regular(target.root, target.real, flags, create_parents=True)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(content)
-        verb = "Appended" if mode == "a" else "Wrote"
-        return ToolResult(True, f"{verb} {len(content.encode())} bytes to {path}")
+        verb = "Appended" if append else "Wrote"
+        return ToolResult(True, f"{verb} {len(content.encode())} bytes to {target.real}")
 
-    def _append(self, path: Path, params: dict) -> ToolResult:
-        return self._write(path, params, mode="a")
+    def _append(self, target: _Target, params: dict) -> ToolResult:
+        return self._write(target, params, append=True)
 
-    def _list(self, path: Path, params: dict) -> ToolResult:
-        entries = sorted(path.iterdir(), key=lambda p: p.name)
-        lines = []
-        for entry in entries[:MAX_LIST]:
-            if entry.is_dir():
-                lines.append(f"{entry.name}/")
-            else:
-                lines.append(f"{entry.name}  ({entry.lstat().st_size} bytes)")
+    def _list(self, target: _Target, params: dict) -> ToolResult:
+        fd = open_dir(target.root, target.real)
+        try:
+            entries = sorted(os.scandir(fd), key=lambda e: e.name)
+            lines = [_describe(entry) for entry in entries[:MAX_LIST]]
+        finally:
+            os.close(fd)
         if len(entries) > MAX_LIST:
             lines.append(f"[truncated: {len(entries) - MAX_LIST} more entries; use search with a pattern]")
-        return ToolResult(True, "\n".join(lines) or f"{path} is empty")
+        return ToolResult(True, "\n".join(lines) or f"{target.real} is empty")
 
-    def _mkdir(self, path: Path, params: dict) -> ToolResult:
-        path.mkdir(parents=True, exist_ok=True)
-        return ToolResult(True, f"Created {path}")
+    def _mkdir(self, target: _Target, params: dict) -> ToolResult:
+        with parent_dir(target.root, target.real, create=True) as (dir_fd, name):
+            if name:
+                try:
+                    os.mkdir(name, 0o755, dir_fd=dir_fd)
+                except FileExistsError:
+                    if not stat.S_ISDIR(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):
+                        raise
+        return ToolResult(True, f"Created {target.real}")
 
-    def _delete(self, path: Path, params: dict) -> ToolResult:
-        if _is_root(path):
-            raise PathRefused(f"{path} is an allowed root folder itself and cannot be deleted")
-        if path.is_dir():
-            if params.get("recursive"):
-                shutil.rmtree(path)
+    def _delete(self, target: _Target, params: dict) -> ToolResult:
+        if target.is_root:
+            raise PathRefused(f"{target.real} is an allowed root folder itself and cannot be deleted")
+        with parent_dir(target.root, target.real) as (dir_fd, name):
+            mode = _lstat_at(dir_fd, name, target.real).st_mode
+            if not stat.S_ISDIR(mode):
+                os.unlink(name, dir_fd=dir_fd)  # a symlink itself goes, never its target
+            elif params.get("recursive"):
+                shutil.rmtree(name, dir_fd=dir_fd)  # fd-based on Linux: does not follow links
             else:
                 try:
-                    path.rmdir()
+                    os.rmdir(name, dir_fd=dir_fd)
                 except OSError:
-                    return ToolResult(False, error=f"{path} is not empty; pass recursive=true to delete it with its contents")
-        else:
-            path.unlink()
-        return ToolResult(True, f"Deleted {path}")
+                    return ToolResult(False, error=f"{target.real} is not empty; pass recursive=true to delete it with its contents")
+        return ToolResult(True, f"Deleted {target.real}")
 
-    def _move(self, path: Path, params: dict) -> ToolResult:
-        if not params.get("destination"):
-            return ToolResult(False, error="move needs `destination`")
-        target = resolve(params["destination"])
-        if _is_root(path):
-            raise PathRefused(f"{path} is an allowed root folder itself and cannot be moved")
-        if not path.exists():
-            raise FileNotFoundError(2, "No such file", str(path))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(path), str(target))
-        return ToolResult(True, f"Moved {path} to {target}")
+    def _move(self, source: _Target, destination: _Target) -> ToolResult:
+        if source.is_root:
+            raise PathRefused(f"{source.real} is an allowed root folder itself and cannot be moved")
+        with parent_dir(source.root, source.real) as (src_fd, src_name):
+            if stat.S_ISLNK(_lstat_at(src_fd, src_name, source.real).st_mode):
+                raise PathRefused(f"{source.real} is a symbolic link; links are not moved")
+            with parent_dir(destination.root, destination.real, create=True) as (dst_fd, dst_name):
+                final = _move_into(src_fd, src_name, dst_fd, dst_name, source.real, destination.real)
+        return ToolResult(True, f"Moved {source.real} to {final}")
 
-    def _search(self, path: Path, params: dict) -> ToolResult:
+    def _search(self, target: _Target, params: dict) -> ToolResult:
         pattern, text = params.get("pattern") or "*", params.get("text")
         matches: list[str] = []
-        for folder, dirs, files in os.walk(path):  # does not follow symlinked folders
-            dirs.sort()
-            for name in sorted(files):
-                if not fnmatch.fnmatch(name, pattern):
-                    continue
-                found = os.path.join(folder, name)
-                try:
-                    real = resolve(found)
-                except PathRefused:
-                    continue  # a symlink leaving the allowlist is never read
-                if text and not _contains(real, text):
-                    continue
-                matches.append(found)
-                if len(matches) >= MAX_MATCHES:
-                    matches.append(f"[truncated at {MAX_MATCHES} matches; narrow the pattern or the folder]")
-                    return ToolResult(True, "\n".join(matches))
+        top = open_dir(target.root, target.real)
+        try:
+            for folder, dirs, files, folder_fd in os.fwalk(".", dir_fd=top, follow_symlinks=False):
+                dirs.sort()
+                for name in sorted(files):
+                    if not fnmatch.fnmatch(name, pattern) or is_link_at(folder_fd, name):
+                        continue
+                    if text and not _contains(folder_fd, name, text):
+                        continue
+                    matches.append(os.path.normpath(os.path.join(target.real, folder, name)))
+                    if len(matches) >= MAX_MATCHES:
+                        matches.append(f"[truncated at {MAX_MATCHES} matches; narrow the pattern or the folder]")
+                        return ToolResult(True, "\n".join(matches))
+        finally:
+            os.close(top)
         return ToolResult(True, "\n".join(matches) or "no matching files")
 
 
-def _contains(path: Path, text: str) -> bool:
+def _describe(entry: os.DirEntry) -> str:
+    if entry.is_symlink():
+        return f"{entry.name}@  (symbolic link, not followed)"
+    if entry.is_dir(follow_symlinks=False):
+        return f"{entry.name}/"
+    return f"{entry.name}  ({entry.stat(follow_symlinks=False).st_size} bytes)"
+
+
+def _lstat_at(dir_fd: int, name: str, full: str) -> os.stat_result:
     try:
-        with path.open("rb") as fh:
-            return text.encode() in fh.read(5_000_000)
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", full) from None
+
+
+def _move_into(src_fd: int, src_name: str, dst_fd: int, dst_name: str, src_real: str, dst_real: str) -> str:
+    """rename(2) between the two folder fds; into the destination when it is a folder."""
+    try:
+        if stat.S_ISDIR(os.stat(dst_name, dir_fd=dst_fd, follow_symlinks=False).st_mode):
+            inner = os.open(dst_name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dst_fd)
+            try:
+                return _move_into(src_fd, src_name, inner, src_name, src_real, os.path.join(dst_real, src_name))
+            finally:
+                os.close(inner)
+    except FileNotFoundError:
+        pass
+    _lstat_at(src_fd, src_name, src_real)
+    try:
+        os.rename(src_name, dst_name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+        _copy_across(src_fd, src_name, dst_fd, dst_name, src_real)
+    return dst_real
+
+
+def _copy_across(src_fd: int, src_name: str, dst_fd: int, dst_name: str, src_real: str) -> None:
+    """A move to another file system: copy a regular file through fds, then remove the source."""
+    if not stat.S_ISREG(os.stat(src_name, dir_fd=src_fd, follow_symlinks=False).st_mode):
+        raise PathRefused(f"{src_real} is a folder on another file system; move its files one by one")
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    with os.fdopen(os.open(src_name, flags, dir_fd=src_fd), "rb") as src:
+        out_flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        with os.fdopen(os.open(dst_name, out_flags, 0o644, dir_fd=dst_fd), "wb") as out:
+            shutil.copyfileobj(src, out)
+    os.unlink(src_name, dir_fd=src_fd)
+
+
+def _contains(folder_fd: int, name: str, text: str) -> bool:
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder_fd)
     except OSError:
         return False
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        return text.encode() in fh.read(SEARCH_READ_BYTES)
 
 
 def tools(agent: "Agent") -> list[Tool]:

@@ -10,13 +10,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from PIL import Image, UnidentifiedImageError
 
 from tools_app.base import Tool, ToolResult
-from tools_app.builtin.session_files import PathRefused, readable_path
+from tools_app.builtin.session_files import PathRefused, open_readable
 from tools_app.netguard import URLRefused, fetch
 
 if TYPE_CHECKING:
@@ -76,10 +77,11 @@ async def _load(source: str) -> tuple[bytes, str]:
         if res.truncated:
             raise ImageRefused(f"the image is larger than {MAX_INPUT_BYTES // (1024 * 1024)} MB; use a smaller version")
         return res.body, res.url
-    path = readable_path(source)
-    if path.stat().st_size > MAX_INPUT_BYTES:
-        raise ImageRefused(f"{path.name} is larger than {MAX_INPUT_BYTES // (1024 * 1024)} MB; use a smaller version")
-    return await asyncio.to_thread(path.read_bytes), str(path)
+    handle, path = await open_readable(source)
+    with handle:
+        if os.fstat(handle.fileno()).st_size > MAX_INPUT_BYTES:
+            raise ImageRefused(f"{path.name} is larger than {MAX_INPUT_BYTES // (1024 * 1024)} MB; use a smaller version")
+        return await asyncio.to_thread(handle.read, MAX_INPUT_BYTES + 1), str(path)
 
 
 class ImageViewTool(Tool):

@@ -2,16 +2,17 @@
 
 share_file copies an allowed local file into the session's files folder and returns the
 authenticated download link; content_publish marks a session file for inline display in the
-chat (a `file_published` frame). `readable_path` is the path check image_view shares.
+chat (a `file_published` frame). `open_readable` is the race-free open image_view shares.
 """
 
 from __future__ import annotations
 
 import asyncio
 import mimetypes
+import os
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 from urllib.parse import quote
 
 from django.conf import settings
@@ -19,49 +20,42 @@ from django.db import IntegrityError
 
 from agent.events import FilePublished
 from tools_app.base import Tool, ToolResult
-from tools_app.builtin.filesystem import PathRefused, allowed_roots
 from tools_app.context import current_chat_session_id, emit
+from tools_app.safe_paths import PathRefused, open_for_reading
+from tools_app.workspace import current_file_roots, workspace_for
 
 if TYPE_CHECKING:
     from agent.loop import Agent
 
 
-def _allowed_roots() -> list[Path] | None:
-    """The filesystem tool's allowlist plus this session's files; None means unrestricted ('*')."""
+async def open_readable(raw: str) -> tuple[BinaryIO, Path]:
+    """(open file, real path) of an allowed regular file, opened without following a symlink
+    swapped in after the check. Relative paths are taken from the workspace, then from the
+    session's files folder."""
     from sessions_app.services import session_files_dir
 
-    roots = allowed_roots()
-    if roots is None:
-        return None
-    session_id = current_chat_session_id.get()
-    extra = [session_files_dir(session_id)] if session_id else []
-    return [Path(r) for r in roots] + [Path(e).resolve() for e in extra]
-
-
-def readable_path(raw: str) -> Path:
-    """Resolve a user-given path (symlinks included) and check it is an allowed regular file.
-
-    Relative paths are taken from NAVI_WORKSPACE, then from the session's files folder."""
-    from sessions_app.services import session_files_dir
-
-    if not raw or "\x00" in raw:
+    if not isinstance(raw, str) or not raw or "\x00" in raw:
         raise PathRefused("invalid path (empty or containing NUL); give a file path inside the workspace")
-    given = Path(raw).expanduser()
-    candidates = [given] if given.is_absolute() else [Path(settings.NAVI_WORKSPACE) / given]
+    roots = await current_file_roots()
+    bases = [str(workspace_for())]
     session_id = current_chat_session_id.get()
-    if not given.is_absolute() and session_id:
-        candidates.append(Path(session_files_dir(session_id)) / given)
-    roots = _allowed_roots()
+    if not os.path.isabs(os.path.expanduser(raw)) and session_id:
+        bases.append(str(session_files_dir(session_id)))
     outside = False
-    for candidate in candidates:
-        resolved = candidate.resolve()
-        if roots is not None and not any(resolved.is_relative_to(root) for root in roots):
+    for base in bases:
+        try:
+            fd, real = await asyncio.to_thread(open_for_reading, raw, roots, base)
+        except PathRefused as exc:
+            if "outside the allowed paths" not in str(exc):
+                raise  # a link or a device: say so, do not try the next folder
             outside = True
-        elif resolved.is_file():
-            return resolved
+            continue
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            continue
+        return os.fdopen(fd, "rb"), Path(real)
     if outside:
         raise PathRefused(
-            f"'{raw}' is outside the allowed folders ({', '.join(map(str, roots or []))}); "
+            f"'{raw}' is outside the allowed folders ({', '.join(r.path for r in roots)}); "
             "copy the file into the workspace first"
         )
     raise PathRefused(f"no such file: '{raw}'; check the path with filesystem(action='list')")
@@ -98,17 +92,21 @@ class ShareFileTool(Tool):
     }
 
     async def execute(self, params: dict[str, Any]) -> ToolResult:
-        from sessions_app.models import SessionFile
-        from sessions_app.services import session_files_dir
-
         session_id = current_chat_session_id.get()
         if not session_id:
             return ToolResult(False, error="share_file only works inside a chat session")
         try:
-            source = readable_path(params["path"])
+            handle, source = await open_readable(params["path"])
         except PathRefused as exc:
             return ToolResult(False, error=str(exc))
-        size = source.stat().st_size
+        with handle:
+            return await self._share(session_id, handle, source, params)
+
+    async def _share(self, session_id: str, handle: BinaryIO, source: Path, params: dict[str, Any]) -> ToolResult:
+        from sessions_app.models import SessionFile
+        from sessions_app.services import session_files_dir
+
+        size = os.fstat(handle.fileno()).st_size
         limit = settings.SESSION_FILES_MAX_SIZE_MB * 1024 * 1024
         if size > limit:
             return ToolResult(False, error=f"the file is {size // (1024 * 1024)} MB, over the {settings.SESSION_FILES_MAX_SIZE_MB} MB limit for session files; compress or split it")
@@ -121,20 +119,22 @@ class ShareFileTool(Tool):
         wanted = Path(params.get("name") or source.name).name.strip() or source.name
         if wanted.startswith("."):
             wanted = "file" + wanted
-        name = await _copy_in(session_id, source, wanted, size)
+        name = await _copy_in(session_id, handle, wanted, size)
         if name is None:
             return ToolResult(False, error="could not find a free file name; retry with another `name`")
         url = file_url(session_id, name)
         return ToolResult(True, f"Shared '{name}' ({size} bytes). Download link: {url}", metadata={"url": url, "name": name})
 
 
-def _copy_exclusive(source: Path, dest: Path) -> None:
+def _copy_exclusive(source: BinaryIO, dest: Path) -> None:
     """Copy into a file this call creates (never overwrites a concurrent share's file)."""
-    with open(source, "rb") as src, open(dest, "xb") as out:
-        shutil.copyfileobj(src, out)
+    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640)
+    with os.fdopen(fd, "wb") as out:
+        source.seek(0)
+        shutil.copyfileobj(source, out)
 
 
-async def _copy_in(session_id: str, source: Path, wanted: str, size: int) -> str | None:
+async def _copy_in(session_id: str, source: BinaryIO, wanted: str, size: int) -> str | None:
     """Copy `source` into the session's files under a free name and record it; the name used."""
     from sessions_app.models import SessionFile
     from sessions_app.services import session_files_dir

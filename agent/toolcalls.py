@@ -1,0 +1,300 @@
+"""Tool calls a model wrote as text, recovered and run as real calls.
+
+Small models often print the call instead of emitting a native one: Hermes/Qwen
+`<tool_call>{…}</tool_call>`, Llama-3 `{"name": …, "parameters"/"arguments": …}` (maybe after
+`<|python_tag|>`), Mistral `[TOOL_CALLS][…]`, a fenced ```json block, or a Python-style
+`tool_name(arg=…)` line. `extract_calls` finds them (only for tools that were offered; prose
+that merely mentions a tool is not a call). `CallTextFilter` sits on the stream: it holds back
+text that may be the start of a call instead of showing it and retracting it later.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import uuid
+from dataclasses import dataclass, field
+
+from agent.messages import ToolCall
+from tools_app.repair import _lenient
+
+_TAGGED = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
+_FENCED = re.compile(r"```([\w-]*)[ \t]*\n(.*?)\n?```", re.S | re.I)
+_PY_LINE = re.compile(r"^[ \t]*([A-Za-z_]\w*)\((.*)\)[ \t]*;?[ \t]*$", re.M)
+_FENCE_LANGS = {"", "json", "tool_call", "tool_code", "tool"}
+_PREFIX_MARKERS = ("<tool_call>", "<|python_tag|>", "[TOOL_CALLS]", "```", "[{")
+
+
+@dataclass
+class Recovered:
+    calls: list[ToolCall] = field(default_factory=list)
+    text: str = ""  # what remains to show
+
+
+def extract_calls(text: str, offered: set[str] | frozenset[str]) -> Recovered:
+    """The calls written in `text` (offered tools only) and the text without them."""
+    if not text or not offered:
+        return Recovered(text=text)
+    for finder in (_tagged, _mistral, _python_tag, _fenced, _whole_json, _python_lines):
+        calls, rest = finder(text, offered)
+        if calls:
+            return Recovered(calls, _tidy(rest))
+    return Recovered(text=text)
+
+
+def _tidy(text: str) -> str:
+    return re.sub(r"\n{3,}", "\n\n", text).strip()
+
+
+def _call(obj: object, offered) -> ToolCall | None:
+    """A ToolCall from {"name", "arguments"|"parameters"} (or OpenAI's {"function": {...}})."""
+    if not isinstance(obj, dict):
+        return None
+    if isinstance(obj.get("function"), dict):
+        obj = obj["function"]
+    name = obj.get("name")
+    if not isinstance(name, str) or name not in offered:
+        return None
+    args = obj.get("arguments", obj.get("parameters", {}))
+    if isinstance(args, str):
+        parsed = _lenient(args) if args.strip() else {}
+        args = parsed if isinstance(parsed, dict) else args
+    if not isinstance(args, (dict, str)):
+        return None
+    extra = set(obj) - {"name", "arguments", "parameters", "id", "type"}
+    if extra:  # {"name": "todo", "priority": 2} is data that happens to have a name, not a call
+        return None
+    return ToolCall(id=f"recovered_{uuid.uuid4().hex[:12]}", name=name, arguments=args, recovered=True)
+
+
+def _calls_from(value: object, offered) -> list[ToolCall]:
+    items = value if isinstance(value, list) else [value]
+    calls = [_call(item, offered) for item in items]
+    return calls if calls and all(calls) else []
+
+
+def _parse(text: str) -> object:
+    text = text.strip()
+    try:
+        return json.loads(text)
+    except ValueError:
+        return _lenient(text)
+
+
+def _tagged(text: str, offered):
+    calls, spans = [], []
+    for match in _TAGGED.finditer(text):
+        found = _calls_from(_parse(match.group(1)), offered)
+        if not found:
+            return [], text
+        calls += found
+        spans.append(match.span())
+    return calls, _cut(text, spans)
+
+
+def _mistral(text: str, offered):
+    index = text.find("[TOOL_CALLS]")
+    if index < 0:
+        return [], text
+    body = text[index + len("[TOOL_CALLS]"):].strip()
+    named = re.match(r"([A-Za-z_]\w*)\s*\[ARGS\]\s*(.*)$", body, re.S)  # newer: name[ARGS]{...}
+    if named:
+        value = {"name": named.group(1), "arguments": _parse(named.group(2))}
+    else:
+        value = _parse(body)
+    calls = _calls_from(value, offered)
+    return (calls, text[:index]) if calls else ([], text)
+
+
+def _python_tag(text: str, offered):
+    index = text.find("<|python_tag|>")
+    if index < 0:
+        return [], text
+    body = text[index + len("<|python_tag|>"):].replace("<|eom_id|>", "").replace("<|eot_id|>", "")
+    calls = []
+    for part in [p for p in re.split(r";\s*(?=\{)", body.strip()) if p.strip()]:
+        found = _calls_from(_parse(part), offered)
+        if not found:
+            return [], text
+        calls += found
+    return (calls, text[:index]) if calls else ([], text)
+
+
+def _fenced(text: str, offered):
+    calls, spans = [], []
+    for match in _FENCED.finditer(text):
+        if (match.group(1) or "").lower() not in _FENCE_LANGS:
+            continue
+        found = _calls_from(_parse(match.group(2)), offered)
+        if not found and (match.group(1) or "").lower() != "json":  # ```tool_code\nname(arg=...)
+            found, rest = _python_lines(match.group(2), offered, fences=False)
+            found = found if not rest.strip() else []
+        if found:
+            calls += found
+            spans.append(match.span())
+    return calls, _cut(text, spans)
+
+
+def _whole_json(text: str, offered):
+    stripped = text.strip()
+    if not stripped.startswith(("{", "[")):
+        return [], text
+    return _calls_from(_parse(stripped), offered), ""
+
+
+def _python_lines(text: str, offered, fences: bool = True):
+    calls, spans = [], []
+    code = [m.span() for m in _FENCED.finditer(text)] if fences else []
+    for match in _PY_LINE.finditer(text):
+        if match.group(1) not in offered or any(a <= match.start() < b for a, b in code):
+            continue
+        args = _python_arguments(match.group(2))
+        if args is None:
+            continue
+        calls.append(ToolCall(id=f"recovered_{uuid.uuid4().hex[:12]}", name=match.group(1), arguments=args, recovered=True))
+        spans.append(match.span())
+    return calls, _cut(text, spans)
+
+
+def _python_arguments(source: str) -> dict | None:
+    """Keyword arguments of literal values only: `web_search(query="cats", max_results=3)`."""
+    try:
+        node = ast.parse(f"f({source})", mode="eval").body
+    except SyntaxError:
+        return None
+    if not isinstance(node, ast.Call) or node.args:
+        return None
+    args = {}
+    for keyword in node.keywords:
+        if keyword.arg is None:
+            return None
+        try:
+            args[keyword.arg] = ast.literal_eval(keyword.value)
+        except (ValueError, SyntaxError):
+            return None
+    return args
+
+
+def _cut(text: str, spans: list[tuple[int, int]]) -> str:
+    for start, end in sorted(spans, reverse=True):
+        text = text[:start] + text[end:]
+    return text
+
+
+# --- on the stream ----------------------------------------------------------------------------
+class CallTextFilter:
+    """Shows text as it streams, except what may be a call: that is held until it is known.
+
+    A call can only start at the beginning of a line. While a line's start could still become
+    a call marker it is held; once it cannot, it is shown and the rest of the line streams
+    through. A marker holds everything up to the end of its block (or of the answer), which
+    `finish()` then splits into calls and text to show.
+    """
+
+    def __init__(self, offered: set[str] | frozenset[str]) -> None:
+        self.offered = frozenset(offered)
+        self.held = ""  # text not shown yet, starting at a line start
+        self.streaming_line = False  # inside a line already known not to start a call
+        self.in_code = False  # inside a fenced block of another language: no calls there
+        self.calls: list[ToolCall] = []
+
+    def feed(self, chunk: str) -> str:
+        shown = []
+        for char in chunk:
+            if self.streaming_line:
+                shown.append(char)
+                if char == "\n":
+                    self.streaming_line = False
+                continue
+            self.held += char
+            verdict = self._verdict(self.held)
+            if verdict == "show":
+                shown.append(self.held)
+                self._track_fence(self.held)
+                self.streaming_line = not self.held.endswith("\n")
+                self.held = ""
+            elif verdict == "call":
+                found = extract_calls(self.held, self.offered)
+                if found.calls:
+                    self.calls += found.calls
+                    if found.text:
+                        shown.append(found.text + "\n")
+                else:
+                    shown.append(self.held)
+                self.held = ""
+        return "".join(shown)
+
+    def finish(self) -> tuple[str, list[ToolCall]]:
+        """Text still to show, and every call recovered from the answer."""
+        held, self.held = self.held, ""
+        if held:
+            found = extract_calls(held, self.offered)
+            if found.calls:
+                self.calls += found.calls
+                return found.text, self.calls
+        return held, self.calls
+
+    def _track_fence(self, line: str) -> None:
+        if line.lstrip().startswith("```"):
+            self.in_code = not self.in_code
+
+    def _verdict(self, held: str) -> str:
+        """'hold' (may still become a call), 'show' (cannot), 'call' (a complete block to parse)."""
+        if not self.offered:
+            return "show"
+        start = held.lstrip(" \t")
+        if not start:
+            return "hold" if not held.endswith("\n") else "show"
+        if self.in_code:
+            return "show" if held.endswith("\n") or not start.startswith("`") else "hold"
+        if start.startswith(("<tool_call>", "<|python_tag|>", "[TOOL_CALLS]")):
+            return _tagged_state(start)
+        if start.startswith("```"):
+            return _fence_state(start)
+        if start.startswith(("{", "[{")):
+            return "call" if _balanced(start) else "hold"
+        if any(marker.startswith(start) for marker in _PREFIX_MARKERS):
+            return "hold"
+        word = re.match(r"[A-Za-z_]\w*", start)
+        if word and word.group(0) == start:  # an identifier so far: maybe tool_name(
+            return "hold" if any(n.startswith(start) for n in self.offered) else "show"
+        if word and start[len(word.group(0))] == "(" and word.group(0) in self.offered:
+            return "call" if held.endswith("\n") else "hold"
+        return "show"
+
+
+def _tagged_state(start: str) -> str:
+    if start.startswith("<tool_call>"):
+        return "call" if "</tool_call>" in start else "hold"
+    return "hold"  # <|python_tag|> and [TOOL_CALLS] run to the end of the answer
+
+
+def _fence_state(start: str) -> str:
+    header, _, body = start.partition("\n")
+    if not _:
+        return "hold"  # the language is not known yet
+    if header[3:].strip().lower() not in _FENCE_LANGS:
+        return "show"
+    return "call" if "```" in body else "hold"
+
+
+def _balanced(text: str) -> bool:
+    depth, quote, escaped = 0, "", False
+    for char in text:
+        if quote:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == quote:
+                quote = ""
+        elif char in "\"'":
+            quote = char
+        elif char in "{[":
+            depth += 1
+        elif char in "}]":
+            depth -= 1
+            if depth == 0:
+                return True
+    return False

@@ -1,0 +1,179 @@
+"""Tool calls written as text (every known shape) and almost-valid arguments, as small models
+produce them: recovered, repaired, or refused with what to fix."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from agent.toolcalls import CallTextFilter, extract_calls
+from tools_app.repair import ArgumentsUnreadable, coerce, explain, parse_lenient
+
+OFFERED = {"web_search", "todo", "memory_save", "code_exec"}
+CORPUS = Path(__file__).with_name("data") / "small_model_outputs.json"
+
+SHAPES = [
+    ("hermes", '<tool_call>\n{"name": "web_search", "arguments": {"query": "cats"}}\n</tool_call>', ""),
+    ("hermes after text", 'Let me look.\n<tool_call>{"name": "web_search", "arguments": {"query": "cats"}}</tool_call>', "Let me look."),
+    ("hermes unterminated", '<tool_call>\n{"name": "web_search", "arguments": {"query": "cats"}}', ""),
+    ("llama3 parameters", '{"name": "web_search", "parameters": {"query": "cats"}}', ""),
+    ("llama3 python_tag", '<|python_tag|>{"name": "web_search", "parameters": {"query": "cats"}}<|eom_id|>', ""),
+    ("mistral list", '[TOOL_CALLS][{"name": "web_search", "arguments": {"query": "cats"}}]', ""),
+    ("mistral args", '[TOOL_CALLS]web_search[ARGS]{"query": "cats"}', ""),
+    ("fenced json", 'Searching now:\n```json\n{"name": "web_search", "arguments": {"query": "cats"}}\n```', "Searching now:"),
+    ("python line", 'web_search(query="cats")', ""),
+    ("python line after text", 'I will search.\nweb_search(query="cats")\n', "I will search."),
+    ("openai function shape", '{"type": "function", "function": {"name": "web_search", "arguments": "{\\"query\\": \\"cats\\"}"}}', ""),
+    ("single quotes", "{'name': 'web_search', 'arguments': {'query': 'cats'}}", ""),
+]
+
+
+@pytest.mark.parametrize("label,text,rest", SHAPES, ids=[s[0] for s in SHAPES])
+def test_every_known_shape_is_recovered(label, text, rest):
+    found = extract_calls(text, OFFERED)
+    assert [(c.name, c.arguments, c.recovered) for c in found.calls] == [("web_search", {"query": "cats"}, True)]
+    assert found.text == rest
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "You could use web_search to look that up, or ask me to.",
+        "The todo tool keeps a list. Call it like todo with an action.",
+        '{"name": "Rex", "breed": "collie"}',  # data with a name is not a call
+        '{"name": "unknown_tool", "arguments": {}}',  # not offered
+        "```python\nweb_search(query='cats')\n```",  # code in another language is shown as code
+        "print(web_search)",
+        "web_search(query=some_variable)",  # not literal arguments
+    ],
+)
+def test_text_that_only_mentions_a_tool_is_not_a_call(text):
+    found = extract_calls(text, OFFERED)
+    assert found.calls == [] and found.text == text
+
+
+def test_several_calls_in_one_answer():
+    text = (
+        '<tool_call>{"name": "todo", "arguments": {"action": "list"}}</tool_call>\n'
+        '<tool_call>{"name": "memory_save", "arguments": {"category": "pets", "key": "dog", "value": "Rex"}}</tool_call>'
+    )
+    assert [c.name for c in extract_calls(text, OFFERED).calls] == ["todo", "memory_save"]
+
+
+def stream(text: str, size: int, offered=OFFERED) -> tuple[list[str], str, list]:
+    filt = CallTextFilter(offered)
+    shown = [filt.feed(text[i:i + size]) for i in range(0, len(text), size)]
+    rest, calls = filt.finish()
+    return shown, "".join(shown) + rest, calls
+
+
+@pytest.mark.parametrize("size", [1, 3, 7, 64])
+@pytest.mark.parametrize("label,text,rest", SHAPES, ids=[s[0] for s in SHAPES])
+def test_the_stream_never_shows_a_call(label, text, rest, size):
+    shown, total, calls = stream(text, size)
+    assert [c.name for c in calls] == ["web_search"]
+    assert "web_search" not in "".join(shown) and "cats" not in total
+    assert total.strip() == rest
+
+
+@pytest.mark.parametrize("size", [1, 5])
+def test_ordinary_text_streams_without_waiting_for_the_end(size):
+    text = "Hello there! Here is a plan:\n1. Wake up\n- web access is fine\nweb pages load fast\n"
+    shown, total, calls = stream(text, size)
+    assert total == text and calls == []
+    # Everything but (at most) the start of the last line was shown before finish().
+    assert len("".join(shown)) >= len(text) - 1
+
+
+def test_code_blocks_stream_and_stay_code():
+    text = "Example:\n```python\n{'a': 1}\nweb_search(query='x')\n```\nDone."
+    shown, total, calls = stream(text, 4)
+    assert total == text and calls == []
+
+
+def test_json_data_that_is_not_a_call_is_shown_once_complete():
+    text = 'Your record:\n{"name": "Rex", "age": 3}\nNice dog.'
+    shown, total, calls = stream(text, 2)
+    assert total == text and calls == []
+
+
+# --- arguments ---------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "raw,expected",
+    [
+        ('{"query": "cats",}', {"query": "cats"}),
+        ("{'query': 'cats'}", {"query": "cats"}),
+        ('{"flag": True, "none": None}', {"flag": True, "none": None}),
+        ('{query: "cats", max_results: 3}', {"query": "cats", "max_results": 3}),
+        ('"{\\"query\\": \\"cats\\"}"', {"query": "cats"}),
+        ('```json\n{"query": "cats"}\n```', {"query": "cats"}),
+        ('{"flag": true, "items": [1, 2,],}', {"flag": True, "items": [1, 2]}),
+    ],
+)
+def test_almost_json_is_repaired(raw, expected):
+    value, repaired = parse_lenient(raw)
+    assert value == expected and repaired
+
+
+def test_valid_json_is_not_marked_repaired():
+    assert parse_lenient('{"a": 1}') == ({"a": 1}, False)
+
+
+@pytest.mark.parametrize("raw", ["not json at all", "[1, 2]", '{"a": ', "__import__('os').system('id')"])
+def test_unreadable_arguments_are_refused(raw):
+    with pytest.raises(ArgumentsUnreadable):
+        parse_lenient(raw)
+
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "count": {"type": "integer"},
+        "ratio": {"type": "number"},
+        "flag": {"type": "boolean"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "label": {"type": "string"},
+        "mode": {"type": "string", "enum": ["fast", "slow"]},
+        "inner": {"type": "object", "properties": {"n": {"type": "integer"}}},
+    },
+    "required": ["count"],
+}
+
+
+def test_types_are_coerced_by_the_schema():
+    value, changed = coerce(
+        {"count": "3", "ratio": "0.5", "flag": "true", "tags": "urgent", "label": 42, "mode": "FAST", "inner": '{"n": "2"}'},
+        SCHEMA,
+    )
+    assert changed
+    assert value == {"count": 3, "ratio": 0.5, "flag": True, "tags": ["urgent"], "label": "42", "mode": "fast", "inner": {"n": 2}}
+    jsonschema.validate(value, SCHEMA)
+
+
+def test_what_still_fails_is_explained_with_the_schema_and_an_example():
+    errors = list(jsonschema.Draft202012Validator(SCHEMA).iter_errors({"count": "many"}))
+    message = explain("counter", SCHEMA, errors)
+    assert "'count'" in message and "not of type 'integer'" in message
+    assert '"count": {"type": "integer"}' in message
+    assert 'counter({"count": 1})' in message
+    missing = explain("counter", SCHEMA, list(jsonschema.Draft202012Validator(SCHEMA).iter_errors({})))
+    assert "'count' is a required property" in missing and '"count": {"type": "integer"}' in missing
+
+
+@pytest.mark.skipif(not CORPUS.exists(), reason="no corpus of real small-model outputs yet")
+def test_the_corpus_of_real_small_model_outputs():
+    entries = json.loads(CORPUS.read_text())
+    assert entries
+    for entry in entries:
+        offered = set(entry.get("offered_tools") or OFFERED)
+        found = extract_calls(entry["output"], offered)
+        expected = entry["expected"]
+        got = [{"name": c.name, "arguments": parse_lenient(c.arguments)[0] if isinstance(c.arguments, str) else c.arguments} for c in found.calls]
+        assert got == expected["calls"], f"{entry['model']}: {entry['output'][:200]!r}"
+        if "text" in expected:
+            assert found.text.strip() == expected["text"].strip(), entry["model"]
+        _, total, calls = stream(entry["output"], 3, offered)
+        assert [c.name for c in calls] == [c["name"] for c in expected["calls"]], entry["model"]
