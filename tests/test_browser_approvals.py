@@ -267,7 +267,7 @@ def test_a_sub_agent_call_asks_inside_its_open_spawn_card(page, navi, live_llm):
             ],
         )
     )
-    live_llm.add_rule(terminal_rule("subtask: check the host", command="hostname", answer="sub done"))
+    live_llm.add_rule(terminal_rule("subtask: check the host", command="echo checking the host", answer="sub done"))
     open_new_chat(page, navi)
     send(page, "delegate the check")
     spawn = page.locator("details.tool[data-tool=spawn_agent]")
