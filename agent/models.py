@@ -23,6 +23,10 @@ class Profile(models.Model):
     planning_enabled = models.BooleanField(default=False)
     llm_backend = models.CharField(max_length=32, default="ollama")
     scratchpad_sections = models.JSONField(default=list, blank=True)
+    # Output cap of one answer call (tokens); 0 = LLM_MAX_ANSWER_TOKENS.
+    max_answer_tokens = models.PositiveIntegerField(
+        default=0, help_text="Most tokens one answer call may write; 0 uses LLM_MAX_ANSWER_TOKENS."
+    )
 
     class Meta:
         ordering = ["id"]
@@ -37,6 +41,9 @@ class Profile(models.Model):
             return settings.OPENAI_MODEL
         return settings.OLLAMA_DEFAULT_MODEL
 
+    def answer_token_limit(self) -> int:
+        return self.max_answer_tokens or settings.LLM_MAX_ANSWER_TOKENS
+
     def as_dict(self) -> dict:
         return {
             "id": self.id,
@@ -49,4 +56,5 @@ class Profile(models.Model):
             "planning_enabled": self.planning_enabled,
             "llm_backend": self.llm_backend,
             "scratchpad_sections": list(self.scratchpad_sections),
+            "max_answer_tokens": self.answer_token_limit(),
         }

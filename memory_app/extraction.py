@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import Callable
 
 from asgiref.sync import async_to_sync
+from django.conf import settings
 from django.db.models import F, OuterRef, Q, Subquery
 from django.utils import timezone
 
@@ -159,7 +160,9 @@ def extract_session(session: Session, *, dry_run: bool = False, notify: Callable
         ChatMessage(role="system", content=EXTRACTION_PROMPT),
         ChatMessage(role="user", content=f"Conversation:\n\n{transcript}"),
     ]
-    response = async_to_sync(backend.complete)(messages, None, model=model, temperature=0.2, think=False)
+    response = async_to_sync(backend.complete)(
+        messages, None, model=model, temperature=0.2, think=False, max_tokens=settings.LLM_MAX_EXTRACTION_TOKENS
+    )
     parsed = parse_facts(response.content)
     result.facts, result.malformed = parsed.facts, parsed.malformed
     if dry_run:
