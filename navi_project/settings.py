@@ -233,6 +233,11 @@ CONTEXT_COMPRESSION_THRESHOLD = env.float("CONTEXT_COMPRESSION_THRESHOLD", defau
 CONTEXT_KEEP_RECENT = env.int("CONTEXT_KEEP_RECENT", default=10)
 CONTEXT_SUMMARY_TEMPERATURE = env.float("CONTEXT_SUMMARY_TEMPERATURE", default=0.3)
 
+# --- Memory -------------------------------------------------------------------------------
+# Background extraction waits until the owner has had no turn for this long (a single-slot model
+# server must not be busy with extraction when the owner's next message comes).
+MEMORY_EXTRACTION_IDLE_S = env.float("MEMORY_EXTRACTION_IDLE_S", default=10.0)
+
 # --- Persona ------------------------------------------------------------------------------
 NAVI_PERSONA = env.str("NAVI_PERSONA", default="")
 NAVI_PERSONA_FILE = env.str("NAVI_PERSONA_FILE", default="persona.txt")

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-import httpx
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
-from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET
@@ -40,22 +38,23 @@ def _check_channel_layer() -> str:
 
 
 def _check_llm() -> str:
-    try:
-        httpx.get(f"{settings.OLLAMA_HOST.rstrip('/')}/api/version", timeout=1.5).raise_for_status()
-        return "ok"
-    except Exception:
-        return f"unreachable at {settings.OLLAMA_HOST} — is `ollama serve` running?"
+    """"ok", or what is wrong with an LLM backend that a profile uses (agent.health)."""
+    from agent.health import llm_health
+
+    return llm_health()["summary"]
 
 
 @require_GET
 def health(request: HttpRequest) -> JsonResponse:
-    """Liveness plus dependencies. Public (no login) so monitors can use it; reveals no data."""
+    """Liveness plus dependencies. Public (no login) so monitors can use it; reveals no data.
+    `degraded` when the LLM cannot be reached."""
+    llm = _check_llm()
     return JsonResponse(
         {
-            "status": "ok",
+            "status": "ok" if llm == "ok" else "degraded",
             "db": _check_db(),
             "channel_layer": _check_channel_layer(),
-            "llm": _check_llm(),
+            "llm": llm,
         }
     )
 

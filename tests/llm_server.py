@@ -129,6 +129,7 @@ class LLMServer:
         self._rules: list[Rule] = []
         self._requests: list[dict] = []
         self._shows: list[str] = []
+        self._active = self._max_active = 0
         self._disconnects = 0
         self._conns: set[socket.socket] = set()
         self._httpd: ThreadingHTTPServer | None = None
@@ -197,6 +198,7 @@ class LLMServer:
             self._rules.clear()
             self._requests.clear()
             self._shows.clear()
+            self._max_active = self._active
             self._disconnects = 0
 
     @property
@@ -224,6 +226,17 @@ class LLMServer:
         with self._cond:
             self._requests.append(rec)
             self._cond.notify_all()
+
+    def _busy(self, delta: int) -> None:
+        with self._cond:
+            self._active += delta
+            self._max_active = max(self._max_active, self._active)
+
+    @property
+    def max_active(self) -> int:
+        """The most chat replies in progress at once (a single-slot server would queue the rest)."""
+        with self._cond:
+            return self._max_active
 
     def _record_show(self, model: str) -> None:
         with self._cond:
@@ -449,10 +462,14 @@ class _Handler(BaseHTTPRequestHandler):
         turn = fake.pick_turn(body.get("messages") or [])
         if turn.status != 200:
             return self._error(turn.status, turn.error or f"error {turn.status}")
-        if path == "/api/chat":
-            self._ollama(body, model, turn)
-        else:
-            self._openai(body, model, turn)
+        fake._busy(+1)
+        try:
+            if path == "/api/chat":
+                self._ollama(body, model, turn)
+            else:
+                self._openai(body, model, turn)
+        finally:
+            fake._busy(-1)
 
     def _control(self, path: str, body: Any) -> None:
         """Script a server living in another process (CLI mode): /_fake/script|rules|reset."""

@@ -22,13 +22,39 @@ class TestHealth:
         response = anon_client.get("/health")
         assert response.status_code == 200
         body = _json(response)
-        assert body["status"] == "ok"
+        assert body["status"] == "degraded"  # nothing listens on the test OLLAMA_HOST
         assert body["db"] == "ok"
         assert body["channel_layer"] == "ok"
-        assert "ollama serve" in body["llm"]  # nothing listens on the test OLLAMA_HOST
+        assert "ollama serve" in body["llm"]
 
     def test_it_reports_a_reachable_llm(self, anon_client, llm):
-        assert _json(anon_client.get("/health"))["llm"] == "ok"
+        body = _json(anon_client.get("/health"))
+        assert body["llm"] == "ok" and body["status"] == "ok"
+
+    def test_it_checks_the_backends_the_profiles_use(self, anon_client, llm, settings, profiles):
+        from agent.models import Profile
+
+        Profile.objects.update(llm_backend="openai")
+        settings.OLLAMA_HOST = "http://127.0.0.1:9"  # unused by every profile: not checked
+        body = _json(anon_client.get("/health"))
+        assert body["llm"] == "ok" and body["status"] == "ok"
+        settings.OPENAI_BASE_URL = "http://127.0.0.1:9/v1"
+        body = _json(anon_client.get("/health"))
+        assert body["status"] == "degraded"
+        assert "unreachable at http://127.0.0.1:9/v1" in body["llm"] and "OPENAI_BASE_URL" in body["llm"]
+
+    def test_it_names_each_failing_backend_when_several_are_used(self, anon_client, llm, settings, profiles):
+        from agent.health import llm_health
+        from agent.models import Profile
+
+        Profile.objects.filter(pk="secretary").update(llm_backend="openai")
+        settings.OPENAI_API_KEY = "wrong"
+        llm.api_key = "test-key"
+        report = llm_health()
+        assert report["backends"]["ollama"]["status"] == "ok"
+        assert "refused the credentials" in report["backends"]["openai"]["status"]
+        assert report["backends"]["openai"]["profiles"] == ["secretary"]
+        assert report["summary"].startswith("openai: ")
 
 
 class TestAuth:

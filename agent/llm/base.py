@@ -186,15 +186,9 @@ class LLMBackend(ABC):
     @abstractmethod
     async def list_models(self) -> list[str]: ...
 
-    async def check(self) -> str:
-        """"ok", or why the server cannot be used (for /health)."""
-        try:
-            await self.list_models()
-        except LLMError as exc:
-            return str(exc)
-        except Exception as exc:  # a health check reports, it never raises
-            return f"error: {type(exc).__name__}: {exc}"
-        return "ok"
+    def health_probe(self) -> tuple[str, dict[str, str], str]:
+        """(URL to GET, headers, what to check when it fails) for /health."""
+        raise NotImplementedError
 
 
 class ClientCache:

@@ -229,6 +229,9 @@ class OllamaBackend(LLMBackend):
         have = ", ".join(models) if models else "none"
         return f"model '{model}' is not available in Ollama at {self.host} (it has: {have}). Run `ollama pull {model}` or change the profile's model."
 
+    def health_probe(self) -> tuple[str, dict[str, str], str]:
+        return f"{self.host}/api/version", {}, "is `ollama serve` running? Set OLLAMA_HOST if it runs elsewhere."
+
     async def list_models(self) -> list[str]:
         try:
             listing = await self._client().list()

@@ -191,6 +191,10 @@ class OpenAIBackend(LLMBackend):
             return overflow
         return LLMError(f"{self.base_url} returned HTTP {response.status_code}: {detail}")
 
+    def health_probe(self) -> tuple[str, dict[str, str], str]:
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        return f"{self.base_url}/models", headers, "is the server running? Check OPENAI_BASE_URL and OPENAI_API_KEY."
+
     async def list_models(self) -> list[str]:
         client = self._client()
         try:
