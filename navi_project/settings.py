@@ -228,7 +228,15 @@ OLLAMA_KEEP_ALIVE = env.str("OLLAMA_KEEP_ALIVE", default="30m")
 OPENAI_API_KEY = env.str("OPENAI_API_KEY", default="")
 OPENAI_BASE_URL = env.str("OPENAI_BASE_URL", default="https://api.openai.com/v1")
 OPENAI_MODEL = env.str("OPENAI_MODEL", default="gpt-4o-mini")
-LLM_TIMEOUT_S = env.float("LLM_TIMEOUT_S", default=300.0)
+LLM_TIMEOUT_S = env.float("LLM_TIMEOUT_S", default=300.0)  # per read: how long a silent server is waited for
+# Total wall-clock time of one LLM call, however steadily it streams (0 = no limit).
+LLM_CALL_MAX_S = env.float("LLM_CALL_MAX_S", default=600.0)
+# Output caps per purpose (max_tokens / num_predict): a small model left unbounded writes until
+# the context window is full. Answers can be capped per profile (Profile.max_answer_tokens).
+LLM_MAX_ANSWER_TOKENS = env.int("LLM_MAX_ANSWER_TOKENS", default=4096)
+LLM_MAX_PLAN_TOKENS = env.int("LLM_MAX_PLAN_TOKENS", default=200)
+LLM_MAX_SUMMARY_TOKENS = env.int("LLM_MAX_SUMMARY_TOKENS", default=1024)  # compression, memory summary, reflect
+LLM_MAX_EXTRACTION_TOKENS = env.int("LLM_MAX_EXTRACTION_TOKENS", default=512)
 
 # --- Agent, tools, sandboxing ---------------------------------------------------------------
 NAVI_WORKSPACE = _path(env.str("NAVI_WORKSPACE", default="workspace"))
@@ -274,6 +282,11 @@ CONTEXT_COMPRESSION_ENABLED = env.bool("CONTEXT_COMPRESSION_ENABLED", default=Tr
 CONTEXT_COMPRESSION_THRESHOLD = env.float("CONTEXT_COMPRESSION_THRESHOLD", default=0.80)
 CONTEXT_KEEP_RECENT = env.int("CONTEXT_KEEP_RECENT", default=10)
 CONTEXT_SUMMARY_TEMPERATURE = env.float("CONTEXT_SUMMARY_TEMPERATURE", default=0.3)
+
+# --- Memory -------------------------------------------------------------------------------
+# Background extraction waits until the owner has had no turn for this long (a single-slot model
+# server must not be busy with extraction when the owner's next message comes).
+MEMORY_EXTRACTION_IDLE_S = env.float("MEMORY_EXTRACTION_IDLE_S", default=10.0)
 
 # --- Persona ------------------------------------------------------------------------------
 NAVI_PERSONA = env.str("NAVI_PERSONA", default="")

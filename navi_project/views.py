@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import time
 
-import httpx
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
@@ -41,11 +40,10 @@ def _check_channel_layer() -> str:
 
 
 def _check_llm() -> str:
-    try:
-        httpx.get(f"{settings.OLLAMA_HOST.rstrip('/')}/api/version", timeout=1.5).raise_for_status()
-        return "ok"
-    except Exception:
-        return f"unreachable at {settings.OLLAMA_HOST} — is `ollama serve` running?"
+    """"ok", or what is wrong with an LLM backend that a profile uses (agent.health)."""
+    from agent.health import llm_health
+
+    return llm_health()["summary"]
 
 
 LLM_PROBE_TTL_S = 10.0
@@ -66,13 +64,14 @@ def _cached(key: str, probe) -> str:
 
 @require_GET
 def health(request: HttpRequest) -> JsonResponse:
-    """Liveness for everyone (monitors need no login); which dependency is down, and where the
-    LLM lives, only for signed-in users: anonymous callers get the status word alone."""
+    """Liveness for everyone (monitors need no login): `ok`, or `degraded` when an LLM backend a
+    profile uses cannot be reached. Which dependency is down, and where, only for signed-in users."""
+    llm = _cached(f"llm:{settings.OLLAMA_HOST}:{settings.OPENAI_BASE_URL}", _check_llm)
     report = {
-        "status": "ok",
+        "status": "ok" if llm == "ok" else "degraded",
         "db": _check_db(),
         "channel_layer": _check_channel_layer(),
-        "llm": _cached(f"llm:{settings.OLLAMA_HOST}", _check_llm),
+        "llm": llm,
     }
     if not request.user.is_authenticated:
         report = {"status": report["status"]}
