@@ -40,7 +40,7 @@ migrate: install
 run: migrate vendor
 	$(PY) manage.py ensure_owner
 	@echo "==> Navi on http://$(HOST):$(PORT)/  (admin: http://$(HOST):$(PORT)/admin/, Ctrl-C to stop)"
-	$(VENV)/bin/daphne -b $(HOST) -p $(PORT) navi_project.asgi:application
+	$(PY) -m navi_project.serve -b $(HOST) -p $(PORT) navi_project.asgi:application
 
 test: install-test vendor
 	$(PY) -m pytest

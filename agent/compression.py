@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from agent.events import ContextCompressed
+from agent.llm.base import context_window
 from agent.messages import ChatMessage
 from agent.workers import Worker, WorkerContext, WorkerResult, post_turn_workers, pre_turn_workers
 
@@ -104,7 +105,9 @@ async def compress_context(
         return None
     text = cap_input(format_for_summary(parts.to_summarize))
     prompt = [ChatMessage(role="system", content=SUMMARY_PROMPT), ChatMessage(role="user", content=text)]
-    response = await llm.complete(prompt, None, model=model, temperature=temperature, think=False)
+    response = await llm.complete(
+        prompt, None, model=model, temperature=temperature, think=False, max_tokens=settings.LLM_MAX_SUMMARY_TOKENS
+    )
     summary = response.content.strip()
     if not summary:
         raise CompressionError("the model returned an empty summary")
@@ -125,16 +128,18 @@ class CompressionWorker(Worker):
 
     async def run(self, ctx: WorkerContext) -> WorkerResult:
         conv = ctx.conversation
-        if not should_compress(ctx.token_count, ctx.max_tokens) or not getattr(conv, "persistent", False):
+        model = ctx.profile.resolved_model()
+        # A server that refused a prompt as too long told us its real window (agent.llm.base).
+        max_tokens = min(ctx.max_tokens, context_window(ctx.backend.name, model))
+        if not should_compress(ctx.token_count, max_tokens) or not getattr(conv, "persistent", False):
             return WorkerResult()
         before = len(conv.context)
-        new_context = await compress_context(
-            conv.context,
-            ctx.backend,
-            ctx.profile.resolved_model(),
-            settings.CONTEXT_SUMMARY_TEMPERATURE,
-            max(1, settings.CONTEXT_KEEP_RECENT),  # never summarise away the turn being answered
-        )
+        keep = max(1, settings.CONTEXT_KEEP_RECENT)  # never summarise away the turn being answered
+        temperature = settings.CONTEXT_SUMMARY_TEMPERATURE
+        new_context = await compress_context(conv.context, ctx.backend, model, temperature, keep)
+        if new_context is None and ctx.token_count >= max_tokens and keep > 1:
+            # Full, yet too few turns to summarise: a few long turns filled the window.
+            new_context = await compress_context(conv.context, ctx.backend, model, temperature, 1)
         if new_context is None:
             log.info("compression skipped for %s: at most %d turns in context", conv.id, settings.CONTEXT_KEEP_RECENT)
             return WorkerResult()

@@ -45,9 +45,13 @@ class Conversation:
         self.context: list[ChatMessage] = []
         self.token_count = 0
         self.persistent = False
+        self.plan: tuple[ChatMessage | None, str] = (None, "")  # this turn's plan (agent.planning)
 
-    async def add(self, msg: ChatMessage, *, display: bool = True, status: str = "complete") -> ChatMessage:
-        self.context.append(msg)
+    async def add(
+        self, msg: ChatMessage, *, display: bool = True, status: str = "complete", context: bool = True
+    ) -> ChatMessage:
+        if context:
+            self.context.append(msg)
         return msg
 
     async def update(self, msg: ChatMessage, *, status: str, force: bool = True) -> None:
@@ -81,6 +85,7 @@ class DBConversation(Conversation):
         self.context = context
         self.token_count = session.context_token_count
         self.persistent = True
+        self.plan = (None, "")
         self._flush: dict[int, _FlushState] = {}
 
     @classmethod
@@ -95,8 +100,10 @@ class DBConversation(Conversation):
         agg = await Message.objects.filter(session_id=self.session.pk).aaggregate(m=Max("seq"))
         return (agg["m"] or 0) + 1
 
-    async def add(self, msg: ChatMessage, *, display: bool = True, status: str = "complete") -> ChatMessage:
-        in_context = True
+    async def add(
+        self, msg: ChatMessage, *, display: bool = True, status: str = "complete", context: bool = True
+    ) -> ChatMessage:
+        """Append a row; `context=False` rows are shown but never sent to the model (plans)."""
         row = await Message.objects.acreate(
             session_id=self.session.pk,
             seq=await self._next_seq(),
@@ -109,11 +116,12 @@ class DBConversation(Conversation):
             name=msg.name,
             is_summary=msg.is_summary,
             in_display=display,
-            in_context=in_context,
+            in_context=context,
             status=status,
         )
         msg.db_id = row.id
-        self.context.append(msg)
+        if context:
+            self.context.append(msg)
         update = {"last_active": timezone.now()}
         if msg.role == "user" and not self.session.title and msg.content.strip():
             self.session.title = _title_from(msg.content)

@@ -11,13 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import time
 from typing import AsyncIterator
 
 from django.conf import settings
 
-from agent import policy, prompts, workers
+from agent import planning, policy, prompts, workers
 from agent.approvals import FRAME_DECISION, RunGuard, Verdict, current_guard
 from agent.conversation import Conversation, DBConversation
 from agent.events import (
@@ -38,6 +37,7 @@ from agent.events import (
     mark_subagent,
 )
 from agent.llm import BackendRegistry, LLMError
+from agent.llm.base import LLMContextOverflow, context_window
 from agent.messages import ChatMessage, ToolCall
 from agent.models import Profile
 from sessions_app.services import session_files_dir
@@ -55,7 +55,6 @@ from tools_app.workspace import workspace_for
 
 log = logging.getLogger(__name__)
 
-_NUMBERED_STEP = re.compile(r"^\s*\d+[\.\)]", re.MULTILINE)
 # Events a sub-agent forwards to its parent (its text becomes the spawn_agent result instead).
 _SUBAGENT_FORWARDED = (ToolStarted, ToolEvent, TurnThinking, ApprovalRequired, ApprovalResolved)
 
@@ -134,23 +133,21 @@ class Agent:
 
     # --- planning -----------------------------------------------------------------------
     async def _run_planning(self, conv: Conversation, profile: Profile) -> str | None:
-        """One fast call (no tools, think off): DIRECT, a numbered plan, or nothing usable."""
-        messages = [ChatMessage(role="system", content=prompts.PLANNING_PROMPT)]
-        messages += [m for m in conv.context[-12:] if m.role in ("user", "assistant") and m.content]
+        """One short call on the answer call's prefix (agent.planning): a validated plan or None.
+
+        The plan guides this turn's answer calls only; it never enters later turns' context.
+        """
         try:
             backend = self.backends.get(profile.llm_backend)
-            response = await backend.complete(
-                messages, None, model=profile.resolved_model(), temperature=0.3, think=False
-            )
         except LLMError as exc:
             log.info("planning skipped: %s", exc)
             return None
-        text = response.content.strip()
-        if not text or text.upper().startswith("DIRECT") or not _NUMBERED_STEP.search(text):
-            return None
-        # Injected as the model's own prior statement so it naturally continues from it.
-        await conv.add(ChatMessage(role="assistant", content=text, name="plan"))
-        return text
+        tools = [t.schema() for t in self._offered(profile)] or None  # the answer call's tools
+        context = await prompts.build_context(profile, conv.context, conv.owner_id)
+        plan = await planning.make_plan(backend, profile, context, tools)
+        if plan:
+            await planning.remember_plan(conv, plan)
+        return plan
 
     # --- the tool-calling loop -------------------------------------------------------------
     async def _loop(
@@ -214,9 +211,13 @@ class Agent:
         stop = current_stop_event.get()
         msg = turn.message
         thinking_open = False
-        context = await prompts.build_context(profile, conv.context, conv.owner_id)
+        context = planning.with_plan(await prompts.build_context(profile, conv.context, conv.owner_id), conv)
         stream = backend.stream_complete(
-            context, [t.schema() for t in tools] or None, model=profile.resolved_model(), temperature=profile.temperature
+            context,
+            [t.schema() for t in tools] or None,
+            model=profile.resolved_model(),
+            temperature=profile.temperature,
+            max_tokens=profile.answer_token_limit(),
         )
         try:
             async for chunk in stream:
@@ -246,6 +247,12 @@ class Agent:
         except LLMError as exc:
             turn.outcome = "error"
             turn.error = str(exc)
+            if exc.mid_answer and (msg.content or msg.thinking):
+                turn.error += "; the partial answer was kept — send the message again to retry"
+            if isinstance(exc, LLMContextOverflow):
+                # The next turn's pre-turn compression sees the context as full and shrinks it.
+                window = context_window(backend.name, profile.resolved_model())
+                await conv.set_token_count(max(exc.prompt_tokens, window))
         except Exception as exc:  # anything unexpected must still end the turn cleanly
             log.exception("LLM stream failed")
             turn.outcome = "error"

@@ -49,6 +49,10 @@ class Profile(models.Model):
     context_window = models.PositiveIntegerField(
         default=0, help_text="Tokens of the model's window when the server does not say (0 = ask the server)."
     )
+    # Output cap of one answer call (tokens); 0 = LLM_MAX_ANSWER_TOKENS.
+    max_answer_tokens = models.PositiveIntegerField(
+        default=0, help_text="Most tokens one answer call may write; 0 uses LLM_MAX_ANSWER_TOKENS."
+    )
 
     class Meta:
         ordering = ["id"]
@@ -62,6 +66,9 @@ class Profile(models.Model):
         if self.llm_backend == "openai":
             return settings.OPENAI_MODEL
         return settings.OLLAMA_DEFAULT_MODEL
+
+    def answer_token_limit(self) -> int:
+        return self.max_answer_tokens or settings.LLM_MAX_ANSWER_TOKENS
 
     def as_dict(self) -> dict:
         return {
@@ -82,6 +89,7 @@ class Profile(models.Model):
             "max_tools": self.max_tools,
             "compact_schemas": self.compact_schemas,
             "context_window": self.context_window,
+            "max_answer_tokens": self.answer_token_limit(),
         }
 
     @property

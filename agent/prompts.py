@@ -9,14 +9,14 @@ from django.conf import settings
 from agent.messages import ChatMessage
 from agent.models import Profile
 
-PLANNING_PROMPT = """You are the planning step of an assistant. Decide whether the user's latest request needs a multi-step plan.
+# Appended to the user's message for the planning call (not a separate system prompt: the
+# planning call then shares the answer call's whole prefix, and the server's prompt cache).
+PLANNING_PROMPT = """[planning step] Do not answer yet. Decide whether my request above needs a multi-step plan.
+- If it can be handled directly (a question, small talk, one quick action), reply with exactly: DIRECT
+- Otherwise reply ONLY with 2 to 7 short numbered steps saying what you will do (e.g. which tools you will use), one per line. No preamble, no answer."""
 
-- If it can be handled directly (a simple question, small talk, a single quick action), reply with exactly: DIRECT
-- Otherwise reply ONLY with a short numbered list of concrete steps, one per line, like:
-1. ...
-2. ...
-
-No preamble, no explanations."""
+# Appended to the user's message for the answer calls of the turn that made the plan.
+PLAN_NOTE = """[the plan you made for this request before answering: carry it out and answer me; do not repeat the plan]"""
 
 MEMORY_HEADER = "## What I remember about the user"
 
@@ -30,19 +30,21 @@ def system_prompt(profile: Profile) -> str:
     return "\n\n---\n\n".join(parts)
 
 
-async def memory_message(user_id: int | None) -> ChatMessage | None:
+async def memory_text(user_id: int | None) -> str:
+    """The memory section of the system prompt ("" when there is nothing to remember)."""
     if memory_summary_provider is None:
-        return None
+        return ""
     summary = await memory_summary_provider(user_id)
-    if not summary:
-        return None
-    return ChatMessage(role="system", content=f"{MEMORY_HEADER}\n\n{summary}")
+    return f"{MEMORY_HEADER}\n\n{summary}" if summary else ""
 
 
 async def build_context(profile: Profile, history: list[ChatMessage], user_id: int | None) -> list[ChatMessage]:
-    messages = [ChatMessage(role="system", content=system_prompt(profile))]
-    memory = await memory_message(user_id)
-    if memory is not None:
-        messages.append(memory)
+    """One system message (persona, profile, memory) + the history. Memory goes into that one
+    message because some chat templates drop or reject a second system message."""
+    system = system_prompt(profile)
+    memory = await memory_text(user_id)
+    if memory:
+        system = f"{system}\n\n---\n\n{memory}" if system else memory
+    messages = [ChatMessage(role="system", content=system)]
     messages.extend(m for m in history if m.role != "system")
     return messages

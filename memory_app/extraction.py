@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import Callable
 
 from asgiref.sync import async_to_sync
+from django.conf import settings
 from django.db.models import F, OuterRef, Q, Subquery
 from django.utils import timezone
 
@@ -142,9 +143,12 @@ def _mark(session: Session) -> None:
     SessionMemoryState.objects.update_or_create(session=session, defaults={"extracted_at": timezone.now()})
 
 
-def extract_session(session: Session, *, dry_run: bool = False, notify: Callable | None = None) -> ExtractionResult:
+def extract_session(
+    session: Session, *, dry_run: bool = False, notify: Callable | None = None, wrap_backend: Callable | None = None
+) -> ExtractionResult:
     """Extract, upsert and summarise one session. Raises LLMError when the model fails (the
-    session stays stale, so the next trigger retries it)."""
+    session stays stale, so the next trigger retries it). `wrap_backend` may wrap the session's
+    backend (the background job makes its calls low priority)."""
     from agent.messages import ChatMessage
 
     result = ExtractionResult(session_id=str(session.pk))
@@ -155,11 +159,15 @@ def extract_session(session: Session, *, dry_run: bool = False, notify: Callable
             _mark(session)
         return result
     backend, model = _backend_and_model(session)
+    if wrap_backend is not None:
+        backend = wrap_backend(backend)
     messages = [
         ChatMessage(role="system", content=EXTRACTION_PROMPT),
         ChatMessage(role="user", content=f"Conversation:\n\n{transcript}"),
     ]
-    response = async_to_sync(backend.complete)(messages, None, model=model, temperature=0.2, think=False)
+    response = async_to_sync(backend.complete)(
+        messages, None, model=model, temperature=0.2, think=False, max_tokens=settings.LLM_MAX_EXTRACTION_TOKENS
+    )
     parsed = parse_facts(response.content)
     result.facts, result.malformed = parsed.facts, parsed.malformed
     if dry_run:
@@ -176,15 +184,30 @@ def extract_session(session: Session, *, dry_run: bool = False, notify: Callable
 
 
 def extract_stale_sessions(
-    owner_id: int | None = None, *, progress: Callable[[str], None] | None = None, notify: Callable | None = None
+    owner_id: int | None = None,
+    *,
+    progress: Callable[[str], None] | None = None,
+    notify: Callable | None = None,
+    wrap_backend: Callable | None = None,
 ) -> int:
-    """Process every stale session (of one owner, or all); returns how many were processed."""
+    """Process every stale session (of one owner, or all), one LLM call at a time; returns how
+    many were processed. A postponed call (the owner started a turn) ends the pass."""
+    from memory_app.background import ExtractionPostponed
+
     done = 0
     for session in stale_sessions(owner_id=owner_id).select_related("profile"):
         try:
-            result = extract_session(session, notify=notify)
+            result = extract_session(session, notify=notify, wrap_backend=wrap_backend)
+        except ExtractionPostponed as exc:
+            log.info("memory extraction postponed (%s); the stale sessions are retried on the next trigger", exc)
+            break
         except Exception as exc:  # one failing session must not stop the others
-            log.warning("memory extraction of session %s failed: %s", session.pk, exc)
+            log.warning(
+                "memory extraction of session %s did not finish: %s — the session stays stale and is "
+                "retried the next time a session is created (or run `manage.py extract_memory`)",
+                session.pk,
+                exc,
+            )
             continue
         done += 1
         if progress:

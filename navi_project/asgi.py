@@ -1,14 +1,16 @@
 """ASGI entry point: HTTP through Django, WebSockets through Channels.
 
     ProtocolTypeRouter
-      http      → Django
+      http      → body size limit → Django
       websocket → cookie/Bearer auth → Origin check → URLRouter(agent.routing)
+
+Under `python -m navi_project.serve` (daphne with limits at the protocol level) oversized
+bodies never get this far; the ASGI body limit is the guard under any other server.
 """
 
 from __future__ import annotations
 
 import os
-from urllib.parse import urlparse
 
 from django.core.asgi import get_asgi_application
 
@@ -16,10 +18,11 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "navi_project.settings")
 django_asgi_app = get_asgi_application()  # populate the app registry before importing consumers
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator, OriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
 from agent.routing import websocket_urlpatterns  # noqa: E402
+from navi_project.bodylimit import BodyLimitMiddleware  # noqa: E402
+from navi_project.origin import header, origin_allowed  # noqa: E402
 from sessions_app.auth import WebSocketAuthStack  # noqa: E402
 
 
@@ -31,30 +34,27 @@ async def _close_forbidden_origin(scope, receive, send) -> None:
         await send({"type": "websocket.close", "code": 4403})
 
 
-class OriginCheck(OriginValidator):
-    """ALLOWED_HOSTS origin check. Browsers always send Origin; a missing Origin is only
-    accepted from Bearer-token clients (scripts), which cross-site pages cannot forge."""
+class OriginCheck:
+    """The handshake's Origin must be this server's own origin or a CSRF_TRUSTED_ORIGINS entry
+    (navi_project.origin), for cookie and token sockets alike. Browsers always send Origin; a
+    missing one is only accepted from Bearer-token clients (scripts), which a cross-site page
+    cannot forge."""
 
     def __init__(self, application):
-        super().__init__(application, [])
+        self.application = application
 
     async def __call__(self, scope, receive, send):
-        # Read per connection so a settings change (tests, reload) takes effect.
-        self.allowed_origins = AllowedHostsOriginValidator(self.application).allowed_origins
-        origin = None
-        for name, value in scope.get("headers", []):
-            if name == b"origin":
-                origin = urlparse(value.decode("latin1"))
+        origin = header(scope, b"origin")
         if origin is None and scope.get("navi_token_auth"):
             return await self.application(scope, receive, send)
-        if origin is not None and self.valid_origin(origin):
+        if origin is not None and origin_allowed(scope, origin):
             return await self.application(scope, receive, send)
         return await _close_forbidden_origin(scope, receive, send)
 
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": BodyLimitMiddleware(django_asgi_app),
         "websocket": WebSocketAuthStack(OriginCheck(URLRouter(websocket_urlpatterns))),
     }
 )

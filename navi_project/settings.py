@@ -6,6 +6,7 @@ out the code, run `make run`, and get a working single-process install on SQLite
 
 from __future__ import annotations
 
+import os
 import secrets
 import sys
 from pathlib import Path
@@ -39,15 +40,44 @@ def _secret_key() -> str:
         return _path(key_file).read_text().strip()
     generated = BASE_DIR / ".navi_secret_key"
     if not generated.exists():
-        generated.write_text(secrets.token_urlsafe(50))
-        generated.chmod(0o600)
+        _create_private_file(generated, secrets.token_urlsafe(50))
     return generated.read_text().strip()
+
+
+def _create_private_file(path: Path, content: str) -> None:
+    """Write `content` to `path` readable by the owner only, with no moment where the file is
+    world-readable or half-written: a 0600 temp file (O_EXCL) is hard-linked into place. If
+    another process won the race, its file is kept (both processes then share one key)."""
+    temp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(content)
+            out.flush()
+            os.fsync(out.fileno())
+        os.link(temp, path)
+    except FileExistsError:
+        pass  # another process created it first: keep its key
+    except OSError:  # a filesystem without hard links
+        os.rename(temp, path)
+    finally:
+        temp.unlink(missing_ok=True)
 
 
 SECRET_KEY = _secret_key()
 DEBUG = env.bool("DEBUG", default=False)
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+# Behind an HTTPS reverse proxy: cookies only over HTTPS, HSTS, and the proxy's
+# X-Forwarded-Proto says a request was secure. Only switch it on when the proxy sets (and
+# overwrites) that header, or a client could claim HTTPS.
+NAVI_HTTPS = env.bool("NAVI_HTTPS", default=False)
+if NAVI_HTTPS:
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=31_536_000)
 
 INSTALLED_APPS = [
     "daphne",  # must come before staticfiles so `runserver` is the ASGI one
@@ -145,8 +175,15 @@ else:
 
 # --- Auth ---------------------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Failed logins per (username, client IP) within the window before the login answers 429.
+# Counted in the database, so every worker process sees the same count.
+LOGIN_MAX_FAILURES = env.int("LOGIN_MAX_FAILURES", default=5)
+LOGIN_FAILURE_WINDOW_MINUTES = env.int("LOGIN_FAILURE_WINDOW_MINUTES", default=15)
 LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/login/"
@@ -191,7 +228,15 @@ OLLAMA_KEEP_ALIVE = env.str("OLLAMA_KEEP_ALIVE", default="30m")
 OPENAI_API_KEY = env.str("OPENAI_API_KEY", default="")
 OPENAI_BASE_URL = env.str("OPENAI_BASE_URL", default="https://api.openai.com/v1")
 OPENAI_MODEL = env.str("OPENAI_MODEL", default="gpt-4o-mini")
-LLM_TIMEOUT_S = env.float("LLM_TIMEOUT_S", default=300.0)
+LLM_TIMEOUT_S = env.float("LLM_TIMEOUT_S", default=300.0)  # per read: how long a silent server is waited for
+# Total wall-clock time of one LLM call, however steadily it streams (0 = no limit).
+LLM_CALL_MAX_S = env.float("LLM_CALL_MAX_S", default=600.0)
+# Output caps per purpose (max_tokens / num_predict): a small model left unbounded writes until
+# the context window is full. Answers can be capped per profile (Profile.max_answer_tokens).
+LLM_MAX_ANSWER_TOKENS = env.int("LLM_MAX_ANSWER_TOKENS", default=4096)
+LLM_MAX_PLAN_TOKENS = env.int("LLM_MAX_PLAN_TOKENS", default=200)
+LLM_MAX_SUMMARY_TOKENS = env.int("LLM_MAX_SUMMARY_TOKENS", default=1024)  # compression, memory summary, reflect
+LLM_MAX_EXTRACTION_TOKENS = env.int("LLM_MAX_EXTRACTION_TOKENS", default=512)
 
 # --- Agent, tools, sandboxing ---------------------------------------------------------------
 NAVI_WORKSPACE = _path(env.str("NAVI_WORKSPACE", default="workspace"))
@@ -227,12 +272,21 @@ CODE_EXEC_PYTHON = env.str("CODE_EXEC_PYTHON", default="")  # empty: /usr/bin/py
 SESSION_FILES_DIR = _path(env.str("SESSION_FILES_DIR", default="session_files"))
 SESSION_FILES_MAX_SIZE_MB = env.int("SESSION_FILES_MAX_SIZE_MB", default=200)
 SESSION_FILES_TTL_HOURS = env.int("SESSION_FILES_TTL_HOURS", default=24)
+# Request bodies are capped before they are read (navi_project/bodylimit.py): the upload limit
+# for signed-in requests, and this much for requests without valid credentials (a login form
+# is a few hundred bytes).
+ANONYMOUS_BODY_MAX_KB = env.int("ANONYMOUS_BODY_MAX_KB", default=64)
 
 # --- Context compression ------------------------------------------------------------------
 CONTEXT_COMPRESSION_ENABLED = env.bool("CONTEXT_COMPRESSION_ENABLED", default=True)
 CONTEXT_COMPRESSION_THRESHOLD = env.float("CONTEXT_COMPRESSION_THRESHOLD", default=0.80)
 CONTEXT_KEEP_RECENT = env.int("CONTEXT_KEEP_RECENT", default=10)
 CONTEXT_SUMMARY_TEMPERATURE = env.float("CONTEXT_SUMMARY_TEMPERATURE", default=0.3)
+
+# --- Memory -------------------------------------------------------------------------------
+# Background extraction waits until the owner has had no turn for this long (a single-slot model
+# server must not be busy with extraction when the owner's next message comes).
+MEMORY_EXTRACTION_IDLE_S = env.float("MEMORY_EXTRACTION_IDLE_S", default=10.0)
 
 # --- Persona ------------------------------------------------------------------------------
 NAVI_PERSONA = env.str("NAVI_PERSONA", default="")

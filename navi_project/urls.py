@@ -2,12 +2,17 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from sessions_app.throttle import login_throttled
+
 from . import views
 
 urlpatterns = [
     path("health", views.health, name="health"),
+    # Both login forms count failed attempts (sessions_app.throttle); the admin's is routed
+    # here first so that its own URL inside admin.site.urls is never reached.
+    path("admin/login/", login_throttled(admin.site.login)),
     path("admin/", admin.site.urls),
-    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("login/", login_throttled(auth_views.LoginView.as_view()), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("agents/", include("agent.urls")),
     path("", include("sessions_app.urls")),

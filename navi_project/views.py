@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
-import httpx
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
@@ -40,24 +40,42 @@ def _check_channel_layer() -> str:
 
 
 def _check_llm() -> str:
-    try:
-        httpx.get(f"{settings.OLLAMA_HOST.rstrip('/')}/api/version", timeout=1.5).raise_for_status()
-        return "ok"
-    except Exception:
-        return f"unreachable at {settings.OLLAMA_HOST} — is `ollama serve` running?"
+    """"ok", or what is wrong with an LLM backend that a profile uses (agent.health)."""
+    from agent.health import llm_health
+
+    return llm_health()["summary"]
+
+
+LLM_PROBE_TTL_S = 10.0
+_llm_probe_cache: dict[str, tuple[float, str]] = {}
+
+
+def _cached(key: str, probe) -> str:
+    """The probe's answer, reused for LLM_PROBE_TTL_S: /health is public, and a flood of it
+    must not become a flood of requests to the LLM server."""
+    now = time.monotonic()
+    hit = _llm_probe_cache.get(key)
+    if hit is not None and now - hit[0] < LLM_PROBE_TTL_S:
+        return hit[1]
+    answer = probe()
+    _llm_probe_cache[key] = (now, answer)
+    return answer
 
 
 @require_GET
 def health(request: HttpRequest) -> JsonResponse:
-    """Liveness plus dependencies. Public (no login) so monitors can use it; reveals no data."""
-    return JsonResponse(
-        {
-            "status": "ok",
-            "db": _check_db(),
-            "channel_layer": _check_channel_layer(),
-            "llm": _check_llm(),
-        }
-    )
+    """Liveness for everyone (monitors need no login): `ok`, or `degraded` when an LLM backend a
+    profile uses cannot be reached. Which dependency is down, and where, only for signed-in users."""
+    llm = _cached(f"llm:{settings.OLLAMA_HOST}:{settings.OPENAI_BASE_URL}", _check_llm)
+    report = {
+        "status": "ok" if llm == "ok" else "degraded",
+        "db": _check_db(),
+        "channel_layer": _check_channel_layer(),
+        "llm": llm,
+    }
+    if not request.user.is_authenticated:
+        report = {"status": report["status"]}
+    return JsonResponse(report)
 
 
 def csrf_failure(request: HttpRequest, reason: str = "") -> JsonResponse:

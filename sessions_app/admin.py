@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from .models import ApiToken, Message, Session, SessionFile
+from .models import ApiToken, LoginAttempt, Message, Session, SessionFile
 
 
 class MessageInline(admin.TabularInline):
@@ -65,3 +65,15 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request):
         return False  # tokens are issued by `manage.py navi_token`, which shows the raw value once
+
+
+@admin.register(LoginAttempt)
+class LoginAttemptAdmin(admin.ModelAdmin):
+    """Failed logins being counted; delete rows to unlock a username before the window ends."""
+
+    list_display = ("username", "ip", "at")
+    search_fields = ("username", "ip")
+    readonly_fields = ("username", "ip", "at")
+
+    def has_add_permission(self, request):
+        return False

@@ -19,6 +19,7 @@ from django.core.files.uploadhandler import StopUpload, TemporaryFileUploadHandl
 from django.http import FileResponse, HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 
+from navi_project.bodylimit import MULTIPART_OVERHEAD
 from navi_project.http import ApiError, json_view
 
 from .auth import api_login_required
@@ -28,7 +29,6 @@ from .views import _get_session_for_user
 
 MAX_NAME_CHARS = 120
 MAX_EXT_CHARS = 16
-MULTIPART_OVERHEAD = 64 * 1024  # headers and boundaries around the file in a multipart body
 EXECUTABLE_EXTENSIONS = {
     ".sh", ".bash", ".zsh", ".csh", ".ksh", ".fish", ".py", ".pyw", ".pyc", ".pl", ".rb", ".php",
     ".exe", ".bat", ".cmd", ".com", ".msi", ".msp", ".scr", ".pif", ".cpl", ".dll", ".so", ".dylib",

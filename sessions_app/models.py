@@ -152,3 +152,18 @@ class ApiToken(models.Model):
         raw = "navi_" + secrets.token_urlsafe(32)
         token = cls.objects.create(user=user, name=name, token_hash=hash_token(raw), prefix=raw[:10])
         return token, raw
+
+
+class LoginAttempt(models.Model):
+    """A failed (or still running) login for a username from an IP. Kept in the database so
+    that every worker process counts the same attempts; deleting the rows unlocks a login."""
+
+    username = models.CharField(max_length=150)
+    ip = models.CharField(max_length=64)
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["username", "ip", "at"])]
+
+    def __str__(self) -> str:
+        return f"{self.username} from {self.ip} at {self.at:%Y-%m-%d %H:%M:%S}"

@@ -94,7 +94,7 @@ class LiveNavi:
             self.prepare()
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "navi_project.asgi:application"],
+            [PYTHON, "-m", "navi_project.serve", "-b", "127.0.0.1", "-p", str(self.port), "navi_project.asgi:application"],
             cwd=ROOT,
             env=self.env,
             stdout=log,

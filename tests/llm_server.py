@@ -27,7 +27,15 @@ _NET_ERRORS = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
 
 @dataclass
 class Turn:
-    """One scripted assistant reply; ``tool_calls`` args given as ``str`` are sent raw (malformed-JSON tests)."""
+    """One scripted assistant reply; ``tool_calls`` args given as ``str`` are sent raw (malformed-JSON tests).
+
+    Real-server quirks: ``repeat_tool_name`` repeats the function name in every OpenAI tool-call
+    chunk (llama-cpp-python); ``stream_error`` ends an HTTP 200 stream with that error object
+    (a dict, or a string: Ollama ``{"error": str}``) and no finish line; ``no_finish`` ends it
+    cleanly with no finish reason, no ``[DONE]``, no done line; ``endless`` streams ``content``
+    over and over until the client hangs up. Each streamed piece counts as one token for the
+    request's ``max_tokens`` / ``options.num_predict``: past it the reply stops with "length".
+    """
 
     content: str = ""
     thinking: str = ""
@@ -40,6 +48,10 @@ class Turn:
     error: str = ""
     prompt_tokens: int = 10
     eval_tokens: int = 5
+    repeat_tool_name: bool = False
+    stream_error: Any = None
+    no_finish: bool = False
+    endless: bool = False
 
     @classmethod
     def from_obj(cls, obj: Turn | dict | str) -> Turn:
@@ -59,7 +71,11 @@ class Turn:
 
 @dataclass
 class Rule:
-    """Answer requests whose last user message contains ``match``; ``turns[k]`` for the k-th assistant step."""
+    """Answer requests whose last user message contains ``match``; ``turns[k]`` for the k-th assistant step.
+
+    ``system``, when set, must appear in a system message or in the last user message (where an
+    instruction such as Navi's planning step is appended to keep the prompt prefix shared).
+    """
 
     match: str
     turns: list[Turn]
@@ -104,11 +120,16 @@ class LLMServer:
                  host: str = "127.0.0.1", port: int = 0) -> None:
         self.models = models
         self.api_key = api_key
+        # /api/show per model name (without ":latest"); unknown models get DEFAULT_SHOW.
+        # A model whose capabilities lack "thinking" answers 400 to `think: true`, as Ollama does.
+        self.model_show: dict[str, dict] = {}
         self._addr = (host, port)
         self._cond = threading.Condition()
         self._queue: collections.deque[Turn] = collections.deque()
         self._rules: list[Rule] = []
         self._requests: list[dict] = []
+        self._shows: list[str] = []
+        self._active = self._max_active = 0
         self._disconnects = 0
         self._conns: set[socket.socket] = set()
         self._httpd: ThreadingHTTPServer | None = None
@@ -176,6 +197,8 @@ class LLMServer:
             self._queue.clear()
             self._rules.clear()
             self._requests.clear()
+            self._shows.clear()
+            self._max_active = self._active
             self._disconnects = 0
 
     @property
@@ -204,6 +227,27 @@ class LLMServer:
             self._requests.append(rec)
             self._cond.notify_all()
 
+    def _busy(self, delta: int) -> None:
+        with self._cond:
+            self._active += delta
+            self._max_active = max(self._max_active, self._active)
+
+    @property
+    def max_active(self) -> int:
+        """The most chat replies in progress at once (a single-slot server would queue the rest)."""
+        with self._cond:
+            return self._max_active
+
+    def _record_show(self, model: str) -> None:
+        with self._cond:
+            self._shows.append(model)
+
+    @property
+    def shows(self) -> list[str]:
+        """Models asked about on /api/show (not part of ``requests``)."""
+        with self._cond:
+            return list(self._shows)
+
     def _note_disconnect(self) -> None:
         with self._cond:
             self._disconnects += 1
@@ -212,6 +256,10 @@ class LLMServer:
     def _track(self, sock: socket.socket, add: bool) -> None:
         with self._cond:
             (self._conns.add if add else self._conns.discard)(sock)
+
+    def show(self, model: str) -> dict:
+        """What /api/show reports: ``{"capabilities": [...], "context_length": int}``."""
+        return {**DEFAULT_SHOW, **self.model_show.get(model.removesuffix(":latest"), {})}
 
     def model_known(self, model: str) -> bool:
         if self.models is None:
@@ -224,7 +272,8 @@ class LLMServer:
         last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
         user_text = _text(messages[last_user].get("content")) if last_user >= 0 else ""
         k = sum(1 for m in messages[last_user + 1:] if m.get("role") == "assistant")
-        system = next((_text(m.get("content")) for m in messages if m.get("role") == "system"), None)
+        systems = [_text(m.get("content")) for m in messages if m.get("role") == "system"]
+        system = "\n".join(systems + [user_text]) if systems else None
         with self._cond:
             if self._queue:
                 return self._queue.popleft()
@@ -328,7 +377,7 @@ class _Handler(BaseHTTPRequestHandler):
             if turn.drop_after is not None:  # fewer frames than drop_after: still no final line
                 raise _Dropped
             data = "".join(tail()).encode()
-            write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data))
+            write((b"%x\r\n%s\r\n" % (len(data), data) if data else b"") + b"0\r\n\r\n")
         except _NET_ERRORS:
             fake._note_disconnect()
             self.close_connection = True
@@ -390,7 +439,10 @@ class _Handler(BaseHTTPRequestHandler):
             return self._control(path, body)
         if not isinstance(body, dict):
             return self._error(400, "expected a JSON object")
-        fake._record({**body, "path": path, "authorization": self.headers.get("Authorization")})
+        if path == "/api/show":  # metadata, kept apart so `requests` stays the chat calls
+            fake._record_show(body.get("model", ""))
+        else:
+            fake._record({**body, "path": path, "authorization": self.headers.get("Authorization")})
         if not self._auth_ok():
             return
         model = body.get("model", "")
@@ -399,17 +451,25 @@ class _Handler(BaseHTTPRequestHandler):
         if not fake.model_known(model):
             return self._error(404, f'model "{model}" not found, try pulling it first')
         if path == "/api/show":
+            shown = fake.show(model)
             return self._send_json(200, {"modelfile": f"FROM {model}", "parameters": "", "template": "{{ .Prompt }}",
                                          "details": _DETAILS, "modified_at": _now_iso(),
-                                         "model_info": {"general.architecture": "llama", "llama.context_length": 8192},
-                                         "capabilities": ["completion", "tools", "thinking", "vision"]})
+                                         "model_info": {"general.architecture": "llama",
+                                                        "llama.context_length": shown["context_length"]},
+                                         "capabilities": shown["capabilities"]})
+        if path == "/api/chat" and body.get("think") and "thinking" not in fake.show(model)["capabilities"]:
+            return self._error(400, f'"{model}" does not support thinking')
         turn = fake.pick_turn(body.get("messages") or [])
         if turn.status != 200:
             return self._error(turn.status, turn.error or f"error {turn.status}")
-        if path == "/api/chat":
-            self._ollama(body, model, turn)
-        else:
-            self._openai(body, model, turn)
+        fake._busy(+1)
+        try:
+            if path == "/api/chat":
+                self._ollama(body, model, turn)
+            else:
+                self._openai(body, model, turn)
+        finally:
+            fake._busy(-1)
 
     def _control(self, path: str, body: Any) -> None:
         """Script a server living in another process (CLI mode): /_fake/script|rules|reset."""
@@ -442,6 +502,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _ollama(self, body: dict, model: str, turn: Turn) -> None:
         thinking = turn.thinking if body.get("think") is not False else ""
         calls = [{"function": {"name": c["name"], "arguments": c.get("arguments", {})}} for c in turn.tool_calls]
+        budget = _Budget((body.get("options") or {}).get("num_predict"))
         stats = {"done_reason": "stop", "done": True, "total_duration": 123_000_000, "load_duration": 1_000_000,
                  "prompt_eval_count": turn.prompt_tokens, "prompt_eval_duration": 10_000_000,
                  "eval_count": turn.eval_tokens, "eval_duration": 100_000_000}
@@ -457,17 +518,21 @@ class _Handler(BaseHTTPRequestHandler):
             return
 
         def frames() -> Iterator[str]:
-            for key, text in (("thinking", thinking), ("content", turn.content)):
-                for piece in turn.pieces(text):
-                    msg = {"role": "assistant", "content": "", key: piece}
-                    yield _dumps({"model": model, "created_at": _now_iso(), "message": msg, "done": False}) + "\n"
-            if calls:
+            for key, piece in budget.take(_pieces(turn, thinking)):
+                msg = {"role": "assistant", "content": "", key: piece}
+                yield _dumps({"model": model, "created_at": _now_iso(), "message": msg, "done": False}) + "\n"
+            if calls and not budget.exhausted:
                 msg = {"role": "assistant", "content": "", "tool_calls": calls}
                 yield _dumps({"model": model, "created_at": _now_iso(), "message": msg, "done": False}) + "\n"
 
         def tail() -> list[str]:
+            if turn.no_finish:
+                return []
+            if turn.stream_error is not None:
+                return [_dumps({"error": turn.stream_error}) + "\n"]
             msg = {"role": "assistant", "content": ""}
-            return [_dumps({"model": model, "created_at": _now_iso(), "message": msg, **stats}) + "\n"]
+            final = {**stats, "done_reason": "length"} if budget.exhausted else stats
+            return [_dumps({"model": model, "created_at": _now_iso(), "message": msg, **final}) + "\n"]
 
         self._stream(turn, "application/x-ndjson", frames(), tail)
 
@@ -478,6 +543,7 @@ class _Handler(BaseHTTPRequestHandler):
                   "function": {"name": c["name"], "arguments": a if isinstance(a := c.get("arguments", {}), str)
                                else _dumps(a)}} for c in turn.tool_calls]
         finish = "tool_calls" if calls else "stop"
+        budget = _Budget(body.get("max_tokens") or body.get("max_completion_tokens"))
         usage = {"prompt_tokens": turn.prompt_tokens, "completion_tokens": turn.eval_tokens,
                  "total_tokens": turn.prompt_tokens + turn.eval_tokens}
         if not body.get("stream"):
@@ -499,27 +565,67 @@ class _Handler(BaseHTTPRequestHandler):
                                                                    "finish_reason": finish_reason}]}) + "\n\n"
 
         def deltas() -> Iterator[dict]:
-            for key, text in (("reasoning_content", turn.thinking), ("content", turn.content)):
-                for piece in turn.pieces(text):
-                    yield {key: piece}
+            for key, piece in budget.take(_pieces(turn, turn.thinking, "reasoning_content")):
+                yield {key: piece}
+            if budget.exhausted:
+                return
             for i, c in enumerate(calls):
                 fn = c["function"]
                 yield {"tool_calls": [{"index": i, "id": c["id"], "type": "function",
                                        "function": {"name": fn["name"], "arguments": ""}}]}
                 for piece in turn.pieces(fn["arguments"]):
-                    yield {"tool_calls": [{"index": i, "function": {"arguments": piece}}]}
+                    named = {"name": fn["name"]} if turn.repeat_tool_name else {}
+                    yield {"tool_calls": [{"index": i, "function": {**named, "arguments": piece}}]}
 
         def frames() -> Iterator[str]:
             for i, d in enumerate(deltas()):
                 yield chunk({"role": "assistant", **d} if i == 0 else d)
 
-        tail = [chunk({}, finish)]
-        if (body.get("stream_options") or {}).get("include_usage"):
-            tail.append("data: " + _dumps({"id": cid, "object": "chat.completion.chunk", "created": created,
-                                           "model": model, "choices": [], "usage": usage}) + "\n\n")
-        tail.append("data: [DONE]\n\n")
-        self._stream(turn, "text/event-stream", frames(), lambda: tail)
+        def tail() -> list[str]:
+            if turn.no_finish:
+                return []
+            if turn.stream_error is not None:
+                error = turn.stream_error
+                if not isinstance(error, dict):
+                    error = {"code": 500, "message": str(error), "type": "server_error"}
+                return ["data: " + _dumps({"error": error}) + "\n\n"]
+            out = [chunk({}, "length" if budget.exhausted else finish)]
+            if (body.get("stream_options") or {}).get("include_usage"):
+                out.append("data: " + _dumps({"id": cid, "object": "chat.completion.chunk", "created": created,
+                                              "model": model, "choices": [], "usage": usage}) + "\n\n")
+            out.append("data: [DONE]\n\n")
+            return out
 
+        self._stream(turn, "text/event-stream", frames(), tail)
+
+
+def _pieces(turn: Turn, thinking: str, thinking_key: str = "thinking") -> Iterator[tuple[str, str]]:
+    """(key, text) pieces of a streamed reply: thinking, then content (forever if ``endless``)."""
+    for piece in turn.pieces(thinking):
+        yield thinking_key, piece
+    while True:
+        for piece in turn.pieces(turn.content):
+            yield "content", piece
+        if not (turn.endless and turn.content):
+            return
+
+
+class _Budget:
+    """The request's output cap, one streamed piece per token."""
+
+    def __init__(self, limit: Any) -> None:
+        self.limit = limit if isinstance(limit, int) and limit > 0 else None
+        self.exhausted = False
+
+    def take(self, pieces: Iterator[tuple[str, str]]) -> Iterator[tuple[str, str]]:
+        for n, item in enumerate(pieces):
+            if self.limit is not None and n >= self.limit:
+                self.exhausted = True
+                return
+            yield item
+
+
+DEFAULT_SHOW = {"capabilities": ["completion", "tools", "thinking", "vision"], "context_length": 8192}
 
 _DETAILS = {"parent_model": "", "format": "gguf", "family": "llama", "families": ["llama"],
             "parameter_size": "8B", "quantization_level": "Q4_K_M"}

@@ -93,7 +93,6 @@ class TestSequences:
             Rule(
                 match="plan my day",
                 turns=[
-                    Turn(),  # (the planning call is answered by the rule above)
                     Turn(
                         thinking="I should make a list.",
                         tool_calls=[{"name": "todo", "arguments": {"action": "set", "tasks": ["gym", "mail"]}}],
@@ -122,13 +121,63 @@ class TestSequences:
         calls = [f for f in frames if f["type"] == "tool_call"]
         assert calls[0]["tool"] == "todo" and calls[0]["success"] is True and calls[0]["is_subagent"] is False
         assert "gym" in calls[1]["result"] and "mail" in calls[1]["result"]
-        # The plan was injected into the context as the model's own prior statement.
-        second_request = [r for r in llm.requests if r["path"] == "/api/chat"][1]
-        assert second_request["messages"][-1] == {"role": "assistant", "content": "1. Write the list\n2. Read it back"}
-        assert second_request["messages"][0]["role"] == "system"
-        # Tool calls and results were saved as rows as they happened.
-        roles = [r[0] async for r in Message.objects.filter(session_id=session.pk).order_by("seq").values_list("role")]
-        assert roles == ["user", "assistant", "assistant", "tool", "assistant", "tool", "assistant"]
+        planning_call, first_answer = [r for r in llm.requests if r["path"] == "/api/chat"][:2]
+        # The planning call is the answer call plus an instruction: same system prompt and tools
+        # (a prefix cache stays warm), capped, no thinking.
+        assert planning_call["messages"][0] == first_answer["messages"][0]
+        assert planning_call["tools"] == first_answer["tools"]
+        assert planning_call["options"]["num_predict"] == 200 and planning_call["think"] is False
+        assert PLANNING in planning_call["messages"][-1]["content"]
+        # The plan guides this turn's answer calls from the user's message, not as an assistant turn.
+        last = first_answer["messages"][-1]
+        assert last["role"] == "user" and last["content"].startswith("plan my day\n\n---\n")
+        assert last["content"].endswith("1. Write the list\n2. Read it back")
+        assert not any(m["role"] == "assistant" for m in first_answer["messages"])
+        # Rows were saved as they happened; the plan row is shown but never in the context.
+        rows_ = [
+            (r.role, r.name, r.in_context)
+            async for r in Message.objects.filter(session_id=session.pk).order_by("seq")
+        ]
+        assert [r[0] for r in rows_] == ["user", "assistant", "assistant", "tool", "assistant", "tool", "assistant"]
+        assert rows_[1] == ("assistant", "plan", False)
+        assert all(r[2] for r in rows_ if r[1] != "plan")
+
+    async def test_plans_stay_out_of_later_turns(self, llm, session):
+        llm.add_rule(Rule(system=PLANNING, match="", turns=[Turn(content="1. Look up the weather\n2. Summarise it")]))
+        llm.add_rule(Rule(match="", turns=[Turn(content="Sunny.")]))
+        await frames_of(session.id, "weather?")
+        await frames_of(session.id, "and tomorrow?")
+        chats = [r for r in llm.requests if r["path"] == "/api/chat"]
+        answer = [r for r in chats if PLANNING not in r["messages"][-1]["content"]][-1]
+        contents = [m["content"] for m in answer["messages"]]
+        assert contents[1] == "weather?"  # the first turn's message, without its plan
+        assert not any("Look up the weather" in c for c in contents[:-1])
+
+    @pytest.mark.parametrize(
+        "reply",
+        [
+            "1. France 2. Capital 3. Paris",  # one-word "steps"
+            "1. What is the capital of France",  # one step
+            "1. the capital of France\n2. what is the capital",  # an echo of the request
+            "1. Check the map\n2. Check the map",  # not distinct
+            "Sure, I will do it.",  # not numbered
+        ],
+    )
+    async def test_junk_plans_are_ignored(self, llm, session, reply):
+        llm.add_rule(Rule(system=PLANNING, match="", turns=[Turn(content=reply)]))
+        llm.add_rule(Rule(match="", turns=[Turn(content="Paris.")]))
+        frames = await frames_of(session.id, "what is the capital of France?")
+        assert "plan_ready" not in types(frames) and frames[-1]["content"] == "Paris."
+        assert await Message.objects.filter(session_id=session.pk, name="plan").acount() == 0
+        assert PLANNING not in llm.requests[-1]["messages"][-1]["content"]
+
+    async def test_a_rambling_planning_call_is_cut_and_ignored(self, llm, session):
+        llm.add_rule(Rule(system=PLANNING, match="", turns=[Turn(content="Once upon a time ", endless=True)]))
+        llm.add_rule(Rule(match="", turns=[Turn(content="Hello.")]))
+        frames = await frames_of(session.id, "hi")
+        assert "plan_ready" not in types(frames) and frames[-1]["content"] == "Hello."
+        assert llm.requests[0]["options"]["num_predict"] == 200  # the server stopped at the cap
+        assert llm.requests[1]["options"]["num_predict"] == 4096  # LLM_MAX_ANSWER_TOKENS
 
     async def test_direct_answers_skip_the_plan(self, llm, session):
         llm.add_rule(Rule(system=PLANNING, match="", turns=[Turn(content="DIRECT")]))

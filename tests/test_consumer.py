@@ -38,8 +38,10 @@ class TokenClient:
         return await self.client.post(path, data, content_type=content_type, headers=self.headers)
 
 
-def connect(session_id, token=None, origin=None, cookie=None, query=""):
-    headers = []
+def connect(session_id, token=None, origin=None, cookie=None, query="", host=None, scheme=None, extra=()):
+    headers = list(extra)
+    if host:
+        headers.append((b"host", host.encode()))
     if token:
         headers.append((b"authorization", f"Bearer {token}".encode()))
     if origin:
@@ -47,7 +49,10 @@ def connect(session_id, token=None, origin=None, cookie=None, query=""):
     if cookie:
         headers.append((b"cookie", cookie.encode()))
     path = f"/ws/sessions/{session_id}" + (f"?{query}" if query else "")
-    return WebsocketCommunicator(application, path, headers=headers)
+    comm = WebsocketCommunicator(application, path, headers=headers)
+    if scheme:
+        comm.scope["scheme"] = scheme
+    return comm
 
 
 async def send_message(session, token: str, content: str) -> WebsocketCommunicator:
@@ -78,10 +83,10 @@ async def closed_with(comm) -> int:
 
 class TestHandshake:
     async def test_anonymous_is_closed_with_4401(self, session):
-        assert await closed_with(connect(session.id, origin="http://testserver")) == 4401
+        assert await closed_with(connect(session.id, origin="http://testserver", host="testserver")) == 4401
 
     async def test_a_foreign_origin_is_closed_with_4403(self, session, owner_token):
-        code = await closed_with(connect(session.id, token=owner_token, origin="http://evil.example"))
+        code = await closed_with(connect(session.id, token=owner_token, origin="http://evil.example", host="127.0.0.1:8000"))
         assert code == 4403
 
     async def test_a_missing_origin_needs_a_token(self, session, owner, client):
@@ -91,12 +96,67 @@ class TestHandshake:
 
     async def test_a_cookie_session_with_the_right_origin_connects(self, session, owner, client):
         await sync_to_async(client.force_login)(owner)
-        comm = connect(session.id, cookie=f"sessionid={client.cookies['sessionid'].value}", origin="http://localhost:8000")
+        cookie = f"sessionid={client.cookies['sessionid'].value}"
+        comm = connect(session.id, cookie=cookie, origin="http://localhost:8000", host="localhost:8000")
         connected, _ = await comm.connect(timeout=TIMEOUT)
         assert connected
         await comm.send_json_to({"type": "ping"})
         assert await comm.receive_json_from(timeout=TIMEOUT) == {"type": "pong"}
         await comm.disconnect()
+
+    async def _cookie(self, client, owner) -> str:
+        await sync_to_async(client.force_login)(owner)
+        return f"sessionid={client.cookies['sessionid'].value}"
+
+    async def test_it_refuses_a_cookie_socket_from_another_port_of_the_same_host(self, session, owner, client):
+        cookie = await self._cookie(client, owner)
+        comm = connect(session.id, cookie=cookie, origin="http://127.0.0.1:9999", host="127.0.0.1:8000")
+        assert await closed_with(comm) == 4403
+
+    async def test_it_refuses_a_token_socket_with_a_wrong_origin(self, session, owner_token):
+        for origin in ("http://127.0.0.1:9999", "https://127.0.0.1:8000", "http://evil.example:8000"):
+            comm = connect(session.id, token=owner_token, origin=origin, host="127.0.0.1:8000")
+            assert await closed_with(comm) == 4403, origin
+
+    async def test_it_refuses_the_scheme_the_socket_did_not_use(self, session, owner, client):
+        cookie = await self._cookie(client, owner)
+        comm = connect(session.id, cookie=cookie, origin="https://localhost", host="localhost")
+        assert await closed_with(comm) == 4403
+        comm = connect(session.id, cookie=cookie, origin="https://localhost", host="localhost", scheme="wss")
+        assert (await comm.connect(timeout=TIMEOUT))[0]
+        await comm.disconnect()
+
+    async def test_it_takes_https_from_the_proxy_header_when_configured(self, session, owner, client, settings):
+        cookie = await self._cookie(client, owner)
+        proto = [(b"x-forwarded-proto", b"https")]
+        assert await closed_with(connect(session.id, cookie=cookie, origin="https://localhost", host="localhost", extra=proto)) == 4403
+        settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+        comm = connect(session.id, cookie=cookie, origin="https://localhost", host="localhost", extra=proto)
+        assert (await comm.connect(timeout=TIMEOUT))[0]
+        await comm.disconnect()
+
+    async def test_it_refuses_a_host_outside_allowed_hosts_even_if_origin_matches(self, session, owner, client):
+        cookie = await self._cookie(client, owner)
+        comm = connect(session.id, cookie=cookie, origin="http://evil.example", host="evil.example")
+        assert await closed_with(comm) == 4403
+
+    @pytest.mark.parametrize("origin,accepted", [
+        ("https://navi.example.org", True), ("https://navi.example.org:443", True),
+        ("https://navi.example.org:8443", False), ("http://navi.example.org", False),
+        ("https://a.lan.example", True), ("https://lan.example", True), ("http://a.lan.example", False),
+        ("null", False),
+    ])
+    async def test_csrf_trusted_origins_are_accepted_as_full_origins(self, session, owner, client, settings, origin, accepted):
+        settings.CSRF_TRUSTED_ORIGINS = ["https://navi.example.org", "https://*.lan.example"]
+        cookie = await self._cookie(client, owner)
+        comm = connect(session.id, cookie=cookie, origin=origin, host="127.0.0.1:8000")
+        if accepted:
+            assert (await comm.connect(timeout=TIMEOUT))[0]
+            await comm.send_json_to({"type": "ping"})
+            assert await comm.receive_json_from(timeout=TIMEOUT) == {"type": "pong"}
+            await comm.disconnect()
+        else:
+            assert await closed_with(comm) == 4403
 
     async def test_unknown_and_foreign_sessions_are_closed_with_4004(self, session, other_user):
         from sessions_app.models import ApiToken

@@ -246,3 +246,47 @@ def test_cli_serves_rules_file(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         assert proc.wait(timeout=5) == 0
+
+
+def _openai_stream(server: LLMServer, **extra) -> list[dict | str]:
+    body = {"model": "m", "messages": USER, "stream": True, **extra}
+    with httpx.stream("POST", server.openai_url + "/chat/completions", json=body) as r:
+        return _sse(r.iter_lines())
+
+
+def test_real_server_quirks_over_openai(server: LLMServer) -> None:
+    server.script(
+        Turn(tool_calls=[{"name": "todo", "arguments": {"action": "read"}}], chunk_size=4, repeat_tool_name=True),
+        Turn(content="Paris is", stream_error={"message": "Requested tokens (4327) exceed context window of 4096"}),
+        Turn(content="cut", no_finish=True),
+        Turn(content="word ", chunk_size=5, endless=True),
+    )
+    names = [tc["function"].get("name") for e in _openai_stream(server) if isinstance(e, dict) and e["choices"]
+             for tc in e["choices"][0]["delta"].get("tool_calls", [])]
+    assert len(names) > 2 and set(names) == {"todo"}  # the name in every chunk, as llama-cpp-python does
+    events = _openai_stream(server)
+    assert events[-1] == {"error": {"message": "Requested tokens (4327) exceed context window of 4096"}}
+    assert not any(isinstance(e, dict) and e.get("choices") and e["choices"][0]["finish_reason"] for e in events)
+    events = _openai_stream(server)
+    assert "[DONE]" not in events and events[-1]["choices"][0]["finish_reason"] is None
+    events = _openai_stream(server, max_tokens=7)  # endless, but capped: one piece per token
+    text = "".join(e["choices"][0]["delta"].get("content", "") for e in events if isinstance(e, dict) and e["choices"])
+    assert text == "word " * 7 and events[-2]["choices"][0]["finish_reason"] == "length"
+    assert server.requests[-1]["max_tokens"] == 7
+
+
+def test_real_server_quirks_over_ollama(server: LLMServer) -> None:
+    server.model_show["small"] = {"capabilities": ["completion"], "context_length": 2048}
+    client = ollama.Client(host=server.url)
+    shown = client.show("small")
+    assert shown.capabilities == ["completion"] and shown.modelinfo["llama.context_length"] == 2048
+    assert server.shows == ["small"] and server.requests == []  # show calls are kept apart
+    with pytest.raises(ollama.ResponseError) as exc:
+        client.chat("small", messages=USER, think=True)
+    assert exc.value.status_code == 400 and "does not support thinking" in exc.value.error
+    server.script(Turn(content="x", stream_error="boom"), Turn(content="abcdefgh" * 10, chunk_size=2))
+    with pytest.raises(ollama.ResponseError, match="boom"):
+        list(client.chat("small", messages=USER, stream=True))
+    parts = list(client.chat("small", messages=USER, stream=True, options={"num_predict": 3}))
+    assert "".join(p.message.content for p in parts) == "abcdef" and parts[-1].done_reason == "length"
+    assert server.max_active == 1

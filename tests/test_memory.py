@@ -158,7 +158,8 @@ class TestBackgroundTrigger:
         for t in background.threads:
             t.join(10)
 
-    def test_the_background_job_extracts_stale_sessions(self, owner, owner_client, llm):
+    def test_the_background_job_extracts_stale_sessions(self, owner, owner_client, llm, settings):
+        settings.MEMORY_EXTRACTION_IDLE_S = 0
         s = _session(owner)
         _say(s, ("user", "my dog is called Rex"))
         llm.add_rule(Rule(match="Conversation:", turns=[Turn(content="people: dog = Rex")]))
@@ -166,6 +167,63 @@ class TestBackgroundTrigger:
         for t in background.threads:
             t.join(20)
         assert MemoryFact.objects.get(owner=owner, key="dog").value == "Rex"
+        assert llm.requests[0]["options"]["num_predict"] == 512  # LLM_MAX_EXTRACTION_TOKENS
+        assert llm.requests[1]["options"]["num_predict"] == 1024  # the summary: LLM_MAX_SUMMARY_TOKENS
+
+    def test_it_waits_until_the_owner_has_been_idle(self, owner, owner_client, llm, settings):
+        settings.MEMORY_EXTRACTION_IDLE_S = 1.5
+        _say(_session(owner), ("user", "my cat is called Tom"))
+        started = timezone.now()
+        assert owner_client.post("/sessions", {}, content_type="application/json").status_code == 201
+        for t in background.threads:
+            t.join(20)
+        first_call = (timezone.now() - started).total_seconds()
+        assert llm.requests and first_call >= 1.5  # not beside the owner's first message
+
+    def test_it_never_runs_beside_a_turn_of_the_owner(self, owner, owner_client, llm, settings):
+        settings.MEMORY_EXTRACTION_IDLE_S = 0
+        _say(_session(owner), ("user", "my cat is called Tom"))
+        busy = _session(owner, idle_minutes=0, active_run_id="run-1", active_run_heartbeat=timezone.now())
+        assert owner_client.post("/sessions", {}, content_type="application/json").status_code == 201
+        assert not llm.wait_for_requests(1, timeout=1.5)  # the turn is running: no call
+        Session.objects.filter(pk=busy.pk).update(active_run_id="", active_run_heartbeat=None)
+        assert llm.wait_for_requests(1, timeout=10)
+        for t in background.threads:
+            t.join(20)
+
+    def test_a_turn_that_starts_makes_a_running_extraction_give_way(self, owner, owner_client, llm, settings, caplog):
+        settings.MEMORY_EXTRACTION_IDLE_S = 0
+        stale = _session(owner)
+        _say(stale, ("user", "my cat is called Tom"))
+        llm.add_rule(Rule(match="Conversation:", turns=[Turn(content="people: cat = Tom ", endless=True, delay=0.05)]))
+        assert owner_client.post("/sessions", {}, content_type="application/json").status_code == 201
+        assert llm.wait_for_requests(1, timeout=10)
+        Session.objects.filter(pk=stale.pk).update(active_run_id="run-2", active_run_heartbeat=timezone.now())
+        assert llm.wait_for_disconnect(timeout=5)  # the call was abandoned: the slot is free for the turn
+        for t in background.threads:
+            t.join(20)
+        assert not MemoryFact.objects.exists() and list(stale_sessions()) == [stale]
+        assert "gave way" in caplog.text
+
+    def test_extraction_is_one_call_at_a_time_and_has_its_own_wording(self, owner, other_user, llm, settings, caplog):
+        from django.test import Client
+
+        settings.MEMORY_EXTRACTION_IDLE_S = 0
+        for user in (owner, other_user):
+            for _ in range(3):
+                _say(_session(user), ("user", f"I am {user.username}"))
+        llm.add_rule(Rule(match="Conversation:", turns=[Turn(content="personal: name = x", first_delay=0.1)]))
+        llm.script(Turn(content="half an answ", no_finish=True))  # the first call fails like llama-cpp-python
+        for user in (owner, other_user):
+            client = Client()
+            client.force_login(user)
+            assert client.post("/sessions", {}, content_type="application/json").status_code == 201
+        for t in background.threads:
+            t.join(30)
+        assert len([r for r in llm.requests if "Conversation:" in r["messages"][-1]["content"]]) == 6
+        assert llm.max_active == 1  # a single-slot server is never asked twice at once
+        assert "did not finish" in caplog.text and "partial answer" not in caplog.text
+        assert len(list(stale_sessions())) == 1  # the failed one stays stale for the next trigger
 
     def test_no_thread_is_started_when_nothing_is_stale(self, owner, owner_client):
         background.threads.clear()
@@ -252,7 +310,11 @@ class TestInjection:
 
         async for _ in agent.run_stream(str(session.pk), "hi"):
             pass
-        assert memory_msgs() == ["## What I remember about the user\n\nThe user is called Sam."]
+        # One system message (some chat templates drop a second one): persona, profile, memory.
+        system = [m for m in llm.requests[-1]["messages"] if m["role"] == "system"]
+        assert len(system) == 1 and system[0]["content"].startswith("You are Navi (test persona).")
+        assert system[0]["content"].endswith("\n\n---\n\n## What I remember about the user\n\nThe user is called Sam.")
+        assert len(memory_msgs()) == 1
         await agent.run(str(session.pk), "again")
         assert len(memory_msgs()) == 1
         current_user_id.set(owner.id)
@@ -275,7 +337,7 @@ async def test_extraction_frames_reach_the_session_socket(owner, session):
     from navi_project.asgi import application
 
     communicator = WebsocketCommunicator(
-        application, f"/ws/sessions/{session.pk}", headers=[(b"origin", b"http://testserver")]
+        application, f"/ws/sessions/{session.pk}", headers=[(b"origin", b"http://testserver"), (b"host", b"testserver")]
     )
     communicator.scope["user"] = owner
     connected, _ = await communicator.connect()

@@ -18,17 +18,46 @@ def _json(response):
 
 
 class TestHealth:
-    def test_it_is_public_and_reports_dependencies(self, anon_client):
+    def test_it_is_public_but_tells_anonymous_callers_only_the_status(self, anon_client):
         response = anon_client.get("/health")
         assert response.status_code == 200
-        body = _json(response)
-        assert body["status"] == "ok"
+        assert _json(response) == {"status": "degraded"}  # nothing listens on the test OLLAMA_HOST
+
+    def test_it_reports_dependencies_to_signed_in_users(self, owner_client):
+        body = _json(owner_client.get("/health"))
+        assert body["status"] == "degraded"
         assert body["db"] == "ok"
         assert body["channel_layer"] == "ok"
-        assert "ollama serve" in body["llm"]  # nothing listens on the test OLLAMA_HOST
+        assert "ollama serve" in body["llm"]
 
-    def test_it_reports_a_reachable_llm(self, anon_client, llm):
-        assert _json(anon_client.get("/health"))["llm"] == "ok"
+    def test_it_reports_a_reachable_llm(self, owner_client, llm):
+        assert _json(owner_client.get("/health"))["llm"] == "ok"
+
+    def test_it_checks_the_backends_the_profiles_use(self, owner_client, llm, settings, profiles):
+        from agent.models import Profile
+
+        Profile.objects.update(llm_backend="openai")
+        settings.OLLAMA_HOST = "http://127.0.0.1:9"  # unused by every profile: not checked
+        body = _json(owner_client.get("/health"))
+        assert body["llm"] == "ok" and body["status"] == "ok"
+        settings.OPENAI_BASE_URL = "http://127.0.0.1:9/v1"
+        body = _json(owner_client.get("/health"))
+        assert body["status"] == "degraded"
+        assert "unreachable at http://127.0.0.1:9/v1" in body["llm"] and "OPENAI_BASE_URL" in body["llm"]
+
+    def test_it_names_each_failing_backend_when_several_are_used(self, owner_client, llm, settings, profiles):
+        from agent.health import llm_health
+        from agent.models import Profile
+
+        Profile.objects.filter(pk="secretary").update(llm_backend="openai")
+        settings.OPENAI_API_KEY = "wrong"
+        llm.api_key = "test-key"
+        report = llm_health()
+        assert report["backends"]["ollama"]["status"] == "ok"
+        assert "refused the credentials" in report["backends"]["openai"]["status"]
+        assert report["backends"]["openai"]["profiles"] == ["secretary"]
+        assert report["summary"].startswith("openai: ")
+
 
 
 class TestAuth:

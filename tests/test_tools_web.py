@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
@@ -34,9 +35,16 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
+    def _hop(self) -> None:
+        """/hop?code=307&to=URL: a redirect with that status that also sets a cookie."""
+        query = parse_qs(urlsplit(self.path).query)
+        self._send(int(query["code"][0]), b"", extra={"Location": query["to"][0], "Set-Cookie": "sid=first-site"})
+
     def do_GET(self):
-        self.server.seen.append({"path": self.path, "host": self.headers.get("Host"), "method": "GET"})
-        if self.path == "/page":
+        self.server.seen.append({"path": self.path, "host": self.headers.get("Host"), "method": "GET", "headers": dict(self.headers)})
+        if self.path.startswith("/hop?"):
+            self._hop()
+        elif self.path == "/page":
             self._send(200, PAGE.encode())
         elif self.path == "/big":
             self._send(200, b"x" * (3 * 1024 * 1024), "text/plain")
@@ -51,17 +59,32 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        self.server.seen.append({"path": self.path, "host": self.headers.get("Host"), "method": "POST", "body": raw})
+        self.server.seen.append({"path": self.path, "host": self.headers.get("Host"), "method": "POST", "body": raw, "headers": dict(self.headers)})
+        if self.path.startswith("/hop?"):
+            return self._hop()
         self._send(201, json.dumps({"got": json.loads(raw or b"null")}).encode(), "application/json", {"X-Custom": "1"})
+
+
+def _start_web_server() -> ThreadingHTTPServer:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    server.seen = []
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server.base = f"http://127.0.0.1:{server.server_address[1]}"
+    return server
 
 
 @pytest.fixture
 def web_server():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    server.seen = []
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    server.base = f"http://127.0.0.1:{server.server_address[1]}"
+    server = _start_web_server()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def other_web_server():
+    """A second local server: same host, another port, so another origin."""
+    server = _start_web_server()
     yield server
     server.shutdown()
     server.server_close()
@@ -154,6 +177,78 @@ async def test_redirect_within_allowed_host_followed(web_server, allow_local):
     result = await WebViewTool().execute({"url": web_server.base + "/redirect?to=/page"})
     assert result.success, result.error
     assert "Cats are small carnivorous mammals" in result.output
+
+
+async def test_an_allowed_host_with_a_port_allows_only_that_port(web_server, other_web_server, settings):
+    settings.HTTP_ALLOWED_HOSTS = [f"127.0.0.1:{web_server.server_address[1]}"]
+    assert (await HttpRequestTool().execute({"url": web_server.base + "/page"})).success
+    refused = await HttpRequestTool().execute({"url": other_web_server.base + "/page"})
+    assert not refused.success and "loopback" in refused.error
+    assert other_web_server.seen == []
+
+
+async def test_a_bare_allowed_host_allows_any_port(web_server, other_web_server, settings):
+    settings.HTTP_ALLOWED_HOSTS = ["127.0.0.1"]
+    assert (await HttpRequestTool().execute({"url": web_server.base + "/page"})).success
+    assert (await HttpRequestTool().execute({"url": other_web_server.base + "/page"})).success
+
+
+@pytest.mark.parametrize("entry,host,port,allowed", [
+    ("nas.lan:8123", "nas.lan", 8123, True), ("nas.lan:8123", "nas.lan", 80, False),
+    ("NAS.lan", "nas.lan", 8080, True), ("[::1]:8080", "::1", 8080, True), ("[::1]:8080", "::1", 80, False),
+    ("::1", "::1", 443, True), ("nas.lan", "other.lan", 80, False),
+])
+def test_allowed_host_entries_match_host_and_port(settings, entry, host, port, allowed):
+    from tools_app.netguard import host_allowed
+
+    settings.HTTP_ALLOWED_HOSTS = [entry]
+    assert host_allowed(host, port) is allowed
+
+
+MODEL_HEADERS = {
+    "Authorization": "Bearer model-secret", "Cookie": "sid=model", "Proxy-Authorization": "Basic eA==",
+    "X-Api-Key": "model-key", "Accept": "application/json", "Accept-Language": "de", "User-Agent": "navi-test",
+}
+
+
+async def test_a_redirect_to_another_origin_keeps_only_safe_headers(web_server, other_web_server, allow_local):
+    url = f"{web_server.base}/hop?code=302&to={other_web_server.base}/page"
+    res = await fetch(url, headers=MODEL_HEADERS)
+    assert res.status == 200
+    first, second = web_server.seen[0]["headers"], other_web_server.seen[0]["headers"]
+    assert first["Authorization"] == "Bearer model-secret" and first["X-Api-Key"] == "model-key"
+    for dropped in ("Authorization", "Cookie", "Proxy-Authorization", "X-Api-Key"):
+        assert dropped not in second
+    assert (second["Accept"], second["Accept-Language"], second["User-Agent"]) == ("application/json", "de", "navi-test")
+
+
+async def test_a_307_to_another_origin_keeps_the_body_and_its_content_type_only(web_server, other_web_server, allow_local):
+    url = f"{web_server.base}/hop?code=307&to={other_web_server.base}/echo"
+    headers = {**MODEL_HEADERS, "Content-Type": "application/json"}
+    res = await fetch(url, "POST", headers=headers, content=b'{"a": 1}')
+    assert res.status == 201
+    seen = other_web_server.seen[0]
+    assert seen["method"] == "POST" and seen["body"] == b'{"a": 1}'
+    assert seen["headers"]["Content-Type"] == "application/json"
+    assert "Authorization" not in seen["headers"] and "X-Api-Key" not in seen["headers"]
+
+
+async def test_a_302_to_another_origin_drops_the_body_and_its_content_type(web_server, other_web_server, allow_local):
+    url = f"{web_server.base}/hop?code=302&to={other_web_server.base}/page"
+    await fetch(url, "POST", headers={"Content-Type": "application/json"}, content=b"{}")
+    seen = other_web_server.seen[0]
+    assert seen["method"] == "GET" and "Content-Type" not in seen["headers"]
+
+
+async def test_a_cookie_set_by_the_first_site_does_not_reach_another_origin(web_server, other_web_server, allow_local):
+    await fetch(f"{web_server.base}/hop?code=302&to={other_web_server.base}/page")
+    assert "Cookie" not in other_web_server.seen[0]["headers"]
+
+
+async def test_a_same_origin_redirect_keeps_the_headers(web_server, allow_local):
+    await fetch(f"{web_server.base}/hop?code=302&to=/page", headers={"Authorization": "Bearer same-site"})
+    assert web_server.seen[1]["headers"]["Authorization"] == "Bearer same-site"
+    assert web_server.seen[1]["headers"]["Cookie"] == "sid=first-site"
 
 
 async def test_redirect_loop_stops(web_server, allow_local):

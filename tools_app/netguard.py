@@ -5,7 +5,10 @@ checked: only http/https; non-canonical numeric hosts (`2130706433`, `0177.0.0.1
 `0x7f000001`, `127.1`) refused outright; the host resolved and *every* address checked —
 loopback, private, link-local (169.254.169.254), unspecified, multicast, reserved, CGNAT and
 IPv4 embedded in IPv6 (::ffff:127.0.0.1, 6to4, NAT64) are refused unless the hostname is
-listed in `settings.HTTP_ALLOWED_HOSTS`.
+listed in `settings.HTTP_ALLOWED_HOSTS` (`nas.lan:8123` allows only that port; a bare host any).
+
+Credentials do not follow a redirect to another origin: only a short list of harmless request
+headers crosses (SAFE_REDIRECT_HEADERS), so a model-set token never reaches a third party.
 
 DNS rebinding: the connection goes to the very address that was checked. The request URL is
 rewritten to that IP while the Host header and the TLS SNI / certificate check keep the real
@@ -31,6 +34,8 @@ _NUMERIC_PART = re.compile(r"^(0x[0-9a-f]*|[0-9]+)$", re.IGNORECASE)
 _CGNAT = ipaddress.ip_network("100.64.0.0/10")
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _REDIRECT_CODES = {301, 302, 303, 307, 308}
+# The only request headers kept when a redirect leaves the origin (scheme, host, port).
+SAFE_REDIRECT_HEADERS = {"accept", "accept-language", "user-agent"}
 
 
 class URLRefused(Exception):
@@ -63,10 +68,29 @@ def _charset(content_type: str) -> str | None:
     return match.group(1) if match else None
 
 
-def host_allowed(host: str) -> bool:
-    """Is the hostname explicitly allowed to reach non-public addresses?"""
+def _split_allowed_entry(entry: str) -> tuple[str, int | None]:
+    """`host`, `host:port`, `[v6]`, `[v6]:port` or a bare IPv6 address → (host, port or None)."""
+    entry = entry.strip().lower()
+    if entry.startswith("["):
+        host, _, rest = entry[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    elif entry.count(":") == 1:
+        host, _, port = entry.partition(":")
+    else:
+        host, port = entry, ""
+    return host.rstrip("."), int(port) if port.isdigit() else None
+
+
+def host_allowed(host: str, port: int | None = None) -> bool:
+    """Is this host (and port) explicitly allowed to reach non-public addresses?"""
     wanted = host.lower().rstrip(".")
-    return any(wanted == h.strip().lower().rstrip(".") for h in settings.HTTP_ALLOWED_HOSTS if h.strip())
+    for entry in settings.HTTP_ALLOWED_HOSTS:
+        if not entry.strip():
+            continue
+        allowed_host, allowed_port = _split_allowed_entry(entry)
+        if allowed_host == wanted and (allowed_port is None or allowed_port == port):
+            return True
+    return False
 
 
 def _looks_numeric(host: str) -> bool:
@@ -133,7 +157,7 @@ async def resolve_checked(url: httpx.URL) -> list[str]:
     addresses = await _resolve(host, port)
     if not addresses:
         raise URLRefused(f"the host '{host}' did not resolve to any address; check the spelling")
-    if host_allowed(host):
+    if host_allowed(host, port):
         return addresses
     for addr in addresses:
         problem = ip_problem(ipaddress.ip_address(addr.split("%")[0]))
@@ -203,6 +227,17 @@ async def _read_capped(response: httpx.Response, max_bytes: int) -> tuple[bytes,
     return b"".join(chunks), False
 
 
+def _origin(url: httpx.URL) -> tuple[str, str, int]:
+    return url.scheme, url.host, url.port or (443 if url.scheme == "https" else 80)
+
+
+def _headers_for_other_origin(headers: dict, keeps_body: bool) -> dict:
+    """Only harmless headers follow a redirect to another origin: never Authorization,
+    Cookie, Proxy-Authorization or a custom header the model set (an API key, say)."""
+    safe = SAFE_REDIRECT_HEADERS | ({"content-type"} if keeps_body else set())
+    return {k: v for k, v in headers.items() if k.lower() in safe}
+
+
 async def fetch(
     url: str,
     method: str = "GET",
@@ -222,10 +257,14 @@ async def fetch(
             if response.status_code not in _REDIRECT_CODES or not location:
                 return FetchResult(str(current), response.status_code, response.headers, body, truncated, redirects)
             target = parse_url(urljoin(str(current), location))
-            if (target.scheme, target.host, target.port) != (current.scheme, current.host, current.port):
-                headers = {k: v for k, v in headers.items() if k.lower() not in ("authorization", "cookie")}
-            if response.status_code == 303 or (response.status_code in (301, 302) and method not in ("GET", "HEAD")):
+            keeps_body = response.status_code in (307, 308)
+            if not keeps_body and (response.status_code == 303 or method not in ("GET", "HEAD")):
                 method, content = "GET", None
+            if _origin(target) != _origin(current):
+                headers = _headers_for_other_origin(headers, keeps_body)
+                client.cookies.clear()  # cookies the first site set must not reach the next one
+            elif content is None:
+                headers = {k: v for k, v in headers.items() if k.lower() != "content-type"}
             redirects.append(str(target))
             current = target
     raise URLRefused(f"more than {MAX_REDIRECTS} redirects (last: {current}); fetch the final URL directly")

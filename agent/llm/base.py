@@ -3,15 +3,29 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import weakref
 from abc import ABC, abstractmethod
 from typing import Any, AsyncIterator, Callable
+
+from django.conf import settings
 
 from agent.messages import ChatMessage, LLMChunk, LLMResponse
 
 
 class LLMError(Exception):
-    """An LLM call failed; the message is shown to the owner as is."""
+    """An LLM call failed; the message is shown to the owner as is.
+
+    `mid_answer` is true when the call failed after it had started answering (a dropped
+    connection, a stream that ended early): the caller decides what that means for its work.
+    """
+
+    mid_answer = False
+
+    def __init__(self, message: str, *, mid_answer: bool | None = None) -> None:
+        super().__init__(message)
+        if mid_answer is not None:
+            self.mid_answer = mid_answer
 
 
 class LLMUnreachable(LLMError):
@@ -22,11 +36,67 @@ class LLMModelMissing(LLMError):
     pass
 
 
+class LLMIncomplete(LLMError):
+    """The server ended the answer without saying it was finished (no done line, no finish
+    reason, an error object inside an HTTP 200 stream)."""
+
+    mid_answer = True
+
+
+class LLMContextOverflow(LLMIncomplete):
+    """The prompt did not fit the server's context window."""
+
+    def __init__(self, message: str, *, prompt_tokens: int = 0, context_window: int = 0) -> None:
+        super().__init__(message)
+        self.prompt_tokens = prompt_tokens
+        self.context_window = context_window
+
+
+class LLMTimeout(LLMError):
+    """The call ran past LLM_CALL_MAX_S (total wall-clock time, not a per-read timeout)."""
+
+    mid_answer = True
+
+
+# "Requested tokens (4327) exceed context window of 4096" (llama-cpp-python),
+# "request (2358 tokens) exceeds the available context size (2048 tokens)" (llama-server),
+# "the request exceeds the available context size" (llama-server, older), "maximum context length".
+_OVERFLOW = re.compile(r"exceeds? (the )?(available )?context|context (window|length|size)", re.IGNORECASE)
+_NUMBERS = re.compile(r"\d+")
+
+
+def overflow_error(detail: str, where: str, prompt_tokens: int = 0, context_window: int = 0) -> LLMContextOverflow | None:
+    """An LLMContextOverflow when `detail` says the prompt was too long, else None."""
+    if not _OVERFLOW.search(detail or ""):
+        return None
+    numbers = [int(n) for n in _NUMBERS.findall(detail)]
+    if not (prompt_tokens and context_window) and len(numbers) >= 2:
+        prompt_tokens, context_window = numbers[0], numbers[1]
+    size = f" ({prompt_tokens} tokens for a window of {context_window})" if prompt_tokens and context_window else ""
+    return LLMContextOverflow(
+        f"the conversation is too long for the model's context window{size} — {where} said: {detail}. "
+        "The next message compresses the earlier turns; or start a new session, or give the server a larger "
+        "context (OLLAMA_NUM_CTX / the server's context size).",
+        prompt_tokens=prompt_tokens,
+        context_window=context_window,
+    )
+
+
+# What the servers told us about their context windows ((backend, model) → tokens): a server
+# that refused a prompt as too long has a smaller window than OLLAMA_NUM_CTX says.
+learned_context_windows: dict[tuple[str, str], int] = {}
+
+
+def context_window(backend_name: str, model: str) -> int:
+    """The context window to budget for: OLLAMA_NUM_CTX, or less if the server said so."""
+    learned = learned_context_windows.get((backend_name, model), 0)
+    return min(settings.OLLAMA_NUM_CTX, learned) if learned else settings.OLLAMA_NUM_CTX
+
+
 class LLMBackend(ABC):
     name = ""
 
-    @abstractmethod
-    def stream_complete(
+    async def stream_complete(
         self,
         messages: list[ChatMessage],
         tools: list[dict[str, Any]] | None = None,
@@ -34,8 +104,56 @@ class LLMBackend(ABC):
         model: str,
         temperature: float = 0.7,
         think: bool | None = None,
+        max_tokens: int | None = None,
     ) -> AsyncIterator[LLMChunk]:
-        """Stream one completion. Closing the iterator (aclose) closes the HTTP response."""
+        """Stream one completion of at most `max_tokens` tokens (None: the server's default).
+
+        The whole call is bounded by LLM_CALL_MAX_S. A stream that ends without its final
+        chunk raises LLMIncomplete. Closing the iterator (aclose) closes the HTTP response.
+        """
+        limit = settings.LLM_CALL_MAX_S
+        deadline = asyncio.get_running_loop().time() + limit if limit and limit > 0 else None
+        stream = self._stream(messages, tools, model=model, temperature=temperature, think=think, max_tokens=max_tokens)
+        finished = False
+        try:
+            while True:
+                try:
+                    # The deadline covers awaiting the next chunk only, never the caller's work.
+                    async with asyncio.timeout_at(deadline):
+                        chunk = await anext(stream)
+                except StopAsyncIteration:
+                    break
+                except LLMContextOverflow as exc:
+                    if exc.context_window:
+                        learned_context_windows[(self.name, model)] = exc.context_window
+                    raise
+                except TimeoutError:
+                    raise LLMTimeout(
+                        f"the model call took longer than LLM_CALL_MAX_S ({limit:g} s) and was stopped; "
+                        "ask for something shorter, or raise LLM_CALL_MAX_S for slow hardware"
+                    ) from None
+                finished = finished or chunk.done
+                yield chunk
+        finally:
+            await stream.aclose()
+        if not finished:
+            raise LLMIncomplete(
+                f"the {self.name} server ended the answer without finishing it (no final chunk); "
+                "it may have run out of context or crashed — see the server's log"
+            )
+
+    @abstractmethod
+    def _stream(
+        self,
+        messages: list[ChatMessage],
+        tools: list[dict[str, Any]] | None,
+        *,
+        model: str,
+        temperature: float,
+        think: bool | None,
+        max_tokens: int | None,
+    ) -> AsyncIterator[LLMChunk]:
+        """The backend's own stream; yields a `done` chunk last when the server finished."""
 
     async def complete(
         self,
@@ -45,10 +163,13 @@ class LLMBackend(ABC):
         model: str,
         temperature: float = 0.7,
         think: bool | None = None,
+        max_tokens: int | None = None,
     ) -> LLMResponse:
         """One completion, collected from the stream."""
         out = LLMResponse()
-        stream = self.stream_complete(messages, tools, model=model, temperature=temperature, think=think)
+        stream = self.stream_complete(
+            messages, tools, model=model, temperature=temperature, think=think, max_tokens=max_tokens
+        )
         try:
             async for chunk in stream:
                 out.content += chunk.content
@@ -64,6 +185,10 @@ class LLMBackend(ABC):
 
     @abstractmethod
     async def list_models(self) -> list[str]: ...
+
+    def health_probe(self) -> tuple[str, dict[str, str], str]:
+        """(URL to GET, headers, what to check when it fails) for /health."""
+        raise NotImplementedError
 
 
 class ClientCache:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import json
+import time
+from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 import httpx
@@ -12,9 +15,11 @@ from django.conf import settings
 
 from agent.messages import ChatMessage, LLMChunk, ToolCall
 
-from .base import ClientCache, LLMBackend, LLMError, LLMModelMissing, LLMUnreachable
+from .base import ClientCache, LLMBackend, LLMError, LLMIncomplete, LLMModelMissing, LLMUnreachable, overflow_error
 
 _ids = itertools.count(1)
+_RAW_ARGS = "__navi_raw_arguments__"  # carries string arguments through the client's dict-only model
+MODEL_INFO_TTL_S = 600.0
 
 
 def _to_ollama(msg: ChatMessage) -> dict[str, Any]:
@@ -22,13 +27,77 @@ def _to_ollama(msg: ChatMessage) -> dict[str, Any]:
     if msg.images:
         out["images"] = list(msg.images)
     if msg.tool_calls:
-        out["tool_calls"] = [
-            {"function": {"name": c.name, "arguments": c.arguments if isinstance(c.arguments, dict) else {}}}
-            for c in msg.tool_calls
-        ]
+        out["tool_calls"] = [{"function": {"name": c.name, "arguments": _history_args(c.arguments)}} for c in msg.tool_calls]
     if msg.role == "tool" and msg.name:
         out["tool_name"] = msg.name
     return out
+
+
+def _history_args(arguments: Any) -> dict[str, Any]:
+    """Ollama takes arguments as an object; a JSON string is parsed. Malformed ones become {}
+    here, which is harmless: the tool result that follows tells the model they were invalid."""
+    if isinstance(arguments, dict):
+        return arguments
+    if isinstance(arguments, str):
+        try:
+            parsed = json.loads(arguments)
+        except ValueError:
+            return {}
+        return parsed if isinstance(parsed, dict) else {}
+    return {}
+
+
+def _normalise_tool_calls(part: dict) -> None:
+    """Some Ollama versions send `arguments` as a JSON string, which the client's model rejects
+    (ollama/ollama-python#484) and which would end the whole stream. Valid JSON becomes the
+    object; anything else is kept as the raw string so the registry reports it to the model."""
+    for call in (part.get("message") or {}).get("tool_calls") or []:
+        fn = call.get("function") or {}
+        args = fn.get("arguments")
+        if args is None:
+            fn["arguments"] = {}
+        elif isinstance(args, str):
+            try:
+                parsed = json.loads(args) if args.strip() else {}
+            except ValueError:
+                parsed = None
+            fn["arguments"] = parsed if isinstance(parsed, dict) else {_RAW_ARGS: args}
+
+
+class _Client(ollama.AsyncClient):
+    """The official client, with tool-call arguments normalised before validation (streams)."""
+
+    async def _request(self, cls, *args, stream: bool = False, **kwargs):
+        if not stream:
+            return await super()._request(cls, *args, stream=False, **kwargs)
+
+        async def inner():
+            async with self._client.stream(*args, **kwargs) as r:
+                try:
+                    r.raise_for_status()
+                except httpx.HTTPStatusError as e:
+                    await e.response.aread()
+                    raise ollama.ResponseError(e.response.text, e.response.status_code) from None
+                async for line in r.aiter_lines():
+                    part = json.loads(line)
+                    if err := part.get("error"):
+                        raise ollama.ResponseError(err)
+                    _normalise_tool_calls(part)
+                    yield cls(**part)
+
+        return inner()
+
+
+@dataclass
+class ModelInfo:
+    """What /api/show says about a model (None: the server did not say)."""
+
+    capabilities: list[str] | None = None
+    context_length: int | None = None
+    fetched: float = 0.0
+
+    def can(self, capability: str) -> bool:
+        return self.capabilities is None or capability in self.capabilities
 
 
 class OllamaBackend(LLMBackend):
@@ -37,6 +106,7 @@ class OllamaBackend(LLMBackend):
     def __init__(self, host: str | None = None) -> None:
         self._host = host
         self._clients = ClientCache()
+        self._model_info: dict[tuple[str, str], ModelInfo] = {}
 
     @property
     def host(self) -> str:
@@ -46,28 +116,57 @@ class OllamaBackend(LLMBackend):
         timeout = settings.LLM_TIMEOUT_S
         return self._clients.get(
             (self.host, timeout),
-            lambda: ollama.AsyncClient(host=self.host, timeout=httpx.Timeout(timeout, connect=5.0)),
+            lambda: _Client(host=self.host, timeout=httpx.Timeout(timeout, connect=5.0)),
         )
 
-    async def stream_complete(
+    async def model_info(self, model: str) -> ModelInfo:
+        """Capabilities and context length from /api/show, cached for MODEL_INFO_TTL_S.
+
+        A failure is not cached and means "unknown": the chat call itself reports what is wrong.
+        """
+        key = (self.host, model)
+        info = self._model_info.get(key)
+        if info is not None and time.monotonic() - info.fetched < MODEL_INFO_TTL_S:
+            return info
+        try:
+            shown = await self._client().show(model)
+        except (ollama.ResponseError, httpx.HTTPError, ConnectionError, pydantic.ValidationError):
+            return ModelInfo()
+        info = ModelInfo(capabilities=shown.capabilities, fetched=time.monotonic())
+        for name, value in (shown.modelinfo or {}).items():
+            if name.endswith(".context_length") and isinstance(value, int) and value > 0:
+                info.context_length = value
+                break
+        self._model_info[key] = info
+        return info
+
+    async def _stream(
         self,
         messages: list[ChatMessage],
-        tools: list[dict[str, Any]] | None = None,
+        tools: list[dict[str, Any]] | None,
         *,
         model: str,
-        temperature: float = 0.7,
-        think: bool | None = None,
+        temperature: float,
+        think: bool | None,
+        max_tokens: int | None,
     ) -> AsyncIterator[LLMChunk]:
         client = self._client()
         think = settings.OLLAMA_THINK if think is None else think
         try:
+            info = await self.model_info(model)
+            options: dict[str, Any] = {"num_ctx": settings.OLLAMA_NUM_CTX, "temperature": temperature}
+            if info.context_length:
+                options["num_ctx"] = min(settings.OLLAMA_NUM_CTX, info.context_length)
+            if max_tokens:
+                options["num_predict"] = max_tokens
             stream = await client.chat(
                 model=model,
                 messages=[_to_ollama(m) for m in messages],
                 tools=tools or None,
                 stream=True,
-                think=think,
-                options={"num_ctx": settings.OLLAMA_NUM_CTX, "temperature": temperature},
+                # Recent Ollama answers 400 to `think` for a model without the capability.
+                think=think if info.can("thinking") else None,
+                options=options,
                 keep_alive=settings.OLLAMA_KEEP_ALIVE,
             )
             try:
@@ -83,11 +182,21 @@ class OllamaBackend(LLMBackend):
         except ollama.ResponseError as exc:
             if exc.status_code == 404:
                 raise LLMModelMissing(await self._missing_model_message(model)) from None
+            overflow = overflow_error(str(exc.error), f"Ollama at {self.host}")
+            if overflow is not None:
+                raise overflow from None
+            if exc.status_code == -1:  # an {"error"} line inside the stream
+                raise LLMIncomplete(f"Ollama stopped the answer with an error: {exc.error}") from None
             raise LLMError(f"Ollama returned an error: {exc.error} (HTTP {exc.status_code})") from None
-        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.ReadTimeout) as exc:
+        except httpx.ReadTimeout:
             raise LLMError(
-                f"the connection to Ollama at {self.host} dropped mid-answer ({type(exc).__name__}); "
-                "the partial answer was kept — send the message again to retry"
+                f"Ollama at {self.host} sent nothing for {settings.LLM_TIMEOUT_S:g} s (LLM_TIMEOUT_S); "
+                "it may be busy with another request or loading the model",
+                mid_answer=True,
+            ) from None
+        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+            raise LLMError(
+                f"the connection to Ollama at {self.host} dropped mid-answer ({type(exc).__name__})", mid_answer=True
             ) from None
         except pydantic.ValidationError as exc:
             raise LLMError(
@@ -98,10 +207,12 @@ class OllamaBackend(LLMBackend):
     @staticmethod
     def _chunk(part: Any) -> LLMChunk:
         msg = part.message
-        calls = [
-            ToolCall(id=f"call_{next(_ids)}", name=c.function.name, arguments=dict(c.function.arguments or {}))
-            for c in (msg.tool_calls or [])
-        ]
+        calls = []
+        for c in msg.tool_calls or []:
+            args = dict(c.function.arguments or {})
+            if set(args) == {_RAW_ARGS}:
+                args = args[_RAW_ARGS]  # malformed JSON: the registry tells the model so
+            calls.append(ToolCall(id=f"call_{next(_ids)}", name=c.function.name, arguments=args))
         chunk = LLMChunk(content=msg.content or "", thinking=msg.thinking or "", tool_calls=calls)
         if part.done:
             chunk.done = True
@@ -118,9 +229,14 @@ class OllamaBackend(LLMBackend):
         have = ", ".join(models) if models else "none"
         return f"model '{model}' is not available in Ollama at {self.host} (it has: {have}). Run `ollama pull {model}` or change the profile's model."
 
+    def health_probe(self) -> tuple[str, dict[str, str], str]:
+        return f"{self.host}/api/version", {}, "is `ollama serve` running? Set OLLAMA_HOST if it runs elsewhere."
+
     async def list_models(self) -> list[str]:
         try:
             listing = await self._client().list()
             return sorted(m.model for m in listing.models if m.model)
-        except (ConnectionError, httpx.ConnectError):
+        except (ConnectionError, httpx.ConnectError, httpx.ConnectTimeout):
             raise LLMUnreachable(f"cannot reach Ollama at {self.host} — is `ollama serve` running?") from None
+        except (ollama.ResponseError, httpx.HTTPError) as exc:
+            raise LLMError(f"Ollama at {self.host} did not list its models: {exc}") from None

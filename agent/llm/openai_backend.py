@@ -10,7 +10,7 @@ from django.conf import settings
 
 from agent.messages import ChatMessage, LLMChunk, ToolCall
 
-from .base import ClientCache, LLMBackend, LLMError, LLMModelMissing, LLMUnreachable
+from .base import ClientCache, LLMBackend, LLMError, LLMIncomplete, LLMModelMissing, LLMUnreachable, overflow_error
 
 
 def _to_openai(msg: ChatMessage) -> dict[str, Any]:
@@ -60,14 +60,15 @@ class OpenAIBackend(LLMBackend):
             lambda: httpx.AsyncClient(base_url=base_url, headers=headers, timeout=httpx.Timeout(timeout, connect=5.0)),
         )
 
-    async def stream_complete(
+    async def _stream(
         self,
         messages: list[ChatMessage],
-        tools: list[dict[str, Any]] | None = None,
+        tools: list[dict[str, Any]] | None,
         *,
         model: str,
-        temperature: float = 0.7,
-        think: bool | None = None,
+        temperature: float,
+        think: bool | None,
+        max_tokens: int | None,
     ) -> AsyncIterator[LLMChunk]:
         body: dict[str, Any] = {
             "model": model,
@@ -76,10 +77,13 @@ class OpenAIBackend(LLMBackend):
             "stream_options": {"include_usage": True},
             "temperature": temperature,
         }
+        if max_tokens:
+            body["max_tokens"] = max_tokens
         if tools:
             body["tools"] = tools
         pending: dict[int, dict[str, str]] = {}  # tool-call fragments by index
         finish = ""
+        done = False
         usage: dict[str, int] = {}
         client = self._client()
         try:
@@ -92,11 +96,16 @@ class OpenAIBackend(LLMBackend):
                         continue
                     data = line[5:].strip()
                     if data == "[DONE]":
+                        done = True
                         break
                     try:
                         event = json.loads(data)
                     except ValueError:
                         continue
+                    if not isinstance(event, dict):
+                        continue
+                    if event.get("error"):
+                        raise self._stream_error(event["error"])
                     if event.get("usage"):
                         usage = event["usage"]
                     for choice in event.get("choices") or []:
@@ -105,7 +114,7 @@ class OpenAIBackend(LLMBackend):
                             slot = pending.setdefault(frag.get("index", 0), {"id": "", "name": "", "arguments": ""})
                             fn = frag.get("function") or {}
                             slot["id"] = frag.get("id") or slot["id"]
-                            slot["name"] += fn.get("name") or ""
+                            slot["name"] = _merge_name(slot["name"], fn.get("name") or "")
                             slot["arguments"] += fn.get("arguments") or ""
                         text = delta.get("content") or ""
                         reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
@@ -117,11 +126,22 @@ class OpenAIBackend(LLMBackend):
             raise LLMUnreachable(
                 f"cannot reach the OpenAI-compatible server at {self.base_url} — is it running? Check OPENAI_BASE_URL."
             ) from None
-        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.ReadTimeout) as exc:
+        except httpx.ReadTimeout:
             raise LLMError(
-                f"the connection to {self.base_url} dropped mid-answer ({type(exc).__name__}); "
-                "the partial answer was kept — send the message again to retry"
+                f"{self.base_url} sent nothing for {settings.LLM_TIMEOUT_S:g} s (LLM_TIMEOUT_S); "
+                "the server may be busy with another request",
+                mid_answer=True,
             ) from None
+        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+            raise LLMError(
+                f"the connection to {self.base_url} dropped mid-answer ({type(exc).__name__})", mid_answer=True
+            ) from None
+        if not done and not finish:
+            # A 200 stream that just stops (llama-cpp-python raising after the headers went out).
+            raise LLMIncomplete(
+                f"{self.base_url} ended the answer without finishing it (no finish reason, no [DONE]); "
+                "the server may have run out of context or crashed — see its log"
+            )
         calls = [
             ToolCall(id=s["id"] or f"call_{i}", name=s["name"], arguments=_parse_args(s["arguments"]))
             for i, s in sorted(pending.items())
@@ -134,17 +154,46 @@ class OpenAIBackend(LLMBackend):
             completion_tokens=int(usage.get("completion_tokens") or 0),
         )
 
+    def _stream_error(self, error: Any) -> LLMError:
+        """An error object sent inside a 200 stream (llama.cpp: context overflow, a killed slot)."""
+        if isinstance(error, dict):
+            detail = str(error.get("message") or error.get("type") or error)
+            overflow = overflow_error(
+                detail, self.base_url, int(error.get("n_prompt_tokens") or 0), int(error.get("n_ctx") or 0)
+            )
+            if overflow is None and error.get("type") == "exceed_context_size_error":
+                overflow = overflow_error(f"{detail} (context size exceeded)", self.base_url)
+        else:
+            detail = str(error)
+            overflow = overflow_error(detail, self.base_url)
+        return overflow or LLMIncomplete(f"{self.base_url} stopped the answer with an error: {detail}")
+
     def _http_error(self, response: httpx.Response, model: str) -> LLMError:
+        error: Any = None
         try:
-            detail = response.json().get("error")
-            detail = detail.get("message") if isinstance(detail, dict) else detail
-        except ValueError:
+            error = response.json().get("error")
+            detail = error.get("message") if isinstance(error, dict) else error
+        except (ValueError, AttributeError):
             detail = response.text[:300]
+        detail = str(detail)
         if response.status_code == 404:
             return LLMModelMissing(f"model '{model}' not found at {self.base_url}: {detail}. Set OPENAI_MODEL or the profile's model.")
         if response.status_code in (401, 403):
             return LLMError(f"{self.base_url} refused the API key ({detail}); set OPENAI_API_KEY")
+        if isinstance(error, dict):
+            overflow = overflow_error(
+                detail, self.base_url, int(error.get("n_prompt_tokens") or 0), int(error.get("n_ctx") or 0)
+            )
+        else:
+            overflow = overflow_error(detail, self.base_url)
+        if overflow is not None:
+            overflow.mid_answer = False
+            return overflow
         return LLMError(f"{self.base_url} returned HTTP {response.status_code}: {detail}")
+
+    def health_probe(self) -> tuple[str, dict[str, str], str]:
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        return f"{self.base_url}/models", headers, "is the server running? Check OPENAI_BASE_URL and OPENAI_API_KEY."
 
     async def list_models(self) -> list[str]:
         client = self._client()
@@ -174,6 +223,16 @@ def _image_mime(b64: str) -> str:
     if head.startswith(b"RIFF") and head[8:12] == b"WEBP":
         return "image/webp"
     return "image/png"
+
+
+def _merge_name(current: str, fragment: str) -> str:
+    """Tool-call names: OpenAI sends the name once, llama-cpp-python repeats it in every chunk,
+    a few servers send it in pieces. A repeated (or growing) name replaces, a piece appends."""
+    if not fragment:
+        return current
+    if not current or fragment.startswith(current):
+        return fragment
+    return current + fragment
 
 
 def _parse_args(raw: str) -> Any:

@@ -44,6 +44,12 @@ function setConnection(status, detail) {
 const chat = new ChatView($("#scroller"), {
   onRunState: (running) => composer.setRunning(running),
   onContext: setContext,
+  onApproval(approvalId, decision, remember) {
+    if (!state.socket) return false;
+    state.socket.send({ type: "approval", approval_id: approvalId, decision, ...(remember ? { remember } : {}) });
+    return true;
+  },
+  onToast: toast,
   onRunEnd: () =>
     sidebar.refresh().then((sessions) => {
       sidebar.select(state.sessionId);

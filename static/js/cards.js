@@ -69,7 +69,8 @@ export function closeThinking(details, text) {
   details.classList.add("done");
 }
 
-function pretty(value) {
+/** Tool arguments as 2-space JSON (a string that is not JSON stays as it is). */
+export function pretty(value) {
   if (typeof value === "string") {
     try {
       return JSON.stringify(JSON.parse(value), null, 2);
@@ -92,8 +93,14 @@ export function toolCard(name, args) {
   return details;
 }
 
+/** The status word of a pending tool card ("awaiting approval", "running…"). */
+export function setToolStatus(card, text) {
+  card.querySelector(".tool-status").textContent = text;
+  card.classList.toggle("awaiting", text === "awaiting approval");
+}
+
 export function completeToolCard(card, result, success) {
-  card.classList.remove("pending");
+  card.classList.remove("pending", "awaiting");
   card.classList.add(success ? "ok" : "failed");
   card.querySelector(".tool-status").textContent = success ? "done" : "failed";
   const body = card.querySelector(".tool-body");

@@ -1,9 +1,10 @@
 // The conversation view: history from REST (paged: only the newest groups are rendered, older
 // ones as the reader scrolls up) and live runs from WebSocket frames.
+import { announceApproval, approvalCard, reopenApproval, resolveApproval } from "./approvals.js";
 import { renderMarkdown } from "./markdown.js";
 import {
-  closeThinking, completeToolCard, el, errorBox, notice, planCard, publishedFile, statusBadge,
-  subagentList, thinkingBlock, toolCard, userBubble,
+  closeThinking, completeToolCard, el, errorBox, notice, planCard, publishedFile, setToolStatus,
+  statusBadge, subagentList, thinkingBlock, toolCard, userBubble,
 } from "./cards.js";
 
 const PAGE = 30; // groups rendered per page of history
@@ -71,6 +72,7 @@ class RunView {
     this.thinking = null; // {node, value}
     this.pending = []; // tool cards waiting for their tool_call
     this.spawn = null; // the running spawn_agent card (sub-agent cards nest under it)
+    this.approvals = new Map(); // approval_id → approval card
   }
 
   target(isSub) {
@@ -79,7 +81,7 @@ class RunView {
 }
 
 export class ChatView {
-  constructor(scroller, { onRunState, onContext, onRunEnd }) {
+  constructor(scroller, { onRunState, onContext, onRunEnd, onApproval, onToast }) {
     this.scroller = scroller;
     this.list = el("div", "messages");
     this.sentinel = el("div", "older");
@@ -87,6 +89,8 @@ export class ChatView {
     this.onRunState = onRunState;
     this.onContext = onContext;
     this.onRunEnd = onRunEnd;
+    this.onApproval = onApproval;
+    this.onToast = onToast;
     this.groups = [];
     this.firstRendered = 0;
     this.run = null;
@@ -163,9 +167,15 @@ export class ChatView {
   // --- live frames -------------------------------------------------------------------------
   frame(f) {
     if (!f.run_id) {
-      if (f.type === "error") {
+      if (f.type !== "error") return;
+      if (this.run && !this.run.done) {
+        // A socket-level error during a run (e.g. an answer to an approval that is already
+        // closed) does not end the run.
+        this.onToast(f.message);
+        for (const card of this.run.approvals.values()) reopenApproval(card);
+      } else {
         this.showError(f.message);
-        if (!this.run || this.run.done) this.onRunState(false);
+        this.onRunState(false);
       }
       return;
     }
@@ -174,6 +184,7 @@ export class ChatView {
     this.apply(this.run, f);
     if (TERMINAL.has(f.type) && !this.run.done) {
       this.run.done = true;
+      for (const card of this.run.approvals.values()) resolveApproval(card, f.type === "stream_stopped" ? "stopped" : "ended");
       this.closeText(this.run);
       this.onRunState(false);
       this.onRunEnd(this.run, f);
@@ -261,6 +272,16 @@ export class ChatView {
         this.closeText(run);
         break;
       }
+      case "approval_required":
+        this.showApproval(run, f);
+        break;
+      case "approval_resolved": {
+        const card = run.approvals.get(String(f.approval_id));
+        if (card) resolveApproval(card, f.decision, f.remember === "session");
+        const tool = run.pending.find((c) => c.dataset.approvalId === String(f.approval_id));
+        if (tool) setToolStatus(tool, f.decision === "approve" ? "running…" : "declined");
+        break;
+      }
       case "stream_end":
         if (f.content && run.text) run.text.value = f.content;
         else if (f.content && !run.text && !run.el.querySelector(".bubble.assistant")) {
@@ -294,6 +315,26 @@ export class ChatView {
       default:
         break;
     }
+  }
+
+  showApproval(run, f) {
+    const id = String(f.approval_id);
+    if (run.approvals.has(id)) return;
+    const sub = !!f.is_subagent;
+    const card = approvalCard(f, this.onApproval);
+    run.approvals.set(id, card);
+    // Right after the pending tool card of that call (the newest one of that tool not yet asked about).
+    const tool = [...run.pending].reverse().find((c) => c.dataset.tool === f.tool && (c.dataset.sub === "1") === sub && !c.dataset.approvalId);
+    if (tool) {
+      tool.dataset.approvalId = id;
+      setToolStatus(tool, "awaiting approval");
+      tool.after(card);
+    } else {
+      run.target(sub).append(card);
+    }
+    // A sub-agent's card sits inside its collapsed spawn_agent card: open the way to it.
+    for (let d = card.parentElement.closest("details"); d; d = d.parentElement.closest("details")) d.open = true;
+    announceApproval(card, f);
   }
 
   queueText(run) {

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
+
 from tools_app.base import Tool, ToolResult
 from tools_app.context import current_chat_session_id, current_session_id
 
@@ -94,6 +96,7 @@ class ReflectTool(Tool):
                 model=profile.resolved_model(),
                 temperature=0.3,
                 think=False,
+                max_tokens=settings.LLM_MAX_SUMMARY_TOKENS,
             )
         except LLMError as exc:
             return ToolResult(False, error=f"the review call failed: {exc}")

@@ -1,0 +1,158 @@
+"""`python -m navi_project.serve [daphne options] navi_project.asgi:application`
+
+daphne with request body limits at the protocol level (`make run` and the live tests start
+the server this way). Plain daphne spools a whole request body to memory or disk, then hands
+all of it to the application: an anonymous 300 MB POST costs gigabytes of RSS and stalls the
+server before Django could say 401. Here each request is judged when its headers are complete
+(navi_project.bodylimit): too large → 413, over the anonymous cap without valid credentials
+→ 401, answered at once and the rest of the body discarded unread into memory. Credentials
+are checked in a thread while the connection is paused, so the reactor never waits on the
+database and at most one network read of body arrives meanwhile. Takes daphne's options.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from io import BytesIO
+
+from daphne import server as daphne_server  # first: installs the asyncio reactor
+from daphne.cli import CommandLineInterface
+from daphne.http_protocol import HTTPFactory, WebRequest
+from twisted.internet import reactor, threads
+from twisted.web.http import RESPONSES
+
+from navi_project import bodylimit
+
+log = logging.getLogger("navi_project.serve")  # not "__main__" under python -m
+# After a refusal the rest of the body is read and dropped for a little while, so that a client
+# which only reads after sending still gets the answer; then the connection is closed.
+LINGER_S = 2.0
+LINGER_MAX_BYTES = 8 * 1024 * 1024
+
+
+class LimitedWebRequest(WebRequest):
+    """daphne's request with a body budget decided before the first body byte is stored."""
+
+    _limit: int | None = None  # bytes the body may have; None while credentials are checked
+    _over_limit: bodylimit.Refusal | None = None  # the answer once the body passes _limit
+    _received = 0
+    _refused = False
+    _parked: tuple | None = None  # requestReceived arguments held back during a check
+    _wants_continue = False
+
+    def gotLength(self, length):
+        creds = bodylimit.credentials(self._header(b"cookie"), self._header(b"authorization"))
+        refusal, limit = bodylimit.first_look(length, any(creds))
+        if refusal is not None:
+            return self._refuse(refusal)
+        super().gotLength(length)
+        if limit is not None:
+            return self._set_limit(limit)
+        # Hold the body back (and the client's "100 Continue") until the check is done.
+        self._wants_continue = self.requestHeaders.hasHeader(b"expect")
+        self.requestHeaders.removeHeader(b"expect")
+        self.channel.transport.pauseProducing()
+        checking = threads.deferToThread(bodylimit.authenticated, *creds)
+        checking.addCallbacks(self._credentials_checked, self._check_failed)
+
+    def handleContentChunk(self, data):
+        if self._refused:
+            return
+        self._received += len(data)
+        if self._limit is not None and self._received > self._limit:
+            return self._refuse(self._over_limit)
+        super().handleContentChunk(data)
+
+    def requestReceived(self, command, path, version):
+        if self._refused:
+            return
+        if self._limit is None:  # the whole (small) body came before the check finished
+            self._parked = (command, path, version)
+            return
+        super().requestReceived(command, path, version)
+
+    # --- helpers ----------------------------------------------------------------------------
+    def _header(self, name: bytes) -> str | None:
+        values = self.requestHeaders.getRawHeaders(name)
+        return b", ".join(values).decode("latin-1") if values else None
+
+    def _set_limit(self, limit: int) -> None:
+        self._limit = limit
+        self._over_limit = bodylimit.too_large() if limit > bodylimit.anonymous_body_bytes() else bodylimit.unauthenticated()
+        if self._received > limit:
+            self._refuse(self._over_limit)
+
+    def _credentials_checked(self, ok: bool) -> None:
+        if self.channel is None or self._refused:  # the client went away meanwhile
+            return
+        if not ok:
+            return self._refuse(bodylimit.unauthenticated())
+        self._set_limit(bodylimit.max_body_bytes())
+        if self._refused:
+            return
+        if self._wants_continue:
+            self.channel.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        self.channel.transport.resumeProducing()
+        if self._parked is not None:
+            super().requestReceived(*self._parked)
+
+    def _check_failed(self, failure) -> None:
+        log.error("checking request credentials failed: %s", failure.getTraceback())
+        if self.channel is not None and not self._refused:
+            self._refuse((503, "could not check the request's credentials; try again"))
+
+    def _refuse(self, refusal: bodylimit.Refusal) -> None:
+        """Answer now, drop whatever body still arrives (LINGER_S / LINGER_MAX_BYTES), close."""
+        self._refused = True
+        self.content = getattr(self, "content", None) or BytesIO()
+        self.requestHeaders.removeHeader(b"expect")  # no "100 Continue" after the answer
+        channel = self.channel
+        status, body = refusal[0], bodylimit.json_body(refusal)
+        channel.transport.write(
+            b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+            b"Connection: close\r\n\r\n%s" % (status, RESPONSES.get(status, b"Error"), len(body), body)
+        )
+        channel.dataReceived = _discarder(channel.transport)
+        channel.transport.resumeProducing()
+        reactor.callLater(LINGER_S, channel.transport.loseConnection)
+        log.warning("refused a request body (%d): %s", status, refusal[1])
+
+
+def _discarder(transport):
+    """A dataReceived that drops the data and closes after LINGER_MAX_BYTES."""
+    dropped = 0
+
+    def discard(data: bytes) -> None:
+        nonlocal dropped
+        dropped += len(data)
+        if dropped > LINGER_MAX_BYTES:
+            transport.loseConnection()
+
+    return discard
+
+
+class LimitedHTTPFactory(HTTPFactory):
+    def buildProtocol(self, addr):
+        protocol = super().buildProtocol(addr)
+        protocol.requestFactory = LimitedWebRequest
+        return protocol
+
+
+class LimitedServer(daphne_server.Server):
+    def run(self):
+        # Server.run() builds its HTTPFactory from this module-level name and listens at once.
+        daphne_server.HTTPFactory = LimitedHTTPFactory
+        super().run()
+
+
+class NaviCommandLine(CommandLineInterface):
+    server_class = LimitedServer
+
+
+def main(argv: list[str] | None = None) -> None:
+    NaviCommandLine().run(sys.argv[1:] if argv is None else argv)
+
+
+if __name__ == "__main__":
+    main()
