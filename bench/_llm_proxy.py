@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -57,10 +59,11 @@ class LLMProxy:
         self.records: list[CallRecord] = []
         self._lock = threading.Lock()
         self._tokenizer: bool | None = None  # False once the server turned out to have none
+        self._inflight: dict[int, tuple[str, http.client.HTTPConnection]] = {}  # upstream requests
         self._httpd: ThreadingHTTPServer | None = None
 
     def start(self) -> "LLMProxy":
-        httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        httpd = _Server(("127.0.0.1", 0), _Handler)
         httpd.daemon_threads = True
         httpd.proxy = self  # type: ignore[attr-defined]
         self._httpd = httpd
@@ -91,6 +94,54 @@ class LLMProxy:
     def _add(self, record: CallRecord) -> None:
         with self._lock:
             self.records.append(record)
+
+    def _track(self, label: str, conn: http.client.HTTPConnection, add: bool) -> None:
+        with self._lock:
+            if add:
+                self._inflight[id(conn)] = (label, conn)
+            else:
+                self._inflight.pop(id(conn), None)
+
+    def busy(self, label: str | None = None) -> bool:
+        with self._lock:
+            return any(label is None or lab == label for lab, _ in self._inflight.values())
+
+    def wait_done(self, label: str | None = None, timeout: float = 30) -> bool:
+        """Until no request (of this label) is in flight: its record is then complete."""
+        deadline = time.monotonic() + timeout
+        while self.busy(label):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def abort(self, label: str) -> None:
+        """Hang up the upstream requests of a run that was stopped (a long prompt evaluation
+        sends nothing, so Navi's Stop alone would wait for it)."""
+        with self._lock:
+            conns = [conn for lab, conn in self._inflight.values() if lab == label]
+        for conn in conns:
+            try:
+                conn.sock.shutdown(socket.SHUT_RDWR)
+            except (AttributeError, OSError):
+                pass
+
+    def settle(self, timeout: float = 600) -> None:
+        """Wait until the server is free again. llama-cpp-python's server goes on evaluating an
+        abandoned prompt and serves one request at a time: its tokenizer endpoint answers only
+        once it is idle. Other servers answer at once (or 404)."""
+        self.wait_done(None, timeout)
+        root = self.prefix.rsplit("/v1", 1)[0]
+        conn = self.connection()
+        conn.timeout = timeout
+        try:
+            conn.request("POST", root + "/extras/tokenize/count", body=b'{"input": "x"}',
+                         headers={"Content-Type": "application/json"})
+            conn.getresponse().read()
+        except (OSError, http.client.HTTPException):
+            pass
+        finally:
+            conn.close()
 
     def connection(self) -> http.client.HTTPConnection:
         cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
@@ -139,6 +190,12 @@ class LLMProxy:
         return body
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], OSError):  # Navi closing a kept-alive connection is normal
+            super().handle_error(request, client_address)
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: ThreadingHTTPServer
@@ -171,23 +228,28 @@ class _Handler(BaseHTTPRequestHandler):
         if raw:
             headers["Content-Length"] = str(len(raw))
         upstream = proxy.connection()
+        label = record.label if record else ""
+        proxy._track(label, upstream, True)
         try:
-            upstream.request(self.command, proxy.prefix + self.path, body=raw or None, headers=headers)
-            response = upstream.getresponse()
-        except OSError as exc:
-            upstream.close()
-            self._reply(502, json.dumps({"error": f"proxy: upstream unreachable: {exc}"}).encode())
+            try:
+                upstream.request(self.command, proxy.prefix + self.path, body=raw or None, headers=headers)
+                response = upstream.getresponse()
+            except (OSError, http.client.HTTPException) as exc:
+                self._reply(502, json.dumps({"error": f"proxy: upstream failed: {exc}"}).encode())
+                if record:
+                    record.status, record.ended = 502, time.time()
+                    proxy._add(record)
+                return
+            data = self._relay(response, upstream)
             if record:
-                record.status, record.ended = 502, time.time()
+                record.status, record.ended = response.status, time.time()
+                _parse_output(record, data, response.getheader("Content-Type") or "")
+                if record.prompt_tokens is None and response.status == 200:
+                    proxy.estimate_usage(record, body)
                 proxy._add(record)
-            return
-        data = self._relay(response, upstream)
-        if record:
-            record.status, record.ended = response.status, time.time()
-            _parse_output(record, data, response.getheader("Content-Type") or "")
-            if record.prompt_tokens is None and response.status == 200:
-                proxy.estimate_usage(record, body)
-            proxy._add(record)
+        finally:
+            upstream.close()
+            proxy._track(label, upstream, False)
 
     def _reply(self, status: int, body: bytes) -> None:
         self.send_response(status)
@@ -212,10 +274,10 @@ class _Handler(BaseHTTPRequestHandler):
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                     self.wfile.flush()
             self.wfile.write(b"0\r\n\r\n")
-        except OSError:  # Navi hung up (Stop, timeout): hang up upstream too, so generation ends
+        except (OSError, http.client.HTTPException):
+            # Navi hung up (Stop), the bench aborted, or the server broke off: end both sides
+            # (the caller closes upstream, so the server stops generating for us).
             self.close_connection = True
-        finally:
-            upstream.close()
         return b"".join(parts)
 
 

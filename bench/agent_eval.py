@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/agent_eval.py --ollama http://127.0.0.1:11434 --model qwen2.5:0.5b
     .venv/bin/python bench/agent_eval.py --openai http://127.0.0.1:8080/v1 --model smollm2 [--api-key K]
-        [--tasks N | --only todo_create,file_write] [--modes navi,plain] [--timeout 240] [--out results.json]
+        [--tasks N | --only todo_create,file_write] [--modes navi,plain] [--timeout 300] [--out results.json]
 
 A real Navi server (daphne, temp dir, `tests.live_server.LiveNavi`) talks to the model through a
 counting proxy (`bench/_llm_proxy.py`); the bench is the user: for each task and mode it opens a
@@ -100,7 +100,7 @@ class Options:
     model: str
     api_key: str = ""
     modes: tuple[str, ...] = ("navi", "plain")
-    timeout: float = 240.0
+    timeout: float = 300.0
     max_iterations: int = 6
     max_tools: int = 8
     compact_schemas: bool = True
@@ -139,6 +139,8 @@ class Evaluation:
             "HTTP_ALLOWED_HOSTS": "127.0.0.1",
             "TERMINAL_ALLOWED_COMMANDS": "*",
             "LLM_TIMEOUT_S": str(self.opt.timeout),
+            "LLM_CALL_MAX_S": str(self.opt.timeout),
+            "LLM_MAX_ANSWER_TOKENS": str(self.opt.max_tokens or 4096),
             "TOOL_TIMEOUT_S": str(self.opt.tool_timeout),
             "APPROVAL_TIMEOUT_S": "20",
         }
@@ -209,9 +211,10 @@ class Evaluation:
 
     # --- one run -------------------------------------------------------------------------------
     def run(self, tasks: list[Task]) -> list[dict]:
+        """Mode after mode (a server's prompt cache then keeps the mode's long shared prefix)."""
         results = []
-        for task in tasks:
-            for mode in self.opt.modes:
+        for mode in self.opt.modes:
+            for task in tasks:
                 result = asyncio.run(self.run_task(task, mode))
                 results.append(result)
                 if self.opt.verbose:
@@ -233,7 +236,10 @@ class Evaluation:
         started = time.monotonic()
         frames, timed_out, error = await self._converse(session_id, task, started + self.opt.timeout)
         wall = time.monotonic() - started
+        self.proxy.wait_done(label, 30)
         self.proxy.label = ""
+        if timed_out:
+            self.proxy.settle(self.opt.timeout * 3)  # the server may still chew on the abandoned prompt
         # Never extracted in the background later: that would call the model in another task's time.
         self._sql("INSERT OR REPLACE INTO memory_app_sessionmemorystate (session_id, extracted_at) VALUES (?, ?)",
                   session_id.replace("-", ""), "2999-01-01 00:00:00")
@@ -291,6 +297,7 @@ class Evaluation:
                 deadline = time.monotonic() + 60  # grace for the run to wind down after Stop
                 async with httpx.AsyncClient(base_url=self.navi.url, headers=self.navi.headers, timeout=30) as client:
                     await client.post(f"/sessions/{session_id}/stop")
+                self.proxy.abort(self.proxy.label)  # a prompt still being evaluated sends nothing to stop on
                 continue
             if left <= 0:
                 return frames, True, "the run did not end after Stop"
@@ -455,14 +462,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tasks", type=int, help="only the first N tasks")
     ap.add_argument("--only", help="comma-separated task names")
     ap.add_argument("--modes", default="navi,plain")
-    ap.add_argument("--timeout", type=float, default=240, help="seconds per task and mode (then Stop)")
+    ap.add_argument("--timeout", type=float, default=300, help="seconds per task and mode (then Stop)")
     ap.add_argument("--max-iterations", type=int, default=6, help="tool-calling steps per turn")
     ap.add_argument("--max-tools", type=int, default=8, help="navi mode: tools offered per turn")
     ap.add_argument("--no-compact", action="store_true", help="navi mode: full tool schemas")
     ap.add_argument("--temperature", type=float, default=0.2)
     ap.add_argument("--num-ctx", type=int, default=8192, help="OLLAMA_NUM_CTX of the Navi server")
     ap.add_argument("--context-window", type=int, default=0, help="profiles' context_window (0 = ask the server)")
-    ap.add_argument("--max-tokens", type=int, default=512, help="cap on tokens generated per LLM call (0 = none)")
+    ap.add_argument("--max-tokens", type=int, default=512,
+                    help="tokens an answer call may generate (LLM_MAX_ANSWER_TOKENS; the proxy adds it where Navi sends none)")
     ap.add_argument("--llm-log", default="", help="append every LLM request and its output to this JSONL file")
     ap.add_argument("--out", default="", help="write the JSON report here")
     ap.add_argument("--list", action="store_true", help="list the tasks and exit")
