@@ -2,10 +2,11 @@
 
     .venv/bin/python bench/capture_outputs.py --openai http://127.0.0.1:8080/v1 --out /tmp/raw.json [--model M]
 
-Each prompt is sent to `/v1/chat/completions` twice, not streamed: once with the tools in the
-request's `tools` (what Navi sends), once with no `tools` and the same tools described in the
-system prompt as JSON (how a model without a tool template sees them). The raw message text and
-any native tool calls are written out; the expected calls are filled in by hand afterwards.
+Each prompt is sent to `/v1/chat/completions`, not streamed, in up to three variants (`--variants`):
+`native` with the tools in the request's `tools` (what Navi sends), `described` with no `tools`
+and the same tools described in the system prompt as JSON (how a model without a tool template
+sees them), `example` like `described` plus one worked example of a call. The raw message text
+and any native tool calls are written out; the expected calls are filled in by hand afterwards.
 """
 
 from __future__ import annotations
@@ -69,22 +70,28 @@ def schema(name: str) -> dict:
     return {"type": "function", "function": {"name": name, "description": DESCRIPTIONS[name], "parameters": TOOLS[name]}}
 
 
-def text_system(names: list[str]) -> str:
+EXAMPLE = ('\nExample. User: "What is on my todo list?" You: {"name": "todo", "arguments": {"action": "read"}}'
+           "\nAnswer with the tool call only, nothing else.")
+
+
+def text_system(names: list[str], example: bool) -> str:
     listed = json.dumps([schema(n)["function"] for n in names])
     return (f"{SYSTEM}\nYou can call these tools: {listed}\n"
-            'To call a tool, answer with a JSON object {"name": <tool name>, "arguments": {...}}.')
+            'To call a tool, answer with a JSON object {"name": <tool name>, "arguments": {...}}.'
+            + (EXAMPLE if example else ""))
 
 
-def ask(client: httpx.Client, model: str, prompt: str, names: list[str], native: bool, max_tokens: int) -> dict:
+def ask(client: httpx.Client, model: str, prompt: str, names: list[str], variant: str, max_tokens: int) -> dict:
+    native = variant == "native"
+    system = SYSTEM if native else text_system(names, example=variant == "example")
     body: dict = {"model": model, "temperature": 0.2, "max_tokens": max_tokens, "stream": False,
-                  "messages": [{"role": "system", "content": SYSTEM if native else text_system(names)},
-                               {"role": "user", "content": prompt}]}
+                  "messages": [{"role": "system", "content": system}, {"role": "user", "content": prompt}]}
     if native:
         body["tools"] = [schema(n) for n in names]
     started = time.monotonic()
     response = client.post("/chat/completions", json=body)
     message = response.json()["choices"][0]["message"] if response.status_code == 200 else {"content": response.text}
-    return {"model": model, "prompt": prompt, "native_tools": native, "offered_tools": names,
+    return {"model": model, "prompt": prompt, "variant": variant, "offered_tools": names,
             "output": message.get("content") or "", "native_calls": message.get("tool_calls") or [],
             "seconds": round(time.monotonic() - started, 1)}
 
@@ -94,14 +101,15 @@ def main() -> None:
     ap.add_argument("--openai", required=True, metavar="URL")
     ap.add_argument("--model", default="")
     ap.add_argument("--max-tokens", type=int, default=200)
+    ap.add_argument("--variants", default="native,described,example")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     with httpx.Client(base_url=args.openai.rstrip("/"), timeout=600) as client:
         model = args.model or client.get("/models").json()["data"][0]["id"]
         captured = []
         for prompt, names in PROMPTS:
-            for native in (True, False):
-                captured.append(ask(client, model, prompt, names, native, args.max_tokens))
+            for variant in args.variants.split(","):
+                captured.append(ask(client, model, prompt, names, variant.strip(), args.max_tokens))
                 print(json.dumps(captured[-1])[:300], flush=True)
                 Path(args.out).write_text(json.dumps(captured, indent=1, ensure_ascii=False), encoding="utf-8")
 
