@@ -111,6 +111,7 @@ class DBConversation(Conversation):
             in_display=display,
             in_context=in_context,
             status=status,
+            meta=msg.meta,
         )
         msg.db_id = row.id
         self.context.append(msg)

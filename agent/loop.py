@@ -40,6 +40,8 @@ from agent.events import (
 from agent.llm import BackendRegistry, LLMError
 from agent.messages import ChatMessage, ToolCall
 from agent.models import Profile
+from agent.stopping import Stopped, stoppable, until_stopped
+from agent.tool_trace import ToolTrace
 from sessions_app.services import session_files_dir
 from tools_app.base import ToolResult
 from tools_app.context import (
@@ -139,9 +141,12 @@ class Agent:
         messages += [m for m in conv.context[-12:] if m.role in ("user", "assistant") and m.content]
         try:
             backend = self.backends.get(profile.llm_backend)
-            response = await backend.complete(
-                messages, None, model=profile.resolved_model(), temperature=0.3, think=False
+            response = await until_stopped(
+                backend.complete(messages, None, model=profile.resolved_model(), temperature=0.3, think=False),
+                current_stop_event.get(),
             )
+        except Stopped:
+            return None  # the loop reports stream_stopped
         except LLMError as exc:
             log.info("planning skipped: %s", exc)
             return None
@@ -219,7 +224,7 @@ class Agent:
             context, [t.schema() for t in tools] or None, model=profile.resolved_model(), temperature=profile.temperature
         )
         try:
-            async for chunk in stream:
+            async for chunk in stoppable(stream, stop):
                 if stop is not None and stop.is_set():
                     turn.outcome = "stopped"
                     break
@@ -243,6 +248,8 @@ class Agent:
                         await conv.add(msg, status="partial")
                     else:
                         await conv.update(msg, status="partial", force=False)
+        except Stopped:
+            turn.outcome = "stopped"
         except LLMError as exc:
             turn.outcome = "error"
             turn.error = str(exc)
@@ -283,6 +290,7 @@ class Agent:
                 async for event in self._ask_owner(guard, verdict, call):
                     yield event
         started = time.monotonic()
+        trace = ToolTrace()
         if verdict is not None and not verdict.run:
             result = ToolResult(False, error=verdict.refusal)
         else:
@@ -291,6 +299,7 @@ class Agent:
                 if isinstance(item, ToolResult):
                     result = item
                 else:
+                    trace.note(item)
                     yield item
         content = result.to_message_content()
         source = self._untrusted_source(call, result, conv)
@@ -298,7 +307,9 @@ class Agent:
             content = policy.wrap_untrusted(content, source)
             guard.taint(source)
         yield ToolEvent(tool=call.name, args=call.arguments, result=content, success=result.success)
-        await conv.add(ChatMessage(role="tool", content=content, tool_call_id=call.id, name=call.name))
+        await conv.add(
+            ChatMessage(role="tool", content=content, tool_call_id=call.id, name=call.name, meta=trace.meta())
+        )
         if verdict is not None and verdict.run:
             await guard.finish(verdict, result.success, started)
         if result.success and result.metadata.get("is_image") and result.metadata.get("base64"):

@@ -221,6 +221,12 @@ SESSION_FILES_DIR = _path(env.str("SESSION_FILES_DIR", default="session_files"))
 SESSION_FILES_MAX_SIZE_MB = env.int("SESSION_FILES_MAX_SIZE_MB", default=200)
 SESSION_FILES_TTL_HOURS = env.int("SESSION_FILES_TTL_HOURS", default=24)
 
+# --- Chats --------------------------------------------------------------------------------
+SESSION_IMPORT_MAX_MB = env.int("SESSION_IMPORT_MAX_MB", default=25)  # below DATA_UPLOAD_MAX_MEMORY_SIZE
+# "model": a short title from one cheap LLM call after the first answer; "first_words": the
+# first line of the first message only (no extra LLM call).
+CHAT_TITLES = env.str("CHAT_TITLES", default="model")
+
 # --- Context compression ------------------------------------------------------------------
 CONTEXT_COMPRESSION_ENABLED = env.bool("CONTEXT_COMPRESSION_ENABLED", default=True)
 CONTEXT_COMPRESSION_THRESHOLD = env.float("CONTEXT_COMPRESSION_THRESHOLD", default=0.80)
@@ -240,3 +246,6 @@ NAVI_ADMIN_PASSWORD = env.str("NAVI_ADMIN_PASSWORD", default="")
 # --- Test overrides -------------------------------------------------------------------------
 if TESTING:
     PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast logins in tests
+    # A title call after each first answer would take a scripted turn from the test LLM; the
+    # title tests turn it on.
+    CHAT_TITLES = env.str("CHAT_TITLES", default="first_words")

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from .models import ApiToken, Message, Session, SessionFile
+from .models import ApiToken, Message, Session, SessionFile, UserSettings
 
 
 class MessageInline(admin.TabularInline):
@@ -65,3 +65,8 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request):
         return False  # tokens are issued by `manage.py navi_token`, which shows the raw value once
+
+
+@admin.register(UserSettings)
+class UserSettingsAdmin(admin.ModelAdmin):
+    list_display = ("user", "theme", "default_profile", "notify_when_done", "updated_at")

@@ -35,6 +35,7 @@ class Turn:
     chunk_size: int = 8
     delay: float = 0.0
     first_delay: float = 0.0
+    hold: float = 0.0  # seconds before the status line: accepted, not one byte sent yet
     drop_after: int | None = None
     status: int = 200
     error: str = ""
@@ -404,6 +405,12 @@ class _Handler(BaseHTTPRequestHandler):
                                          "model_info": {"general.architecture": "llama", "llama.context_length": 8192},
                                          "capabilities": ["completion", "tools", "thinking", "vision"]})
         turn = fake.pick_turn(body.get("messages") or [])
+        if turn.hold:
+            try:
+                self._wait(turn.hold)
+            except _Dropped:
+                self.close_connection = True
+                return
         if turn.status != 200:
             return self._error(turn.status, turn.error or f"error {turn.status}")
         if path == "/api/chat":
