@@ -162,18 +162,22 @@ def _rank(message_hits: dict[str, tuple[float, int]], title_hits: dict[str, floa
 def _search_sqlite(owner_id: int, terms: list[str], limit: int) -> tuple[list[Hit], dict[int, str]]:
     match = " ".join(f'"{t}"*' if _prefix(t) else f'"{t}"' for t in terms)  # AND of quoted terms
     with connection.cursor() as cur:
-        # SQLite: the bare rowid next to MIN() comes from the row holding the minimum.
+        # MATERIALIZED: bm25() only works in the query on the FTS table itself, so the subquery
+        # must not be flattened into the aggregate. The bare rowid next to MIN() comes from the
+        # row holding the minimum (an SQLite guarantee).
         cur.execute(
-            f"SELECT h.session_id, h.mid, MIN(h.score) FROM ("
+            f"WITH h AS MATERIALIZED ("
             f"  SELECT session_id, rowid AS mid, bm25({MESSAGE_FTS}) AS score FROM {MESSAGE_FTS}"
-            f"  WHERE {MESSAGE_FTS} MATCH %s) h "
+            f"  WHERE {MESSAGE_FTS} MATCH %s) "
+            f"SELECT h.session_id, h.mid, MIN(h.score) FROM h "
             f"JOIN {SESSION_TABLE} s ON s.id = h.session_id WHERE s.owner_id = %s GROUP BY h.session_id",
             [match, owner_id],
         )
         message_hits = {row[0]: (row[2], row[1]) for row in cur.fetchall()}
         cur.execute(
-            f"SELECT t.session_id, MIN(t.score) FROM ("
-            f"  SELECT session_id, bm25({TITLE_FTS}) AS score FROM {TITLE_FTS} WHERE {TITLE_FTS} MATCH %s) t "
+            f"WITH t AS MATERIALIZED ("
+            f"  SELECT session_id, bm25({TITLE_FTS}) AS score FROM {TITLE_FTS} WHERE {TITLE_FTS} MATCH %s) "
+            f"SELECT t.session_id, MIN(t.score) FROM t "
             f"JOIN {SESSION_TABLE} s ON s.id = t.session_id WHERE s.owner_id = %s GROUP BY t.session_id",
             [match, owner_id],
         )
