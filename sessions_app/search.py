@@ -2,7 +2,7 @@
 
 SQLite: two FTS5 tables kept in sync by triggers — message text (only in_display user and
 assistant rows, rowid = message id) and session titles. PostgreSQL: full-text search with a
-GIN index on the message text (migration 0002). Other databases: LIKE. Every term is reduced to
+GIN index on the message text (migration 0002), snippets cut in Python. Other databases: LIKE. Every term is reduced to
 its word characters and quoted, so FTS syntax in the query (`"`, `*`, `NEAR(`) is plain text.
 
 A snippet is HTML: everything escaped, the matches wrapped in <mark>…</mark>.
@@ -197,7 +197,7 @@ def _search_sqlite(owner_id: int, terms: list[str], limit: int) -> tuple[list[Hi
 
 
 def _search_postgres(owner_id: int, terms: list[str], limit: int) -> tuple[list[Hit], dict[int, str]]:
-    from django.contrib.postgres.search import SearchHeadline, SearchQuery, SearchRank, SearchVector
+    from django.contrib.postgres.search import SearchQuery, SearchRank, SearchVector
 
     # Terms are \w+ only, so this raw tsquery has no syntax of the user's in it.
     query = SearchQuery(" & ".join(f"{t}:*" if _prefix(t) else t for t in terms), search_type="raw", config="simple")
@@ -223,13 +223,11 @@ def _search_postgres(owner_id: int, terms: list[str], limit: int) -> tuple[list[
     )
     title_hits = {str(sid): -rank for sid, rank in titles}
     hits = _rank(message_hits, title_hits, limit)
+    # Snippets in Python, not ts_headline: its parser drops tag-like text ("<script>") from the
+    # excerpt, and the page should see what was written.
     ids = [h.message_id for h in hits if h.message_id is not None]
-    headlines = Message.objects.filter(id__in=ids).annotate(
-        snippet=SearchHeadline(
-            "content", query, config="simple", start_sel=_START, stop_sel=_STOP, max_words=24, min_words=10
-        )
-    )
-    return hits, {m.id: marked_to_html(m.snippet) for m in headlines}
+    contents = dict(Message.objects.filter(id__in=ids).values_list("id", "content"))
+    return hits, {mid: highlight(_around(text, terms), terms) for mid, text in contents.items()}
 
 
 def _search_like(owner_id: int, terms: list[str], limit: int) -> tuple[list[Hit], dict[int, str]]:

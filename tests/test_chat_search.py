@@ -70,6 +70,8 @@ class TestSearch:
         assert len(_search(owner_client, "renamed")) == 1
         owner_client.delete(f"/sessions/{session.id}")
         assert _search(owner_client, "renamed") == []
+        if connection.vendor != "sqlite":
+            return
         with connection.cursor() as cur:
             cur.execute(f"SELECT count(*) FROM {search.MESSAGE_FTS}")
             assert cur.fetchone()[0] == 0
@@ -106,6 +108,7 @@ class TestSearch:
     def test_anonymous_is_401(self, anon_client):
         assert anon_client.get("/sessions?q=x").status_code == 401
 
+    @pytest.mark.skipif(connection.vendor != "sqlite", reason="the FTS5 index is SQLite's")
     def test_a_lost_index_is_rebuilt(self, owner, owner_client):
         _chat(owner, "Kept title", "kept words")
         with connection.cursor() as cur:

@@ -102,6 +102,19 @@ class TestStopBeforeTheAnswer:
         await _run_released(session)
         await comm.disconnect()
 
+    async def test_before_the_first_byte_with_the_openai_backend(self, llm, session, owner_token, no_planning):
+        await Profile.objects.aupdate(llm_backend="openai")
+        llm.script(Turn(content="too late", hold=30))
+        comm = await _socket(session, owner_token)
+        await comm.send_json_to({"type": "message", "content": "hello"})
+        await _wait_requests(llm, 1)
+        assert llm.requests[0]["path"] == "/v1/chat/completions"
+        elapsed, _ = await _stop_and_time(comm)
+        assert elapsed < STOP_WITHIN_S, f"stream_stopped after {elapsed:.2f}s"
+        await _wait_disconnect(llm)
+        await _run_released(session)
+        await comm.disconnect()
+
     async def test_during_a_tool(self, llm, session, owner_token, no_planning, host_tools_allowed):
         llm.script(Turn(tool_calls=[{"name": "terminal", "arguments": {"command": "sleep 30"}}]), Turn(content="never"))
         comm = await _socket(session, owner_token)
