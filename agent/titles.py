@@ -78,7 +78,9 @@ class TitleWorker(Worker):
         answer = next((m for m in reversed(conv.context) if m.role == "assistant" and m.content), None)
         if first is None or answer is None:
             return WorkerResult()
-        title = await ask_for_title(ctx.backend, ctx.profile.resolved_model(), first.content or "[an image]", answer.content)
+        title = await ask_for_title(
+            ctx.backend, ctx.profile.resolved_model(), first.content or "[an image]", answer.content
+        )
         if not title:
             return WorkerResult()
         updated = await Session.objects.filter(pk=conv.id, title_source="").aupdate(title=title, title_source="model")

@@ -56,14 +56,22 @@ def main() -> None:
         batch = []
         for s in sessions:
             for seq in range(1, per_session + 1):
-                batch.append(Message(session=s, seq=seq, role="user" if seq % 2 else "assistant",
-                                     content=" ".join(words(rng.randint(6, 30)))))
+                batch.append(
+                    Message(
+                        session=s,
+                        seq=seq,
+                        role="user" if seq % 2 else "assistant",
+                        content=" ".join(words(rng.randint(6, 30))),
+                    )
+                )
             if len(batch) >= 10_000:
                 Message.objects.bulk_create(batch)
                 batch = []
         Message.objects.bulk_create(batch)
-    print(f"inserted {SESSIONS} sessions / {MESSAGES} messages (index kept by triggers) in "
-          f"{time.perf_counter() - started:.0f} s")
+    print(
+        f"inserted {SESSIONS} sessions / {MESSAGES} messages (index kept by triggers) in "
+        f"{time.perf_counter() - started:.0f} s"
+    )
     with connection.cursor() as cur:
         cur.execute("ANALYZE")
 
@@ -87,8 +95,10 @@ def main() -> None:
     timings.sort()
     p50 = statistics.median(timings)
     p95 = timings[int(len(timings) * 0.95) - 1]
-    print(f"chat_search: {QUERIES} queries: p50 {p50:.1f} ms, p95 {p95:.1f} ms, max {timings[-1]:.1f} ms, "
-          f"{hits / QUERIES:.1f} results/query (target p50 <= 50 ms)")
+    print(
+        f"chat_search: {QUERIES} queries: p50 {p50:.1f} ms, p95 {p95:.1f} ms, max {timings[-1]:.1f} ms, "
+        f"{hits / QUERIES:.1f} results/query (target p50 <= 50 ms)"
+    )
     rare = [timed(w)[0] for w in vocab[-50:]]
     common_ms, _ = timed(vocab[0])
     print(f"rare word p50 {statistics.median(rare):.1f} ms; the most common word ({vocab[0]!r}) {common_ms:.0f} ms")

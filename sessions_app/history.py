@@ -39,7 +39,9 @@ def rewind_for_edit(session_id: str, message_id: int) -> tuple[list[str], list[i
         if row is None or not row.in_display:
             raise HistoryError(f"no message {message_id} in this chat", 404)
         if row.role != Message.Role.USER or row.is_summary:
-            raise HistoryError(f"message {message_id} is a {row.role} message; only your own messages can be edited", 400)
+            raise HistoryError(
+                f"message {message_id} is a {row.role} message; only your own messages can be edited", 400
+            )
         if not row.in_context:
             raise HistoryError(
                 f"message {message_id} was summarised to keep the conversation inside the model's context "

@@ -68,9 +68,16 @@ def ensure_search_index(conn=connection) -> None:
         return
     tokenize = "tokenize='unicode61 remove_diacritics 2'"
     with conn.cursor() as cur:
-        cur.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS {MESSAGE_FTS} USING fts5(content, session_id UNINDEXED, {tokenize})")
-        cur.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS {TITLE_FTS} USING fts5(title, session_id UNINDEXED, {tokenize})")
-        cur.execute("SELECT name FROM sqlite_master WHERE type='trigger' AND tbl_name IN (%s, %s)", [MESSAGE_TABLE, SESSION_TABLE])
+        cur.execute(
+            f"CREATE VIRTUAL TABLE IF NOT EXISTS {MESSAGE_FTS} USING fts5(content, session_id UNINDEXED, {tokenize})"
+        )
+        cur.execute(
+            f"CREATE VIRTUAL TABLE IF NOT EXISTS {TITLE_FTS} USING fts5(title, session_id UNINDEXED, {tokenize})"
+        )
+        cur.execute(
+            "SELECT name FROM sqlite_master WHERE type='trigger' AND tbl_name IN (%s, %s)",
+            [MESSAGE_TABLE, SESSION_TABLE],
+        )
         present = {row[0] for row in cur.fetchall()}
         missing = [name for name in _TRIGGERS if name not in present]
         for name in missing:
@@ -247,7 +254,9 @@ def _search_like(owner_id: int, terms: list[str], limit: int) -> tuple[list[Hit]
     title_cond = Q()
     for t in terms:
         title_cond &= Q(title__icontains=t)
-    title_hits = {str(sid): -1.0 for sid in Session.objects.filter(title_cond, owner_id=owner_id).values_list("id", flat=True)}
+    title_hits = {
+        str(sid): -1.0 for sid in Session.objects.filter(title_cond, owner_id=owner_id).values_list("id", flat=True)
+    }
     hits = _rank(message_hits, title_hits, limit)
     return hits, {h.message_id: highlight(_around(contents[h.message_id], terms), terms) for h in hits if h.message_id}
 
@@ -274,7 +283,9 @@ def highlight(text: str, terms: list[str]) -> str:
     """`text` escaped, with words starting with (or equal to) a query term marked."""
     if not text or not terms:
         return html.escape(text or "")
-    alternatives = "|".join(re.escape(t) + (r"\w*" if _prefix(t) else r"(?!\w)") for t in sorted(terms, key=len, reverse=True))
+    alternatives = "|".join(
+        re.escape(t) + (r"\w*" if _prefix(t) else r"(?!\w)") for t in sorted(terms, key=len, reverse=True)
+    )
     pattern = re.compile(rf"(?<!\w)(?:{alternatives})", re.IGNORECASE)
     return marked_to_html(pattern.sub(lambda m: f"{_START}{m.group(0)}{_STOP}", text))
 

@@ -24,8 +24,19 @@ FORMAT = "navi.session"
 VERSION = 1
 MAX_MESSAGES = 100_000
 _MESSAGE_FIELDS = (
-    "seq", "role", "content", "thinking", "images", "tool_calls", "tool_call_id", "name",
-    "is_summary", "in_display", "in_context", "status", "meta",
+    "seq",
+    "role",
+    "content",
+    "thinking",
+    "images",
+    "tool_calls",
+    "tool_call_id",
+    "name",
+    "is_summary",
+    "in_display",
+    "in_context",
+    "status",
+    "meta",
 )
 
 
@@ -169,7 +180,10 @@ def _message(raw, i: int) -> Message:
     status = raw.get("status") or Message.Status.COMPLETE
     _check(status in Message.Status.values, f"{where}.status must be one of {', '.join(Message.Status.values)}")
     images = raw.get("images") or []
-    _check(isinstance(images, list) and all(isinstance(x, str) for x in images), f"{where}.images must be a list of base64 strings")
+    _check(
+        isinstance(images, list) and all(isinstance(x, str) for x in images),
+        f"{where}.images must be a list of base64 strings",
+    )
     calls = raw.get("tool_calls") or []
     _check(
         isinstance(calls, list) and all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in calls),
@@ -200,7 +214,10 @@ def import_json(user, data) -> Session:
     """A new chat owned by `user` from an export; raises ImportError_ on anything malformed."""
     _check(isinstance(data, dict), "the body must be a JSON object (a Navi JSON export)")
     _check(data.get("format") == FORMAT, f'not a Navi export: "format" must be "{FORMAT}"')
-    _check(data.get("version") == VERSION, f'unsupported export version {data.get("version")!r}; this Navi reads version {VERSION}')
+    _check(
+        data.get("version") == VERSION,
+        f"unsupported export version {data.get('version')!r}; this Navi reads version {VERSION}",
+    )
     meta = data.get("session")
     _check(isinstance(meta, dict), '"session" must be an object')
     raw_messages = data.get("messages")

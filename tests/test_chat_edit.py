@@ -83,7 +83,9 @@ class TestEditOverWebSocket:
         comm = await _socket(session, owner_token)
         await comm.send_json_to({"type": "message", "content": "what is this", "images": ["aGVsbG8="]})
         await receive_until(comm)
-        await comm.send_json_to({"type": "edit", "message_id": await _id_of(session, "what is this"), "content": "and now?"})
+        await comm.send_json_to(
+            {"type": "edit", "message_id": await _id_of(session, "what is this"), "content": "and now?"}
+        )
         await receive_until(comm)
         assert llm.requests[-1]["messages"][-1]["images"] == ["aGVsbG8="]
         await comm.disconnect()
@@ -97,7 +99,12 @@ class TestEditOverWebSocket:
         frames = await receive_until(comm)
         assert frames[0]["type"] == "history_rewound" and frames[0]["mode"] == "regenerate"
         assert frames[-1]["content"] == "A2, again"
-        assert await _display(session) == [("user", "one"), ("assistant", "A1"), ("user", "two"), ("assistant", "A2, again")]
+        assert await _display(session) == [
+            ("user", "one"),
+            ("assistant", "A1"),
+            ("user", "two"),
+            ("assistant", "A2, again"),
+        ]
         assert _user_texts(llm.requests[-1]) == ["one", "two"]
         await comm.disconnect()
 
@@ -132,7 +139,9 @@ class TestEditIsRefused:
     async def test_a_summarised_message(self, session, owner_token):
         await Message.objects.acreate(session=session, seq=1, role="user", content="old", in_context=False)
         await Message.objects.acreate(session=session, seq=2, role="assistant", content="old answer", in_context=False)
-        await Message.objects.acreate(session=session, seq=3, role="user", content="[Summary]", is_summary=True, in_display=False)
+        await Message.objects.acreate(
+            session=session, seq=3, role="user", content="[Summary]", is_summary=True, in_display=False
+        )
         comm = await _socket(session, owner_token)
         await comm.send_json_to({"type": "edit", "message_id": await _id_of(session, "old"), "content": "new"})
         assert "summarised" in await _error(comm)
@@ -175,7 +184,11 @@ class TestEditIsRefused:
             await Message.objects.acreate(session=session, seq=2, role="assistant", content="answer")
             foreign = await Session.objects.acreate(owner=other_user, profile_id="secretary")
             theirs = await Message.objects.acreate(session=foreign, seq=1, role="user", content="theirs")
-            ids = {"USER": await _id_of(session, "mine"), "ASSISTANT": await _id_of(session, "answer"), "OTHER": theirs.id}
+            ids = {
+                "USER": await _id_of(session, "mine"),
+                "ASSISTANT": await _id_of(session, "answer"),
+                "OTHER": theirs.id,
+            }
             frame = {**frame, "message_id": ids.get(frame["message_id"], frame["message_id"])}
         comm = await _socket(session, owner_token)
         await comm.send_json_to(frame)
@@ -238,7 +251,9 @@ class TestEditOverRest:
         await comm.send_json_to({"type": "message", "content": "go"})
         await comm.receive_from(timeout=TIMEOUT)
         http = TokenClient(owner_token)
-        response = await http.post(f"/sessions/{session.id}/messages/{await _id_of(session, 'hi')}/edit", {"content": "x"})
+        response = await http.post(
+            f"/sessions/{session.id}/messages/{await _id_of(session, 'hi')}/edit", {"content": "x"}
+        )
         assert response.status_code == 409 and "press Stop" in response.json()["error"]
         response = await http.post(f"/sessions/{session.id}/regenerate")
         assert response.status_code == 409

@@ -89,7 +89,20 @@ class TestSearch:
         assert title_snippet == "&lt;b&gt;<mark>bold</mark>&lt;/b&gt; title"
 
     @pytest.mark.parametrize(
-        "q", ['"', '"unbalanced', "*", "NEAR(a b", "a AND OR NOT", "^start", "col:umn", "(((", "-x", "'; DROP TABLE x; --", "ä ö ü"]
+        "q",
+        [
+            '"',
+            '"unbalanced',
+            "*",
+            "NEAR(a b",
+            "a AND OR NOT",
+            "^start",
+            "col:umn",
+            "(((",
+            "-x",
+            "'; DROP TABLE x; --",
+            "ä ö ü",
+        ],
     )
     def test_fts_syntax_is_plain_text(self, owner, owner_client, q):
         _chat(owner, "", "NEAR the start of a column, unbalanced text")

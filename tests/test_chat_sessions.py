@@ -59,13 +59,17 @@ class TestProfilePerChat:
 
     def test_patch_switches_the_profile(self, owner_client, session):
         Profile.objects.filter(pk="server_admin").update(model="admin-model")
-        response = owner_client.patch(f"/sessions/{session.id}", {"profile_id": "server_admin"}, content_type="application/json")
+        response = owner_client.patch(
+            f"/sessions/{session.id}", {"profile_id": "server_admin"}, content_type="application/json"
+        )
         assert response.status_code == 200
         body = _json(response)
         assert body["profile_id"] == "server_admin" and body["profile_model"] == "admin-model"
         assert Session.objects.get(pk=session.pk).profile_id == "server_admin"
 
-    @pytest.mark.parametrize("body", [{"profile_id": "pirate"}, {"profile_id": 5}, {"profile_id": ""}, {"colour": "red"}])
+    @pytest.mark.parametrize(
+        "body", [{"profile_id": "pirate"}, {"profile_id": 5}, {"profile_id": ""}, {"colour": "red"}]
+    )
     def test_bad_patches_are_400(self, owner_client, session, body):
         response = owner_client.patch(f"/sessions/{session.id}", body, content_type="application/json")
         assert response.status_code == 400 and "error" in _json(response)
@@ -73,7 +77,9 @@ class TestProfilePerChat:
 
     def test_another_users_session_is_404(self, client, other_user, session):
         client.force_login(other_user)
-        response = client.patch(f"/sessions/{session.id}", {"profile_id": "server_admin"}, content_type="application/json")
+        response = client.patch(
+            f"/sessions/{session.id}", {"profile_id": "server_admin"}, content_type="application/json"
+        )
         assert response.status_code == 404
 
     def test_renaming_locks_the_title_and_clearing_unlocks_it(self, owner_client, session):
@@ -93,7 +99,9 @@ class TestProfileSwitchDuringARun:
         await comm.receive_from(timeout=TIMEOUT)
         client = AsyncClient()
         response = await client.patch(
-            f"/sessions/{session.id}", {"profile_id": "server_admin"}, content_type="application/json",
+            f"/sessions/{session.id}",
+            {"profile_id": "server_admin"},
+            content_type="application/json",
             headers={"Authorization": f"Bearer {owner_token}"},
         )
         assert response.status_code == 200
@@ -112,7 +120,9 @@ class TestGeneratedTitle:
         settings.CHAT_TITLES = "model"
 
     async def test_a_title_follows_the_first_answer(self, llm, session, owner_token, no_planning):
-        llm.script(Turn(content="Rome is lovely in May."), Turn(content='"Trip to Rome."\nextra'), Turn(content="again"))
+        llm.script(
+            Turn(content="Rome is lovely in May."), Turn(content='"Trip to Rome."\nextra'), Turn(content="again")
+        )
         comm = await _socket(session, owner_token)
         await comm.send_json_to({"type": "message", "content": "plan a trip to rome in may please"})
         frames = await receive_until(comm)
@@ -162,11 +172,16 @@ class TestHistoryAfterReload:
         (folder / "report.txt").write_text("hello")
         await SessionFile.objects.acreate(session=session, name="report.txt", path=str(folder / "report.txt"), size=5)
         llm.script(
-            Turn(tool_calls=[
-                {"name": "memory_save", "arguments": {"category": "preferences", "key": "editor", "value": "neovim"}},
-                {"name": "content_publish", "arguments": {"name": "report.txt"}},
-                {"name": "spawn_agent", "arguments": {"task": "list my todos"}},
-            ]),
+            Turn(
+                tool_calls=[
+                    {
+                        "name": "memory_save",
+                        "arguments": {"category": "preferences", "key": "editor", "value": "neovim"},
+                    },
+                    {"name": "content_publish", "arguments": {"name": "report.txt"}},
+                    {"name": "spawn_agent", "arguments": {"task": "list my todos"}},
+                ]
+            ),
             Turn(tool_calls=[{"name": "todo", "arguments": {"action": "list"}}]),  # the sub-agent
             Turn(content="sub-agent done"),
             Turn(content="All done."),
@@ -180,7 +195,9 @@ class TestHistoryAfterReload:
         assert any(f["type"] == "tool_call" and f.get("is_subagent") for f in frames)
         history = (await _detail(owner_token, session))["messages"]
         tools = {m["name"]: m for m in history if m["role"] == "tool"}
-        assert tools["memory_save"]["meta"]["memory"] == [{"category": "preferences", "key": "editor", "value": "neovim"}]
+        assert tools["memory_save"]["meta"]["memory"] == [
+            {"category": "preferences", "key": "editor", "value": "neovim"}
+        ]
         published = tools["content_publish"]["meta"]["files"]
         assert published[0]["name"] == "report.txt" and published[0]["url"].endswith("/report.txt")
         sub = tools["spawn_agent"]["meta"]["subagent"]
@@ -213,7 +230,9 @@ class TestHistoryAfterReload:
         await _released(session)
         history = (await _detail(owner_token, session))["messages"]
         assert [(m["role"], m["status"]) for m in history] == [
-            ("user", "complete"), ("assistant", "interrupted"), ("system", "interrupted")
+            ("user", "complete"),
+            ("assistant", "interrupted"),
+            ("system", "interrupted"),
         ]
         assert history[2]["meta"] == {"kind": "stopped"} and history[2]["content"] == "Stopped."
         await comm.disconnect()
@@ -273,7 +292,10 @@ class TestImageOnlyMessages:
         response = await http.post(f"/sessions/{session.id}/messages", {"content": "", "images": [IMAGE]})
         assert response.status_code == 200 and response.json()["content"] == "seen"
 
-    @pytest.mark.parametrize("body", [{"images": []}, {"content": "  "}, {"content": None}, {"images": "x"}, {"content": 5, "images": [IMAGE]}])
+    @pytest.mark.parametrize(
+        "body",
+        [{"images": []}, {"content": "  "}, {"content": None}, {"images": "x"}, {"content": 5, "images": [IMAGE]}],
+    )
     async def test_nothing_at_all_is_still_refused(self, session, owner_token, body):
         http = TokenClient(owner_token)
         response = await http.post(f"/sessions/{session.id}/messages", body)

@@ -17,8 +17,19 @@ def chat(owner) -> Session:
     session = Session.objects.create(owner=owner, profile_id="server_admin", title="Disk <check>", pinned=True)
     rows = [
         dict(role="user", content="how full is the disk?", images=["aGVsbG8="]),
-        dict(role="assistant", content="", thinking="I should run df", tool_calls=[{"id": "c1", "name": "terminal", "arguments": {"command": "df -h"}}]),
-        dict(role="tool", content="/dev/sda1 40% ```", tool_call_id="c1", name="terminal", meta={"files": [{"name": "df.txt", "url": "/x", "mime": "text/plain"}]}),
+        dict(
+            role="assistant",
+            content="",
+            thinking="I should run df",
+            tool_calls=[{"id": "c1", "name": "terminal", "arguments": {"command": "df -h"}}],
+        ),
+        dict(
+            role="tool",
+            content="/dev/sda1 40% ```",
+            tool_call_id="c1",
+            name="terminal",
+            meta={"files": [{"name": "df.txt", "url": "/x", "mime": "text/plain"}]},
+        ),
         dict(role="user", content="[image from terminal]", in_display=False, images=["aGVsbG8="]),
         dict(role="assistant", content="The disk is **40%** full.", thinking="easy"),
         dict(role="user", content="[Summary]", is_summary=True, in_display=False),
@@ -47,8 +58,23 @@ class TestExport:
         assert data["session"]["title"] == "Disk <check>" and data["session"]["profile_id"] == "server_admin"
         assert data["session"]["pinned"] is True
         assert len(data["messages"]) == 7
-        fields = {"id", "seq", "role", "content", "thinking", "images", "tool_calls", "tool_call_id", "name",
-                  "is_summary", "in_display", "in_context", "status", "meta", "created_at"}
+        fields = {
+            "id",
+            "seq",
+            "role",
+            "content",
+            "thinking",
+            "images",
+            "tool_calls",
+            "tool_call_id",
+            "name",
+            "is_summary",
+            "in_display",
+            "in_context",
+            "status",
+            "meta",
+            "created_at",
+        }
         assert all(set(m) == fields for m in data["messages"])
         assert data["messages"][1]["tool_calls"][0]["arguments"] == {"command": "df -h"}
 
@@ -93,7 +119,9 @@ class TestImport:
             k: v for k, v in exported["session"].items() if k != "id"
         }
 
-    def test_it_belongs_to_the_importer_with_a_default_profile_when_unknown(self, owner_client, chat, client, other_user):
+    def test_it_belongs_to_the_importer_with_a_default_profile_when_unknown(
+        self, owner_client, chat, client, other_user
+    ):
         exported = json.loads(_export(owner_client, chat.id).content)
         exported["session"]["profile_id"] = "pirate"
         client.force_login(other_user)
@@ -104,8 +132,12 @@ class TestImport:
         assert Session.objects.filter(owner=other_user).count() == 1
 
     def test_a_partial_answer_comes_back_interrupted(self, owner_client):
-        data = {"format": "navi.session", "version": 1, "session": {},
-                "messages": [{"seq": 1, "role": "assistant", "content": "half", "status": "partial"}]}
+        data = {
+            "format": "navi.session",
+            "version": 1,
+            "session": {},
+            "messages": [{"seq": 1, "role": "assistant", "content": "half", "status": "partial"}],
+        }
         response = owner_client.post("/sessions/import", data, content_type="application/json")
         assert response.status_code == 201
         assert Message.objects.get().status == "interrupted"
@@ -119,14 +151,63 @@ class TestImport:
             ({"format": "navi.session", "version": 9}, "unsupported export version"),
             ({"format": "navi.session", "version": 1, "session": [], "messages": []}, '"session" must be an object'),
             ({"format": "navi.session", "version": 1, "session": {}, "messages": {}}, '"messages" must be a list'),
-            ({"format": "navi.session", "version": 1, "session": {}, "messages": [{"seq": 1, "role": "robot"}]}, "messages[0].role"),
-            ({"format": "navi.session", "version": 1, "session": {}, "messages": [{"seq": 0, "role": "user"}]}, "messages[0].seq"),
-            ({"format": "navi.session", "version": 1, "session": {}, "messages": [{"seq": 1, "role": "user"}, {"seq": 1, "role": "user"}]}, "unique"),
-            ({"format": "navi.session", "version": 1, "session": {}, "messages": [{"seq": 1, "role": "user", "content": 5}]}, "content must be a string"),
-            ({"format": "navi.session", "version": 1, "session": {}, "messages": [{"seq": 1, "role": "user", "images": [1]}]}, "images"),
-            ({"format": "navi.session", "version": 1, "session": {}, "messages": [{"seq": 1, "role": "user", "tool_calls": ["x"]}]}, "tool_calls"),
-            ({"format": "navi.session", "version": 1, "session": {}, "messages": [{"seq": 1, "role": "user", "created_at": "yesterday"}]}, "ISO 8601"),
-            ({"format": "navi.session", "version": 1, "session": {"title": "x" * 201}, "messages": []}, "session.title"),
+            (
+                {"format": "navi.session", "version": 1, "session": {}, "messages": [{"seq": 1, "role": "robot"}]},
+                "messages[0].role",
+            ),
+            (
+                {"format": "navi.session", "version": 1, "session": {}, "messages": [{"seq": 0, "role": "user"}]},
+                "messages[0].seq",
+            ),
+            (
+                {
+                    "format": "navi.session",
+                    "version": 1,
+                    "session": {},
+                    "messages": [{"seq": 1, "role": "user"}, {"seq": 1, "role": "user"}],
+                },
+                "unique",
+            ),
+            (
+                {
+                    "format": "navi.session",
+                    "version": 1,
+                    "session": {},
+                    "messages": [{"seq": 1, "role": "user", "content": 5}],
+                },
+                "content must be a string",
+            ),
+            (
+                {
+                    "format": "navi.session",
+                    "version": 1,
+                    "session": {},
+                    "messages": [{"seq": 1, "role": "user", "images": [1]}],
+                },
+                "images",
+            ),
+            (
+                {
+                    "format": "navi.session",
+                    "version": 1,
+                    "session": {},
+                    "messages": [{"seq": 1, "role": "user", "tool_calls": ["x"]}],
+                },
+                "tool_calls",
+            ),
+            (
+                {
+                    "format": "navi.session",
+                    "version": 1,
+                    "session": {},
+                    "messages": [{"seq": 1, "role": "user", "created_at": "yesterday"}],
+                },
+                "ISO 8601",
+            ),
+            (
+                {"format": "navi.session", "version": 1, "session": {"title": "x" * 201}, "messages": []},
+                "session.title",
+            ),
             ({"format": "navi.session", "version": 1, "session": {"pinned": "yes"}, "messages": []}, "session.pinned"),
         ],
     )
@@ -139,8 +220,12 @@ class TestImport:
 
     def test_an_oversized_export_is_413(self, owner_client, settings):
         settings.SESSION_IMPORT_MAX_MB = 1
-        big = {"format": "navi.session", "version": 1, "session": {},
-               "messages": [{"seq": 1, "role": "user", "content": "x" * (1024 * 1024 + 10)}]}
+        big = {
+            "format": "navi.session",
+            "version": 1,
+            "session": {},
+            "messages": [{"seq": 1, "role": "user", "content": "x" * (1024 * 1024 + 10)}],
+        }
         response = owner_client.post("/sessions/import", big, content_type="application/json")
         assert response.status_code == 413
         assert "SESSION_IMPORT_MAX_MB" in json.loads(response.content)["error"]

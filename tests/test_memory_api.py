@@ -39,7 +39,9 @@ class TestMemoryEndpoints:
         assert body["fact"]["value"] == "helix" and "neovim" not in body["summary"] and "helix" in body["summary"]
         assert get_summary(owner.id) == body["summary"]
         response = owner_client.patch(
-            f"/memory/facts/{fact.id}", {"category": "Tools", "key": "Text  Editor", "value": "helix"}, content_type="application/json"
+            f"/memory/facts/{fact.id}",
+            {"category": "Tools", "key": "Text  Editor", "value": "helix"},
+            content_type="application/json",
         )
         assert _json(response)["fact"]["category"] == "tools" and _json(response)["fact"]["key"] == "text editor"
 
@@ -75,7 +77,12 @@ class TestMemoryEndpoints:
 
     def test_another_users_fact_and_malformed_ids_are_404(self, other_user, owner_client):
         theirs = upsert_fact(other_user.id, "personal", "secret", "x").fact
-        assert owner_client.patch(f"/memory/facts/{theirs.id}", {"value": "y"}, content_type="application/json").status_code == 404
+        assert (
+            owner_client.patch(
+                f"/memory/facts/{theirs.id}", {"value": "y"}, content_type="application/json"
+            ).status_code
+            == 404
+        )
         assert owner_client.delete(f"/memory/facts/{theirs.id}").status_code == 404
         assert owner_client.delete("/memory/facts/abc").status_code == 404
         assert owner_client.delete("/memory/facts/99999").status_code == 404
@@ -95,7 +102,9 @@ class TestMemoryEndpoints:
 
 @pytest.mark.django_db(transaction=True)
 class TestToolsRefreshTheSummary:
-    async def test_a_forgotten_fact_leaves_the_summary_the_next_run_sees(self, llm, session, owner, owner_token, profiles):
+    async def test_a_forgotten_fact_leaves_the_summary_the_next_run_sees(
+        self, llm, session, owner, owner_token, profiles
+    ):
         from asgiref.sync import sync_to_async
 
         await Profile.objects.aupdate(planning_enabled=False)
@@ -121,7 +130,9 @@ class TestToolsRefreshTheSummary:
 
         await Profile.objects.aupdate(planning_enabled=False)
         llm.script(
-            Turn(tool_calls=[{"name": "memory_save", "arguments": {"category": "people", "key": "cat", "value": "Tom"}}]),
+            Turn(
+                tool_calls=[{"name": "memory_save", "arguments": {"category": "people", "key": "cat", "value": "Tom"}}]
+            ),
             Turn(content="Saved."),
         )
         await TokenClient(owner_token).post(f"/sessions/{session.id}/messages", {"content": "my cat is Tom"})

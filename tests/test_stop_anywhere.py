@@ -13,7 +13,7 @@ import pytest
 from agent.models import Profile
 from sessions_app.models import Message, Session
 from tests.llm_server import Turn
-from tests.test_consumer import TIMEOUT, connect, receive_until
+from tests.test_consumer import TIMEOUT, connect
 
 pytestmark = pytest.mark.django_db(transaction=True)
 STOP_WITHIN_S = 0.5
@@ -124,6 +124,26 @@ class TestStopBeforeTheAnswer:
         assert elapsed < STOP_WITHIN_S, f"stream_stopped after {elapsed:.2f}s"
         assert len(llm.requests) == 1
         await _run_released(session)
+        await comm.disconnect()
+
+
+class TestStopBeforeTheTurn:
+    async def test_during_pre_turn_compression(self, llm, session, owner_token, no_planning, settings):
+        settings.CONTEXT_KEEP_RECENT = 1
+        await Session.objects.filter(pk=session.pk).aupdate(context_token_count=7000)
+        for seq, (role, text) in enumerate([("user", "old question"), ("assistant", "old answer")], start=1):
+            await Message.objects.acreate(session=session, seq=seq, role=role, content=text)
+        llm.script(Turn(content="- summary", hold=30))
+        comm = await _socket(session, owner_token)
+        await comm.send_json_to({"type": "message", "content": "new question"})
+        await _wait_requests(llm, 1)
+        assert "compress" in llm.requests[0]["messages"][0]["content"]
+        elapsed, frames = await _stop_and_time(comm)
+        assert elapsed < STOP_WITHIN_S, f"stream_stopped after {elapsed:.2f}s"
+        assert [f["type"] for f in frames].count("stream_stopped") == 1
+        await _wait_disconnect(llm)
+        await _run_released(session)
+        assert len(llm.requests) == 1
         await comm.disconnect()
 
 

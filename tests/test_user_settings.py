@@ -19,7 +19,11 @@ def _json(response):
 
 class TestSettings:
     def test_defaults(self, owner_client):
-        assert _json(owner_client.get("/settings")) == {"theme": "system", "default_profile": None, "notify_when_done": False}
+        assert _json(owner_client.get("/settings")) == {
+            "theme": "system",
+            "default_profile": None,
+            "notify_when_done": False,
+        }
 
     def test_patch(self, owner_client, owner):
         body = {"theme": "dark", "default_profile": "server_admin", "notify_when_done": True}
@@ -31,7 +35,13 @@ class TestSettings:
 
     @pytest.mark.parametrize(
         "body",
-        [{"theme": "blue"}, {"default_profile": "pirate"}, {"default_profile": 3}, {"notify_when_done": "yes"}, {"font": "big"}],
+        [
+            {"theme": "blue"},
+            {"default_profile": "pirate"},
+            {"default_profile": 3},
+            {"notify_when_done": "yes"},
+            {"font": "big"},
+        ],
     )
     def test_bad_patches_are_400(self, owner_client, owner, body):
         response = owner_client.patch("/settings", body, content_type="application/json")
