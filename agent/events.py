@@ -102,6 +102,14 @@ class MemorySaved(AgentEvent):
 
 
 @dataclass
+class SessionTitled(AgentEvent):
+    """The chat got a generated title (after its first answer)."""
+
+    title: str
+    type = "session_titled"
+
+
+@dataclass
 class ErrorEvent(AgentEvent):
     message: str
     type = "error"

@@ -40,6 +40,8 @@ from agent.llm import BackendRegistry, LLMError
 from agent.llm.base import LLMContextOverflow, context_window
 from agent.messages import ChatMessage, ToolCall
 from agent.models import Profile
+from agent.stopping import Stopped, stoppable, until_stopped
+from agent.tool_trace import ToolTrace
 from sessions_app.services import session_files_dir
 from tools_app.base import ToolResult
 from tools_app.context import (
@@ -144,7 +146,10 @@ class Agent:
             return None
         tools = [t.schema() for t in self._offered(profile)] or None  # the answer call's tools
         context = await prompts.build_context(profile, conv.context, conv.owner_id)
-        plan = await planning.make_plan(backend, profile, context, tools)
+        try:
+            plan = await until_stopped(planning.make_plan(backend, profile, context, tools), current_stop_event.get())
+        except Stopped:
+            return None  # the loop reports stream_stopped
         if plan:
             await planning.remember_plan(conv, plan)
         return plan
@@ -220,7 +225,7 @@ class Agent:
             max_tokens=profile.answer_token_limit(),
         )
         try:
-            async for chunk in stream:
+            async for chunk in stoppable(stream, stop):
                 if stop is not None and stop.is_set():
                     turn.outcome = "stopped"
                     break
@@ -244,6 +249,8 @@ class Agent:
                         await conv.add(msg, status="partial")
                     else:
                         await conv.update(msg, status="partial", force=False)
+        except Stopped:
+            turn.outcome = "stopped"
         except LLMError as exc:
             turn.outcome = "error"
             turn.error = str(exc)
@@ -290,6 +297,7 @@ class Agent:
                 async for event in self._ask_owner(guard, verdict, call):
                     yield event
         started = time.monotonic()
+        trace = ToolTrace()
         if verdict is not None and not verdict.run:
             result = ToolResult(False, error=verdict.refusal)
         else:
@@ -298,6 +306,7 @@ class Agent:
                 if isinstance(item, ToolResult):
                     result = item
                 else:
+                    trace.note(item)
                     yield item
         content = result.to_message_content()
         source = self._untrusted_source(call, result, conv)
@@ -305,7 +314,9 @@ class Agent:
             content = policy.wrap_untrusted(content, source)
             guard.taint(source)
         yield ToolEvent(tool=call.name, args=call.arguments, result=content, success=result.success)
-        await conv.add(ChatMessage(role="tool", content=content, tool_call_id=call.id, name=call.name))
+        await conv.add(
+            ChatMessage(role="tool", content=content, tool_call_id=call.id, name=call.name, meta=trace.meta())
+        )
         if verdict is not None and verdict.run:
             await guard.finish(verdict, result.success, started)
         if result.success and result.metadata.get("is_image") and result.metadata.get("base64"):

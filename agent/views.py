@@ -11,7 +11,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
 from agent import approvals
-from agent.consumers import MAX_CONTENT_CHARS, FrameError, decode_image
+from agent.consumers import MAX_CONTENT_CHARS, MAX_IMAGES, FrameError, decode_image
 from agent.llm import LLMModelMissing, LLMUnreachable
 from agent.models import Profile
 from agent.registry import get_agent
@@ -78,6 +78,28 @@ def _method_not_allowed(request: HttpRequest, allowed: str) -> JsonResponse:
     return response
 
 
+def _body(request: HttpRequest) -> tuple[dict, JsonResponse | None]:
+    try:
+        body = json.loads(request.body or b"{}")
+    except (ValueError, UnicodeDecodeError) as exc:
+        return {}, JsonResponse({"error": f"request body is not valid JSON: {exc}"}, status=400)
+    if not isinstance(body, dict):
+        return {}, JsonResponse({"error": "request body must be a JSON object"}, status=400)
+    return body, None
+
+
+def _content(body: dict, has_images: bool) -> tuple[str, JsonResponse | None]:
+    content = body.get("content")
+    if content is not None and not isinstance(content, str):
+        return "", JsonResponse({"error": '"content" must be text'}, status=400)
+    content = content or ""
+    if not content.strip() and not has_images:
+        return "", JsonResponse({"error": '"content" is required and must be non-empty text (or send "images")'}, status=400)
+    if len(content) > MAX_CONTENT_CHARS:
+        return "", JsonResponse({"error": f"content is over {MAX_CONTENT_CHARS} characters"}, status=413)
+    return content, None
+
+
 async def session_messages(request: HttpRequest, session_id: str) -> HttpResponse:
     """Send a message and wait for the whole answer (seeds' `run()`: no planning)."""
     session, error = await _owned_session(request, session_id)
@@ -85,30 +107,65 @@ async def session_messages(request: HttpRequest, session_id: str) -> HttpRespons
         return error
     if request.method != "POST":
         return _method_not_allowed(request, "POST")
+    body, error = _body(request)
+    if error:
+        return error
+    raw_images = body.get("images") or []
+    if not isinstance(raw_images, list) or len(raw_images) > MAX_IMAGES:
+        return JsonResponse({"error": f'"images" must be a list of at most {MAX_IMAGES} base64 strings'}, status=400)
     try:
-        body = json.loads(request.body or b"{}")
-    except ValueError as exc:
-        return JsonResponse({"error": f"request body is not valid JSON: {exc}"}, status=400)
-    if not isinstance(body, dict):
-        return JsonResponse({"error": "request body must be a JSON object"}, status=400)
-    content = body.get("content")
-    if not isinstance(content, str) or not content.strip():
-        return JsonResponse({"error": '"content" is required and must be non-empty text'}, status=400)
-    if len(content) > MAX_CONTENT_CHARS:
-        return JsonResponse({"error": f"content is over {MAX_CONTENT_CHARS} characters"}, status=413)
-    try:
-        images = [decode_image(i) for i in body.get("images") or []]
+        images = [decode_image(i) for i in raw_images]
     except FrameError as exc:
         return JsonResponse({"error": str(exc)}, status=400)
+    content, error = _content(body, bool(images))
+    if error:
+        return error
+    return await _run_and_wait(session, content, images)
+
+
+async def session_edit(request: HttpRequest, session_id: str, message_id: str) -> HttpResponse:
+    """Edit & resend: body {"content"}; the turns after the message are dropped, then it waits
+    for the new answer like POST /sessions/<id>/messages."""
+    session, error = await _owned_session(request, session_id)
+    if error:
+        return error
+    if request.method != "POST":
+        return _method_not_allowed(request, "POST")
+    body, error = _body(request)
+    if error:
+        return error
+    if not message_id.isdigit():
+        return JsonResponse({"error": f"no message '{message_id}' (message ids are integers)"}, status=404)
+    content, error = _content(body, False)
+    if error:
+        return error
+    return await _run_and_wait(session, content, [], mode="edit", message_id=int(message_id))
+
+
+async def session_regenerate(request: HttpRequest, session_id: str) -> HttpResponse:
+    """Answer the last user message again (the last answer is replaced); waits for it."""
+    session, error = await _owned_session(request, session_id)
+    if error:
+        return error
+    if request.method != "POST":
+        return _method_not_allowed(request, "POST")
+    return await _run_and_wait(session, "", [], mode="regenerate")
+
+
+async def _run_and_wait(session: Session, content: str, images: list[str], **mode) -> JsonResponse:
+    from sessions_app.history import HistoryError
+
     try:
-        run = await get_run_manager().start(str(session.pk), content, images, planning=False)
+        run = await get_run_manager().start(str(session.pk), content, images, planning=False, **mode)
     except RunActive as exc:
         return JsonResponse({"error": str(exc)}, status=409)
+    except HistoryError as exc:
+        return JsonResponse({"error": exc.message}, status=exc.status)
     await asyncio.shield(run.done.wait())  # a dropped client does not cancel the run
     if run.error:
         status = 503 if _is_unreachable(run.error) else 502
         return JsonResponse({"error": run.error, "run_id": run.run_id}, status=status)
-    if run.stopped:
+    if run.stopped and not run.answered:
         return JsonResponse({"error": "the run was stopped before it finished", "run_id": run.run_id}, status=409)
     return JsonResponse(
         {"content": run.final_content or "", "context_tokens": run.context_tokens, "run_id": run.run_id}
@@ -157,7 +214,7 @@ async def session_approval(request: HttpRequest, session_id: str, approval_id: s
     return JsonResponse({"ok": True, "approval_id": approval_id, "decision": decision})
 
 
-__all__ = ["profiles", "tools", "session_messages", "session_stop", "session_approval", "LLMModelMissing", "LLMUnreachable"]
+__all__ = ["profiles", "tools", "session_messages", "session_edit", "session_regenerate", "session_stop", "session_approval", "LLMModelMissing", "LLMUnreachable"]
 
 
 @login_required

@@ -43,6 +43,7 @@ class Turn:
     chunk_size: int = 8
     delay: float = 0.0
     first_delay: float = 0.0
+    hold: float = 0.0  # seconds before the status line: accepted, not one byte sent yet
     drop_after: int | None = None
     status: int = 200
     error: str = ""
@@ -460,6 +461,12 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/api/chat" and body.get("think") and "thinking" not in fake.show(model)["capabilities"]:
             return self._error(400, f'"{model}" does not support thinking')
         turn = fake.pick_turn(body.get("messages") or [])
+        if turn.hold:
+            try:
+                self._wait(turn.hold)
+            except _Dropped:
+                self.close_connection = True
+                return
         if turn.status != 200:
             return self._error(turn.status, turn.error or f"error {turn.status}")
         fake._busy(+1)

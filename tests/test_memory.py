@@ -151,7 +151,7 @@ class TestBackgroundTrigger:
             return 0
 
         monkeypatch.setattr(extraction, "extract_stale_sessions", slow_extraction)
-        response = owner_client.post("/sessions", {}, content_type="application/json")
+        response = owner_client.post("/sessions", {"new": True}, content_type="application/json")
         assert response.status_code == 201  # answered while extraction is still blocked
         assert started.wait(10)
         release.set()
