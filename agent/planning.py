@@ -119,3 +119,20 @@ def with_plan(context: list[ChatMessage], conv: Conversation) -> list[ChatMessag
         if msg is anchor:
             return _append_to(context, i, f"{prompts.PLAN_NOTE}\n{plan}")
     return context
+
+
+_SEVERAL_REQUESTS = re.compile(
+    r"\b(and then|after that|afterwards|then|finally|first|second|also|step)\b|\n\s*(\d+[.)]|[-*•])\s", re.I
+)
+AUTO_MAX_WORDS = 25
+
+
+def should_plan(profile: Profile, message: str) -> bool:
+    """Planning costs a whole LLM call: `auto` skips it for a short, single request."""
+    mode = profile.planning_mode
+    if mode == Profile.Planning.NEVER:
+        return False
+    if mode == Profile.Planning.ALWAYS:
+        return True
+    words = len(message.split())
+    return words > AUTO_MAX_WORDS or message.count("?") > 1 or bool(_SEVERAL_REQUESTS.search(message))

@@ -193,7 +193,31 @@ CSRF_COOKIE_SAMESITE = "Lax"
 CSRF_FAILURE_VIEW = "navi_project.views.csrf_failure"
 
 LANGUAGE_CODE = "en-us"
-TIME_ZONE = env.str("TIME_ZONE", default="UTC")
+def _host_time_zone() -> str:
+    """The host's IANA time zone (TZ, /etc/timezone or the /etc/localtime link), else UTC: the
+    agent's clock and Django's dates follow the machine Navi runs on unless TIME_ZONE says otherwise."""
+    import os
+    from zoneinfo import ZoneInfo
+
+    candidates = [os.environ.get("TZ", "").lstrip(":")]
+    try:
+        candidates.append(Path("/etc/timezone").read_text().strip())
+    except OSError:
+        pass
+    link = os.path.realpath("/etc/localtime")
+    if "zoneinfo/" in link:
+        candidates.append(link.split("zoneinfo/", 1)[1])
+    for name in candidates:
+        try:
+            if name:
+                ZoneInfo(name)
+                return name
+        except (ValueError, KeyError, OSError):
+            continue
+    return "UTC"
+
+
+TIME_ZONE = env.str("TIME_ZONE", default="") or _host_time_zone()
 USE_I18N = True
 USE_TZ = True
 

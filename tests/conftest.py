@@ -70,6 +70,9 @@ def profiles(django_db_blocker):
     with django_db_blocker.unblock():
         if not Profile.objects.exists():
             importlib.import_module("agent.migrations.0002_seed_profiles").seed(apps, None)
+        # Tests script the planning call where a profile plans; `auto` (skip it for short
+        # requests) has its own tests in test_small_models.
+        Profile.objects.update(planning=Profile.Planning.ALWAYS)
     return list(Profile.objects.all())
 
 

@@ -186,6 +186,10 @@ class LLMBackend(ABC):
     @abstractmethod
     async def list_models(self) -> list[str]: ...
 
+    async def server_window(self, model: str) -> int | None:
+        """The context window the server runs `model` with, when it says (None otherwise)."""
+        return None
+
     def health_probe(self) -> tuple[str, dict[str, str], str]:
         """(URL to GET, headers, what to check when it fails) for /health."""
         raise NotImplementedError
