@@ -10,7 +10,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
-from agent import approvals
+from agent import approvals, prompts, toolselect, window
 from agent.consumers import MAX_CONTENT_CHARS, MAX_IMAGES, FrameError, decode_image
 from agent.llm import LLMModelMissing, LLMUnreachable
 from agent.models import Profile
@@ -24,7 +24,26 @@ from sessions_app.models import Session
 @api_login_required
 @json_view("GET")
 def profiles(request: HttpRequest) -> JsonResponse:
-    return JsonResponse({"profiles": [p.as_dict() for p in Profile.objects.order_by("id")]})
+    tools = get_agent().tools
+    return JsonResponse(
+        {"profiles": [dict(p.as_dict(), prompt_tokens=_prompt_size(p, tools)) for p in Profile.objects.order_by("id")]}
+    )
+
+
+def _prompt_size(profile: Profile, registry) -> dict:
+    """Estimated tokens every call of this profile starts with: system prompt and tool schemas
+    (all of the profile's tools; `max_tools` sends fewer), so a small window can be planned for."""
+    tools = registry.tools_for(profile.enabled_tools)
+    system = window.estimate_text(prompts.system_prompt(profile))
+    full = window.estimate_schemas(toolselect.schemas(tools, compact_form=False))
+    compact = window.estimate_schemas(toolselect.schemas(tools, compact_form=True))
+    return {
+        "system": system,
+        "tools": full,
+        "tools_compact": compact,
+        "tool_count": len(tools),
+        "total": system + (compact if profile.compact_schemas else full),
+    }
 
 
 @api_login_required
