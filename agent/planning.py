@@ -22,6 +22,7 @@ from agent.conversation import Conversation
 from agent.llm import LLMBackend, LLMError
 from agent.messages import ChatMessage
 from agent.models import Profile
+from navi_project.llm_purpose import llm_purpose
 
 log = logging.getLogger(__name__)
 
@@ -84,14 +85,15 @@ async def make_plan(
         return None
     request = context[index].content
     try:
-        response = await backend.complete(
-            _append_to(context, index, prompts.PLANNING_PROMPT),
-            tools,
-            model=profile.resolved_model(),
-            temperature=0.3,
-            think=False,
-            max_tokens=settings.LLM_MAX_PLAN_TOKENS,
-        )
+        with llm_purpose("planning"):
+            response = await backend.complete(
+                _append_to(context, index, prompts.PLANNING_PROMPT),
+                tools,
+                model=profile.resolved_model(),
+                temperature=0.3,
+                think=False,
+                max_tokens=settings.LLM_MAX_PLAN_TOKENS,
+            )
     except LLMError as exc:
         log.info("planning skipped: %s", exc)
         return None

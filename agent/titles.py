@@ -16,6 +16,7 @@ from agent.events import SessionTitled
 from agent.llm import LLMError
 from agent.messages import ChatMessage
 from agent.workers import Worker, WorkerContext, WorkerResult, post_turn_workers
+from navi_project.llm_purpose import llm_purpose
 from sessions_app.models import Session
 
 log = logging.getLogger(__name__)
@@ -48,17 +49,18 @@ async def ask_for_title(backend, model: str, user_text: str, answer: str) -> str
     conversation = f"User: {_clip(user_text, _INPUT_CHARS)}\nAssistant: {_clip(answer, _INPUT_CHARS)}"
     messages = [ChatMessage(role="system", content=TITLE_PROMPT), ChatMessage(role="user", content=conversation)]
     reply = ""
-    stream = backend.stream_complete(messages, None, model=model, temperature=0.2, think=False)
-    try:
-        async for chunk in stream:
-            reply += chunk.content
-            if len(reply) >= MAX_REPLY_CHARS or "\n" in reply.strip():
-                break  # enough for a title: closing the stream ends the generation
-    except LLMError as exc:
-        log.info("no generated title: %s", exc)
-        return ""
-    finally:
-        await stream.aclose()
+    with llm_purpose("title"):
+        stream = backend.stream_complete(messages, None, model=model, temperature=0.2, think=False)
+        try:
+            async for chunk in stream:
+                reply += chunk.content
+                if len(reply) >= MAX_REPLY_CHARS or "\n" in reply.strip():
+                    break  # enough for a title: closing the stream ends the generation
+        except LLMError as exc:
+            log.info("no generated title: %s", exc)
+            return ""
+        finally:
+            await stream.aclose()
     return clean_title(reply)
 
 

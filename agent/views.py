@@ -65,6 +65,25 @@ def tools(request: HttpRequest) -> JsonResponse:
     )
 
 
+async def reliability(request: HttpRequest) -> HttpResponse:
+    """How well each model calls tools (ModelReliability counters), for /debug."""
+    if await _user(request) is None:
+        return _unauthenticated()
+    from agent import reliability as counters
+
+    return JsonResponse({"models": await counters.table()})
+
+
+async def session_llm_calls(request: HttpRequest, session_id: str) -> HttpResponse:
+    """Every LLM call of a session grouped by user message (run), with its purpose and cost."""
+    session, error = await _owned_session(request, session_id)
+    if error:
+        return error
+    from agent import llmcalls
+
+    return JsonResponse({"session_id": str(session.pk), "runs": await llmcalls.for_session(session.pk)})
+
+
 # --- async views (they drive runs on the server's event loop) --------------------------------
 async def _user(request: HttpRequest):
     if getattr(request, "navi_token_auth", False):
@@ -73,14 +92,17 @@ async def _user(request: HttpRequest):
     return user if user.is_authenticated else None
 
 
+def _unauthenticated() -> JsonResponse:
+    return JsonResponse(
+        {"error": "authentication required: log in at /login/ or send 'Authorization: Bearer <token>'"}, status=401
+    )
+
+
 async def _owned_session(request: HttpRequest, session_id: str) -> tuple[Session | None, JsonResponse | None]:
     """(session, None) or (None, error response): auth, method-independent checks, ownership."""
     user = await _user(request)
     if user is None:
-        return None, JsonResponse(
-            {"error": "authentication required: log in at /login/ or send 'Authorization: Bearer <token>'"},
-            status=401,
-        )
+        return None, _unauthenticated()
     try:
         uid = uuid.UUID(session_id)
     except ValueError:

@@ -13,6 +13,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from navi_project.llm_purpose import llm_purpose
+
 from .models import CATEGORY_MAX, KEY_MAX, VALUE_MAX, MemoryFact, MemorySummary
 
 log = logging.getLogger(__name__)
@@ -111,9 +113,10 @@ def regenerate_summary(owner_id: int, backend, model: str) -> str:
     lines = facts_as_lines(sorted(facts, key=lambda f: (f.category, f.key)))
     messages = [ChatMessage(role="system", content=SUMMARY_PROMPT), ChatMessage(role="user", content=lines)]
     try:
-        response = async_to_sync(backend.complete)(
-            messages, None, model=model, temperature=0.3, think=False, max_tokens=settings.LLM_MAX_SUMMARY_TOKENS
-        )
+        with llm_purpose("memory_summary"):
+            response = async_to_sync(backend.complete)(
+                messages, None, model=model, temperature=0.3, think=False, max_tokens=settings.LLM_MAX_SUMMARY_TOKENS
+            )
         summary = response.content.strip()
     except Exception as exc:
         log.warning("memory summary generation failed (%s); storing the fact list instead", exc)

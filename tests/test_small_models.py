@@ -250,3 +250,29 @@ class TestPlanningAuto:
         llm.add_rule(Rule(match="", turns=[Turn(content="Done.")]))
         frames = await run(session, owner_token, "Find flights to Lisbon for May, then compare prices and finally book the cheapest one.")
         assert of(frames, "plan_ready") and len(llm.requests) == 2
+
+
+class TestDebugFigures:
+    async def test_each_message_lists_its_llm_calls_and_what_they_were_for(self, llm, session, owner_token, other_user):
+        import asyncio
+
+        from django.test import AsyncClient
+
+        from agent import llmcalls
+
+        await Profile.objects.filter(pk="secretary").aupdate(planning_enabled=True, planning="always")
+        llm.add_rule(Rule(system="planning step", match="", turns=[Turn(content="DIRECT")]))
+        llm.add_rule(Rule(match="", turns=[Turn(tool_calls=[{"name": "todo", "arguments": {"action": "list"}}]), Turn(content="ok")]))
+        await run(session, owner_token, "what is on my list")
+        await asyncio.gather(*list(llmcalls._pending))
+        client = AsyncClient()
+        body = (await client.get(f"/agents/llm_calls/{session.id}", headers={"Authorization": f"Bearer {owner_token}"})).json()
+        [message] = body["runs"]
+        assert [c["purpose"] for c in message["calls"]] == ["planning", "answer", "answer"]
+        assert all(c["outcome"] == "ok" and c["prompt_tokens"] == 10 for c in message["calls"])
+        other_token = (await sync_to_async(__import__("sessions_app.models", fromlist=["ApiToken"]).ApiToken.issue)(other_user))[1]
+        foreign = await client.get(f"/agents/llm_calls/{session.id}", headers={"Authorization": f"Bearer {other_token}"})
+        assert foreign.status_code == 404
+        assert (await client.get(f"/agents/llm_calls/{session.id}")).status_code == 401
+        models = (await client.get("/agents/reliability", headers={"Authorization": f"Bearer {owner_token}"})).json()["models"]
+        assert models[0]["native_calls"] == 1 and models[0]["model"] == "gemma4:e2b-it-q8_0"
