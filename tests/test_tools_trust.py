@@ -451,7 +451,7 @@ async def execute(params):
 # --- through the agent loop ----------------------------------------------------------------
 @pytest.mark.django_db(transaction=True)
 async def test_the_attackers_terminal_call_through_the_agent_loop_leaks_nothing(
-    llm, settings, limits, session, server_files, monkeypatch
+    llm, settings, limits, session, server_files, monkeypatch, host_tools_allowed
 ):
     monkeypatch.setenv("NAVI_TRUST_SECRET", SECRET)
     settings.TERMINAL_ALLOWED_COMMANDS = "*"
