@@ -3,18 +3,16 @@ calls each user message cost and what each was for."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from agent.models import LLMCall
 from tools_app.context import current_chat_session_id, current_run_id
 
 log = logging.getLogger(__name__)
-_pending: set[asyncio.Task] = set()
 
 
-def observe(call: dict) -> None:
-    """LLMBackend.observer: store the call without delaying the caller."""
+async def observe(call: dict) -> None:
+    """LLMBackend.observer: store the call (one small INSERT as the call ends)."""
     session_id = current_chat_session_id.get()
     row = LLMCall(
         session_id=session_id if session_id and not str(session_id).startswith("subagent_") else None,
@@ -27,12 +25,6 @@ def observe(call: dict) -> None:
         duration_ms=max(0, int(call.get("duration_ms") or 0)),
         outcome=call["outcome"][:16],
     )
-    task = asyncio.get_running_loop().create_task(_save(row))
-    _pending.add(task)
-    task.add_done_callback(_pending.discard)
-
-
-async def _save(row: LLMCall) -> None:
     try:
         await row.asave()
     except Exception:  # a deleted session, a locked database: bookkeeping only

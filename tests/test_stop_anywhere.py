@@ -75,7 +75,7 @@ class TestStopBeforeTheAnswer:
         comm = await _socket(session, owner_token)
         await comm.send_json_to({"type": "message", "content": "plan something"})
         await _wait_requests(llm, 1)
-        assert "planning step" in llm.requests[0]["messages"][0]["content"]
+        assert "planning step" in llm.requests[0]["messages"][-1]["content"]
         elapsed, frames = await _stop_and_time(comm)
         assert elapsed < STOP_WITHIN_S, f"stream_stopped after {elapsed:.2f}s"
         await _wait_disconnect(llm)

@@ -8,7 +8,7 @@ import re
 import time
 import weakref
 from abc import ABC, abstractmethod
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 from django.conf import settings
 
@@ -100,7 +100,7 @@ class LLMBackend(ABC):
     name = ""
     # Called with a dict after every call (backend, model, purpose, tokens, duration, outcome);
     # set by the composition root (agent.registry). Never allowed to break a call.
-    observer: Callable[[dict], None] | None = None
+    observer: Callable[[dict], Awaitable[None]] | None = None
 
     async def stream_complete(
         self,
@@ -150,22 +150,22 @@ class LLMBackend(ABC):
         finally:
             await stream.aclose()
             usage["outcome"] = "ok" if finished else usage["outcome"]
-            self._observe(model, usage, started)
+            await self._observe(model, usage, started)
         if not finished:
             raise LLMIncomplete(
                 f"the {self.name} server ended the answer without finishing it (no final chunk); "
                 "it may have run out of context or crashed — see the server's log"
             )
 
-    def _observe(self, model: str, usage: dict, started: float) -> None:
+    async def _observe(self, model: str, usage: dict, started: float) -> None:
         observer = LLMBackend.observer
         if observer is None:
             return
         try:
-            observer(dict(usage, backend=self.name, model=model, purpose=current_llm_purpose.get(),
-                          duration_ms=int((time.monotonic() - started) * 1000)))
+            await observer(dict(usage, backend=self.name, model=model, purpose=current_llm_purpose.get(),
+                                duration_ms=int((time.monotonic() - started) * 1000)))
         except Exception:  # bookkeeping never breaks a call
-            logging.getLogger(__name__).warning("LLM call observer failed", exc_info=True)
+            logging.getLogger(__name__).info("LLM call not recorded", exc_info=True)
 
     @abstractmethod
     def _stream(
