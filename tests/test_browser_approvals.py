@@ -88,7 +88,8 @@ def open_new_chat(page, navi) -> str:
     if page.locator("#menu").is_visible():  # phone width: the sidebar slides in
         page.click("#menu")
     page.click("#new-chat")
-    page.wait_for_function("h => location.hash && location.hash !== h", arg=old)
+    # New chat reuses the newest chat when it is still empty (the hash may then stay the same).
+    page.wait_for_function("h => location.hash && (location.hash !== h || !document.querySelector('#scroller .group'))", arg=old)
     wait_ready(page)
     return page.evaluate("location.hash.slice(1)")
 

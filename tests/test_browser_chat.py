@@ -68,7 +68,8 @@ def open_new_chat(page, navi) -> str:
     page.wait_for_selector("body[data-ready='1']")
     old = page.evaluate("location.hash")
     page.click("#new-chat")
-    page.wait_for_function("h => location.hash && location.hash !== h", arg=old)
+    # New chat reuses the newest chat when it is still empty (the hash may then stay the same).
+    page.wait_for_function("h => location.hash && (location.hash !== h || !document.querySelector('#scroller .group'))", arg=old)
     sid = page.evaluate("location.hash.slice(1)")
     page.wait_for_function("() => document.body.dataset.ready === '1' && window.navi && window.navi.socket.sessionId === location.hash.slice(1)")
     page.wait_for_function("() => window.navi.socket.ws.readyState === 1")
