@@ -119,6 +119,18 @@ def _method_not_allowed(request: HttpRequest, allowed: str) -> JsonResponse:
     return response
 
 
+async def _owned_post(request: HttpRequest, session_id: str) -> tuple[Session | None, dict, JsonResponse | None]:
+    """(session, JSON body, None) for a POST on the caller's own session, else the error to
+    return: 401, 404 (someone else's id too), 405, or 400 for a body that is not a JSON object."""
+    session, error = await _owned_session(request, session_id)
+    if error:
+        return None, {}, error
+    if request.method != "POST":
+        return None, {}, _method_not_allowed(request, "POST")
+    body, error = _body(request)
+    return (None, {}, error) if error else (session, body, None)
+
+
 def _body(request: HttpRequest) -> tuple[dict, JsonResponse | None]:
     try:
         body = json.loads(request.body or b"{}")
@@ -143,12 +155,7 @@ def _content(body: dict, has_images: bool) -> tuple[str, JsonResponse | None]:
 
 async def session_messages(request: HttpRequest, session_id: str) -> HttpResponse:
     """Send a message and wait for the whole answer (seeds' `run()`: no planning)."""
-    session, error = await _owned_session(request, session_id)
-    if error:
-        return error
-    if request.method != "POST":
-        return _method_not_allowed(request, "POST")
-    body, error = _body(request)
+    session, body, error = await _owned_post(request, session_id)
     if error:
         return error
     raw_images = body.get("images") or []
@@ -167,12 +174,7 @@ async def session_messages(request: HttpRequest, session_id: str) -> HttpRespons
 async def session_edit(request: HttpRequest, session_id: str, message_id: str) -> HttpResponse:
     """Edit & resend: body {"content"}; the turns after the message are dropped, then it waits
     for the new answer like POST /sessions/<id>/messages."""
-    session, error = await _owned_session(request, session_id)
-    if error:
-        return error
-    if request.method != "POST":
-        return _method_not_allowed(request, "POST")
-    body, error = _body(request)
+    session, body, error = await _owned_post(request, session_id)
     if error:
         return error
     if not message_id.isdigit():
@@ -185,11 +187,9 @@ async def session_edit(request: HttpRequest, session_id: str, message_id: str) -
 
 async def session_regenerate(request: HttpRequest, session_id: str) -> HttpResponse:
     """Answer the last user message again (the last answer is replaced); waits for it."""
-    session, error = await _owned_session(request, session_id)
+    session, _, error = await _owned_post(request, session_id)
     if error:
         return error
-    if request.method != "POST":
-        return _method_not_allowed(request, "POST")
     return await _run_and_wait(session, "", [], mode="regenerate")
 
 
@@ -218,11 +218,9 @@ def _is_unreachable(message: str) -> bool:
 
 
 async def session_stop(request: HttpRequest, session_id: str) -> HttpResponse:
-    session, error = await _owned_session(request, session_id)
+    session, _, error = await _owned_post(request, session_id)
     if error:
         return error
-    if request.method != "POST":
-        return _method_not_allowed(request, "POST")
     if await get_run_manager().request_stop(str(session.pk)):
         return JsonResponse({"ok": True})
     return JsonResponse({"ok": False, "reason": "no active run"})
@@ -230,17 +228,9 @@ async def session_stop(request: HttpRequest, session_id: str) -> HttpResponse:
 
 async def session_approval(request: HttpRequest, session_id: str, approval_id: str) -> HttpResponse:
     """Answer a pending approval: body {"decision": "approve"|"deny", "remember"?: "session"}."""
-    session, error = await _owned_session(request, session_id)
+    session, body, error = await _owned_post(request, session_id)
     if error:
         return error
-    if request.method != "POST":
-        return _method_not_allowed(request, "POST")
-    try:
-        body = json.loads(request.body or b"{}")
-    except ValueError as exc:
-        return JsonResponse({"error": f"request body is not valid JSON: {exc}"}, status=400)
-    if not isinstance(body, dict):
-        return JsonResponse({"error": 'request body must be a JSON object like {"decision": "approve"}'}, status=400)
     user = await _user(request)
     try:
         decision = await approvals.answer(
