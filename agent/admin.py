@@ -5,7 +5,7 @@ from django.contrib import admin
 from django.utils.html import format_html
 
 from agent import policy
-from agent.models import Profile, SessionToolGrant, ToolCallRecord
+from agent.models import LLMCall, ModelReliability, Profile, SessionToolGrant, ToolCallRecord
 from agent.registry import get_agent
 
 _DEFAULT = ""
@@ -121,6 +121,32 @@ class ToolCallRecordAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(ModelReliability)
+class ModelReliabilityAdmin(ReadOnlyAdmin):
+    """Tool-calling reliability per model: native and recovered calls, repairs, refusals."""
+
+    list_display = ("model", "backend", "native_calls", "recovered_calls", "repaired_arguments", "refused_calls",
+                    "unknown_tools", "broken_loops", "updated_at")
+    list_filter = ("backend",)
+    search_fields = ("model",)
+
+
+@admin.register(LLMCall)
+class LLMCallAdmin(ReadOnlyAdmin):
+    list_display = ("created_at", "purpose", "model", "prompt_tokens", "completion_tokens", "duration_ms", "outcome", "session")
+    list_filter = ("purpose", "outcome", "backend", "model")
+    search_fields = ("run_id", "session__id", "model")
+    date_hierarchy = "created_at"
 
 
 @admin.register(SessionToolGrant)

@@ -18,6 +18,7 @@ from agent.events import ContextCompressed
 from agent.llm.base import context_window
 from agent.messages import ChatMessage
 from agent.workers import Worker, WorkerContext, WorkerResult, post_turn_workers, pre_turn_workers
+from navi_project.llm_purpose import llm_purpose
 
 log = logging.getLogger(__name__)
 
@@ -105,9 +106,10 @@ async def compress_context(
         return None
     text = cap_input(format_for_summary(parts.to_summarize))
     prompt = [ChatMessage(role="system", content=SUMMARY_PROMPT), ChatMessage(role="user", content=text)]
-    response = await llm.complete(
-        prompt, None, model=model, temperature=temperature, think=False, max_tokens=settings.LLM_MAX_SUMMARY_TOKENS
-    )
+    with llm_purpose("compression"):
+        response = await llm.complete(
+            prompt, None, model=model, temperature=temperature, think=False, max_tokens=settings.LLM_MAX_SUMMARY_TOKENS
+        )
     summary = response.content.strip()
     if not summary:
         raise CompressionError("the model returned an empty summary")

@@ -55,6 +55,18 @@ def decode_image(value: object) -> str:
     return value
 
 
+def check_content(text: object, *, has_images: bool) -> str:
+    """The message text; it may be empty only when images come with it."""
+    text = "" if text is None else text
+    if not isinstance(text, str):
+        raise FrameError("message content must be text")
+    if not text.strip() and not has_images:
+        raise FrameError("message content is required and must be non-empty text (or send images)")
+    if len(text) > MAX_CONTENT_CHARS:
+        raise FrameError(f"message is {len(text)} characters; the limit is {MAX_CONTENT_CHARS}")
+    return text
+
+
 # Channel-layer messages whose handlers never touch the database.
 _NO_DB_MESSAGES = frozenset({"run.event", "run.replay", "run.replay_timeout"})
 
@@ -143,23 +155,25 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
                 raise FrameError('resume needs {"run_id": str, "after_seq": int >= 0}')
             self.cursor[run_id] = after
             await self._request_replay(run_id, after, announce=True)
+        elif kind == "edit":
+            await self._edit(content)
+        elif kind == "regenerate":
+            await self._begin(self.session_id, "", [], mode="regenerate")
         elif kind == "approval":
             await self._answer_approval(content)
         elif kind == "ping":
             await self.send_json({"type": "pong"})
         else:
-            raise FrameError(f"unknown frame type {kind!r}; expected message, stop, resume, approval or ping")
+            raise FrameError(
+                f"unknown frame type {kind!r}; expected message, stop, resume, edit, regenerate, approval or ping"
+            )
 
     async def _start_run(self, frame: dict) -> None:
-        text = frame.get("content")
-        if not isinstance(text, str) or not text.strip():
-            raise FrameError("message content is required and must be non-empty text")
-        if len(text) > MAX_CONTENT_CHARS:
-            raise FrameError(f"message is {len(text)} characters; the limit is {MAX_CONTENT_CHARS}")
         images = frame.get("images") or []
         if not isinstance(images, list) or len(images) > MAX_IMAGES:
             raise FrameError(f"images must be a list of at most {MAX_IMAGES} base64 strings")
         images = [decode_image(i) for i in images]
+        text = check_content(frame.get("content"), has_images=bool(images))
         files = frame.get("files") or []
         if files:
             from sessions_app.uploads import describe_uploaded_files
@@ -168,10 +182,21 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
                 text += await database_sync_to_async(describe_uploaded_files)(self.session_id, files)
             except ValueError as exc:
                 raise FrameError(str(exc)) from None
+        await self._begin(self.session_id, text, images)
+
+    async def _edit(self, frame: dict) -> None:
+        text = check_content(frame.get("content"), has_images=False)
+        await self._begin(self.session_id, text, [], mode="edit", message_id=frame.get("message_id"))
+
+    async def _begin(self, session_id: str, text: str, images: list[str], **mode) -> None:
+        from sessions_app.history import HistoryError
+
         try:
-            await get_run_manager().start(self.session_id, text, images)
+            await get_run_manager().start(session_id, text, images, **mode)
         except RunActive as exc:
             await self._error(str(exc))
+        except HistoryError as exc:
+            await self._error(exc.message)
 
     async def _answer_approval(self, frame: dict) -> None:
         """The owner's answer to a pending approval (any socket of the session, any worker).

@@ -118,6 +118,7 @@ class DBConversation(Conversation):
             in_display=display,
             in_context=context,
             status=status,
+            meta=msg.meta,
         )
         msg.db_id = row.id
         if context:

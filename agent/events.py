@@ -47,6 +47,7 @@ class ToolStarted(AgentEvent):
     tool: str
     args: Any
     is_subagent: bool = False
+    recovered: bool = False  # the model wrote this call as text (agent.toolcalls)
     type = "tool_started"
 
 
@@ -57,6 +58,7 @@ class ToolEvent(AgentEvent):
     result: str
     success: bool
     is_subagent: bool = False
+    recovered: bool = False  # the model wrote this call as text (agent.toolcalls)
     type = "tool_call"
 
 
@@ -99,6 +101,14 @@ class MemorySaved(AgentEvent):
     key: str
     value: str
     type = "memory_saved"
+
+
+@dataclass
+class SessionTitled(AgentEvent):
+    """The chat got a generated title (after its first answer)."""
+
+    title: str
+    type = "session_titled"
 
 
 @dataclass

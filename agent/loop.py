@@ -18,6 +18,7 @@ from django.conf import settings
 
 from agent import planning, policy, prompts, workers
 from agent.approvals import FRAME_DECISION, RunGuard, Verdict, current_guard
+from agent.calls import CallTracker, DoesNotFit, fit_request, normalise_arguments
 from agent.conversation import Conversation, DBConversation
 from agent.events import (
     AgentEvent,
@@ -40,6 +41,11 @@ from agent.llm import BackendRegistry, LLMError
 from agent.llm.base import LLMContextOverflow, context_window
 from agent.messages import ChatMessage, ToolCall
 from agent.models import Profile
+from agent.planning import should_plan
+from agent.stopping import Stopped, stoppable, until_stopped
+from agent.tool_trace import ToolTrace
+from agent.toolcalls import CallTextFilter, extract_calls
+from agent.window import effective_window, estimate_text
 from sessions_app.services import session_files_dir
 from tools_app.base import ToolResult
 from tools_app.context import (
@@ -84,13 +90,14 @@ class Agent:
         profile = await _load_profile(conv.profile_id)
         backend = self.backends.get(profile.llm_backend)
         await self.tools.refresh_user_tools()  # tools written or toggled elsewhere since
-        for event in await self._workers(workers.pre_turn_workers, conv, profile, "pre"):
+        limit = await effective_window(backend, profile)
+        for event in await self._workers(workers.pre_turn_workers, conv, profile, "pre", limit):
             yield event
-        if planning and profile.planning_enabled:
+        if planning and should_plan(profile, user_message):
             plan = await self._run_planning(conv, profile)
             if plan:
                 yield PlanReady(plan=plan)
-        async for event in self._loop(conv, profile, backend):
+        async for event in self._loop(conv, profile, backend, limit=limit):
             yield event
 
     async def run(self, session_id: str, user_message: str, images: list[str] | None = None) -> str:
@@ -144,23 +151,30 @@ class Agent:
             return None
         tools = [t.schema() for t in self._offered(profile)] or None  # the answer call's tools
         context = await prompts.build_context(profile, conv.context, conv.owner_id)
-        plan = await planning.make_plan(backend, profile, context, tools)
+        try:
+            plan = await until_stopped(planning.make_plan(backend, profile, context, tools), current_stop_event.get())
+        except Stopped:
+            return None  # the loop reports stream_stopped
         if plan:
             await planning.remember_plan(conv, plan)
         return plan
 
     # --- the tool-calling loop -------------------------------------------------------------
     async def _loop(
-        self, conv: Conversation, profile: Profile, backend, *, is_subagent: bool = False
+        self, conv: Conversation, profile: Profile, backend, *, is_subagent: bool = False, limit: int = 0
     ) -> AsyncIterator[AgentEvent]:
         stop = current_stop_event.get()
         tools = self._offered(profile)
+        limit = limit or await effective_window(backend, profile)
+        tracker = CallTracker(backend.name, profile.resolved_model())
+        query = next((m.content for m in reversed(conv.context) if m.role == "user" and not m.is_summary), "")
         for _ in range(max(1, profile.max_iterations)):
             if stop is not None and stop.is_set():
                 yield StreamStopped()
                 return
             turn = _Turn()
-            async for event in self._stream_turn(conv, profile, backend, tools, turn, is_subagent):
+            offer = tracker.offer(tools)
+            async for event in self._stream_turn(conv, profile, backend, offer, turn, is_subagent, limit, query, tracker.used):
                 yield event
             if turn.outcome in ("stopped", "error"):
                 return
@@ -168,26 +182,31 @@ class Agent:
                 await conv.set_token_count(turn.tokens)
                 if is_subagent and turn.message.thinking:
                     yield TurnThinking(thinking=turn.message.thinking)
-                yield StreamEnd(turn.message.content, turn.tokens, settings.OLLAMA_NUM_CTX)
+                yield StreamEnd(turn.message.content, turn.tokens, limit)
+                await tracker.flush()
                 if not is_subagent:
-                    for event in await self._workers(workers.post_turn_workers, conv, profile, "post"):
+                    for event in await self._workers(workers.post_turn_workers, conv, profile, "post", limit):
                         yield event
                 return
             # A tool-calling turn: the whole reasoning block closes the live thinking display.
             if turn.message.thinking:
                 yield TurnThinking(thinking=turn.message.thinking)
             await conv.set_token_count(turn.tokens)
-            allowed = [t.name for t in tools]
+            allowed = [t.name for t in offer]
             for call in turn.calls:
-                async for event in self._run_tool(conv, call, allowed, profile, is_subagent):
+                async for event in self._run_tool(conv, call, allowed, profile, is_subagent, tracker):
                     yield event
                 if stop is not None and stop.is_set():
+                    await tracker.flush()
                     yield StreamStopped()
                     return
+            await tracker.flush()
             if await conv.current_profile_id() != profile.id:
                 profile = await _load_profile(conv.profile_id)
                 backend = self.backends.get(profile.llm_backend)
                 tools = self._offered(profile)
+                limit = await effective_window(backend, profile)
+                tracker = CallTracker(backend.name, profile.resolved_model())
         text = (
             f"I stopped after {profile.max_iterations} tool-calling steps (this profile's max_iterations) "
             "without reaching a final answer. Say 'continue' to let me go on, or raise max_iterations "
@@ -195,7 +214,7 @@ class Agent:
         )
         await conv.add(ChatMessage(role="assistant", content=text))
         yield TextDelta(text)
-        yield StreamEnd(text, conv.token_count, settings.OLLAMA_NUM_CTX)
+        yield StreamEnd(text, conv.token_count, limit)
 
     def _offered(self, profile: Profile) -> list:
         """The profile's tools this user may be offered (no host tools without the permission,
@@ -206,21 +225,30 @@ class Agent:
             return tools
         return [t for t in tools if guard.offers(t.name, profile.tool_policy)]
 
-    async def _stream_turn(self, conv, profile, backend, tools, turn: "_Turn", is_subagent: bool):
-        """Stream one LLM call into `turn`, yielding thinking/text deltas and persisting as it goes."""
+    async def _stream_turn(self, conv, profile, backend, tools, turn: "_Turn", is_subagent: bool, limit, query, keep):
+        """Stream one LLM call into `turn`, yielding thinking/text deltas and persisting as it goes.
+        Calls the model writes as text are held back from the stream and recovered (agent.toolcalls)."""
         stop = current_stop_event.get()
         msg = turn.message
         thinking_open = False
         context = planning.with_plan(await prompts.build_context(profile, conv.context, conv.owner_id), conv)
+        try:
+            request = fit_request(context, tools, profile, limit, query, keep)
+        except DoesNotFit as exc:
+            turn.outcome = "error"
+            yield ErrorEvent(str(exc))
+            return
+        names = frozenset(t.name for t in request.tools)
+        text_filter = CallTextFilter(names) if profile.recover_tool_calls and names else None
         stream = backend.stream_complete(
             context,
-            [t.schema() for t in tools] or None,
+            request.schemas,
             model=profile.resolved_model(),
             temperature=profile.temperature,
             max_tokens=profile.answer_token_limit(),
         )
         try:
-            async for chunk in stream:
+            async for chunk in stoppable(stream, stop):
                 if stop is not None and stop.is_set():
                     turn.outcome = "stopped"
                     break
@@ -229,13 +257,14 @@ class Agent:
                     thinking_open = True
                     if not is_subagent:
                         yield ThinkingDelta(chunk.thinking)
-                if chunk.content:
-                    msg.content += chunk.content
+                shown = text_filter.feed(chunk.content) if text_filter and chunk.content else chunk.content
+                if shown:
+                    msg.content += shown
                     if thinking_open and not is_subagent:
                         yield ThinkingEnd()
                     thinking_open = False
                     if not is_subagent:
-                        yield TextDelta(chunk.content)
+                        yield TextDelta(shown)
                 turn.calls.extend(chunk.tool_calls)
                 if chunk.done:
                     turn.tokens = chunk.prompt_tokens + chunk.completion_tokens
@@ -244,6 +273,8 @@ class Agent:
                         await conv.add(msg, status="partial")
                     else:
                         await conv.update(msg, status="partial", force=False)
+        except Stopped:
+            turn.outcome = "stopped"
         except LLMError as exc:
             turn.outcome = "error"
             turn.error = str(exc)
@@ -260,6 +291,12 @@ class Agent:
         finally:
             with contextlib.suppress(Exception):
                 await stream.aclose()
+        if text_filter is not None and turn.outcome == "ok":
+            rest = self._recover_calls(text_filter, turn, names)
+            if rest and not is_subagent:
+                yield TextDelta(rest)
+        if not turn.tokens:  # the server reported no usage: count locally
+            turn.tokens = request.prompt_tokens + estimate_text(msg.content + msg.thinking)
         if thinking_open and not turn.calls and turn.outcome == "ok" and not is_subagent:
             yield ThinkingEnd()
         if turn.outcome != "ok":
@@ -276,12 +313,29 @@ class Agent:
         else:
             await conv.update(msg, status="complete")
 
+    @staticmethod
+    def _recover_calls(text_filter: CallTextFilter, turn: "_Turn", names: frozenset[str]) -> str:
+        """Text held back by the filter that is not a call (returned, to show), and the calls
+        written as text, which become the turn's calls when the model made no native call."""
+        msg = turn.message
+        rest, recovered = text_filter.finish()
+        msg.content += rest
+        if turn.calls:
+            return rest
+        if not recovered:  # a call in mid-line was already shown: keep it out of the saved answer
+            found = extract_calls(msg.content, names)
+            recovered, msg.content = (found.calls, found.text) if found.calls else ([], msg.content)
+        turn.calls = list(recovered)
+        return rest
+
     async def _run_tool(
-        self, conv: Conversation, call: ToolCall, allowed: list[str], profile: Profile, is_subagent: bool
+        self, conv: Conversation, call: ToolCall, allowed: list[str], profile: Profile, is_subagent: bool,
+        tracker: CallTracker | None = None,
     ) -> AsyncIterator[AgentEvent]:
         """Check the call (permission, policy, the owner's approval), run it, forward what it
         emits (sub-agent events) while it runs, and append the result to the conversation."""
-        yield ToolStarted(tool=call.name, args=call.arguments)
+        call.arguments = normalise_arguments(call.arguments, profile.repair_arguments)
+        yield ToolStarted(tool=call.name, args=call.arguments, recovered=call.recovered)
         guard = current_guard.get()
         verdict = None
         if guard is not None:
@@ -290,22 +344,28 @@ class Agent:
                 async for event in self._ask_owner(guard, verdict, call):
                     yield event
         started = time.monotonic()
+        trace = ToolTrace()
         if verdict is not None and not verdict.run:
             result = ToolResult(False, error=verdict.refusal)
         else:
             result = None
-            async for item in self._execute(call, allowed):
+            async for item in self._execute(call, allowed, profile.repair_arguments):
                 if isinstance(item, ToolResult):
                     result = item
                 else:
+                    trace.note(item)
                     yield item
         content = result.to_message_content()
         source = self._untrusted_source(call, result, conv)
         if source:
             content = policy.wrap_untrusted(content, source)
             guard.taint(source)
-        yield ToolEvent(tool=call.name, args=call.arguments, result=content, success=result.success)
-        await conv.add(ChatMessage(role="tool", content=content, tool_call_id=call.id, name=call.name))
+        if tracker is not None:
+            content += tracker.after(call, result)
+        yield ToolEvent(tool=call.name, args=call.arguments, result=content, success=result.success, recovered=call.recovered)
+        await conv.add(
+            ChatMessage(role="tool", content=content, tool_call_id=call.id, name=call.name, meta=trace.meta())
+        )
         if verdict is not None and verdict.run:
             await guard.finish(verdict, result.success, started)
         if result.success and result.metadata.get("is_image") and result.metadata.get("base64"):
@@ -325,13 +385,13 @@ class Agent:
         if not verdict.run:
             verdict.refusal = _DECLINED.get(decision, _DECLINED["denied"]).format(tool=call.name)
 
-    async def _execute(self, call: ToolCall, allowed: list[str]) -> AsyncIterator[AgentEvent | ToolResult]:
+    async def _execute(self, call: ToolCall, allowed: list[str], repair: bool) -> AsyncIterator[AgentEvent | ToolResult]:
         """Run the tool as a task, yielding the events it emits, then its ToolResult."""
         stop = current_stop_event.get()
         sink: asyncio.Queue = asyncio.Queue()
         token = current_event_sink.set(sink)
         try:
-            task = asyncio.create_task(self.tools.call(call.name, call.arguments, allowed))
+            task = asyncio.create_task(self.tools.call(call.name, call.arguments, allowed, repair=repair))
         finally:
             current_event_sink.reset(token)
         stop_wait = asyncio.create_task(stop.wait()) if stop is not None else None
@@ -368,7 +428,7 @@ class Agent:
         uploads = str(session_files_dir(chat)) if chat else None
         return policy.untrusted_source(call.name, call.arguments, uploads, str(workspace_for(conv.owner_id)))
 
-    async def _workers(self, registered, conv, profile, phase: str) -> list[AgentEvent]:
+    async def _workers(self, registered, conv, profile, phase: str, limit: int = 0) -> list[AgentEvent]:
         if not registered:
             return []
         ctx = workers.WorkerContext(
@@ -376,7 +436,7 @@ class Agent:
             profile=profile,
             backend=self.backends.get(profile.llm_backend),
             token_count=conv.token_count,
-            max_tokens=settings.OLLAMA_NUM_CTX,
+            max_tokens=limit or settings.OLLAMA_NUM_CTX,
             phase=phase,
         )
         return await workers.run_workers(registered, ctx)

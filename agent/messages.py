@@ -40,6 +40,7 @@ class ChatMessage:
     name: str = ""
     is_summary: bool = False
     db_id: int | None = None  # the Message row, when persisted
+    meta: dict[str, Any] = field(default_factory=dict)  # what the live view showed (agent.tool_trace)
 
 
 @dataclass

@@ -159,6 +159,25 @@ class ModelReliability(models.Model):
         return f"{self.model} ({self.backend})"
 
 
+class LLMCall(models.Model):
+    """One LLM request: what it was for and what it cost (/debug: calls per user message)."""
+
+    session = models.ForeignKey("sessions_app.Session", null=True, blank=True, on_delete=models.CASCADE)
+    run_id = models.CharField(max_length=64, blank=True, db_index=True)
+    purpose = models.CharField(max_length=32)  # planning, answer, compression, extraction, title, reflect
+    backend = models.CharField(max_length=32)
+    model = models.CharField(max_length=200)
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    duration_ms = models.PositiveIntegerField(default=0)
+    outcome = models.CharField(max_length=16)  # ok, error, closed (stopped or cut by the caller)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = "LLM call"
+
+
 class SessionToolGrant(models.Model):
     """"Always in this chat": the owner approved a tool for the rest of one session."""
 

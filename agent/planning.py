@@ -22,6 +22,7 @@ from agent.conversation import Conversation
 from agent.llm import LLMBackend, LLMError
 from agent.messages import ChatMessage
 from agent.models import Profile
+from navi_project.llm_purpose import llm_purpose
 
 log = logging.getLogger(__name__)
 
@@ -84,14 +85,15 @@ async def make_plan(
         return None
     request = context[index].content
     try:
-        response = await backend.complete(
-            _append_to(context, index, prompts.PLANNING_PROMPT),
-            tools,
-            model=profile.resolved_model(),
-            temperature=0.3,
-            think=False,
-            max_tokens=settings.LLM_MAX_PLAN_TOKENS,
-        )
+        with llm_purpose("planning"):
+            response = await backend.complete(
+                _append_to(context, index, prompts.PLANNING_PROMPT),
+                tools,
+                model=profile.resolved_model(),
+                temperature=0.3,
+                think=False,
+                max_tokens=settings.LLM_MAX_PLAN_TOKENS,
+            )
     except LLMError as exc:
         log.info("planning skipped: %s", exc)
         return None
@@ -119,3 +121,20 @@ def with_plan(context: list[ChatMessage], conv: Conversation) -> list[ChatMessag
         if msg is anchor:
             return _append_to(context, i, f"{prompts.PLAN_NOTE}\n{plan}")
     return context
+
+
+_SEVERAL_REQUESTS = re.compile(
+    r"\b(and then|after that|afterwards|then|finally|first|second|also|step)\b|\n\s*(\d+[.)]|[-*•])\s", re.I
+)
+AUTO_MAX_WORDS = 25
+
+
+def should_plan(profile: Profile, message: str) -> bool:
+    """Planning costs a whole LLM call: `auto` skips it for a short, single request."""
+    mode = profile.planning_mode
+    if mode == Profile.Planning.NEVER:
+        return False
+    if mode == Profile.Planning.ALWAYS:
+        return True
+    words = len(message.split())
+    return words > AUTO_MAX_WORDS or message.count("?") > 1 or bool(_SEVERAL_REQUESTS.search(message))

@@ -6,6 +6,7 @@ from typing import Awaitable, Callable
 
 from django.conf import settings
 
+from agent.clock import clock_line
 from agent.messages import ChatMessage
 from agent.models import Profile
 
@@ -39,12 +40,13 @@ async def memory_text(user_id: int | None) -> str:
 
 
 async def build_context(profile: Profile, history: list[ChatMessage], user_id: int | None) -> list[ChatMessage]:
-    """One system message (persona, profile, memory) + the history. Memory goes into that one
-    message because some chat templates drop or reject a second system message."""
+    """One system message (persona, profile, memory, the clock) + the history. Memory goes into
+    that one message because some chat templates drop or reject a second system message."""
     system = system_prompt(profile)
     memory = await memory_text(user_id)
     if memory:
         system = f"{system}\n\n---\n\n{memory}" if system else memory
+    system = f"{system}\n\n---\n\n{clock_line()}" if system else clock_line()
     messages = [ChatMessage(role="system", content=system)]
     messages.extend(m for m in history if m.role != "system")
     return messages

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from agent.llm import BackendRegistry
+from agent import llmcalls
+from agent.llm import BackendRegistry, LLMBackend
 from agent.llm.ollama_backend import OllamaBackend
 from agent.llm.openai_backend import OpenAIBackend
 from agent.loop import Agent
@@ -19,6 +20,7 @@ def build_default_registries() -> Agent:
     from tools_app.loader import fingerprint as user_tool_fingerprint
     from tools_app.loader import load_user_tools
 
+    LLMBackend.observer = llmcalls.observe  # every LLM call is recorded for /debug
     backends = BackendRegistry()
     backends.register(OllamaBackend())
     backends.register(OpenAIBackend())

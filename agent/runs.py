@@ -18,6 +18,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db.models import Q
@@ -54,6 +55,7 @@ class Run:
     stopped: bool = False
     answered: bool = False  # stream_end sent; only post-turn workers may still run
     context_tokens: int = 0
+    rewound: dict | None = None  # the history_rewound frame of an edit or regenerate
 
 
 async def claim_run(session_id: str, run_id: str) -> bool:
@@ -107,11 +109,26 @@ class RunManager:
         images: list[str] | None = None,
         *,
         planning: bool = True,
+        mode: str = "message",
+        message_id: int | None = None,
     ) -> Run:
+        """Start a run. mode "message" appends `content`; "edit" replaces user message
+        `message_id` (and drops the turns after it) with `content`; "regenerate" answers the
+        last user message again (`content` is ignored). Raises RunActive, or HistoryError when
+        the edit or regenerate is refused (nothing changed then)."""
         session_id = str(session_id)
         run = Run(run_id=uuid.uuid4().hex, session_id=session_id)
         if not await claim_run(session_id, run.run_id) and not await self._claim_after_answer(session_id, run.run_id):
             raise RunActive("a run is already active in this session; wait for it to finish or press Stop")
+        if mode != "message":
+            # Under the claim: no other run can append rows while the history is rewritten.
+            try:
+                replayed, images, removed = await sync_to_async(_rewind)(session_id, mode, message_id, images)
+            except Exception:
+                await _release(session_id, run.run_id)
+                raise
+            content = content if replayed is None else replayed
+            run.rewound = {"type": "history_rewound", "mode": mode, "removed_ids": removed}
         await self._ensure_listening()
         await self.layer.group_add(control_group(session_id), self.channel)
         self.active[session_id] = run
@@ -142,6 +159,8 @@ class RunManager:
         heartbeat = asyncio.create_task(self._heartbeat(run))
         outbox: asyncio.Queue = asyncio.Queue()
         publisher = asyncio.create_task(self._publisher(run, outbox))
+        if run.rewound:
+            outbox.put_nowait(run.rewound)
         try:
             async for event in self.agent.run_stream(run.session_id, content, images, planning=planning):
                 frame = to_frame(event)
@@ -162,9 +181,8 @@ class RunManager:
             outbox.put_nowait(None)
             await publisher  # every frame is out before the claim is released
             heartbeat.cancel()
-            await Session.objects.filter(pk=run.session_id, active_run_id=run.run_id).aupdate(
-                active_run_id="", active_run_heartbeat=None
-            )
+            await _record_outcome(run)
+            await _release(run.session_id, run.run_id)
             if self.active.get(run.session_id) is run:
                 del self.active[run.session_id]
             run.done.set()
@@ -284,6 +302,36 @@ class RunManager:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+
+
+async def _release(session_id: str, run_id: str) -> None:
+    await Session.objects.filter(pk=session_id, active_run_id=run_id).aupdate(active_run_id="", active_run_heartbeat=None)
+
+
+def _rewind(session_id: str, mode: str, message_id, images) -> tuple[str | None, list[str], list[int]]:
+    """(content, images, removed ids) of the run that replaces the end of the history."""
+    from sessions_app import history
+
+    if mode == "edit":
+        kept_images, removed = history.rewind_for_edit(session_id, history.parse_message_id(message_id))
+        return None, images or kept_images, removed
+    if mode == "regenerate":
+        return history.rewind_for_regenerate(session_id)
+    raise ValueError(f"unknown run mode {mode!r}")
+
+
+async def _record_outcome(run: Run) -> None:
+    """An error, or a stop before the answer, stays in the history as a display-only row, so a
+    reload shows what the live view showed."""
+    from sessions_app import history
+
+    try:
+        if run.error:
+            await sync_to_async(history.add_marker)(run.session_id, "error", run.error)
+        elif run.stopped and not run.answered:
+            await sync_to_async(history.add_marker)(run.session_id, "stopped", history.STOPPED_TEXT)
+    except Exception:
+        log.exception("run %s: recording its outcome failed", run.run_id)
 
 
 _managers: dict[int, RunManager] = {}

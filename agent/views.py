@@ -10,8 +10,8 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
-from agent import approvals
-from agent.consumers import MAX_CONTENT_CHARS, FrameError, decode_image
+from agent import approvals, prompts, toolselect, window
+from agent.consumers import MAX_CONTENT_CHARS, MAX_IMAGES, FrameError, decode_image
 from agent.llm import LLMModelMissing, LLMUnreachable
 from agent.models import Profile
 from agent.registry import get_agent
@@ -24,7 +24,26 @@ from sessions_app.models import Session
 @api_login_required
 @json_view("GET")
 def profiles(request: HttpRequest) -> JsonResponse:
-    return JsonResponse({"profiles": [p.as_dict() for p in Profile.objects.order_by("id")]})
+    tools = get_agent().tools
+    return JsonResponse(
+        {"profiles": [dict(p.as_dict(), prompt_tokens=_prompt_size(p, tools)) for p in Profile.objects.order_by("id")]}
+    )
+
+
+def _prompt_size(profile: Profile, registry) -> dict:
+    """Estimated tokens every call of this profile starts with: system prompt and tool schemas
+    (all of the profile's tools; `max_tools` sends fewer), so a small window can be planned for."""
+    tools = registry.tools_for(profile.enabled_tools)
+    system = window.estimate_text(prompts.system_prompt(profile))
+    full = window.estimate_schemas(toolselect.schemas(tools, compact_form=False))
+    compact = window.estimate_schemas(toolselect.schemas(tools, compact_form=True))
+    return {
+        "system": system,
+        "tools": full,
+        "tools_compact": compact,
+        "tool_count": len(tools),
+        "total": system + (compact if profile.compact_schemas else full),
+    }
 
 
 @api_login_required
@@ -46,6 +65,25 @@ def tools(request: HttpRequest) -> JsonResponse:
     )
 
 
+async def reliability(request: HttpRequest) -> HttpResponse:
+    """How well each model calls tools (ModelReliability counters), for /debug."""
+    if await _user(request) is None:
+        return _unauthenticated()
+    from agent import reliability as counters
+
+    return JsonResponse({"models": await counters.table()})
+
+
+async def session_llm_calls(request: HttpRequest, session_id: str) -> HttpResponse:
+    """Every LLM call of a session grouped by user message (run), with its purpose and cost."""
+    session, error = await _owned_session(request, session_id)
+    if error:
+        return error
+    from agent import llmcalls
+
+    return JsonResponse({"session_id": str(session.pk), "runs": await llmcalls.for_session(session.pk)})
+
+
 # --- async views (they drive runs on the server's event loop) --------------------------------
 async def _user(request: HttpRequest):
     if getattr(request, "navi_token_auth", False):
@@ -54,14 +92,17 @@ async def _user(request: HttpRequest):
     return user if user.is_authenticated else None
 
 
+def _unauthenticated() -> JsonResponse:
+    return JsonResponse(
+        {"error": "authentication required: log in at /login/ or send 'Authorization: Bearer <token>'"}, status=401
+    )
+
+
 async def _owned_session(request: HttpRequest, session_id: str) -> tuple[Session | None, JsonResponse | None]:
     """(session, None) or (None, error response): auth, method-independent checks, ownership."""
     user = await _user(request)
     if user is None:
-        return None, JsonResponse(
-            {"error": "authentication required: log in at /login/ or send 'Authorization: Bearer <token>'"},
-            status=401,
-        )
+        return None, _unauthenticated()
     try:
         uid = uuid.UUID(session_id)
     except ValueError:
@@ -78,37 +119,94 @@ def _method_not_allowed(request: HttpRequest, allowed: str) -> JsonResponse:
     return response
 
 
-async def session_messages(request: HttpRequest, session_id: str) -> HttpResponse:
-    """Send a message and wait for the whole answer (seeds' `run()`: no planning)."""
+async def _owned_post(request: HttpRequest, session_id: str) -> tuple[Session | None, dict, JsonResponse | None]:
+    """(session, JSON body, None) for a POST on the caller's own session, else the error to
+    return: 401, 404 (someone else's id too), 405, or 400 for a body that is not a JSON object."""
     session, error = await _owned_session(request, session_id)
     if error:
-        return error
+        return None, {}, error
     if request.method != "POST":
-        return _method_not_allowed(request, "POST")
+        return None, {}, _method_not_allowed(request, "POST")
+    body, error = _body(request)
+    return (None, {}, error) if error else (session, body, None)
+
+
+def _body(request: HttpRequest) -> tuple[dict, JsonResponse | None]:
     try:
         body = json.loads(request.body or b"{}")
-    except ValueError as exc:
-        return JsonResponse({"error": f"request body is not valid JSON: {exc}"}, status=400)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return {}, JsonResponse({"error": f"request body is not valid JSON: {exc}"}, status=400)
     if not isinstance(body, dict):
-        return JsonResponse({"error": "request body must be a JSON object"}, status=400)
+        return {}, JsonResponse({"error": "request body must be a JSON object"}, status=400)
+    return body, None
+
+
+def _content(body: dict, has_images: bool) -> tuple[str, JsonResponse | None]:
     content = body.get("content")
-    if not isinstance(content, str) or not content.strip():
-        return JsonResponse({"error": '"content" is required and must be non-empty text'}, status=400)
+    if content is not None and not isinstance(content, str):
+        return "", JsonResponse({"error": '"content" must be text'}, status=400)
+    content = content or ""
+    if not content.strip() and not has_images:
+        return "", JsonResponse({"error": '"content" is required and must be non-empty text (or send "images")'}, status=400)
     if len(content) > MAX_CONTENT_CHARS:
-        return JsonResponse({"error": f"content is over {MAX_CONTENT_CHARS} characters"}, status=413)
+        return "", JsonResponse({"error": f"content is over {MAX_CONTENT_CHARS} characters"}, status=413)
+    return content, None
+
+
+async def session_messages(request: HttpRequest, session_id: str) -> HttpResponse:
+    """Send a message and wait for the whole answer (seeds' `run()`: no planning)."""
+    session, body, error = await _owned_post(request, session_id)
+    if error:
+        return error
+    raw_images = body.get("images") or []
+    if not isinstance(raw_images, list) or len(raw_images) > MAX_IMAGES:
+        return JsonResponse({"error": f'"images" must be a list of at most {MAX_IMAGES} base64 strings'}, status=400)
     try:
-        images = [decode_image(i) for i in body.get("images") or []]
+        images = [decode_image(i) for i in raw_images]
     except FrameError as exc:
         return JsonResponse({"error": str(exc)}, status=400)
+    content, error = _content(body, bool(images))
+    if error:
+        return error
+    return await _run_and_wait(session, content, images)
+
+
+async def session_edit(request: HttpRequest, session_id: str, message_id: str) -> HttpResponse:
+    """Edit & resend: body {"content"}; the turns after the message are dropped, then it waits
+    for the new answer like POST /sessions/<id>/messages."""
+    session, body, error = await _owned_post(request, session_id)
+    if error:
+        return error
+    if not message_id.isdigit():
+        return JsonResponse({"error": f"no message '{message_id}' (message ids are integers)"}, status=404)
+    content, error = _content(body, False)
+    if error:
+        return error
+    return await _run_and_wait(session, content, [], mode="edit", message_id=int(message_id))
+
+
+async def session_regenerate(request: HttpRequest, session_id: str) -> HttpResponse:
+    """Answer the last user message again (the last answer is replaced); waits for it."""
+    session, _, error = await _owned_post(request, session_id)
+    if error:
+        return error
+    return await _run_and_wait(session, "", [], mode="regenerate")
+
+
+async def _run_and_wait(session: Session, content: str, images: list[str], **mode) -> JsonResponse:
+    from sessions_app.history import HistoryError
+
     try:
-        run = await get_run_manager().start(str(session.pk), content, images, planning=False)
+        run = await get_run_manager().start(str(session.pk), content, images, planning=False, **mode)
     except RunActive as exc:
         return JsonResponse({"error": str(exc)}, status=409)
+    except HistoryError as exc:
+        return JsonResponse({"error": exc.message}, status=exc.status)
     await asyncio.shield(run.done.wait())  # a dropped client does not cancel the run
     if run.error:
         status = 503 if _is_unreachable(run.error) else 502
         return JsonResponse({"error": run.error, "run_id": run.run_id}, status=status)
-    if run.stopped:
+    if run.stopped and not run.answered:
         return JsonResponse({"error": "the run was stopped before it finished", "run_id": run.run_id}, status=409)
     return JsonResponse(
         {"content": run.final_content or "", "context_tokens": run.context_tokens, "run_id": run.run_id}
@@ -120,11 +218,9 @@ def _is_unreachable(message: str) -> bool:
 
 
 async def session_stop(request: HttpRequest, session_id: str) -> HttpResponse:
-    session, error = await _owned_session(request, session_id)
+    session, _, error = await _owned_post(request, session_id)
     if error:
         return error
-    if request.method != "POST":
-        return _method_not_allowed(request, "POST")
     if await get_run_manager().request_stop(str(session.pk)):
         return JsonResponse({"ok": True})
     return JsonResponse({"ok": False, "reason": "no active run"})
@@ -132,17 +228,9 @@ async def session_stop(request: HttpRequest, session_id: str) -> HttpResponse:
 
 async def session_approval(request: HttpRequest, session_id: str, approval_id: str) -> HttpResponse:
     """Answer a pending approval: body {"decision": "approve"|"deny", "remember"?: "session"}."""
-    session, error = await _owned_session(request, session_id)
+    session, body, error = await _owned_post(request, session_id)
     if error:
         return error
-    if request.method != "POST":
-        return _method_not_allowed(request, "POST")
-    try:
-        body = json.loads(request.body or b"{}")
-    except ValueError as exc:
-        return JsonResponse({"error": f"request body is not valid JSON: {exc}"}, status=400)
-    if not isinstance(body, dict):
-        return JsonResponse({"error": 'request body must be a JSON object like {"decision": "approve"}'}, status=400)
     user = await _user(request)
     try:
         decision = await approvals.answer(
@@ -157,7 +245,7 @@ async def session_approval(request: HttpRequest, session_id: str, approval_id: s
     return JsonResponse({"ok": True, "approval_id": approval_id, "decision": decision})
 
 
-__all__ = ["profiles", "tools", "session_messages", "session_stop", "session_approval", "LLMModelMissing", "LLMUnreachable"]
+__all__ = ["profiles", "tools", "session_messages", "session_edit", "session_regenerate", "session_stop", "session_approval", "LLMModelMissing", "LLMUnreachable"]
 
 
 @login_required

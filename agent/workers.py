@@ -49,11 +49,24 @@ post_turn_workers: list[Worker] = []
 
 
 async def run_workers(workers: list[Worker], ctx: WorkerContext) -> list[AgentEvent]:
+    """Run each worker, raced against Stop: a stopped worker is cancelled (its LLM request
+    closed) and the rest are skipped. After the answer (phase "post") a stop ends the run with
+    stream_stopped here; before it, the loop reports the stop itself."""
+    from agent.events import StreamStopped
+    from agent.stopping import Stopped, until_stopped
+    from tools_app.context import current_stop_event
+
+    stop = current_stop_event.get()
     events: list[AgentEvent] = []
     for worker in workers:
         try:
-            result = await worker.run(ctx)
+            result = await until_stopped(worker.run(ctx), stop)
             events.extend(result.events)
+        except Stopped:
+            log.info("worker %s stopped by the owner", worker.name)
+            if ctx.phase == "post":
+                events.append(StreamStopped())
+            break
         except Exception:
             log.warning("worker %s failed; the turn goes on", worker.name, exc_info=True)
     return events

@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db.models import F, OuterRef, Q, Subquery
 from django.utils import timezone
 
+from navi_project.llm_purpose import llm_purpose
 from sessions_app.models import Message, Session
 
 from . import services
@@ -165,9 +166,10 @@ def extract_session(
         ChatMessage(role="system", content=EXTRACTION_PROMPT),
         ChatMessage(role="user", content=f"Conversation:\n\n{transcript}"),
     ]
-    response = async_to_sync(backend.complete)(
-        messages, None, model=model, temperature=0.2, think=False, max_tokens=settings.LLM_MAX_EXTRACTION_TOKENS
-    )
+    with llm_purpose("extraction"):
+        response = async_to_sync(backend.complete)(
+            messages, None, model=model, temperature=0.2, think=False, max_tokens=settings.LLM_MAX_EXTRACTION_TOKENS
+        )
     parsed = parse_facts(response.content)
     result.facts, result.malformed = parsed.facts, parsed.malformed
     if dry_run:

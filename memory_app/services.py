@@ -13,6 +13,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from navi_project.llm_purpose import llm_purpose
+
 from .models import CATEGORY_MAX, KEY_MAX, VALUE_MAX, MemoryFact, MemorySummary
 
 log = logging.getLogger(__name__)
@@ -111,15 +113,34 @@ def regenerate_summary(owner_id: int, backend, model: str) -> str:
     lines = facts_as_lines(sorted(facts, key=lambda f: (f.category, f.key)))
     messages = [ChatMessage(role="system", content=SUMMARY_PROMPT), ChatMessage(role="user", content=lines)]
     try:
-        response = async_to_sync(backend.complete)(
-            messages, None, model=model, temperature=0.3, think=False, max_tokens=settings.LLM_MAX_SUMMARY_TOKENS
-        )
+        with llm_purpose("memory_summary"):
+            response = async_to_sync(backend.complete)(
+                messages, None, model=model, temperature=0.3, think=False, max_tokens=settings.LLM_MAX_SUMMARY_TOKENS
+            )
         summary = response.content.strip()
     except Exception as exc:
         log.warning("memory summary generation failed (%s); storing the fact list instead", exc)
         summary = ""
     if not summary:
-        summary = "Known facts:\n" + "\n".join(f"- {line}" for line in lines.splitlines())
+        summary = _listed(lines)
+    set_summary(owner_id, summary)
+    return summary
+
+
+def _listed(lines: str) -> str:
+    return "Known facts:\n" + "\n".join(f"- {line}" for line in lines.splitlines())
+
+
+def refresh_summary(owner_id: int) -> str:
+    """Rebuild the summary from the facts as they are now, without an LLM call.
+
+    Called when the owner or the agent changes facts directly (memory_save / memory_forget, the
+    memory page): a narrative written earlier may still mention a fact that was just forgotten
+    or changed, and the summary is injected into every run. The next extraction writes a new
+    narrative.
+    """
+    facts = list(MemoryFact.objects.filter(owner_id=owner_id).order_by("-updated_at")[:SUMMARY_FACTS_LIMIT])
+    summary = _listed(facts_as_lines(sorted(facts, key=lambda f: (f.category, f.key)))) if facts else ""
     set_summary(owner_id, summary)
     return summary
 

@@ -193,7 +193,31 @@ CSRF_COOKIE_SAMESITE = "Lax"
 CSRF_FAILURE_VIEW = "navi_project.views.csrf_failure"
 
 LANGUAGE_CODE = "en-us"
-TIME_ZONE = env.str("TIME_ZONE", default="UTC")
+def _host_time_zone() -> str:
+    """The host's IANA time zone (TZ, /etc/timezone or the /etc/localtime link), else UTC: the
+    agent's clock and Django's dates follow the machine Navi runs on unless TIME_ZONE says otherwise."""
+    import os
+    from zoneinfo import ZoneInfo
+
+    candidates = [os.environ.get("TZ", "").lstrip(":")]
+    try:
+        candidates.append(Path("/etc/timezone").read_text().strip())
+    except OSError:
+        pass
+    link = os.path.realpath("/etc/localtime")
+    if "zoneinfo/" in link:
+        candidates.append(link.split("zoneinfo/", 1)[1])
+    for name in candidates:
+        try:
+            if name:
+                ZoneInfo(name)
+                return name
+        except (ValueError, KeyError, OSError):
+            continue
+    return "UTC"
+
+
+TIME_ZONE = env.str("TIME_ZONE", default="") or _host_time_zone()
 USE_I18N = True
 USE_TZ = True
 
@@ -277,6 +301,12 @@ SESSION_FILES_TTL_HOURS = env.int("SESSION_FILES_TTL_HOURS", default=24)
 # is a few hundred bytes).
 ANONYMOUS_BODY_MAX_KB = env.int("ANONYMOUS_BODY_MAX_KB", default=64)
 
+# --- Chats --------------------------------------------------------------------------------
+SESSION_IMPORT_MAX_MB = env.int("SESSION_IMPORT_MAX_MB", default=25)  # below DATA_UPLOAD_MAX_MEMORY_SIZE
+# "model": a short title from one cheap LLM call after the first answer; "first_words": the
+# first line of the first message only (no extra LLM call).
+CHAT_TITLES = env.str("CHAT_TITLES", default="model")
+
 # --- Context compression ------------------------------------------------------------------
 CONTEXT_COMPRESSION_ENABLED = env.bool("CONTEXT_COMPRESSION_ENABLED", default=True)
 CONTEXT_COMPRESSION_THRESHOLD = env.float("CONTEXT_COMPRESSION_THRESHOLD", default=0.80)
@@ -301,3 +331,6 @@ NAVI_ADMIN_PASSWORD = env.str("NAVI_ADMIN_PASSWORD", default="")
 # --- Test overrides -------------------------------------------------------------------------
 if TESTING:
     PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast logins in tests
+    # A title call after each first answer would take a scripted turn from the test LLM; the
+    # title tests turn it on.
+    CHAT_TITLES = env.str("CHAT_TITLES", default="first_words")

@@ -16,6 +16,7 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("agents/", include("agent.urls")),
     path("", include("sessions_app.urls")),
+    path("", include("memory_app.urls")),
     path("", include("agent.page_urls")),
 ]
 

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from .models import ApiToken, LoginAttempt, Message, Session, SessionFile
+from .models import ApiToken, LoginAttempt, Message, Session, SessionFile, UserSettings
 
 
 class MessageInline(admin.TabularInline):
@@ -77,3 +77,8 @@ class LoginAttemptAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request):
         return False
+
+
+@admin.register(UserSettings)
+class UserSettingsAdmin(admin.ModelAdmin):
+    list_display = ("user", "theme", "default_profile", "notify_when_done", "updated_at")

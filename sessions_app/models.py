@@ -23,6 +23,10 @@ class Session(models.Model):
     )
     profile = models.ForeignKey("agent.Profile", on_delete=models.PROTECT, related_name="+")
     title = models.CharField(max_length=200, blank=True)
+    # Who wrote the title: "" = nobody yet or the first words of the first message (the model
+    # may replace it after the first answer), "model" = generated, "user" = set by the owner
+    # (never overwritten).
+    title_source = models.CharField(max_length=8, blank=True, default="")
     pinned = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)
     last_active = models.DateTimeField(default=timezone.now, db_index=True)
@@ -39,10 +43,14 @@ class Session(models.Model):
         return self.title or f"Session {str(self.id)[:8]}"
 
     def as_dict(self) -> dict:
+        """The list/detail shape; select_related("profile") avoids a query per session."""
+        profile = self.profile
         return {
             "session_id": str(self.id),
             "id": str(self.id),
             "profile_id": self.profile_id,
+            "profile_name": profile.name,
+            "profile_model": profile.resolved_model(),
             "title": self.title,
             "pinned": self.pinned,
             "created_at": self.created_at.isoformat(),
@@ -76,6 +84,10 @@ class Message(models.Model):
     in_display = models.BooleanField(default=True)
     in_context = models.BooleanField(default=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.COMPLETE)
+    # What the live view showed besides the text, so a reload can redraw it (sessions_app.history):
+    # {"kind": "error"|"stopped"} on display-only system rows; on tool rows "files" (published),
+    # "memory" (facts saved) and "subagent" (the sub-agent's tool calls).
+    meta = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -105,6 +117,7 @@ class Message(models.Model):
             "name": self.name or None,
             "is_summary": self.is_summary,
             "status": self.status,
+            "meta": self.meta or {},
             "created_at": self.created_at.isoformat(),
         }
 
@@ -167,3 +180,34 @@ class LoginAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"{self.username} from {self.ip} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class UserSettings(models.Model):
+    """Per-user preferences of the chat page (GET/PATCH /settings)."""
+
+    class Theme(models.TextChoices):
+        SYSTEM = "system"
+        LIGHT = "light"
+        DARK = "dark"
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="navi_settings")
+    theme = models.CharField(max_length=8, choices=Theme.choices, default=Theme.SYSTEM)
+    default_profile = models.ForeignKey(
+        "agent.Profile", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+        help_text="Profile of new chats (empty: secretary).",
+    )
+    notify_when_done = models.BooleanField(default=False, help_text="Notify when an answer finishes.")
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        verbose_name_plural = "user settings"
+
+    def __str__(self) -> str:
+        return f"Settings of {self.user}"
+
+    def as_dict(self) -> dict:
+        return {
+            "theme": self.theme,
+            "default_profile": self.default_profile_id,
+            "notify_when_done": self.notify_when_done,
+        }

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.db import transaction
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from agent.models import Profile
 from navi_project.http import ApiError, json_view, parse_json_body
 
-from . import services
+from . import search, services, transfer
 from .auth import api_login_required
 from .models import Message, Session
 
@@ -21,7 +24,7 @@ def _get_session_for_user(request: HttpRequest, session_id: str) -> Session:
         uid = uuid.UUID(str(session_id))
     except ValueError:
         raise ApiError(f"no session '{session_id}' (session ids are UUIDs)", 404) from None
-    session = Session.objects.filter(pk=uid, owner=request.user).first()
+    session = Session.objects.select_related("profile").filter(pk=uid, owner=request.user).first()
     if session is None:
         raise ApiError(f"no session '{session_id}'", 404)
     return session
@@ -37,18 +40,30 @@ def _messages(session: Session, **flags: bool) -> list[dict]:
 @json_view("GET", "POST")
 def sessions(request: HttpRequest) -> JsonResponse:
     if request.method == "GET":
-        rows = Session.objects.filter(owner=request.user).order_by("-pinned", "-last_active")
+        query = request.GET.get("q", "").strip()
+        if query:
+            if len(query) > 500:
+                raise ApiError("the search query is over 500 characters", 400)
+            found = search.search_sessions(request.user, query)
+            return JsonResponse({"sessions": [{**s.as_dict(), "snippet": snippet} for s, snippet in found]})
+        rows = Session.objects.filter(owner=request.user).select_related("profile").order_by("-pinned", "-last_active")
         return JsonResponse({"sessions": [s.as_dict() for s in rows]})
 
     data = parse_json_body(request)
-    profile_id = data.get("profile_id") or "secretary"
-    if not isinstance(profile_id, str):
-        raise ApiError("profile_id must be a string", 400)
-    profile = Profile.objects.filter(pk=profile_id).first()
-    if profile is None:
-        known = ", ".join(Profile.objects.values_list("id", flat=True))
-        raise ApiError(f"unknown profile '{profile_id}'; known profiles: {known}", 400)
-    session = Session.objects.create(owner=request.user, profile=profile)
+    profile = _profile_from(data.get("profile_id"), request.user)
+    force_new = data.get("new", False)
+    if not isinstance(force_new, bool):
+        raise ApiError('"new" must be true or false', 400)
+    session = None if force_new else _empty_newest_session(request.user)
+    if session is not None:
+        # An empty chat is reused instead of piling up: "New chat" twice gives the same one.
+        if session.profile_id != profile.pk:
+            session.profile = profile
+            session.save(update_fields=["profile"])
+        status = 200
+    else:
+        session = Session.objects.create(owner=request.user, profile=profile)
+        status = 201
     transaction.on_commit(lambda: services.session_created(session))
     return JsonResponse(
         {
@@ -56,8 +71,28 @@ def sessions(request: HttpRequest) -> JsonResponse:
             "profile_id": session.profile_id,
             "created_at": session.created_at.isoformat(),
         },
-        status=201,
+        status=status,
     )
+
+
+def _profile_from(profile_id: object, user) -> Profile:
+    """The requested profile, or the user's default when none is given; 400 when unknown."""
+    if profile_id in (None, ""):
+        return transfer.default_profile(user)
+    if not isinstance(profile_id, str):
+        raise ApiError("profile_id must be a string", 400)
+    profile = Profile.objects.filter(pk=profile_id).first()
+    if profile is None:
+        known = ", ".join(Profile.objects.values_list("id", flat=True))
+        raise ApiError(f"unknown profile '{profile_id}'; known profiles: {known}", 400)
+    return profile
+
+
+def _empty_newest_session(user) -> Session | None:
+    newest = Session.objects.filter(owner=user).order_by("-created_at").first()
+    if newest is None or newest.active_run_id or Message.objects.filter(session=newest).exists():
+        return None
+    return newest
 
 
 @api_login_required
@@ -71,18 +106,69 @@ def session_detail(request: HttpRequest, session_id: str) -> JsonResponse:
         return JsonResponse({"ok": True, "session_id": str(session_id)})
 
     data = parse_json_body(request, allow_empty=False)
+    unknown = set(data) - {"title", "profile_id"}
+    if unknown:
+        raise ApiError(f"unknown field(s) {', '.join(sorted(unknown))}; PATCH takes title and profile_id", 400)
     if "title" in data:
         title = data["title"]
         if not isinstance(title, str) or len(title) > 200:
             raise ApiError("title must be a string of at most 200 characters", 400)
         session.title = title.strip()
+        # A title the owner set is never replaced by a generated one; clearing it lets Navi title again.
+        session.title_source = "user" if session.title else ""
     if "profile_id" in data:
-        profile = Profile.objects.filter(pk=str(data["profile_id"])).first()
-        if profile is None:
-            raise ApiError(f"unknown profile '{data['profile_id']}'", 400)
-        session.profile = profile
-    session.save(update_fields=["title", "profile"])
+        if not isinstance(data["profile_id"], str) or not data["profile_id"]:
+            raise ApiError("profile_id must be a profile id string", 400)
+        # During a run this takes effect at the run's next model call (or the next turn).
+        session.profile = _profile_from(data["profile_id"], request.user)
+    session.save(update_fields=["title", "title_source", "profile"])
     return JsonResponse(session.as_dict())
+
+
+@api_login_required
+@json_view("GET")
+def session_export(request: HttpRequest, session_id: str) -> HttpResponse:
+    session = _get_session_for_user(request, session_id)
+    kind = request.GET.get("format", "md")
+    if kind == "json":
+        body = json.dumps(transfer.export_json(session), ensure_ascii=False, indent=1)
+        response = HttpResponse(body, content_type="application/json; charset=utf-8")
+    elif kind in ("md", "markdown"):
+        kind = "md"
+        response = HttpResponse(transfer.export_markdown(session), content_type="text/markdown; charset=utf-8")
+    else:
+        raise ApiError(f"unknown export format {kind!r}; use format=md or format=json", 400)
+    response["Content-Disposition"] = f'attachment; filename="{transfer.filename(session, kind)}"'
+    return response
+
+
+@api_login_required
+@json_view("POST")
+def session_import(request: HttpRequest) -> JsonResponse:
+    """A JSON export becomes a new chat of the caller (201 with the new session)."""
+    limit = settings.SESSION_IMPORT_MAX_MB * 1024 * 1024
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        length = 0
+    if length > limit:
+        raise ApiError(f"the export is larger than {settings.SESSION_IMPORT_MAX_MB} MB (SESSION_IMPORT_MAX_MB)", 413)
+    try:
+        raw = request.body
+    except RequestDataTooBig:
+        raise ApiError(f"the export is larger than {settings.SESSION_IMPORT_MAX_MB} MB (SESSION_IMPORT_MAX_MB)", 413) from None
+    if len(raw) > limit:
+        raise ApiError(f"the export is larger than {settings.SESSION_IMPORT_MAX_MB} MB (SESSION_IMPORT_MAX_MB)", 413)
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(f"request body is not valid JSON: {exc}", 400) from None
+    try:
+        session = transfer.import_json(request.user, data)
+    except transfer.ImportError_ as exc:
+        raise ApiError(f"cannot import: {exc}", 400) from None
+    session = Session.objects.select_related("profile").get(pk=session.pk)
+    return JsonResponse({**session.as_dict(), "message_count": session.messages.count()}, status=201)
 
 
 @api_login_required

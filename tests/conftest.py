@@ -30,6 +30,8 @@ def _isolated_dirs(settings, tmp_path):
     settings.OLLAMA_THINK = True
     settings.OLLAMA_NUM_CTX = 8192
     settings.ALLOWED_HOSTS = ["testserver", "localhost", "127.0.0.1"]
+    # A test that meets an approval it did not expect fails in seconds, not after 10 minutes.
+    settings.APPROVAL_TIMEOUT_S = 20
     from navi_project.views import _llm_probe_cache
 
     _llm_probe_cache.clear()  # /health caches the LLM probe; each test has its own LLM
@@ -70,6 +72,9 @@ def profiles(django_db_blocker):
     with django_db_blocker.unblock():
         if not Profile.objects.exists():
             importlib.import_module("agent.migrations.0002_seed_profiles").seed(apps, None)
+        # Tests script the planning call where a profile plans; `auto` (skip it for short
+        # requests) has its own tests in test_small_models.
+        Profile.objects.update(planning=Profile.Planning.ALWAYS)
     return list(Profile.objects.all())
 
 

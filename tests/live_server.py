@@ -58,6 +58,8 @@ class LiveNavi:
             "OLLAMA_NUM_CTX": "8192",
             "LOG_LEVEL": "WARNING",
             "PYTHONUNBUFFERED": "1",
+            # No title call after the first answer: it would take a scripted turn from the test LLM.
+            "CHAT_TITLES": "first_words",
             **(env or {}),
         }
         self.env.pop("NAVI_TESTING", None)
@@ -159,6 +161,6 @@ class LiveNavi:
 
     def create_session(self, profile_id: str = "secretary") -> str:
         with self.api() as client:
-            response = client.post("/sessions", json={"profile_id": profile_id})
+            response = client.post("/sessions", json={"profile_id": profile_id, "new": True})
             response.raise_for_status()
             return response.json()["session_id"]

@@ -43,6 +43,7 @@ class Turn:
     chunk_size: int = 8
     delay: float = 0.0
     first_delay: float = 0.0
+    hold: float = 0.0  # seconds before the status line: accepted, not one byte sent yet
     drop_after: int | None = None
     status: int = 200
     error: str = ""
@@ -123,6 +124,10 @@ class LLMServer:
         # /api/show per model name (without ":latest"); unknown models get DEFAULT_SHOW.
         # A model whose capabilities lack "thinking" answers 400 to `think: true`, as Ollama does.
         self.model_show: dict[str, dict] = {}
+        # Extra fields of each /v1/models entry (vLLM's {"max_model_len": 4096}, llama.cpp's
+        # {"meta": {"n_ctx": 4096}}) and the body of llama.cpp's GET /props (404 when None).
+        self.openai_model_meta: dict = {}
+        self.props: dict | None = None
         self._addr = (host, port)
         self._cond = threading.Condition()
         self._queue: collections.deque[Turn] = collections.deque()
@@ -413,7 +418,10 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/v1/models":
             if self._auth_ok():
                 self._send_json(200, {"object": "list", "data": [
-                    {"id": n, "object": "model", "created": int(time.time()), "owned_by": "library"} for n in names]})
+                    {"id": n, "object": "model", "created": int(time.time()), "owned_by": "library",
+                     **fake.openai_model_meta} for n in names]})
+        elif path == "/props" and fake.props is not None:
+            self._send_json(200, fake.props)
         elif path == "/_fake/state":
             self._send_json(200, {"requests": fake.requests, "disconnects": fake.disconnects})
         else:
@@ -460,6 +468,12 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/api/chat" and body.get("think") and "thinking" not in fake.show(model)["capabilities"]:
             return self._error(400, f'"{model}" does not support thinking')
         turn = fake.pick_turn(body.get("messages") or [])
+        if turn.hold:
+            try:
+                self._wait(turn.hold)
+            except _Dropped:
+                self.close_connection = True
+                return
         if turn.status != 200:
             return self._error(turn.status, turn.error or f"error {turn.status}")
         fake._busy(+1)

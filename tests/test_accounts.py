@@ -155,12 +155,12 @@ class TestHttpsSettings:
 
 
 class TestHealth:
-    def test_anonymous_callers_get_only_the_status_word(self, anon_client):
+    def test_anonymous_callers_get_only_the_status_word(self, anon_client, llm):
         response = anon_client.get("/health")
         assert response.status_code == 200
         assert json.loads(response.content) == {"status": "ok"}
 
-    def test_signed_in_users_get_the_details(self, owner_client, owner_token):
+    def test_signed_in_users_get_the_details(self, owner_client, owner_token, llm):
         body = json.loads(owner_client.get("/health").content)
         assert body["status"] == "ok" and body["db"] == "ok" and body["channel_layer"] == "ok" and "llm" in body
         token_body = json.loads(Client().get("/health", HTTP_AUTHORIZATION=f"Bearer {owner_token}").content)

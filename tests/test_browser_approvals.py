@@ -87,8 +87,11 @@ def open_new_chat(page, navi) -> str:
     old = page.evaluate("location.hash")
     if page.locator("#menu").is_visible():  # phone width: the sidebar slides in
         page.click("#menu")
-    page.click("#new-chat")
-    page.wait_for_function("h => location.hash && location.hash !== h", arg=old)
+    # New chat may reuse the newest chat when it is still empty (the hash may then stay the
+    # same): wait for the server's answer, then for the page to show that chat.
+    with page.expect_response(lambda r: r.url.endswith("/sessions") and r.request.method == "POST"):
+        page.click("#new-chat")
+    page.wait_for_function("h => location.hash && (location.hash !== h || !document.querySelector('#scroller .group'))", arg=old)
     wait_ready(page)
     return page.evaluate("location.hash.slice(1)")
 

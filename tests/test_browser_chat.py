@@ -67,8 +67,11 @@ def open_new_chat(page, navi) -> str:
     page.goto(f"{navi.url}/")
     page.wait_for_selector("body[data-ready='1']")
     old = page.evaluate("location.hash")
-    page.click("#new-chat")
-    page.wait_for_function("h => location.hash && location.hash !== h", arg=old)
+    # New chat may reuse the newest chat when it is still empty (the hash may then stay the
+    # same): wait for the server's answer, then for the page to show that chat.
+    with page.expect_response(lambda r: r.url.endswith("/sessions") and r.request.method == "POST"):
+        page.click("#new-chat")
+    page.wait_for_function("h => location.hash && (location.hash !== h || !document.querySelector('#scroller .group'))", arg=old)
     sid = page.evaluate("location.hash.slice(1)")
     page.wait_for_function("() => document.body.dataset.ready === '1' && window.navi && window.navi.socket.sessionId === location.hash.slice(1)")
     page.wait_for_function("() => window.navi.socket.ws.readyState === 1")
@@ -182,12 +185,14 @@ def test_sub_agent_cards_nest_under_their_spawn_agent_card(page, navi, live_llm)
 
 
 def test_it_shows_a_plan_card(page, navi, live_llm):
-    live_llm.add_rule(Rule(system="planning step", match="make a plan", turns=[Turn(content="1. Look around\n2. Report back")]))
+    # Several steps in one message: the profile's planning "auto" makes a planning call for it.
+    request = "make a plan: first look around the house, then report back what you found"
+    live_llm.add_rule(Rule(system="planning step", match="make a plan", turns=[Turn(content="1. Walk through every room\n2. Write a short summary")]))
     live_llm.add_rule(Rule(match="make a plan", turns=[Turn(content="Plan done.")]))
     open_new_chat(page, navi)
-    send(page, "make a plan")
+    send(page, request)
     turn = last_turn(page)
-    expect(turn.locator(".plan")).to_contain_text("Look around")
+    expect(turn.locator(".plan")).to_contain_text("Walk through every room")
     expect(turn.locator(".plan li")).to_have_count(2)
     expect(turn.locator(".bubble.assistant")).to_have_text("Plan done.")
     screenshot(page, "04-plan-card")

@@ -151,7 +151,7 @@ class TestBackgroundTrigger:
             return 0
 
         monkeypatch.setattr(extraction, "extract_stale_sessions", slow_extraction)
-        response = owner_client.post("/sessions", {}, content_type="application/json")
+        response = owner_client.post("/sessions", {"new": True}, content_type="application/json")
         assert response.status_code == 201  # answered while extraction is still blocked
         assert started.wait(10)
         release.set()
@@ -313,7 +313,7 @@ class TestInjection:
         # One system message (some chat templates drop a second one): persona, profile, memory.
         system = [m for m in llm.requests[-1]["messages"] if m["role"] == "system"]
         assert len(system) == 1 and system[0]["content"].startswith("You are Navi (test persona).")
-        assert system[0]["content"].endswith("\n\n---\n\n## What I remember about the user\n\nThe user is called Sam.")
+        assert "\n\n---\n\n## What I remember about the user\n\nThe user is called Sam.\n\n---\n\nCurrent date and time: " in system[0]["content"]
         assert len(memory_msgs()) == 1
         await agent.run(str(session.pk), "again")
         assert len(memory_msgs()) == 1

@@ -125,7 +125,7 @@ async def test_one_users_files_are_invisible_to_another_users_tools(settings, li
         for path in (str(theirs), f"../{owner.id}/diary.txt"):
             result = await fs(action="read", path=path)
             assert not result.success and result.error.startswith("refused:"), result.error
-        assert str(owner.id) not in (await fs(action="list", path=".")).output
+        assert f"{owner.id}/" not in (await fs(action="list", path=".")).output.splitlines()
         listing = await term("ls -a ..")
         assert listing.success and str(owner.id) not in listing.output.split()
         assert SECRET not in (await term(f"cat {theirs}")).output
@@ -451,7 +451,7 @@ async def execute(params):
 # --- through the agent loop ----------------------------------------------------------------
 @pytest.mark.django_db(transaction=True)
 async def test_the_attackers_terminal_call_through_the_agent_loop_leaks_nothing(
-    llm, settings, limits, session, server_files, monkeypatch
+    llm, settings, limits, session, server_files, monkeypatch, host_tools_allowed
 ):
     monkeypatch.setenv("NAVI_TRUST_SECRET", SECRET)
     settings.TERMINAL_ALLOWED_COMMANDS = "*"

@@ -24,8 +24,9 @@ def is_host_call(tool: str, arguments: Any) -> bool:
     if tool in HOST_TOOLS:
         return True
     if tool == "filesystem":
-        action = arguments.get("action") if isinstance(arguments, dict) else None
-        return action in FILESYSTEM_WRITES
+        if not isinstance(arguments, dict):  # unreadable arguments: judge the worst case
+            return True
+        return arguments.get("action") in FILESYSTEM_WRITES
     return False
 
 

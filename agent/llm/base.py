@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
+import time
 import weakref
 from abc import ABC, abstractmethod
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 from django.conf import settings
 
 from agent.messages import ChatMessage, LLMChunk, LLMResponse
+from navi_project.llm_purpose import current_llm_purpose
 
 
 class LLMError(Exception):
@@ -95,6 +98,9 @@ def context_window(backend_name: str, model: str) -> int:
 
 class LLMBackend(ABC):
     name = ""
+    # Called with a dict after every call (backend, model, purpose, tokens, duration, outcome);
+    # set by the composition root (agent.registry). Never allowed to break a call.
+    observer: Callable[[dict], Awaitable[None]] | None = None
 
     async def stream_complete(
         self,
@@ -115,6 +121,8 @@ class LLMBackend(ABC):
         deadline = asyncio.get_running_loop().time() + limit if limit and limit > 0 else None
         stream = self._stream(messages, tools, model=model, temperature=temperature, think=think, max_tokens=max_tokens)
         finished = False
+        usage = {"prompt_tokens": 0, "completion_tokens": 0, "outcome": "closed"}
+        started = time.monotonic()
         try:
             while True:
                 try:
@@ -133,14 +141,31 @@ class LLMBackend(ABC):
                         "ask for something shorter, or raise LLM_CALL_MAX_S for slow hardware"
                     ) from None
                 finished = finished or chunk.done
+                if chunk.done:
+                    usage.update(prompt_tokens=chunk.prompt_tokens, completion_tokens=chunk.completion_tokens)
                 yield chunk
+        except Exception:
+            usage["outcome"] = "error"
+            raise
         finally:
             await stream.aclose()
+            usage["outcome"] = "ok" if finished else usage["outcome"]
+            await self._observe(model, usage, started)
         if not finished:
             raise LLMIncomplete(
                 f"the {self.name} server ended the answer without finishing it (no final chunk); "
                 "it may have run out of context or crashed — see the server's log"
             )
+
+    async def _observe(self, model: str, usage: dict, started: float) -> None:
+        observer = LLMBackend.observer
+        if observer is None:
+            return
+        try:
+            await observer(dict(usage, backend=self.name, model=model, purpose=current_llm_purpose.get(),
+                                duration_ms=int((time.monotonic() - started) * 1000)))
+        except Exception:  # bookkeeping never breaks a call
+            logging.getLogger(__name__).info("LLM call not recorded", exc_info=True)
 
     @abstractmethod
     def _stream(
@@ -185,6 +210,10 @@ class LLMBackend(ABC):
 
     @abstractmethod
     async def list_models(self) -> list[str]: ...
+
+    async def server_window(self, model: str) -> int | None:
+        """The context window the server runs `model` with, when it says (None otherwise)."""
+        return None
 
     def health_probe(self) -> tuple[str, dict[str, str], str]:
         """(URL to GET, headers, what to check when it fails) for /health."""

@@ -229,6 +229,11 @@ class OllamaBackend(LLMBackend):
         have = ", ".join(models) if models else "none"
         return f"model '{model}' is not available in Ollama at {self.host} (it has: {have}). Run `ollama pull {model}` or change the profile's model."
 
+    async def server_window(self, model: str) -> int | None:
+        """What we ask Ollama for: OLLAMA_NUM_CTX, capped at the model's own context_length."""
+        length = (await self.model_info(model)).context_length
+        return min(settings.OLLAMA_NUM_CTX, length) if length else None
+
     def health_probe(self) -> tuple[str, dict[str, str], str]:
         return f"{self.host}/api/version", {}, "is `ollama serve` running? Set OLLAMA_HOST if it runs elsewhere."
 

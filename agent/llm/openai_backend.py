@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any, AsyncIterator
 
 import httpx
@@ -36,6 +37,9 @@ def _to_openai(msg: ChatMessage) -> dict[str, Any]:
     return out
 
 
+WINDOW_TTL_S = 600.0
+
+
 class OpenAIBackend(LLMBackend):
     name = "openai"
 
@@ -43,6 +47,7 @@ class OpenAIBackend(LLMBackend):
         self._base_url = base_url
         self._api_key = api_key
         self._clients = ClientCache()
+        self._windows: dict[tuple[str, str], tuple[float, int | None]] = {}
 
     @property
     def base_url(self) -> str:
@@ -190,6 +195,46 @@ class OpenAIBackend(LLMBackend):
             overflow.mid_answer = False
             return overflow
         return LLMError(f"{self.base_url} returned HTTP {response.status_code}: {detail}")
+
+    async def server_window(self, model: str) -> int | None:
+        """The window from `/v1/models` (vLLM `max_model_len`, llama.cpp `meta.n_ctx`, others'
+        `context_length`) or llama.cpp's `/props`; cached for WINDOW_TTL_S, None when unknown."""
+        key = (self.base_url, model)
+        cached = self._windows.get(key)
+        if cached is not None and time.monotonic() - cached[0] < WINDOW_TTL_S:
+            return cached[1]
+        window = await self._models_window(model) or await self._props_window()
+        self._windows[key] = (time.monotonic(), window)
+        return window
+
+    async def _models_window(self, model: str) -> int | None:
+        try:
+            response = await self._client().get("/models", timeout=5.0)
+            entries = response.json().get("data", []) if response.status_code == 200 else []
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return None
+        entries = [e for e in entries if isinstance(e, dict)]
+        ranked = [e for e in entries if e.get("id") == model] or (entries if len(entries) == 1 else [])
+        for entry in ranked:
+            meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
+            for value in (entry.get("max_model_len"), entry.get("context_length"), entry.get("context_window"),
+                          meta.get("n_ctx"), meta.get("n_ctx_train")):
+                if isinstance(value, int) and value > 0:
+                    return value
+        return None
+
+    async def _props_window(self) -> int | None:
+        root = self.base_url.removesuffix("/v1")
+        try:
+            response = await self._client().get(f"{root}/props", timeout=5.0)
+            props = response.json() if response.status_code == 200 else {}
+        except (httpx.HTTPError, ValueError):
+            return None
+        settings_ = props.get("default_generation_settings") if isinstance(props, dict) else None
+        for value in ((settings_ or {}).get("n_ctx"), (props or {}).get("n_ctx")):
+            if isinstance(value, int) and value > 0:
+                return value
+        return None
 
     def health_probe(self) -> tuple[str, dict[str, str], str]:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}

@@ -35,6 +35,7 @@ async function showSession(id) {
   } catch (err) {
     $("#session-info").textContent = `Could not load the context: ${err.message}`;
   }
+  showLLMCalls(id);
   socket = new SessionSocket(id, {
     onFrame(frame) {
       frames.push(frame);
@@ -44,9 +45,48 @@ async function showSession(id) {
   });
 }
 
+async function getJSON(url) {
+  const response = await fetch(url, { credentials: "same-origin" });
+  if (!response.ok) throw new Error(`${url}: HTTP ${response.status}`);
+  return response.json();
+}
+
+async function showLLMCalls(id) {
+  try {
+    const data = await getJSON(`/agents/llm_calls/${encodeURIComponent(id)}`);
+    $("#llm-calls tbody").replaceChildren(
+      ...data.runs.map((run, i) => {
+        const purposes = run.calls.map((c) => `${c.purpose}${c.outcome === "ok" ? "" : ` (${c.outcome})`}`).join(", ");
+        const tokensIn = run.calls.reduce((n, c) => n + c.prompt_tokens, 0);
+        const tokensOut = run.calls.reduce((n, c) => n + c.completion_tokens, 0);
+        const ms = run.calls.reduce((n, c) => n + c.duration_ms, 0);
+        return row([`#${i + 1} ${run.run_id ? run.run_id.slice(0, 8) : "(background)"}`, String(run.calls.length), purposes, `${tokensIn} / ${tokensOut}`, `${(ms / 1000).toFixed(1)} s`]);
+      }),
+    );
+  } catch (err) {
+    $("#llm-calls tbody").replaceChildren(row([`Could not load the LLM calls: ${err.message}`]));
+  }
+}
+
+async function showModels(profiles) {
+  $("#prompt-sizes tbody").replaceChildren(
+    ...profiles.map((p) => {
+      const size = p.prompt_tokens || {};
+      return row([p.id, String(size.system), String(size.tools), String(size.tools_compact), String(size.tool_count), String(size.total)]);
+    }),
+  );
+  const data = await getJSON("/agents/reliability");
+  $("#reliability tbody").replaceChildren(
+    ...data.models.map((m) =>
+      row([`${m.model} (${m.backend})`, m.native_calls, m.recovered_calls, m.repaired_arguments, m.refused_calls, m.unknown_tools, m.broken_loops].map(String)),
+    ),
+  );
+}
+
 async function start() {
   const [sessions, profiles, tools] = await Promise.all([api.sessions(), api.profiles(), api.tools()]);
   $("#profiles").textContent = JSON.stringify(profiles, null, 2);
+  showModels(profiles).catch((err) => $("#reliability tbody").replaceChildren(row([`Could not load: ${err.message}`])));
   $("#tools tbody").replaceChildren(...tools.map((t) => row([t.name, t.builtin ? "builtin" : "user", t.description])));
   const select = $("#session-select");
   select.replaceChildren(

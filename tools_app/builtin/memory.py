@@ -39,7 +39,7 @@ class MemorySaveTool(Tool):
     }
 
     async def execute(self, params: dict[str, Any]) -> ToolResult:
-        from memory_app.services import FactError, upsert_fact
+        from memory_app.services import FactError, refresh_summary, upsert_fact
 
         session_id = current_chat_session_id.get()
         try:
@@ -49,6 +49,8 @@ class MemorySaveTool(Tool):
         except FactError as exc:
             return ToolResult(False, error=str(exc))
         fact = saved.fact
+        if saved.changed:
+            await sync_to_async(refresh_summary)(fact.owner_id)  # the summary each run sees
         emit(MemorySaved(category=fact.category, key=fact.key, value=fact.value))
         verb = "Saved" if saved.changed else "Already known"
         return ToolResult(True, f"{verb}: {fact.category}: {fact.key} = {fact.value}")
@@ -95,9 +97,12 @@ class MemoryForgetTool(Tool):
     }
 
     async def execute(self, params: dict[str, Any]) -> ToolResult:
-        from memory_app.services import forget_facts
+        from memory_app.services import forget_facts, refresh_summary
 
-        deleted = await sync_to_async(forget_facts)(_owner(), params["key"], params.get("category") or None)
+        owner = _owner()
+        deleted = await sync_to_async(forget_facts)(owner, params["key"], params.get("category") or None)
+        if deleted:
+            await sync_to_async(refresh_summary)(owner)  # a forgotten fact leaves the injected summary
         if not deleted:
             where = f" in category {params['category']!r}" if params.get("category") else ""
             return ToolResult(

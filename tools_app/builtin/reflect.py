@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
+from navi_project.llm_purpose import llm_purpose
 from tools_app.base import Tool, ToolResult
 from tools_app.context import current_chat_session_id, current_session_id
 
@@ -90,14 +91,15 @@ class ReflectTool(Tool):
             request += f"\n\nFocus of this review: {focus}"
         try:
             backend = self.agent.backends.get(profile.llm_backend)
-            response = await backend.complete(
-                [ChatMessage(role="system", content=REFLECT_PROMPT), ChatMessage(role="user", content=request)],
-                None,
-                model=profile.resolved_model(),
-                temperature=0.3,
-                think=False,
-                max_tokens=settings.LLM_MAX_SUMMARY_TOKENS,
-            )
+            with llm_purpose("reflect"):
+                response = await backend.complete(
+                    [ChatMessage(role="system", content=REFLECT_PROMPT), ChatMessage(role="user", content=request)],
+                    None,
+                    model=profile.resolved_model(),
+                    temperature=0.3,
+                    think=False,
+                    max_tokens=settings.LLM_MAX_SUMMARY_TOKENS,
+                )
         except LLMError as exc:
             return ToolResult(False, error=f"the review call failed: {exc}")
         review = response.content.strip()

@@ -1,0 +1,119 @@
+"""What a turn offers the model and how its tool calls went, for small models.
+
+`fit_request` picks the tools of one LLM call (BM25 + core set when the profile caps them),
+sends them compact when asked or when the window is tight, and refuses a request that cannot
+fit the window instead of sending it to overflow. `CallTracker` notices the same failing call
+twice in a row (the model is told to answer without it) and counts per-model reliability.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent import reliability, toolselect, window
+from agent.messages import ChatMessage, ToolCall
+from tools_app.base import ToolResult
+from tools_app.repair import ArgumentsUnreadable, parse_lenient
+
+MIN_ANSWER_ROOM = 256  # tokens a reply needs at the very least
+
+
+class DoesNotFit(Exception):
+    """The conversation alone is larger than the model's window; the message says what to do."""
+
+
+@dataclass
+class Request:
+    tools: list  # the Tool objects offered in this call
+    schemas: list[dict[str, Any]] | None
+    prompt_tokens: int  # estimate of context + schemas
+
+
+def fit_request(context: list[ChatMessage], tools: list, profile, limit: int, query: str, keep: set[str]) -> Request:
+    """The tools to offer in one call, cut down until the prompt leaves room for an answer."""
+    room = max(MIN_ANSWER_ROOM, min(profile.answer_token_limit(), limit // 4))
+    context_tokens = window.estimate_messages(context)
+    chosen = toolselect.select(tools, query, profile.max_tools, keep)
+    attempts = [(chosen, profile.compact_schemas), (chosen, True)]
+    core = [t for t in chosen if t.name in toolselect.CORE or t.name in keep]
+    attempts += [(core, True), ([], True)]
+    for offered, compact in attempts:
+        schemas = toolselect.schemas(offered, compact_form=compact) or None
+        needed = context_tokens + window.estimate_schemas(schemas)
+        if needed + room <= limit:
+            return Request(offered, schemas, needed)
+    raise DoesNotFit(
+        f"this conversation (about {context_tokens} tokens) no longer fits the model's context window of "
+        f"{limit} tokens, even without tools. Start a new chat, or use a model with a larger window "
+        "(the profile's context_window, or the server's context size)."
+    )
+
+
+def normalise_arguments(arguments: Any, repair: bool) -> Any:
+    """A dict when the arguments can be read (leniently with `repair`), else the raw value: the
+    policy must judge what will really run, not a string it cannot see into."""
+    if isinstance(arguments, dict) or arguments in (None, ""):
+        return arguments or {}
+    if repair:
+        try:
+            return parse_lenient(arguments)[0]
+        except ArgumentsUnreadable:
+            return arguments
+    if isinstance(arguments, str):
+        try:
+            value = json.loads(arguments)
+        except ValueError:
+            return arguments
+        return value if isinstance(value, dict) else arguments
+    return arguments
+
+
+LOOP_NOTE = (
+    "\nThis exact call has now failed twice in a row. Do not call {tool} again in this turn: answer "
+    "the user with what you have, and say what did not work."
+)
+
+
+@dataclass
+class CallTracker:
+    backend: str
+    model: str
+    used: set[str] = field(default_factory=set)  # tools called this turn (kept on offer)
+    banned: set[str] = field(default_factory=set)  # tools taken away after a loop
+    counts: dict[str, int] = field(default_factory=dict)
+    _last_failure: tuple[str, str] | None = None
+
+    def _add(self, key: str, n: int = 1) -> None:
+        self.counts[key] = self.counts.get(key, 0) + n
+
+    def after(self, call: ToolCall, result: ToolResult) -> str:
+        """Count the call; returns a note to append to its result when it is a repeated failure."""
+        self.used.add(call.name)
+        self._add("recovered_calls" if call.recovered else "native_calls")
+        problem = result.metadata.get("problem")
+        if problem == "unknown_tool":
+            self._add("unknown_tools")
+        elif problem == "bad_arguments":
+            self._add("refused_calls")
+        if result.metadata.get("repaired"):
+            self._add("repaired_arguments")
+        if result.success:
+            self._last_failure = None
+            return ""
+        signature = (call.name, json.dumps(call.arguments, sort_keys=True, default=str))
+        repeated = signature == self._last_failure
+        self._last_failure = signature
+        if not repeated:
+            return ""
+        self._add("broken_loops")
+        self.banned.add(call.name)
+        return LOOP_NOTE.format(tool=call.name)
+
+    def offer(self, tools: list) -> list:
+        return [t for t in tools if t.name not in self.banned]
+
+    async def flush(self) -> None:
+        counts, self.counts = self.counts, {}
+        await reliability.count(self.backend, self.model, **counts)

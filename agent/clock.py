@@ -1,0 +1,24 @@
+"""The current date and time for the system prompt, so "what's on today?" and "remind me
+tomorrow" work. Minute resolution: the prompt (and a server's prefix cache) changes at most
+once a minute, and the line goes last so the persona and profile prefix stays cacheable."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+from django.conf import settings
+
+
+def now() -> datetime:
+    return datetime.now(ZoneInfo(settings.TIME_ZONE))
+
+
+def clock_line(moment: datetime | None = None) -> str:
+    moment = moment or now()
+    offset = moment.strftime("%z")
+    offset = f"UTC{offset[:3]}:{offset[3:]}" if offset else "UTC"
+    return (
+        f"Current date and time: {moment:%A, %d %B %Y, %H:%M} "
+        f"(time zone {settings.TIME_ZONE}, {offset}). Use it for 'today', 'tomorrow' and other dates."
+    )

@@ -1,0 +1,83 @@
+"""Fewer, smaller tools for small windows: the tools most relevant to the message (BM25 over
+names and descriptions) plus a core set, and schemas in a compact form."""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+from collections import Counter
+from typing import Any
+
+# Offered whenever they are in the profile: how the model finds out what else it can do, and
+# the memory every turn may need.
+CORE = ("list_tools", "tool_manual", "memory_search")
+_WORD = re.compile(r"[a-z0-9]+")
+K1, B = 1.2, 0.75
+
+
+def _words(text: str) -> list[str]:
+    return _WORD.findall(text.lower().replace("_", " "))
+
+
+def bm25_rank(documents: dict[str, str], query: str) -> list[tuple[str, float]]:
+    """Names by BM25 score of their document against the query, best first (stable)."""
+    docs = {name: _words(text) for name, text in documents.items()}
+    if not docs:
+        return []
+    average = sum(len(d) for d in docs.values()) / len(docs) or 1.0
+    frequency = Counter(w for d in docs.values() for w in set(d))
+    terms = set(_words(query))
+    scores = []
+    for order, (name, words) in enumerate(docs.items()):
+        counts = Counter(words)
+        score = 0.0
+        for term in terms & counts.keys():
+            idf = math.log(1 + (len(docs) - frequency[term] + 0.5) / (frequency[term] + 0.5))
+            tf = counts[term]
+            score += idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * len(words) / average))
+        scores.append((name, score, order))
+    scores.sort(key=lambda s: (-s[1], s[2]))
+    return [(name, score) for name, score, _ in scores]
+
+
+def select(tools: list, query: str, cap: int, keep: set[str] | frozenset[str] = frozenset()) -> list:
+    """At most `cap` tools (0 = all): the core set, tools already used this turn (`keep`), then
+    the best BM25 matches for the query; in the profile's order."""
+    if cap <= 0 or len(tools) <= cap:
+        return list(tools)
+    by_name = {t.name: t for t in tools}
+    chosen = [n for n in by_name if n in CORE or n in keep][:cap]
+    documents = {t.name: f"{t.name} {t.name} {t.description}" for t in tools if t.name not in chosen}
+    for name, _ in bm25_rank(documents, query):
+        if len(chosen) >= cap:
+            break
+        chosen.append(name)
+    wanted = set(chosen)
+    return [t for t in tools if t.name in wanted]
+
+
+def compact(schema: dict[str, Any]) -> dict[str, Any]:
+    """The tool's first sentence and its parameters without descriptions."""
+    out = copy.deepcopy(schema)
+    function = out.get("function", {})
+    description = function.get("description") or ""
+    function["description"] = re.split(r"(?<=[.!?])\s", description, maxsplit=1)[0]
+    _strip_descriptions(function.get("parameters") or {})
+    return out
+
+
+def _strip_descriptions(node: Any) -> None:
+    if isinstance(node, dict):
+        props = node.get("properties")
+        if isinstance(props, dict):
+            for spec in props.values():
+                if isinstance(spec, dict):
+                    spec.pop("description", None)
+                    _strip_descriptions(spec)
+        if isinstance(node.get("items"), dict):
+            _strip_descriptions(node["items"])
+
+
+def schemas(tools: list, *, compact_form: bool) -> list[dict[str, Any]]:
+    return [compact(t.schema()) if compact_form else t.schema() for t in tools]

@@ -1,0 +1,8 @@
+from django.urls import path
+
+from . import views
+
+urlpatterns = [
+    path("memory", views.memory, name="memory"),
+    path("memory/facts/<str:fact_id>", views.memory_fact, name="memory-fact"),
+]

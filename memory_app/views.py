@@ -1,0 +1,94 @@
+"""JSON endpoints of the memory page: the signed-in user's facts and summary, edit, forget.
+
+Every change rebuilds the summary (services.refresh_summary): it is injected into every run,
+so a fact the owner corrected or deleted must leave it at once.
+"""
+
+from __future__ import annotations
+
+from django.db import IntegrityError, transaction
+from django.http import HttpRequest, JsonResponse
+from django.utils import timezone
+
+from navi_project.http import ApiError, json_view, parse_json_body
+from sessions_app.auth import api_login_required
+
+from . import services
+from .models import CATEGORY_MAX, KEY_MAX, VALUE_MAX, MemoryFact, MemorySummary
+
+
+def _fact_json(f: MemoryFact) -> dict:
+    return {
+        "id": f.id,
+        "category": f.category,
+        "key": f.key,
+        "value": f.value,
+        "source_session": str(f.source_session_id) if f.source_session_id else None,
+        "created_at": f.created_at.isoformat(),
+        "updated_at": f.updated_at.isoformat(),
+    }
+
+
+def _get_fact_for_user(request: HttpRequest, fact_id: str) -> MemoryFact:
+    """The caller's fact; another user's fact is a 404, exactly like a missing one."""
+    if not str(fact_id).isdigit():
+        raise ApiError(f"no memory fact '{fact_id}' (fact ids are integers)", 404)
+    fact = MemoryFact.objects.filter(pk=int(fact_id), owner=request.user).first()
+    if fact is None:
+        raise ApiError(f"no memory fact '{fact_id}'", 404)
+    return fact
+
+
+@api_login_required
+@json_view("GET")
+def memory(request: HttpRequest) -> JsonResponse:
+    summary = MemorySummary.objects.filter(owner=request.user).first()
+    return JsonResponse(
+        {
+            "facts": [_fact_json(f) for f in services.all_facts(request.user.pk)],
+            "summary": summary.content if summary else "",
+            "summary_updated_at": summary.updated_at.isoformat() if summary else None,
+        }
+    )
+
+
+def _label(data: dict, name: str, limit: int) -> str:
+    value = data[name]
+    if not isinstance(value, str) or not services.normalise_label(value):
+        raise ApiError(f"{name} must be non-empty text", 400)
+    value = services.normalise_label(value)
+    if len(value) > limit:
+        raise ApiError(f"{name} is limited to {limit} characters", 400)
+    return value
+
+
+@api_login_required
+@json_view("PATCH", "DELETE")
+def memory_fact(request: HttpRequest, fact_id: str) -> JsonResponse:
+    fact = _get_fact_for_user(request, fact_id)
+    if request.method == "DELETE":
+        fact.delete()
+        return JsonResponse({"ok": True, "id": int(fact_id), "summary": services.refresh_summary(request.user.pk)})
+
+    data = parse_json_body(request, allow_empty=False)
+    unknown = set(data) - {"category", "key", "value"}
+    if unknown:
+        raise ApiError(f"unknown field(s) {', '.join(sorted(unknown))}; send category, key and/or value", 400)
+    if "category" in data:
+        fact.category = _label(data, "category", CATEGORY_MAX)
+    if "key" in data:
+        fact.key = _label(data, "key", KEY_MAX)
+    if "value" in data:
+        value = data["value"]
+        if not isinstance(value, str) or not value.strip():
+            raise ApiError("value must be non-empty text", 400)
+        if len(value) > VALUE_MAX:
+            raise ApiError(f"value is limited to {VALUE_MAX} characters", 400)
+        fact.value = " ".join(value.split())
+    fact.updated_at = timezone.now()
+    try:
+        with transaction.atomic():
+            fact.save(update_fields=["category", "key", "value", "updated_at"])
+    except IntegrityError:
+        raise ApiError(f"you already have a fact '{fact.category}: {fact.key}'; edit or delete that one", 409) from None
+    return JsonResponse({"fact": _fact_json(fact), "summary": services.refresh_summary(request.user.pk)})
