@@ -143,6 +143,7 @@ class Evaluation:
             "LLM_MAX_ANSWER_TOKENS": str(self.opt.max_tokens or 4096),
             "TOOL_TIMEOUT_S": str(self.opt.tool_timeout),
             "APPROVAL_TIMEOUT_S": "20",
+            "CHAT_TITLES": "first_words",  # a title is no part of the agent's work (and no LLM call)
         }
         self.navi = LiveNavi(env=env)
         for sub in ("workspace", "session_files", "user_tools"):
@@ -260,6 +261,7 @@ class Evaluation:
             "error": error,
             "wall_s": round(wall, 2),
             "llm_calls": len(records),
+            "llm_purposes": self._purposes(session_id),
             "llm_seconds": round(sum(r.seconds for r in records), 2),
             "prompt_tokens": sum(r.prompt_tokens or 0 for r in records),
             "completion_tokens": sum(r.completion_tokens or 0 for r in records),
@@ -319,6 +321,15 @@ class Evaluation:
             elif kind in TERMINAL and "run_id" in frame:
                 return frames, stopped, frame.get("message", "") if kind == "error" else ""
 
+    def _purposes(self, session_id: str) -> dict[str, int]:
+        """Navi's own record of the session's LLM calls by purpose (answer, planning, …)."""
+        try:
+            rows = self._sql("SELECT purpose, COUNT(*) FROM agent_llmcall WHERE session_id = ? GROUP BY purpose",
+                             session_id.replace("-", ""))
+        except sqlite3.OperationalError:  # a Navi without the table
+            return {}
+        return dict(rows)
+
     def _calls(self, session_id: str, frames: list[dict]) -> list[dict]:
         """Every audited tool call of the session, with whether the call itself was valid."""
         rows = self._sql("SELECT tool, arguments, decision, success FROM agent_toolcallrecord WHERE session_id = ? "
@@ -375,6 +386,8 @@ def summarise(results: list[dict], modes: tuple[str, ...]) -> dict[str, dict]:
             "errors": sum(bool(r["error"]) for r in rows),
             "plans": sum(r["plan"] for r in rows),
             "reliability": {k: sum(r["reliability"][k] for r in rows) for k in RELIABILITY},
+            "llm_purposes": {p: sum(r.get("llm_purposes", {}).get(p, 0) for r in rows)
+                             for p in sorted({p for r in rows for p in r.get("llm_purposes", {})})},
         }
     return summary
 
@@ -396,6 +409,7 @@ def table(summary: dict[str, dict], results: list[dict]) -> str:
         ("wall s / task (median)", lambda s: f"{s['wall_s_per_task']:.1f} ({s['wall_s_median']:.1f})"),
         ("timeouts / run errors", lambda s: f"{s['timeouts']} / {s['errors']}"),
         ("plans made", lambda s: str(s["plans"])),
+        ("LLM calls by purpose", lambda s: " ".join(f"{p}={n}" for p, n in s["llm_purposes"].items()) or "-"),
     ] + [(f"reliability: {k}", lambda s, k=k: str(s["reliability"][k])) for k in RELIABILITY]
     for name, fmt in rows:
         lines.append(f"{name:28}" + "".join(f"{fmt(summary[m]):>22}" for m in modes))
