@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 import jsonschema
@@ -211,13 +211,16 @@ class Evaluation:
         return {k: sum(r[i] for r in rows) for i, k in enumerate(RELIABILITY)}
 
     # --- one run -------------------------------------------------------------------------------
-    def run(self, tasks: list[Task]) -> list[dict]:
-        """Mode after mode (a server's prompt cache then keeps the mode's long shared prefix)."""
+    def run(self, tasks: list[Task], progress: Callable[[list[dict]], None] | None = None) -> list[dict]:
+        """Mode after mode (a server's prompt cache then keeps the mode's long shared prefix);
+        `progress(results so far)` after every run, so a long evaluation cut short keeps them."""
         results = []
         for mode in self.opt.modes:
             for task in tasks:
                 result = asyncio.run(self.run_task(task, mode))
                 results.append(result)
+                if progress:
+                    progress(results)
                 if self.opt.verbose:
                     mark = "ok  " if result["success"] else "FAIL"
                     print(f"  {mark} {mode:5} {task.name:22} {result['wall_s']:6.1f}s  llm={result['llm_calls']} "
@@ -442,16 +445,26 @@ def select_tasks(count: int | None, only: str | None) -> list[Task]:
     return tasks[:count] if count else tasks
 
 
-def evaluate(options: Options, tasks: list[Task]) -> dict:
-    """Run the tasks in every mode and return the report (what --out writes)."""
+def evaluate(options: Options, tasks: list[Task], out: str = "") -> dict:
+    """Run the tasks in every mode and return the report (written to `out` after every run)."""
     started = time.monotonic()
+
+    def write(results: list[dict]) -> None:
+        if out:
+            Path(out).write_text(json.dumps(report(options, results, started), indent=1, ensure_ascii=False), encoding="utf-8")
+
     with Evaluation(options) as evaluation:
-        results = evaluation.run(tasks)
+        results = evaluation.run(tasks, write)
         if options.llm_log:
             with open(options.llm_log, "a", encoding="utf-8") as fh:
                 for record in evaluation.proxy.records:
                     fh.write(json.dumps({"label": record.label, "model": record.model, "request": record.request,
                                          "content": record.content, "tool_calls": record.tool_calls}) + "\n")
+    write(results)
+    return report(options, results, started)
+
+
+def report(options: Options, results: list[dict], started: float) -> dict:
     settings = {k: v for k, v in vars(options).items() if k not in ("api_key", "verbose", "llm_log", "web_port")}
     settings["modes"] = {m: s for m, s in mode_settings(options.max_tools, options.compact_schemas).items() if m in options.modes}
     return {
@@ -506,12 +519,11 @@ def main(argv: list[str] | None = None) -> None:
                       max_tokens=args.max_tokens, llm_log=args.llm_log)
     tasks = select_tasks(args.tasks, args.only)
     print(f"agent_eval: {len(tasks)} tasks x {len(modes)} modes, {backend} {url} model {model}", flush=True)
-    report = evaluate(options, tasks)
+    result = evaluate(options, tasks, args.out)
     print()
-    print(table(report["summary"], report["results"]))
-    print(f"\ntotal {report['total_s']:.0f} s")
+    print(table(result["summary"], result["results"]))
+    print(f"\ntotal {result['total_s']:.0f} s")
     if args.out:
-        Path(args.out).write_text(json.dumps(report, indent=1, ensure_ascii=False), encoding="utf-8")
         print(f"report written to {args.out}")
 
 
