@@ -530,7 +530,7 @@ def main(argv: list[str] | None = None) -> None:
 def _first_model(url: str, api_key: str) -> str:
     """The server's first model (llama.cpp serves one)."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    response = httpx.get(url.rstrip("/") + "/models", headers=headers, timeout=10)
+    response = httpx.get(url.rstrip("/") + "/models", headers=headers, timeout=600)  # a busy llama-cpp-python answers late
     response.raise_for_status()
     data = response.json().get("data") or []
     return data[0]["id"] if data else ""
