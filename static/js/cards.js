@@ -126,7 +126,9 @@ export function toolCard(name, args) {
   const summary = el("summary");
   summary.append(el("span", "tool-icon", "⚙"), el("span", "tool-name", name), el("span", "tool-status", "running…"));
   const body = el("div", "tool-body");
-  body.append(el("div", "label", "Arguments"), el("pre", "tool-args", pretty(args)));
+  const pre = el("pre", "tool-args", pretty(args));
+  pre.tabIndex = 0; // long content scrolls: reachable by keyboard
+  body.append(el("div", "label", "Arguments"), pre);
   details.append(summary, body);
   return details;
 }
@@ -144,7 +146,9 @@ export function completeToolCard(card, result, success) {
   const body = card.querySelector(".tool-body");
   body.querySelector(".tool-result")?.remove();
   body.querySelector(".label.result")?.remove();
-  body.append(el("div", "label result", success ? "Result" : "Error"), el("pre", "tool-result", result ?? ""));
+  const pre = el("pre", "tool-result", result ?? "");
+  pre.tabIndex = 0;
+  body.append(el("div", "label result", success ? "Result" : "Error"), pre);
 }
 
 /** Where sub-agent cards go: a nested list inside a spawn_agent card. */
