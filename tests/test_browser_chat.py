@@ -66,10 +66,11 @@ def page(browser, login_state, live_llm):
 def open_new_chat(page, navi) -> str:
     page.goto(f"{navi.url}/")
     page.wait_for_selector("body[data-ready='1']")
-    old = page.evaluate("location.hash")
-    page.click("#new-chat")
-    page.wait_for_function("h => location.hash && location.hash !== h", arg=old)
-    sid = page.evaluate("location.hash.slice(1)")
+    # New chat reuses your newest chat while it is empty (maybe the one shown): follow the answer.
+    with page.expect_response(lambda r: r.url.endswith("/sessions") and r.request.method == "POST") as created:
+        page.click("#new-chat")
+    sid = created.value.json()["session_id"]
+    page.wait_for_function("id => location.hash.slice(1) === id", arg=sid)
     page.wait_for_function("() => document.body.dataset.ready === '1' && window.navi && window.navi.socket.sessionId === location.hash.slice(1)")
     page.wait_for_function("() => window.navi.socket.ws.readyState === 1")
     return sid
@@ -185,7 +186,7 @@ def test_it_shows_a_plan_card(page, navi, live_llm):
     live_llm.add_rule(Rule(system="planning step", match="make a plan", turns=[Turn(content="1. Look around\n2. Report back")]))
     live_llm.add_rule(Rule(match="make a plan", turns=[Turn(content="Plan done.")]))
     open_new_chat(page, navi)
-    send(page, "make a plan")
+    send(page, "make a plan, then follow it")  # several requests: "auto" planning plans
     turn = last_turn(page)
     expect(turn.locator(".plan")).to_contain_text("Look around")
     expect(turn.locator(".plan li")).to_have_count(2)
@@ -311,9 +312,10 @@ def test_code_blocks_are_highlighted_with_a_copy_button(page, navi, live_llm):
     live_llm.add_rule(Rule(match="show code", turns=[Turn(content="```python\ndef f():\n    return 1\n```")]))
     open_new_chat(page, navi)
     send(page, "show code")
-    pre = last_turn(page).locator("pre.code")
-    expect(pre.locator("code.hljs .hljs-keyword").first).to_have_text("def")
-    expect(pre.locator("button.copy")).to_have_text("Copy")
+    block = last_turn(page).locator(".codeblock")
+    expect(block.locator("pre.code code.hljs .hljs-keyword").first).to_have_text("def")
+    expect(block.locator(".code-head button.copy")).to_have_text("Copy")
+    expect(block.locator(".code-head .lang")).to_have_text("python")
 
 
 def test_pin_rename_and_delete_in_the_sidebar(page, navi):

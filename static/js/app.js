@@ -274,6 +274,9 @@ async function start() {
   $("#session-profile").addEventListener("change", (e) => switchProfile(e.target.value));
   document.addEventListener("keydown", (e) => {
     if (e.key !== "Escape" || e.defaultPrevented) return;
+    // Esc in a field (renaming a chat, searching, a select) belongs to that field.
+    const t = e.target;
+    if (t !== $("#input") && (["INPUT", "TEXTAREA", "SELECT"].includes(t.tagName) || t.isContentEditable)) return;
     if (document.body.classList.contains("sidebar-open")) {
       setMenu(false);
       $("#menu").focus();

@@ -174,7 +174,10 @@ export class Sidebar {
     };
     input.addEventListener("keydown", (e) => {
       if (e.key === "Enter") finish(true);
-      if (e.key === "Escape") finish(false);
+      if (e.key === "Escape") {
+        e.preventDefault(); // not a Stop of the running answer
+        finish(false);
+      }
     });
     input.addEventListener("blur", () => finish(true));
   }
