@@ -76,7 +76,9 @@ def page(browser, login_state, live_llm):
 def open_chat(page, navi, sid: str | None = None) -> str:
     sid = sid or navi.create_session()
     page.goto(f"{navi.url}/#{sid}")
-    page.wait_for_function("id => document.body.dataset.ready === '1' && window.navi && window.navi.socket.sessionId === id", arg=sid)
+    page.wait_for_function(
+        "id => document.body.dataset.ready === '1' && window.navi && window.navi.socket.sessionId === id", arg=sid
+    )
     page.wait_for_function("() => window.navi.socket.ws.readyState === 1")
     return sid
 
@@ -89,7 +91,9 @@ def send(page, text: str) -> None:
 def wait_idle_with_ids(page) -> None:
     """The run ended and the page re-fetched the ids of what it saved (Edit needs them)."""
     expect(page.locator("#input")).to_be_enabled()
-    page.wait_for_function("() => [...document.querySelectorAll('.messages > .group.user')].every((n) => n.dataset.messageId)")
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.messages > .group.user')].every((n) => n.dataset.messageId)"
+    )
 
 
 def api_session(navi, sid):
@@ -104,6 +108,7 @@ def test_edit_replaces_the_message_and_its_answer(page, navi, live_llm):
     send(page, "first question")
     expect(page.locator(".bubble.assistant").last).to_have_text("echo: first question")
     wait_idle_with_ids(page)
+    expect(page.locator("#session-title")).to_have_text("first question")  # the chat's new title
     page.locator(".group.user button.edit").click()
     page.fill(".edit-input", "second question")
     screenshot(page, "daily-01-editing")
@@ -264,15 +269,34 @@ EVERY_KIND = {
     "messages": [
         {"seq": 1, "role": "user", "content": "do everything"},
         {"seq": 2, "role": "assistant", "content": "1. All\n2. Things", "name": "plan"},
-        {"seq": 3, "role": "assistant", "content": "", "tool_calls": [
-            {"id": "c1", "name": "spawn_agent", "arguments": {"task": "sub"}},
-            {"id": "c2", "name": "remember", "arguments": {}},
-        ]},
-        {"seq": 4, "role": "tool", "tool_call_id": "c1", "name": "spawn_agent", "content": "sub done",
-         "meta": {"subagent": [{"tool": "terminal", "args": {"command": "ls"}, "result": "a b", "success": True}],
-                  "files": [{"name": "chart.png", "url": "/sessions/x/files/chart.png", "mime": "text/plain"}]}},
-        {"seq": 5, "role": "tool", "tool_call_id": "c2", "name": "remember", "content": "ok",
-         "meta": {"memory": [{"category": "preference", "key": "tea", "value": "green"}]}},
+        {
+            "seq": 3,
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"id": "c1", "name": "spawn_agent", "arguments": {"task": "sub"}},
+                {"id": "c2", "name": "remember", "arguments": {}},
+            ],
+        },
+        {
+            "seq": 4,
+            "role": "tool",
+            "tool_call_id": "c1",
+            "name": "spawn_agent",
+            "content": "sub done",
+            "meta": {
+                "subagent": [{"tool": "terminal", "args": {"command": "ls"}, "result": "a b", "success": True}],
+                "files": [{"name": "chart.png", "url": "/sessions/x/files/chart.png", "mime": "text/plain"}],
+            },
+        },
+        {
+            "seq": 5,
+            "role": "tool",
+            "tool_call_id": "c2",
+            "name": "remember",
+            "content": "ok",
+            "meta": {"memory": [{"category": "preference", "key": "tea", "value": "green"}]},
+        },
         {"seq": 6, "role": "assistant", "content": "All **done**."},
         {"seq": 7, "role": "user", "content": "fail now"},
         {"seq": 8, "role": "system", "content": "the model is unreachable", "meta": {"kind": "error"}},
@@ -293,7 +317,9 @@ def test_history_after_a_reload_shows_every_card_kind(page, navi):
     first = turns.nth(0)
     expect(first.locator("details.plan")).to_contain_text("Things")
     expect(first.locator("details.plan")).not_to_have_attribute("open", "")
-    expect(first.locator("details.tool[data-tool=spawn_agent] .subagent details.tool[data-tool=terminal]")).to_have_class(re.compile(r"\bok\b"))
+    expect(
+        first.locator("details.tool[data-tool=spawn_agent] .subagent details.tool[data-tool=terminal]")
+    ).to_have_class(re.compile(r"\bok\b"))
     expect(first.locator(".published a.file-link svg.file-icon")).to_have_count(1)
     expect(first.locator(".notice.memory")).to_have_text("Remembered (preference) tea: green")
     expect(first.locator(".bubble.assistant strong")).to_have_text("done")
@@ -305,7 +331,11 @@ def test_history_after_a_reload_shows_every_card_kind(page, navi):
 
 
 # --- 7. reading -------------------------------------------------------------------------------------
-RICH = "Math $x^2 + 1$ and\n\n$$\\int_0^1 x\\,dx$$\n\n- [x] done\n- [ ] todo\n\n> quoted\n\n```python\n" + "print(1)\n" * 60 + "```\n"
+RICH = (
+    "Math $x^2 + 1$ and\n\n$$\\int_0^1 x\\,dx$$\n\n- [x] done\n- [ ] todo\n\n> quoted\n\n```python\n"
+    + "print(1)\n" * 60
+    + "```\n"
+)
 
 
 def test_reading_aids_math_tasks_code_header_and_jump_to_latest(page, navi, live_llm):
@@ -337,7 +367,9 @@ def test_reading_aids_math_tasks_code_header_and_jump_to_latest(page, navi, live
     expect(jump).to_be_visible()
     screenshot(page, "daily-08-jump")
     jump.click()
-    page.wait_for_function("() => { const s = document.querySelector('#scroller'); return s.scrollHeight - s.scrollTop - s.clientHeight < 150; }")
+    page.wait_for_function(
+        "() => { const s = document.querySelector('#scroller'); return s.scrollHeight - s.scrollTop - s.clientHeight < 150; }"
+    )
     expect(page.locator("#input")).to_be_enabled(timeout=20_000)
     # Favicon: no 404.
     assert page.request.get(f"{navi.url}/favicon.ico").status == 200
@@ -372,7 +404,9 @@ def test_keyboard_reaches_the_attach_buttons_with_a_visible_focus(page, navi):
     assert outline not in ("none", ""), outline
     page.keyboard.press("Shift+Tab")
     assert page.evaluate("document.activeElement.id") == "image-button"
-    page.evaluate("document.querySelector('#attach-image').addEventListener('click', (e) => { e.preventDefault(); window.__picker = true; })")
+    page.evaluate(
+        "document.querySelector('#attach-image').addEventListener('click', (e) => { e.preventDefault(); window.__picker = true; })"
+    )
     page.keyboard.press("Enter")  # the button opens the (hidden) image picker
     page.wait_for_function("() => window.__picker === true")
 
@@ -382,9 +416,12 @@ def test_image_only_send_new_chat_reuse_and_login_keeps_the_username(page, navi,
     live_llm.add_rule(DIRECT)
     sid = open_chat(page, navi)
     image = tmp_path / "dot.png"
-    image.write_bytes(bytes.fromhex(
-        "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
-        "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082"))
+    image.write_bytes(
+        bytes.fromhex(
+            "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+            "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082"
+        )
+    )
     page.set_input_files("#attach-image", str(image))
     expect(page.locator("#attachments .chip.image img")).to_have_count(1)
     page.click("#send")
@@ -411,10 +448,15 @@ def test_image_only_send_new_chat_reuse_and_login_keeps_the_username(page, navi,
 
 # --- 10. settings and memory pages --------------------------------------------------------------------
 def test_settings_theme_tokens_and_memory_page(page, navi):
-    navi._manage("shell", "-c", (
-        "from django.contrib.auth import get_user_model; from memory_app.models import MemoryFact; "
-        f"MemoryFact.objects.create(owner=get_user_model().objects.get(username='{navi.username}'), "
-        "category='preference', key='drink', value='tea')"))
+    navi._manage(
+        "shell",
+        "-c",
+        (
+            "from django.contrib.auth import get_user_model; from memory_app.models import MemoryFact; "
+            f"MemoryFact.objects.create(owner=get_user_model().objects.get(username='{navi.username}'), "
+            "category='preference', key='drink', value='tea')"
+        ),
+    )
     page.goto(f"{navi.url}/settings/")
     page.wait_for_selector("body[data-ready='1']")
     page.select_option("#theme", "dark")
@@ -457,9 +499,11 @@ def axe_serious(page) -> list:
     # By URL (the vendored copy Django serves): the pages' CSP forbids an inline script.
     assert AXE.exists(), "run `make vendor` (npm ci) first"
     page.add_script_tag(url="/static/vendor/axe.min.js")
-    result = page.evaluate("async () => (await axe.run(document, {resultTypes: ['violations']})).violations"
-                           ".filter(v => ['serious', 'critical'].includes(v.impact))"
-                           ".map(v => ({id: v.id, impact: v.impact, nodes: v.nodes.slice(0, 3).map(n => n.target.join(' ') + ' ' + (n.failureSummary || '').slice(0, 200))}))")
+    result = page.evaluate(
+        "async () => (await axe.run(document, {resultTypes: ['violations']})).violations"
+        ".filter(v => ['serious', 'critical'].includes(v.impact))"
+        ".map(v => ({id: v.id, impact: v.impact, nodes: v.nodes.slice(0, 3).map(n => n.target.join(' ') + ' ' + (n.failureSummary || '').slice(0, 200))}))"
+    )
     return result
 
 
@@ -468,8 +512,12 @@ def test_axe_finds_no_serious_violations(browser, navi, live_llm, login_state, s
     live_llm.reset()
     live_llm.add_rule(DIRECT)
     live_llm.add_rule(Rule(match="slow words", turns=[Turn(content="word " * 200, chunk_size=5, delay=0.03)]))
-    live_llm.add_rule(Rule(match="use a tool", turns=[
-        Turn(tool_calls=[{"name": "list_tools", "arguments": {}}]), Turn(content="Tools listed.")]))
+    live_llm.add_rule(
+        Rule(
+            match="use a tool",
+            turns=[Turn(tool_calls=[{"name": "list_tools", "arguments": {}}]), Turn(content="Tools listed.")],
+        )
+    )
     live_llm.add_rule(Rule(match="break please", turns=[Turn(status=500, error="boom")]))
     found = {}
     anon = browser.new_context(color_scheme=scheme)
@@ -499,8 +547,10 @@ def test_axe_finds_no_serious_violations(browser, navi, live_llm, login_state, s
         expect(page.locator(".error-box")).to_be_visible()
         page.evaluate("window.navi.socket.send({type: 'edit', message_id: 99999999, content: 'x'})")
         expect(page.locator("#toast .toast")).to_be_visible()
-        page.evaluate("document.querySelector('#connection').dataset.state = 'reconnecting';"
-                      "document.querySelector('#connection').textContent = 'Connection lost — reconnecting in 1.0 s…'")
+        page.evaluate(
+            "document.querySelector('#connection').dataset.state = 'reconnecting';"
+            "document.querySelector('#connection').textContent = 'Connection lost — reconnecting in 1.0 s…'"
+        )
         found["error"] = axe_serious(page)
         screenshot(page, f"daily-12-axe-{scheme}")
         page.goto(f"{navi.url}/settings/")
