@@ -213,9 +213,13 @@ async function newSession(profileId) {
   try {
     const created = await api.createSession(profileId || undefined);
     await sidebar.refresh();
-    // The server reuses your newest chat while it is still empty (maybe this one).
-    if (created.session_id === state.sessionId) openSession(created.session_id);
-    else location.hash = created.session_id;
+    // The server reuses your newest chat while it is still empty (maybe this one: then only its
+    // profile may have changed; reopening it would race a message typed right away).
+    if (created.session_id === state.sessionId) {
+      api.session(created.session_id).then((session) => state.sessionId === session.id && showSession(session)).catch(() => {});
+    } else {
+      location.hash = created.session_id;
+    }
     document.body.classList.remove("sidebar-open");
     $("#input").focus();
   } catch (err) {
