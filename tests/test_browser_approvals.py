@@ -84,14 +84,13 @@ def record_sent_frames(page) -> list[dict]:
 def open_new_chat(page, navi) -> str:
     page.goto(f"{navi.url}/")
     page.wait_for_selector("body[data-ready='1']")
-    old = page.evaluate("location.hash")
     if page.locator("#menu").is_visible():  # phone width: the sidebar slides in
         page.click("#menu")
-    # New chat may reuse the newest chat when it is still empty (the hash may then stay the
-    # same): wait for the server's answer, then for the page to show that chat.
-    with page.expect_response(lambda r: r.url.endswith("/sessions") and r.request.method == "POST"):
+    # New chat reuses your newest chat while it is empty (maybe the one shown): follow the answer.
+    with page.expect_response(lambda r: r.url.endswith("/sessions") and r.request.method == "POST") as created:
         page.click("#new-chat")
-    page.wait_for_function("h => location.hash && (location.hash !== h || !document.querySelector('#scroller .group'))", arg=old)
+    sid = created.value.json()["session_id"]
+    page.wait_for_function("id => location.hash.slice(1) === id", arg=sid)
     wait_ready(page)
     return page.evaluate("location.hash.slice(1)")
 
