@@ -48,8 +48,11 @@ test: install-test vendor
 lint: install-test
 	$(VENV)/bin/ruff check .
 
+# Benchmarks that need a real model (an Ollama or OpenAI-compatible server) are run by hand.
+MODEL_BENCHES := bench/agent_eval.py bench/capture_outputs.py
+
 bench: install-test vendor
-	for b in bench/[!_]*.py; do echo "==> $$b"; $(PY) $$b || exit 1; done
+	for b in $(filter-out $(MODEL_BENCHES),$(wildcard bench/[!_]*.py)); do echo "==> $$b"; $(PY) $$b || exit 1; done
 
 clean:
 	rm -rf $(VENV) staticfiles tests/artifacts node_modules static/vendor

@@ -1,0 +1,540 @@
+"""Evaluation against a real model: ≥ 30 tasks with checkable end states, two modes side by side.
+
+    .venv/bin/python bench/agent_eval.py --ollama http://127.0.0.1:11434 --model qwen2.5:0.5b
+    .venv/bin/python bench/agent_eval.py --openai http://127.0.0.1:8080/v1 --model smollm2 [--api-key K]
+        [--tasks N | --only todo_create,file_write] [--modes navi,plain] [--timeout 300] [--out results.json]
+
+A real Navi server (daphne, temp dir, `tests.live_server.LiveNavi`) talks to the model through a
+counting proxy (`bench/_llm_proxy.py`); the bench is the user: for each task and mode it opens a
+fresh session on the mode's profile, sends the task's messages over the WebSocket, approves
+whatever asks (nothing should: every tool is `allow`), and on the deadline presses Stop. Then the
+task's checker reads the end state (`bench/_eval_tasks.py`). The workspace, memory and user tools
+are reset before every run. Modes are profiles:
+
+  navi   planning auto, text tool-call recovery, argument repair, at most --max-tools tools
+  plain  native tool calls only, every tool offered, no repair, no recovery, no planning
+
+Per mode it reports task success rate, valid-call rate (calls that ran without an unknown-tool
+or argument error ÷ all calls, from the audit table and the tool results), LLM calls and tokens
+per task (from the proxy), and wall time per task; prints a table and writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import shutil
+import sqlite3
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+from typing import Any, Callable
+
+import httpx
+import jsonschema
+import websockets
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench._eval_tasks import SHOUT_TOOL, TASKS, Run, Task, WebFixture  # noqa: E402
+from bench._llm_proxy import LLMProxy  # noqa: E402
+from tests.live_server import LiveNavi  # noqa: E402
+
+TERMINAL = ("stream_end", "stream_stopped", "error")
+# Tool results that mean the call itself was wrong (not that the tool failed at its work).
+CALL_ERROR = re.compile(
+    r"unknown tool|invalid arguments for|arguments for '[^']*' (are not valid JSON|must be a JSON object)|"
+    r"could not (be )?repair|did you mean",
+    re.IGNORECASE,
+)
+RELIABILITY = ("native_calls", "recovered_calls", "repaired_arguments", "refused_calls", "unknown_tools", "broken_loops")
+
+
+def mode_settings(max_tools: int, compact: bool) -> dict[str, dict]:
+    """The profile fields that make a mode."""
+    return {
+        "navi": {"planning_enabled": True, "planning": "auto", "recover_tool_calls": True, "repair_arguments": True,
+                 "max_tools": max_tools, "compact_schemas": compact},
+        "plain": {"planning_enabled": False, "planning": "never", "recover_tool_calls": False, "repair_arguments": False,
+                  "max_tools": 0, "compact_schemas": False},
+    }
+
+
+# Run once inside the server's environment (one manage.py process): the database, the owner and
+# an API token, and the two profiles with every builtin tool allowed.
+SETUP_SCRIPT = """
+import io, json
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from agent.models import Profile
+from agent.registry import get_agent
+cfg = json.loads({cfg!r})
+call_command("migrate", "--noinput", verbosity=0)
+call_command("ensure_owner", stdout=io.StringIO())
+out = io.StringIO()
+call_command("navi_token", cfg["user"], stdout=out)
+names = sorted(get_agent().tools.builtin_names)
+base = Profile.objects.get(pk="secretary")
+for mode, fields in cfg["modes"].items():
+    Profile.objects.update_or_create(pk="eval-" + mode, defaults=dict(
+        name="Eval (" + mode + ")", description="agent_eval mode " + mode, system_prompt=base.system_prompt,
+        scratchpad_sections=base.scratchpad_sections, enabled_tools=names, model=cfg["model"],
+        llm_backend=cfg["backend"], temperature=cfg["temperature"], max_iterations=cfg["max_iterations"],
+        context_window=cfg["context_window"], tool_policy={{n: "allow" for n in names}}, **fields))
+owner = get_user_model().objects.get(username=cfg["user"]).pk
+print("EVAL-SETUP " + json.dumps({{"owner_id": owner, "token": out.getvalue().strip()}}))
+"""
+
+
+@dataclass
+class Options:
+    backend: str  # ollama | openai
+    url: str
+    model: str
+    api_key: str = ""
+    modes: tuple[str, ...] = ("navi", "plain")
+    timeout: float = 300.0
+    max_iterations: int = 6
+    max_tools: int = 8
+    compact_schemas: bool = True
+    temperature: float = 0.2
+    num_ctx: int = 8192
+    context_window: int = 0
+    max_tokens: int = 512
+    tool_timeout: float = 30.0
+    llm_log: str = ""
+    web_port: int = 0  # the web tasks' pages (0 = any free port)
+    verbose: bool = True
+
+
+class Evaluation:
+    """One Navi server, one proxy, one web fixture; `run(tasks)` returns the per-run results."""
+
+    def __init__(self, options: Options) -> None:
+        self.opt = options
+        self.proxy = LLMProxy(options.url, max_tokens=options.max_tokens, keep_requests=bool(options.llm_log))
+        self.web = WebFixture(options.web_port)
+        self.navi: LiveNavi | None = None
+        self.owner_id = 0
+        self.schemas: dict[str, dict] = {}
+
+    # --- set-up ------------------------------------------------------------------------------
+    def __enter__(self) -> "Evaluation":
+        self.proxy.start()
+        self.web.start()
+        env = {
+            "OLLAMA_HOST": self.proxy.url,
+            "OLLAMA_DEFAULT_MODEL": self.opt.model,
+            "OPENAI_BASE_URL": self.proxy.url,
+            "OPENAI_MODEL": self.opt.model,
+            "OPENAI_API_KEY": self.opt.api_key or "none",
+            "OLLAMA_NUM_CTX": str(self.opt.num_ctx),
+            "HTTP_ALLOWED_HOSTS": "127.0.0.1",
+            "TERMINAL_ALLOWED_COMMANDS": "*",
+            "LLM_TIMEOUT_S": str(self.opt.timeout),
+            "LLM_CALL_MAX_S": str(self.opt.timeout),
+            "LLM_MAX_ANSWER_TOKENS": str(self.opt.max_tokens or 4096),
+            "TOOL_TIMEOUT_S": str(self.opt.tool_timeout),
+            "APPROVAL_TIMEOUT_S": "20",
+            "CHAT_TITLES": "first_words",  # a title is no part of the agent's work (and no LLM call)
+        }
+        self.navi = LiveNavi(env=env)
+        for sub in ("workspace", "session_files", "user_tools"):
+            (self.data_dir / sub).mkdir(parents=True, exist_ok=True)
+        (self.tools_dir / "shout.py").write_text(SHOUT_TOOL, encoding="utf-8")
+        cfg = {"modes": {m: s for m, s in mode_settings(self.opt.max_tools, self.opt.compact_schemas).items()
+                         if m in self.opt.modes},
+               "model": self.opt.model, "backend": self.opt.backend, "temperature": self.opt.temperature,
+               "max_iterations": self.opt.max_iterations, "context_window": self.opt.context_window,
+               "user": self.navi.username}
+        out = self.navi._manage("shell", "-c", SETUP_SCRIPT.format(cfg=json.dumps(cfg)))
+        setup = json.loads(out.split("EVAL-SETUP ", 1)[1])
+        self.owner_id, self.navi.token = setup["owner_id"], setup["token"]
+        self.navi.start(timeout=60)
+        self._load_schemas()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.navi is not None:
+            self.navi.__exit__(*exc)
+        self.web.stop()
+        self.proxy.stop()
+
+    @property
+    def data_dir(self) -> Path:
+        assert self.navi is not None
+        return self.navi.data_dir
+
+    @property
+    def tools_dir(self) -> Path:
+        return self.data_dir / "user_tools"
+
+    @property
+    def workspace(self) -> Path:
+        """The owner's own workspace (NAVI_WORKSPACE/<user id>)."""
+        return self.data_dir / "workspace" / str(self.owner_id)
+
+    @property
+    def db(self) -> Path:
+        return self.data_dir / "navi.db"
+
+    def _load_schemas(self) -> None:
+        with self.navi.api() as client:
+            response = client.get("/agents/tools")
+            response.raise_for_status()
+        self.schemas = {t["name"]: t.get("parameters") or {} for t in response.json()["tools"]}
+
+    def _sql(self, query: str, *args: Any) -> list[tuple]:
+        with sqlite3.connect(self.db, timeout=30) as conn:
+            return conn.execute(query, args).fetchall()
+
+    def _reset(self) -> None:
+        """A clean workspace, no memory, only the installed user tool, no web posts."""
+        shutil.rmtree(self.data_dir / "workspace", ignore_errors=True)
+        self.workspace.mkdir(parents=True, mode=0o700)
+        for path in self.tools_dir.iterdir():
+            if path.name != "shout.py":
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+        self._sql("DELETE FROM memory_app_memoryfact WHERE owner_id = ?", self.owner_id)
+        self._sql("DELETE FROM memory_app_memorysummary WHERE owner_id = ?", self.owner_id)
+        self.web.posts.clear()
+
+    def _reliability(self) -> dict[str, int]:
+        rows = self._sql(f"SELECT {', '.join(RELIABILITY)} FROM agent_modelreliability WHERE model = ?", self.opt.model)
+        return {k: sum(r[i] for r in rows) for i, k in enumerate(RELIABILITY)}
+
+    # --- one run -------------------------------------------------------------------------------
+    def run(self, tasks: list[Task], progress: Callable[[list[dict]], None] | None = None) -> list[dict]:
+        """Mode after mode (a server's prompt cache then keeps the mode's long shared prefix);
+        `progress(results so far)` after every run, so a long evaluation cut short keeps them."""
+        results = []
+        for mode in self.opt.modes:
+            for task in tasks:
+                result = asyncio.run(self.run_task(task, mode))
+                results.append(result)
+                if progress:
+                    progress(results)
+                if self.opt.verbose:
+                    mark = "ok  " if result["success"] else "FAIL"
+                    print(f"  {mark} {mode:5} {task.name:22} {result['wall_s']:6.1f}s  llm={result['llm_calls']} "
+                          f"calls={len(result['tool_calls'])} {result['detail'][:90]}", flush=True)
+        return results
+
+    async def run_task(self, task: Task, mode: str) -> dict:
+        self._reset()
+        session_id = self.navi.create_session(f"eval-{mode}")
+        run = Run(db=self.db, workspace=self.workspace, tools_dir=self.tools_dir,
+                  owner_id=self.owner_id, session_id=session_id, web=self.web)
+        if task.setup:
+            task.setup(run)
+        label = f"{task.name}/{mode}"
+        self.proxy.label = label
+        before = self._reliability()
+        started = time.monotonic()
+        frames, timed_out, error = await self._converse(session_id, task, started + self.opt.timeout)
+        wall = time.monotonic() - started
+        self.proxy.wait_done(label, 30)
+        self.proxy.label = ""
+        if timed_out:
+            self.proxy.settle(self.opt.timeout * 3)  # the server may still chew on the abandoned prompt
+        # Never extracted in the background later: that would call the model in another task's time.
+        self._sql("INSERT OR REPLACE INTO memory_app_sessionmemorystate (session_id, extracted_at) VALUES (?, ?)",
+                  session_id.replace("-", ""), "2999-01-01 00:00:00")
+        run.answers = [f.get("content", "") for f in frames if f["type"] == "stream_end"]
+        run.calls = [f for f in frames if f["type"] == "tool_call"]
+        try:
+            detail = task.check(run)
+        except Exception as exc:  # a checker bug must not end the evaluation
+            detail = f"checker failed: {type(exc).__name__}: {exc}"
+        after = self._reliability()
+        records = self.proxy.records_for(label)
+        return {
+            "task": task.name,
+            "mode": mode,
+            "success": not detail,
+            "detail": detail or ("(timed out, but the end state is right)" if timed_out else ""),
+            "timed_out": timed_out,
+            "error": error,
+            "wall_s": round(wall, 2),
+            "llm_calls": len(records),
+            "llm_purposes": self._purposes(session_id),
+            "llm_seconds": round(sum(r.seconds for r in records), 2),
+            "prompt_tokens": sum(r.prompt_tokens or 0 for r in records),
+            "completion_tokens": sum(r.completion_tokens or 0 for r in records),
+            "usage_reported": all(r.prompt_tokens is not None for r in records),
+            "usage_estimated": any(r.usage_estimated for r in records),
+            "tool_calls": self._calls(session_id, run.calls),
+            "plan": any(f["type"] == "plan_ready" for f in frames),
+            "approvals": sum(1 for f in frames if f["type"] == "approval_required"),
+            "answers": run.answers,
+            "reliability": {k: after[k] - before[k] for k in RELIABILITY},
+            "llm_outputs": [{"content": r.content, "tool_calls": r.tool_calls} for r in records],
+            "llm_requests": [r.request for r in records] if self.opt.llm_log else [],
+        }
+
+    async def _converse(self, session_id: str, task: Task, deadline: float) -> tuple[list[dict], bool, str]:
+        """Send the task's messages one by one like a user; Stop on the deadline."""
+        frames: list[dict] = []
+        async with websockets.connect(self.navi.ws_url(session_id), additional_headers=self.navi.headers,
+                                      max_size=None, max_queue=None) as ws:
+            for text in task.messages:
+                got, timed_out, error = await self._turn(ws, session_id, text.format(web=self.web.url), deadline)
+                frames += got
+                if timed_out or error:
+                    return frames, timed_out, error
+        return frames, False, ""
+
+    async def _turn(self, ws, session_id: str, text: str, deadline: float) -> tuple[list[dict], bool, str]:
+        frames: list[dict] = []
+        await ws.send(json.dumps({"type": "message", "content": text}))
+        stopped, resends = False, 0
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 and not stopped:
+                stopped = True
+                deadline = time.monotonic() + 60  # grace for the run to wind down after Stop
+                async with httpx.AsyncClient(base_url=self.navi.url, headers=self.navi.headers, timeout=30) as client:
+                    await client.post(f"/sessions/{session_id}/stop")
+                self.proxy.abort(self.proxy.label)  # a prompt still being evaluated sends nothing to stop on
+                continue
+            if left <= 0:
+                return frames, True, "the run did not end after Stop"
+            try:
+                frame = json.loads(await asyncio.wait_for(ws.recv(), timeout=min(left, 5)))
+            except asyncio.TimeoutError:
+                continue
+            frames.append(frame)
+            kind = frame.get("type")
+            if kind == "approval_required":
+                await ws.send(json.dumps({"type": "approval", "approval_id": frame["approval_id"], "decision": "approve"}))
+            elif kind == "error" and "run_id" not in frame:
+                if "active" in frame.get("message", "").lower() and resends < 30:  # the last run is still closing
+                    resends += 1
+                    await asyncio.sleep(1)
+                    await ws.send(json.dumps({"type": "message", "content": text}))
+                    continue
+                return frames, stopped, frame.get("message", "error")
+            elif kind in TERMINAL and "run_id" in frame:
+                return frames, stopped, frame.get("message", "") if kind == "error" else ""
+
+    def _purposes(self, session_id: str) -> dict[str, int]:
+        """Navi's own record of the session's LLM calls by purpose (answer, planning, …)."""
+        try:
+            rows = self._sql("SELECT purpose, COUNT(*) FROM agent_llmcall WHERE session_id = ? GROUP BY purpose",
+                             session_id.replace("-", ""))
+        except sqlite3.OperationalError:  # a Navi without the table
+            return {}
+        return dict(rows)
+
+    def _calls(self, session_id: str, frames: list[dict]) -> list[dict]:
+        """Every audited tool call of the session, with whether the call itself was valid."""
+        rows = self._sql("SELECT tool, arguments, decision, success FROM agent_toolcallrecord WHERE session_id = ? "
+                         "ORDER BY id", session_id.replace("-", ""))
+        if any(tool not in self.schemas for tool, *_ in rows):
+            self._load_schemas()  # a user tool written during the run
+        results = [f.get("result", "") for f in frames]
+        calls = []
+        for i, (tool, raw, decision, success) in enumerate(rows):
+            args = json.loads(raw or "{}")
+            problem = ""
+            if tool not in self.schemas:
+                problem = "unknown tool"
+            elif i < len(results) and CALL_ERROR.search(results[i] or "") and not success:
+                problem = "call error: " + (results[i] or "")[:120]
+            elif not success and not _valid(args, self.schemas[tool]):
+                problem = "arguments do not match the schema"
+            calls.append({"tool": tool, "arguments": args, "decision": decision, "success": bool(success),
+                          "valid": not problem, "problem": problem})
+        return calls
+
+
+def _valid(args: Any, schema: dict) -> bool:
+    try:
+        return not any(jsonschema.Draft202012Validator(schema or {"type": "object"}).iter_errors(args))
+    except jsonschema.SchemaError:
+        return True
+
+
+# --- report ---------------------------------------------------------------------------------------
+def summarise(results: list[dict], modes: tuple[str, ...]) -> dict[str, dict]:
+    summary = {}
+    for mode in modes:
+        rows = [r for r in results if r["mode"] == mode]
+        if not rows:
+            continue
+        calls = [c for r in rows for c in r["tool_calls"]]
+        n = len(rows)
+        summary[mode] = {
+            "tasks": n,
+            "succeeded": sum(r["success"] for r in rows),
+            "success_rate": round(sum(r["success"] for r in rows) / n, 3),
+            "tool_calls": len(calls),
+            "valid_calls": sum(c["valid"] for c in calls),
+            "valid_call_rate": round(sum(c["valid"] for c in calls) / len(calls), 3) if calls else None,
+            "llm_calls_per_task": round(sum(r["llm_calls"] for r in rows) / n, 2),
+            "prompt_tokens_per_task": round(sum(r["prompt_tokens"] for r in rows) / n),
+            "completion_tokens_per_task": round(sum(r["completion_tokens"] for r in rows) / n),
+            "usage_reported": all(r["usage_reported"] for r in rows),
+            "usage_estimated": any(r["usage_estimated"] for r in rows),
+            "wall_s_per_task": round(sum(r["wall_s"] for r in rows) / n, 1),
+            "wall_s_median": round(statistics.median(r["wall_s"] for r in rows), 1),
+            "timeouts": sum(r["timed_out"] for r in rows),
+            "errors": sum(bool(r["error"]) for r in rows),
+            "plans": sum(r["plan"] for r in rows),
+            "reliability": {k: sum(r["reliability"][k] for r in rows) for k in RELIABILITY},
+            "llm_purposes": {p: sum(r.get("llm_purposes", {}).get(p, 0) for r in rows)
+                             for p in sorted({p for r in rows for p in r.get("llm_purposes", {})})},
+        }
+    return summary
+
+
+def table(summary: dict[str, dict], results: list[dict]) -> str:
+    modes = list(summary)
+
+    def pct(part: int, whole: int) -> str:
+        return f"{part}/{whole} ({100 * part / whole:.0f}%)" if whole else "n/a"
+
+    lines = [f"{'':28}" + "".join(f"{m:>22}" for m in modes)]
+    rows = [
+        ("task success", lambda s: pct(s["succeeded"], s["tasks"])),
+        ("valid tool calls", lambda s: pct(s["valid_calls"], s["tool_calls"])),
+        ("tool calls / task", lambda s: f"{s['tool_calls'] / s['tasks']:.2f}"),
+        ("LLM calls / task", lambda s: f"{s['llm_calls_per_task']:.2f}"),
+        ("prompt tokens / task", lambda s: f"{s['prompt_tokens_per_task']}" + _mark(s)),
+        ("completion tokens / task", lambda s: f"{s['completion_tokens_per_task']}" + _mark(s)),
+        ("wall s / task (median)", lambda s: f"{s['wall_s_per_task']:.1f} ({s['wall_s_median']:.1f})"),
+        ("timeouts / run errors", lambda s: f"{s['timeouts']} / {s['errors']}"),
+        ("plans made", lambda s: str(s["plans"])),
+        ("LLM calls by purpose", lambda s: " ".join(f"{p}={n}" for p, n in s["llm_purposes"].items()) or "-"),
+    ] + [(f"reliability: {k}", lambda s, k=k: str(s["reliability"][k])) for k in RELIABILITY]
+    for name, fmt in rows:
+        lines.append(f"{name:28}" + "".join(f"{fmt(summary[m]):>22}" for m in modes))
+    lines.append("")
+    by_task: dict[str, dict[str, dict]] = {}
+    for r in results:
+        by_task.setdefault(r["task"], {})[r["mode"]] = r
+    for name, per_mode in by_task.items():
+        cells = "".join(f"{('ok' if per_mode[m]['success'] else '-') if m in per_mode else '':>22}" for m in modes)
+        lines.append(f"{name:28}{cells}")
+    if any(_mark(s) for s in summary.values()):
+        lines.append("* the server did not report usage for every call; ~ counted with the server's tokenizer")
+    return "\n".join(lines)
+
+
+def _mark(mode_summary: dict) -> str:
+    if not mode_summary["usage_reported"]:
+        return "*"
+    return "~" if mode_summary["usage_estimated"] else ""
+
+
+def select_tasks(count: int | None, only: str | None) -> list[Task]:
+    tasks = TASKS
+    if only:
+        wanted = [n.strip() for n in only.split(",") if n.strip()]
+        unknown = sorted(set(wanted) - {t.name for t in TASKS})
+        if unknown:
+            raise SystemExit(f"unknown task(s): {', '.join(unknown)}; known: {', '.join(t.name for t in TASKS)}")
+        tasks = [t for t in TASKS if t.name in wanted]
+    return tasks[:count] if count else tasks
+
+
+def evaluate(options: Options, tasks: list[Task], out: str = "") -> dict:
+    """Run the tasks in every mode and return the report (written to `out` after every run)."""
+    started = time.monotonic()
+
+    def write(results: list[dict]) -> None:
+        if out:
+            Path(out).write_text(json.dumps(report(options, results, started), indent=1, ensure_ascii=False), encoding="utf-8")
+
+    with Evaluation(options) as evaluation:
+        results = evaluation.run(tasks, write)
+        if options.llm_log:
+            with open(options.llm_log, "a", encoding="utf-8") as fh:
+                for record in evaluation.proxy.records:
+                    fh.write(json.dumps({"label": record.label, "model": record.model, "request": record.request,
+                                         "content": record.content, "tool_calls": record.tool_calls}) + "\n")
+    write(results)
+    return report(options, results, started)
+
+
+def report(options: Options, results: list[dict], started: float) -> dict:
+    settings = {k: v for k, v in vars(options).items() if k not in ("api_key", "verbose", "llm_log", "web_port")}
+    settings["modes"] = {m: s for m, s in mode_settings(options.max_tools, options.compact_schemas).items() if m in options.modes}
+    return {
+        "model": options.model,
+        "backend": options.backend,
+        "url": options.url,
+        "date": date.today().isoformat(),
+        "total_s": round(time.monotonic() - started, 1),
+        "settings": settings,
+        "summary": summarise(results, options.modes),
+        "results": results,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    server = ap.add_mutually_exclusive_group(required=True)
+    server.add_argument("--ollama", metavar="URL", help="an Ollama server, e.g. http://127.0.0.1:11434")
+    server.add_argument("--openai", metavar="URL", help="an OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1")
+    ap.add_argument("--model", help="model name (required for Ollama)")
+    ap.add_argument("--api-key", default="")
+    ap.add_argument("--tasks", type=int, help="only the first N tasks")
+    ap.add_argument("--only", help="comma-separated task names")
+    ap.add_argument("--modes", default="navi,plain")
+    ap.add_argument("--timeout", type=float, default=300, help="seconds per task and mode (then Stop)")
+    ap.add_argument("--max-iterations", type=int, default=6, help="tool-calling steps per turn")
+    ap.add_argument("--max-tools", type=int, default=8, help="navi mode: tools offered per turn")
+    ap.add_argument("--no-compact", action="store_true", help="navi mode: full tool schemas")
+    ap.add_argument("--temperature", type=float, default=0.2)
+    ap.add_argument("--num-ctx", type=int, default=8192, help="OLLAMA_NUM_CTX of the Navi server")
+    ap.add_argument("--context-window", type=int, default=0, help="profiles' context_window (0 = ask the server)")
+    ap.add_argument("--max-tokens", type=int, default=512,
+                    help="tokens an answer call may generate (LLM_MAX_ANSWER_TOKENS; the proxy adds it where Navi sends none)")
+    ap.add_argument("--llm-log", default="", help="append every LLM request and its output to this JSONL file")
+    ap.add_argument("--out", default="", help="write the JSON report here")
+    ap.add_argument("--list", action="store_true", help="list the tasks and exit")
+    args = ap.parse_args(argv)
+    if args.list:
+        for task in TASKS:
+            print(f"{task.name:24} {task.messages[0]}")
+        return
+    backend, url = ("ollama", args.ollama) if args.ollama else ("openai", args.openai)
+    model = args.model or ("" if backend == "ollama" else _first_model(url, args.api_key))
+    if not model:
+        ap.error("--model is required")
+    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+    if set(modes) - {"navi", "plain"}:
+        ap.error("--modes takes navi and/or plain")
+    options = Options(backend=backend, url=url, model=model, api_key=args.api_key, modes=modes, timeout=args.timeout,
+                      max_iterations=args.max_iterations, max_tools=args.max_tools, compact_schemas=not args.no_compact,
+                      temperature=args.temperature, num_ctx=args.num_ctx, context_window=args.context_window,
+                      max_tokens=args.max_tokens, llm_log=args.llm_log)
+    tasks = select_tasks(args.tasks, args.only)
+    print(f"agent_eval: {len(tasks)} tasks x {len(modes)} modes, {backend} {url} model {model}", flush=True)
+    result = evaluate(options, tasks, args.out)
+    print()
+    print(table(result["summary"], result["results"]))
+    print(f"\ntotal {result['total_s']:.0f} s")
+    if args.out:
+        print(f"report written to {args.out}")
+
+
+def _first_model(url: str, api_key: str) -> str:
+    """The server's first model (llama.cpp serves one)."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    response = httpx.get(url.rstrip("/") + "/models", headers=headers, timeout=600)  # a busy llama-cpp-python answers late
+    response.raise_for_status()
+    data = response.json().get("data") or []
+    return data[0]["id"] if data else ""
+
+
+if __name__ == "__main__":
+    main()
