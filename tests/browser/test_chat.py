@@ -8,49 +8,12 @@ import shutil
 
 import httpx
 import pytest
+from playwright.sync_api import expect
 
-from tests.browser_support import CHROMIUM, chromium_browser, log_in, screenshot
-from tests.live_server import LiveNavi
-from tests.llm_server import LLMServer, Rule, Turn
+from tests.browser_support import CHROMIUM, log_in, screenshot
+from tests.llm_server import Rule, Turn
 
 pytestmark = pytest.mark.skipif(not shutil.which(CHROMIUM), reason="needs Debian's chromium (apt-get install chromium)")
-
-expect = None
-
-
-@pytest.fixture(scope="module")
-def live_llm():
-    with LLMServer() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def navi(live_llm):
-    with LiveNavi(env={"OLLAMA_HOST": live_llm.url}) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def browser():
-    global expect
-    from playwright.sync_api import expect as pw_expect
-
-    expect = pw_expect
-    pw_expect.set_options(timeout=10_000)
-    with chromium_browser() as b:
-        yield b
-
-
-@pytest.fixture(scope="module")
-def login_state(browser, navi, tmp_path_factory):
-    """Log in once through the form; later tests reuse the cookies."""
-    context = browser.new_context()
-    page = context.new_page()
-    log_in(page, navi)
-    path = tmp_path_factory.mktemp("browser") / "state.json"
-    context.storage_state(path=str(path))
-    context.close()
-    return str(path)
 
 
 @pytest.fixture
