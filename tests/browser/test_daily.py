@@ -317,7 +317,7 @@ def test_reading_aids_math_tasks_code_header_and_jump_to_latest(page, navi, live
     head = answer.locator(".codeblock .code-head")
     expect(head.locator(".lang")).to_have_text("python")
     expect(head.locator("button.copy")).to_have_text("Copy")
-    assert head.evaluate("n => getComputedStyle(n).position") == "sticky"
+    expect(head).to_have_css("position", "sticky")  # retried: the answer is re-rendered at stream_end
     expect(page.locator("#input")).to_be_enabled()
     # Scroll into the middle of the code block: its header is still in view.
     answer.locator(".codeblock pre").evaluate("n => n.scrollIntoView({block: 'center'})")
