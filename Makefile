@@ -49,7 +49,7 @@ lint: install-test
 	$(VENV)/bin/ruff check .
 
 # Benchmarks that need a real model (an Ollama or OpenAI-compatible server) are run by hand.
-MODEL_BENCHES := bench/agent_eval.py bench/capture_outputs.py
+MODEL_BENCHES := bench/agent_eval.py bench/capture_outputs.py bench/real_model_chat.py
 
 bench: install-test vendor
 	for b in $(filter-out $(MODEL_BENCHES),$(wildcard bench/[!_]*.py)); do echo "==> $$b"; $(PY) $$b || exit 1; done

@@ -56,6 +56,8 @@ def _call(obj: object, offered) -> ToolCall | None:
     name = obj.get("name")
     if not isinstance(name, str) or name not in offered:
         return None
+    if _is_schema_echo(obj):
+        return None
     args = obj.get("arguments", obj.get("parameters", {}))
     if isinstance(args, str):
         parsed = _lenient(args) if args.strip() else {}
@@ -66,6 +68,15 @@ def _call(obj: object, offered) -> ToolCall | None:
     if extra:  # {"name": "todo", "priority": 2} is data that happens to have a name, not a call
         return None
     return ToolCall(id=f"recovered_{uuid.uuid4().hex[:12]}", name=name, arguments=args, recovered=True)
+
+
+def _is_schema_echo(obj: dict) -> bool:
+    """The tool's own schema repeated back ({"type": "function", "name": …} or parameters that
+    are a JSON schema) is not a call: running it would call a tool nobody asked for."""
+    if "type" in obj and "arguments" not in obj and "parameters" not in obj:
+        return True
+    params = obj.get("parameters")
+    return isinstance(params, dict) and params.get("type") == "object" and isinstance(params.get("properties"), dict)
 
 
 def _calls_from(value: object, offered) -> list[ToolCall]:

@@ -256,3 +256,13 @@ def chat_page(request: HttpRequest) -> HttpResponse:
 @login_required
 def debug_page(request: HttpRequest) -> HttpResponse:
     return render(request, "debug.html")
+
+
+@login_required
+def settings_page(request: HttpRequest) -> HttpResponse:
+    return render(request, "settings.html")
+
+
+@login_required
+def memory_page(request: HttpRequest) -> HttpResponse:
+    return render(request, "memory.html")

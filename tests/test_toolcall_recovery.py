@@ -48,6 +48,8 @@ def test_every_known_shape_is_recovered(label, text, rest):
         "```python\nweb_search(query='cats')\n```",  # code in another language is shown as code
         "print(web_search)",
         "web_search(query=some_variable)",  # not literal arguments
+        '```\n{"type": "function", "name": "todo"}\n```',  # the schema echoed back (seen on SmolLM2)
+        '{"name": "web_search", "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}',
     ],
 )
 def test_text_that_only_mentions_a_tool_is_not_a_call(text):

@@ -50,6 +50,17 @@ async function request(method, path, body) {
 
 export const api = {
   sessions: () => request("GET", "/sessions").then((d) => d.sessions),
+  search: (q) => request("GET", `/sessions?q=${encodeURIComponent(q)}`).then((d) => d.sessions),
+  importSession: (data) => request("POST", "/sessions/import", data),
+  setProfile: (id, profileId) => request("PATCH", `/sessions/${id}`, { profile_id: profileId }),
+  settings: () => request("GET", "/settings"),
+  saveSettings: (changes) => request("PATCH", "/settings", changes),
+  tokens: () => request("GET", "/settings/tokens").then((d) => d.tokens),
+  createToken: (name) => request("POST", "/settings/tokens", { name }),
+  revokeToken: (id) => request("DELETE", `/settings/tokens/${id}`),
+  memory: () => request("GET", "/memory"),
+  saveFact: (id, value) => request("PATCH", `/memory/facts/${id}`, { value }),
+  forgetFact: (id) => request("DELETE", `/memory/facts/${id}`),
   session: (id) => request("GET", `/sessions/${id}`),
   createSession: (profileId) => request("POST", "/sessions", { profile_id: profileId }),
   rename: (id, title) => request("PATCH", `/sessions/${id}`, { title }),

@@ -6,9 +6,13 @@ import { ChatView } from "./chat.js";
 import { Composer } from "./composer.js";
 import { Sidebar } from "./sidebar.js";
 import { SessionSocket } from "./ws.js";
+import { applyTheme } from "./theme.js";
 
 const $ = (sel) => document.querySelector(sel);
-const state = { sessionId: null, socket: null, ready: false, buffer: [], maxContext: 0, frames: [] };
+const state = {
+  sessionId: null, socket: null, ready: false, buffer: [], maxContext: 0, frames: [],
+  session: null, profiles: [], prefs: { notify_when_done: false },
+};
 
 function toast(message) {
   const box = $("#toast");
@@ -41,8 +45,70 @@ function setConnection(status, detail) {
     : status === "closed" ? "This session is not available; pick another one or start a new chat." : "";
 }
 
+/** The chat header: title, the chat's profile and model (switchable), export links. */
+function showSession(session) {
+  state.session = session;
+  $("#session-title").textContent = session.title || "New chat";
+  document.title = `${session.title || "New chat"} — Navi`;
+  $("#session-model").textContent = session.profile_model ? `${session.profile_name} · ${session.profile_model}` : session.profile_name || "";
+  const select = $("#session-profile");
+  select.value = session.profile_id;
+  for (const format of ["md", "json"]) $(`#export-${format}`).href = `/sessions/${session.id}/export?format=${format}`;
+}
+
+function setTitle(title) {
+  if (!state.session) return;
+  state.session.title = title;
+  showSession(state.session);
+  const item = document.querySelector(`#session-list li[data-id="${state.sessionId}"] .session-title`);
+  if (item) {
+    item.textContent = title || "New chat";
+    item.title = title || "New chat";
+  }
+  const known = sidebar.sessions.find((s) => s.id === state.sessionId);
+  if (known) known.title = title;
+}
+
+function notifyDone(frame) {
+  if (!state.prefs.notify_when_done || !document.hidden || !("Notification" in window) || Notification.permission !== "granted") return;
+  try {
+    const title = state.session?.title || "Navi";
+    const body = frame.type === "stream_end" ? (frame.content || "The answer is ready.").slice(0, 140)
+      : frame.type === "stream_stopped" ? "Stopped." : `Error: ${frame.message || "the run failed"}`;
+    const note = new Notification(title, { body, tag: `navi-run-${frame.run_id}` });
+    note.onclick = () => {
+      window.focus();
+      note.close();
+    };
+  } catch {
+    // Notifications only from a service worker in this browser: nothing to do.
+  }
+}
+
+function send(frame) {
+  if (!state.socket) return false;
+  state.socket.send(frame);
+  return true;
+}
+
 const chat = new ChatView($("#scroller"), {
-  onRunState: (running) => composer.setRunning(running),
+  jumpButton: $("#jump"),
+  onRunState: (running) => {
+    composer.setRunning(running);
+    chat.list.classList.toggle("running", running);
+  },
+  onEdit: (messageId, content) => send({ type: "edit", message_id: messageId, content }),
+  onRegenerate: () => send({ type: "regenerate" }),
+  onTitle: setTitle,
+  planMayCome: (message) => {
+    // The server's rule (agent.planning.should_plan): "auto" plans only longer or multi-part requests.
+    const profile = state.profiles.find((p) => p.id === state.session?.profile_id);
+    const mode = profile ? profile.planning || (profile.planning_enabled ? "auto" : "never") : "never";
+    if (mode !== "auto") return mode === "always";
+    const text = message || "";
+    return text.split(/\s+/).filter(Boolean).length > 25 || (text.match(/\?/g) || []).length > 1
+      || /\b(and then|after that|afterwards|then|finally|first|second|also|step)\b|\n\s*(\d+[.)]|[-*•])\s/i.test(text);
+  },
   onContext: setContext,
   onApproval(approvalId, decision, remember) {
     if (!state.socket) return false;
@@ -50,12 +116,17 @@ const chat = new ChatView($("#scroller"), {
     return true;
   },
   onToast: toast,
-  onRunEnd: () =>
-    sidebar.refresh().then((sessions) => {
-      sidebar.select(state.sessionId);
-      const current = sessions.find((s) => s.id === state.sessionId);
-      if (current) $("#session-title").textContent = current.title || "New chat";
-    }).catch(() => {}),
+  onRunEnd: (run, frame) => {
+    notifyDone(frame);
+    const id = state.sessionId;
+    // New rows got ids (Edit needs them); the title may have changed.
+    api.session(id).then((session) => {
+      if (state.sessionId !== id) return;
+      showSession(session);
+      if (!chat.run || chat.run.done) chat.assignIds(session.messages);
+    }).catch(() => {});
+    sidebar.refresh().then(() => sidebar.select(state.sessionId)).catch(() => {});
+  },
 });
 
 const composer = new Composer($("#composer"), {
@@ -67,14 +138,25 @@ const composer = new Composer($("#composer"), {
     state.socket.send({ type: "message", content, images, files });
     return true;
   },
-  onStop: () => {
-    if (state.sessionId) api.stop(state.sessionId).catch((err) => toast(`Stop failed: ${err.message}`));
-  },
+  onStop: stopRun,
   onError: toast,
 });
 
+function stopRun() {
+  if (!state.sessionId || !composer.running) return;
+  chat.stopping();
+  composer.setStopping(true);
+  api.stop(state.sessionId).catch((err) => toast(`Stop failed: ${err.message}`));
+}
+
 const sidebar = new Sidebar($("#sidebar"), {
   onOpen: () => document.body.classList.remove("sidebar-open"),
+  onImported: (created) => {
+    location.hash = created.id;
+  },
+  onRenamed: (id, title) => {
+    if (id === state.sessionId) setTitle(title);
+  },
   onNew: (profileId) => newSession(profileId),
   onDeleted: (id) => {
     if (id === state.sessionId) openMostRecent();
@@ -119,7 +201,7 @@ async function openSession(id) {
     return;
   }
   if (state.sessionId !== id) return;
-  $("#session-title").textContent = session.title || "New chat";
+  showSession(session);
   setContext(session.context_token_count, 0);
   chat.loadHistory(session.messages);
   state.ready = true;
@@ -131,7 +213,13 @@ async function newSession(profileId) {
   try {
     const created = await api.createSession(profileId || undefined);
     await sidebar.refresh();
-    location.hash = created.session_id;
+    // The server reuses your newest chat while it is still empty (maybe this one: then only its
+    // profile may have changed; reopening it would race a message typed right away).
+    if (created.session_id === state.sessionId) {
+      api.session(created.session_id).then((session) => state.sessionId === session.id && showSession(session)).catch(() => {});
+    } else {
+      location.hash = created.session_id;
+    }
     document.body.classList.remove("sidebar-open");
     $("#input").focus();
   } catch (err) {
@@ -156,13 +244,61 @@ function route() {
   else if (!id) openMostRecent();
 }
 
+function setMenu(open) {
+  document.body.classList.toggle("sidebar-open", open);
+  $("#menu").setAttribute("aria-expanded", String(open));
+  if (open) $("#sidebar").querySelector("button, input, a")?.focus();
+}
+
+async function switchProfile(profileId) {
+  const id = state.sessionId;
+  try {
+    const session = await api.setProfile(id, profileId);
+    if (state.sessionId !== id) return;
+    showSession({ ...state.session, ...session });
+    sidebar.refresh().catch(() => {});
+  } catch (err) {
+    toast(`Could not switch the profile: ${err.message}`);
+    if (state.session) showSession(state.session);
+  }
+}
+
+async function loadPrefs() {
+  try {
+    state.prefs = await api.settings();
+    applyTheme(state.prefs.theme);
+  } catch {
+    // Preferences are a nicety: the chat works without them.
+  }
+}
+
 async function start() {
-  $("#menu").addEventListener("click", () => document.body.classList.toggle("sidebar-open"));
+  $("#menu").addEventListener("click", () => setMenu(!document.body.classList.contains("sidebar-open")));
+  $("#backdrop").addEventListener("click", () => setMenu(false));
+  $("#session-profile").addEventListener("change", (e) => switchProfile(e.target.value));
+  document.addEventListener("keydown", (e) => {
+    if (e.key !== "Escape" || e.defaultPrevented) return;
+    // Esc in a field (renaming a chat, searching, a select) belongs to that field.
+    const t = e.target;
+    if (t !== $("#input") && (["INPUT", "TEXTAREA", "SELECT"].includes(t.tagName) || t.isContentEditable)) return;
+    if (document.body.classList.contains("sidebar-open")) {
+      setMenu(false);
+      $("#menu").focus();
+    } else if (composer.running) {
+      e.preventDefault();
+      stopRun();
+    }
+  });
   $("#debug-link").addEventListener("click", (e) => {
     e.currentTarget.href = `/debug#${state.sessionId || ""}`;
   });
   try {
-    await Promise.all([sidebar.loadProfiles(), sidebar.refresh()]);
+    const [profiles] = await Promise.all([sidebar.loadProfiles(), sidebar.refresh(), loadPrefs()]);
+    state.profiles = profiles;
+    if (state.prefs.default_profile && profiles.some((p) => p.id === state.prefs.default_profile)) {
+      sidebar.profileSelect.value = state.prefs.default_profile;
+    }
+    $("#session-profile").replaceChildren(...sidebar.profileSelect.cloneNode(true).children);
   } catch (err) {
     toast(`Could not load your sessions: ${err.message}`);
     return;

@@ -10,6 +10,42 @@ export function el(tag, className, text) {
   return node;
 }
 
+const SVG = "http://www.w3.org/2000/svg";
+
+/** A small document icon (inline SVG: no font glyph that may be missing). */
+export function fileIcon() {
+  const svg = document.createElementNS(SVG, "svg");
+  svg.setAttribute("viewBox", "0 0 16 16");
+  svg.setAttribute("width", "14");
+  svg.setAttribute("height", "14");
+  svg.setAttribute("aria-hidden", "true");
+  svg.setAttribute("class", "file-icon");
+  const path = document.createElementNS(SVG, "path");
+  path.setAttribute("d", "M4 1.5h5l3.5 3.5v9.5H4z M9 1.5V5h3.5");
+  path.setAttribute("fill", "none");
+  path.setAttribute("stroke", "currentColor");
+  path.setAttribute("stroke-width", "1.3");
+  path.setAttribute("stroke-linejoin", "round");
+  svg.append(path);
+  return svg;
+}
+
+/** A chip naming a file, with the file icon. */
+export function fileChip(name, className = "chip") {
+  const chip = el("span", className);
+  chip.append(fileIcon(), el("span", "name", name));
+  return chip;
+}
+
+/** A small text button (message actions, code copy). */
+export function actionButton(text, className, title, onClick) {
+  const b = el("button", `action ${className}`, text);
+  b.type = "button";
+  if (title) b.title = title;
+  b.addEventListener("click", onClick);
+  return b;
+}
+
 const FILES_BLOCK = /\n*\[Uploaded files on disk:\n([\s\S]*?)\]\s*$/;
 
 export function imageSrc(ref) {
@@ -22,6 +58,8 @@ export function imageSrc(ref) {
 /** A user bubble: plain text (never HTML), attached images and uploaded-file chips. */
 export function userBubble(content, images = [], files = []) {
   const wrap = el("div", "group user");
+  wrap.source = content || "";
+  wrap.images = images;
   const bubble = el("div", "bubble user-bubble");
   let text = content || "";
   const match = text.match(FILES_BLOCK);
@@ -45,7 +83,7 @@ export function userBubble(content, images = [], files = []) {
   }
   if (files.length) {
     const row = el("div", "files");
-    for (const f of files) row.append(el("span", "chip", `⎘ ${f.name}`));
+    for (const f of files) row.append(fileChip(f.name));
     bubble.append(row);
   }
   wrap.append(bubble);
@@ -88,7 +126,9 @@ export function toolCard(name, args) {
   const summary = el("summary");
   summary.append(el("span", "tool-icon", "⚙"), el("span", "tool-name", name), el("span", "tool-status", "running…"));
   const body = el("div", "tool-body");
-  body.append(el("div", "label", "Arguments"), el("pre", "tool-args", pretty(args)));
+  const pre = el("pre", "tool-args", pretty(args));
+  pre.tabIndex = 0; // long content scrolls: reachable by keyboard
+  body.append(el("div", "label", "Arguments"), pre);
   details.append(summary, body);
   return details;
 }
@@ -106,7 +146,9 @@ export function completeToolCard(card, result, success) {
   const body = card.querySelector(".tool-body");
   body.querySelector(".tool-result")?.remove();
   body.querySelector(".label.result")?.remove();
-  body.append(el("div", "label result", success ? "Result" : "Error"), el("pre", "tool-result", result ?? ""));
+  const pre = el("pre", "tool-result", result ?? "");
+  pre.tabIndex = 0;
+  body.append(el("div", "label result", success ? "Result" : "Error"), pre);
 }
 
 /** Where sub-agent cards go: a nested list inside a spawn_agent card. */
@@ -120,9 +162,11 @@ export function subagentList(card) {
   return list;
 }
 
-export function planCard(text) {
-  const card = el("section", "plan");
-  card.append(el("div", "plan-title", "Plan"));
+/** The plan: collapsible (open while it is fresh; history shows it closed). */
+export function planCard(text, open = true) {
+  const card = el("details", "plan");
+  card.open = open;
+  card.append(el("summary", "plan-title", "Plan"));
   const body = el("div", "markdown");
   renderMarkdown(body, text);
   card.append(body);
@@ -141,7 +185,7 @@ export function errorBox(message) {
 }
 
 export function statusBadge(status) {
-  const text = status === "stopped" ? "Stopped — the partial answer is kept" : status === "interrupted"
+  const text = status === "stopped" ? "Stopped." : status === "interrupted"
     ? "Interrupted — the answer was cut off" : status === "partial" ? "Partial answer (still being written or cut off)" : status;
   return el("div", `status-badge ${status}`, text);
 }
@@ -154,7 +198,8 @@ export function publishedFile(frame) {
     img.src = frame.url;
     box.append(img);
   }
-  const link = el("a", "", `⤓ ${frame.name}`);
+  const link = el("a", "file-link");
+  link.append(fileIcon(), document.createTextNode(` ${frame.name}`));
   if ((frame.url || "").startsWith("/")) link.href = frame.url;
   link.target = "_blank";
   link.rel = "noopener";

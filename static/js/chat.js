@@ -1,9 +1,9 @@
 // The conversation view: history from REST (paged: only the newest groups are rendered, older
 // ones as the reader scrolls up) and live runs from WebSocket frames.
 import { announceApproval, approvalCard, reopenApproval, resolveApproval } from "./approvals.js";
-import { renderMarkdown } from "./markdown.js";
+import { copyText, renderMarkdown } from "./markdown.js";
 import {
-  closeThinking, completeToolCard, el, errorBox, notice, planCard, publishedFile, setToolStatus,
+  actionButton, closeThinking, completeToolCard, el, errorBox, notice, planCard, publishedFile, setToolStatus,
   statusBadge, subagentList, thinkingBlock, toolCard, userBubble,
 } from "./cards.js";
 
@@ -21,12 +21,37 @@ function groupRows(rows) {
   return groups;
 }
 
+function assistantBubble(markdown, streaming = false) {
+  const node = el("div", `bubble assistant markdown${streaming ? " streaming" : ""}`);
+  node.source = markdown;
+  if (markdown) renderMarkdown(node, markdown);
+  return node;
+}
+
+/** What a tool row's meta recorded next to its card: sub-agent steps, files, memory notes. */
+function renderToolMeta(turn, card, meta) {
+  for (const call of meta.subagent || []) {
+    const sub = toolCard(call.tool, call.args);
+    sub.dataset.sub = "1";
+    completeToolCard(sub, call.result, call.success);
+    subagentList(card).append(sub);
+  }
+  for (const f of meta.files || []) turn.append(publishedFile(f));
+  for (const m of meta.memory || []) turn.append(notice(`Remembered (${m.category}) ${m.key}: ${m.value}`, "memory"));
+  if (meta.profile_switched) {
+    const p = meta.profile_switched;
+    turn.append(notice(`Switched to profile ${p.profile_name || p.profile_id}`, "profile"));
+  }
+}
+
 function renderTurnRows(rows) {
   const turn = el("div", "group turn");
+  turn.dataset.ids = rows.map((r) => r.id).join(",");
   const cards = new Map();
   for (const row of rows) {
+    const meta = row.meta || {};
     if (row.role === "assistant" && row.name === "plan") {
-      turn.append(planCard(row.content));
+      turn.append(planCard(row.content, false));
       continue;
     }
     if (row.role === "assistant") {
@@ -35,11 +60,7 @@ function renderTurnRows(rows) {
         closeThinking(t);
         turn.append(t);
       }
-      if (row.content) {
-        const text = el("div", "bubble assistant markdown");
-        renderMarkdown(text, row.content);
-        turn.append(text);
-      }
+      if (row.content) turn.append(assistantBubble(row.content));
       for (const call of row.tool_calls || []) {
         const card = toolCard(call.name, call.arguments);
         cards.set(call.id, card);
@@ -50,15 +71,17 @@ function renderTurnRows(rows) {
       let card = cards.get(row.tool_call_id);
       if (!card) turn.append((card = toolCard(row.name || "tool", {})));
       completeToolCard(card, row.content, !String(row.content || "").startsWith("ERROR:"));
+      renderToolMeta(turn, card, meta);
+    } else if (meta.kind === "error") {
+      turn.append(errorBox(row.content));
+    } else if (meta.kind === "stopped") {
+      turn.append(statusBadge("stopped"));
+      turn.classList.add("stopped");
     } else if (row.content) {
       turn.append(notice(row.content));
     }
   }
   return turn;
-}
-
-function renderGroup(group) {
-  return group.user ? userBubble(group.user.content, group.user.images || []) : renderTurnRows(group.rows);
 }
 
 /** The live rendering of one run. */
@@ -73,6 +96,30 @@ class RunView {
     this.pending = []; // tool cards waiting for their tool_call
     this.spawn = null; // the running spawn_agent card (sub-agent cards nest under it)
     this.approvals = new Map(); // approval_id → approval card
+    this.since = Date.now();
+    this.phase = "Starting…"; // what the status line says while nothing streams
+    this.status = el("div", "run-status");
+    this.status.setAttribute("role", "status");
+    this.el.append(this.status);
+  }
+
+  /** The status line is shown while the run waits (planning, the model's first token, after a tool). */
+  tick() {
+    const busy = this.done || this.text || this.thinking || this.pending.length || this.approvals.size && [...this.approvals.values()].some((c) => !c.classList.contains("done"));
+    this.status.hidden = !!busy && !this.stopping;
+    if (this.done) {
+      this.status.remove();
+      return;
+    }
+    const seconds = Math.floor((Date.now() - this.since) / 1000);
+    this.status.textContent = this.stopping ? "Stopping…" : `${this.phase}${seconds >= 1 ? ` ${seconds} s` : ""}`;
+    this.el.append(this.status); // keep it last
+  }
+
+  setPhase(text) {
+    this.phase = text;
+    this.since = Date.now();
+    this.tick();
   }
 
   target(isSub) {
@@ -81,16 +128,23 @@ class RunView {
 }
 
 export class ChatView {
-  constructor(scroller, { onRunState, onContext, onRunEnd, onApproval, onToast }) {
+  /**
+   * hooks: onRunState(running), onContext(tokens, max), onRunEnd(run, frame), onApproval(id,
+   * decision, remember), onToast(text), onEdit(messageId, content) → false when not sent,
+   * onRegenerate() → false when not sent, onTitle(title), planMayCome() → bool.
+   */
+  constructor(scroller, hooks) {
     this.scroller = scroller;
+    this.hooks = hooks;
     this.list = el("div", "messages");
     this.sentinel = el("div", "older");
     scroller.replaceChildren(this.sentinel, this.list);
-    this.onRunState = onRunState;
-    this.onContext = onContext;
-    this.onRunEnd = onRunEnd;
-    this.onApproval = onApproval;
-    this.onToast = onToast;
+    this.onRunState = hooks.onRunState;
+    this.onContext = hooks.onContext;
+    this.onRunEnd = hooks.onRunEnd;
+    this.onApproval = hooks.onApproval;
+    this.onToast = hooks.onToast;
+    this.jump = hooks.jumpButton;
     this.groups = [];
     this.firstRendered = 0;
     this.run = null;
@@ -101,6 +155,14 @@ export class ChatView {
       if (entries.some((e) => e.isIntersecting)) this.renderOlder();
     }, { root: scroller, rootMargin: "800px 0px 0px 0px" });
     this.observer.observe(this.sentinel);
+    scroller.addEventListener("scroll", () => {
+      if (this.nearBottom()) this.jump.hidden = true;
+    }, { passive: true });
+    this.jump.addEventListener("click", () => {
+      this.scrollToBottom();
+      this.jump.hidden = true;
+    });
+    setInterval(() => this.run && !this.run.done && this.run.tick(), 1000);
   }
 
   // --- history -------------------------------------------------------------------------
@@ -109,11 +171,143 @@ export class ChatView {
     this.firstRendered = this.groups.length;
     this.list.replaceChildren();
     this.run = null;
+    this.jump.hidden = true;
     this.renderOlder(true);
     const lastUser = this.groups.map((g) => !!g.user).lastIndexOf(true);
     this.lastUserText = lastUser >= 0 ? this.groups[lastUser].user.content || "" : null;
     this.tail = lastUser >= 0 ? [...this.list.children].slice(lastUser - this.firstRendered + 1) : [];
     this.scrollToBottom();
+  }
+
+  renderGroup(group) {
+    if (!group.user) return this.decorateTurn(renderTurnRows(group.rows));
+    const u = group.user;
+    const node = userBubble(u.content, u.images || []);
+    node.dataset.messageId = u.id;
+    return this.decorateUser(node);
+  }
+
+  /** Copy and Edit under a user message (Edit needs the message's id: known once saved). */
+  decorateUser(node) {
+    const bar = el("div", "msg-actions");
+    bar.append(
+      actionButton("Copy", "copy-message", "Copy this message", (e) => this.copy(e.currentTarget, node.source)),
+      actionButton("Edit", "edit", "Edit this message and answer it again", () => this.startEdit(node)),
+    );
+    node.append(bar);
+    return node;
+  }
+
+  /** Copy under an answer, and Regenerate (Retry after an error or a stop) on the last one. */
+  decorateTurn(turn) {
+    turn.querySelector(":scope > .msg-actions")?.remove();
+    const bar = el("div", "msg-actions");
+    const answer = () => [...turn.querySelectorAll(":scope > .bubble.assistant")].map((b) => b.source || b.textContent).join("\n\n");
+    if (turn.querySelector(":scope > .bubble.assistant")) {
+      bar.append(actionButton("Copy", "copy-message", "Copy this answer (Markdown)", (e) => this.copy(e.currentTarget, answer())));
+    }
+    const failed = turn.querySelector(":scope > .error-box, :scope > .status-badge");
+    const label = failed ? "Retry" : "Regenerate";
+    bar.append(actionButton(label, `regen${failed ? " retry" : ""}`, failed ? "Try this answer again" : "Answer the last message again", () => this.regenerate()));
+    turn.append(bar);
+    return turn;
+  }
+
+  copy(button, text) {
+    copyText(text || "").then(() => {
+      button.textContent = "Copied";
+      setTimeout(() => (button.textContent = "Copy"), 1200);
+    });
+  }
+
+  regenerate() {
+    if (this.run && !this.run.done) return;
+    if (this.hooks.onRegenerate() !== false) {
+      this.localStart = true;
+      this.onRunState(true);
+    }
+  }
+
+  startEdit(node) {
+    if (this.run && !this.run.done) return;
+    const id = node.dataset.messageId;
+    if (!id) {
+      this.onToast("This message is still being saved; try again in a moment.");
+      return;
+    }
+    const bubble = node.querySelector(".user-bubble");
+    const form = el("form", "edit-form");
+    const area = el("textarea", "edit-input");
+    area.value = node.source;
+    area.rows = Math.min(12, Math.max(2, node.source.split("\n").length + 1));
+    area.setAttribute("aria-label", "Edit your message");
+    const save = el("button", "primary save", "Save and send");
+    save.type = "submit";
+    const cancel = actionButton("Cancel", "cancel", "", () => close());
+    const buttons = el("div", "edit-buttons");
+    buttons.append(cancel, save);
+    form.append(area, buttons);
+    const close = () => {
+      form.remove();
+      bubble.hidden = false;
+      node.classList.remove("editing");
+    };
+    form.addEventListener("submit", (e) => {
+      e.preventDefault();
+      const content = area.value.trim();
+      if (!content && !(node.images || []).length) return;
+      if (this.hooks.onEdit(Number(id), content) === false) return;
+      this.localStart = true;
+      this.onRunState(true);
+      close();
+    });
+    area.addEventListener("keydown", (e) => {
+      if (e.key === "Escape") {
+        e.stopPropagation();
+        close();
+      } else if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
+        e.preventDefault();
+        form.requestSubmit();
+      }
+    });
+    bubble.hidden = true;
+    node.classList.add("editing");
+    node.insertBefore(form, bubble.nextSibling);
+    area.focus();
+  }
+
+  /** After a run: learn the ids of what it saved (Edit needs them) without redrawing. */
+  assignIds(rows) {
+    const groups = groupRows(rows);
+    const nodes = [...this.list.children].filter((n) => n.classList.contains("group"));
+    let g = groups.length - 1;
+    for (let n = nodes.length - 1; n >= 0 && g >= 0; n -= 1, g -= 1) {
+      const node = nodes[n];
+      const group = groups[g];
+      if (!!group.user !== node.classList.contains("user")) break;
+      if (group.user) node.dataset.messageId = group.user.id;
+      else node.dataset.ids = group.rows.map((r) => r.id).join(",");
+    }
+    this.groups = groups;
+    this.firstRendered = Math.max(0, Math.min(this.firstRendered, groups.length - nodes.length));
+  }
+
+  /** history_rewound: drop the replaced messages; keep the user bubble to show it again. */
+  rewind(f) {
+    const removed = new Set((f.removed_ids || []).map(String));
+    let user = null;
+    let count = 0;
+    for (const node of [...this.list.children]) {
+      const ids = node.dataset.messageId ? [node.dataset.messageId] : (node.dataset.ids || "").split(",").filter(Boolean);
+      if (!ids.some((id) => removed.has(id))) continue;
+      if (node.classList.contains("user") && !user) user = node;
+      node.remove();
+      count += 1;
+    }
+    // A turn drawn live after the last re-fetch has no ids yet: it answered the removed message.
+    const last = this.list.lastElementChild;
+    if (count && last?.classList.contains("turn") && !last.dataset.ids) last.remove();
+    return { user, count };
   }
 
   renderOlder(initial = false) {
@@ -123,7 +317,7 @@ export class ChatView {
     }
     const start = Math.max(0, this.firstRendered - PAGE);
     const fragment = document.createDocumentFragment();
-    for (const group of this.groups.slice(start, this.firstRendered)) fragment.append(renderGroup(group));
+    for (const group of this.groups.slice(start, this.firstRendered)) fragment.append(this.renderGroup(group));
     const before = this.scroller.scrollHeight;
     const top = this.scroller.scrollTop;
     this.list.prepend(fragment);
@@ -147,53 +341,82 @@ export class ChatView {
     this.scroller.scrollTop = this.scroller.scrollHeight;
   }
 
+  /** New content arrived: follow it when the reader is at the bottom, else offer the jump button. */
+  follow(stick) {
+    if (stick) this.scrollToBottom();
+    else this.jump.hidden = false;
+  }
+
   append(node) {
     const stick = this.nearBottom();
     this.list.append(node);
-    if (stick) this.scrollToBottom();
+    this.follow(stick);
   }
 
   addUserMessage(content, images, files) {
     this.localStart = true;
     this.lastUserText = null;
     this.tail = [];
-    this.append(userBubble(content, images, files));
+    this.list.append(this.decorateUser(userBubble(content, images, files)));
+    this.scrollToBottom(); // your own send always goes to the bottom
+    this.jump.hidden = true;
   }
 
   showError(message) {
     this.append(errorBox(message));
   }
 
+  /** Stop was pressed: say so until stream_stopped arrives. */
+  stopping() {
+    if (!this.run || this.run.done) return;
+    this.run.stopping = true;
+    this.run.tick();
+  }
+
   // --- live frames -------------------------------------------------------------------------
   frame(f) {
     if (!f.run_id) {
       if (f.type !== "error") return;
+      // A socket-level error (a refused edit, an answer to a closed approval) is a toast; it
+      // ends nothing that is running, and a request that never started leaves the view as it was.
+      this.onToast(f.message);
       if (this.run && !this.run.done) {
-        // A socket-level error during a run (e.g. an answer to an approval that is already
-        // closed) does not end the run.
-        this.onToast(f.message);
         for (const card of this.run.approvals.values()) reopenApproval(card);
       } else {
-        this.showError(f.message);
+        this.localStart = false;
         this.onRunState(false);
       }
       return;
     }
+    if (f.type === "session_titled") {
+      this.hooks.onTitle(f.title);
+      return;
+    }
     if (!this.run || this.run.id !== f.run_id) this.beginRun(f);
     const stick = this.nearBottom();
+    const before = this.list.scrollHeight;
     this.apply(this.run, f);
     if (TERMINAL.has(f.type) && !this.run.done) {
       this.run.done = true;
       for (const card of this.run.approvals.values()) resolveApproval(card, f.type === "stream_stopped" ? "stopped" : "ended");
       this.closeText(this.run);
+      this.run.tick();
+      this.decorateTurn(this.run.el);
       this.onRunState(false);
       this.onRunEnd(this.run, f);
+    } else if (!this.run.done) {
+      this.run.tick();
     }
-    if (stick) this.scrollToBottom();
+    if (this.list.scrollHeight !== before || f.type === "stream_delta") this.follow(stick);
   }
 
   beginRun(f) {
-    if (f.seq === 1 && !this.localStart) {
+    const rewound = f.type === "history_rewound" ? this.rewind(f) : null;
+    if (rewound && (rewound.count || this.localStart)) {
+      // An edit or a regenerate: the replaced messages went; stream_start brings the user message.
+      this.rewoundUser = rewound.user;
+      this.lastUserText = null;
+    } else if (f.seq === 1 && !this.localStart) {
       // A run started elsewhere (another tab, a reload). stream_start names its user message:
       // if the history already ends with it, the rows after it are this run's partial output
       // and the replay redraws them; otherwise the run is newer than the history we loaded.
@@ -201,13 +424,15 @@ export class ChatView {
       if (known || f.user_message === undefined) {
         for (const node of this.tail) node.remove();
       } else {
-        this.append(userBubble(f.user_message));
+        this.append(this.decorateUser(userBubble(f.user_message)));
       }
       this.lastUserText = null;
     }
     this.tail = [];
     this.run = new RunView(f.run_id, this.list);
     this.run.foreign = !this.localStart;
+    // A replay after a reload: the history already shows the rewound state (handled above).
+    this.run.rewound = rewound && (rewound.count || this.run.foreign === false) ? f.mode : null;
     this.localStart = false;
     this.onRunState(true);
   }
@@ -216,6 +441,15 @@ export class ChatView {
     const sub = !!f.is_subagent;
     switch (f.type) {
       case "stream_start":
+        if (run.rewound) {
+          // The (edited) user message, before this run's output.
+          const old = this.rewoundUser;
+          const node = run.rewound === "regenerate" && old ? old : this.decorateUser(userBubble(f.user_message, old?.images || []));
+          delete node.dataset.messageId; // a new row: its id comes with the re-fetch after the run
+          this.list.insertBefore(node, run.el);
+          this.rewoundUser = null;
+        }
+        run.setPhase(this.hooks.planMayCome(f.user_message) ? "Planning…" : "Waiting for the model…");
         break;
       case "thinking_delta":
         if (!run.thinking) {
@@ -242,15 +476,17 @@ export class ChatView {
         break;
       case "plan_ready":
         run.el.append(planCard(f.plan));
+        run.setPhase("Waiting for the model…");
         break;
       case "stream_delta":
         if (run.thinking) closeThinking(run.thinking.node);
         run.thinking = null;
         if (!run.text) {
-          run.text = { node: el("div", "bubble assistant markdown streaming"), value: "" };
+          run.text = { node: assistantBubble("", true), value: "" };
           run.el.append(run.text.node);
         }
         run.text.value += f.delta;
+        run.text.node.source = run.text.value;
         this.queueText(run);
         break;
       case "tool_started": {
@@ -270,6 +506,7 @@ export class ChatView {
         completeToolCard(card, f.result, f.success);
         if (card === run.spawn) run.spawn = null;
         this.closeText(run);
+        if (!sub) run.setPhase("Waiting for the model…");
         break;
       }
       case "approval_required":
@@ -283,9 +520,11 @@ export class ChatView {
         break;
       }
       case "stream_end":
-        if (f.content && run.text) run.text.value = f.content;
-        else if (f.content && !run.text && !run.el.querySelector(".bubble.assistant")) {
-          run.text = { node: el("div", "bubble assistant markdown"), value: f.content };
+        if (f.content && run.text) {
+          run.text.value = f.content;
+          run.text.node.source = f.content;
+        } else if (f.content && !run.text && !run.el.querySelector(".bubble.assistant")) {
+          run.text = { node: assistantBubble(f.content), value: f.content };
           run.el.append(run.text.node);
         }
         this.onContext(f.context_tokens, f.max_context_tokens);
@@ -296,6 +535,7 @@ export class ChatView {
         if (run.thinking) closeThinking(run.thinking.node);
         run.el.append(statusBadge("stopped"));
         run.el.classList.add("stopped");
+        run.el.querySelector(".bubble.assistant.streaming")?.classList.remove("streaming");
         break;
       case "error":
         run.el.append(errorBox(f.message));

@@ -1,7 +1,7 @@
 // The input area: Enter sends, Shift+Enter is a newline; images (paste or attach) go as base64,
 // other files are uploaded first and referenced by name/path; Stop during a run.
 import { api } from "./api.js";
-import { el } from "./cards.js";
+import { el, fileChip } from "./cards.js";
 
 const MAX_IMAGE_BYTES = 20 * 1024 * 1024;
 
@@ -56,6 +56,9 @@ export class Composer {
       e.target.value = "";
     });
     this.stopButton.addEventListener("click", () => onStop());
+    // Real buttons (keyboard-reachable) that open the hidden file pickers.
+    form.querySelector("#image-button").addEventListener("click", () => form.querySelector("#attach-image").click());
+    form.querySelector("#file-button").addEventListener("click", () => form.querySelector("#attach-file").click());
   }
 
   autosize() {
@@ -101,7 +104,7 @@ export class Composer {
       chips.push(chip);
     });
     this.files.forEach((f, i) => {
-      const chip = el("span", "chip file", `⎘ ${f.name}`);
+      const chip = fileChip(f.name, "chip file");
       chip.append(this.removeButton(() => this.files.splice(i, 1)));
       chips.push(chip);
     });
@@ -121,7 +124,7 @@ export class Composer {
 
   send() {
     const content = this.input.value.trim();
-    if (!content || this.running || this.busy || !this.getSession()) return;
+    if ((!content && !this.images.length) || this.running || this.busy || !this.getSession()) return;
     const sent = this.onSend(content, this.images, this.files.map((f) => ({ name: f.name, path: f.path })));
     if (sent === false) return;
     this.input.value = "";
@@ -133,8 +136,15 @@ export class Composer {
 
   setRunning(running) {
     this.running = running;
+    if (!running) this.setStopping(false);
     this.update();
     if (!running) this.input.focus();
+  }
+
+  /** After a click on Stop: the button says so until the run has ended. */
+  setStopping(stopping) {
+    this.stopButton.disabled = stopping;
+    this.stopButton.textContent = stopping ? "Stopping…" : "Stop";
   }
 
   update() {

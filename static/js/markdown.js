@@ -1,12 +1,55 @@
 // Model output → safe DOM. Markdown is parsed by marked, the resulting HTML is sanitised by
 // DOMPurify (after parsing, so nothing the parser produces escapes), then code blocks are
-// highlighted and get a copy button. Images are only kept when they point at this server or
+// highlighted and get a header (language, copy button) and math placeholders are typeset by
+// KaTeX (from the sanitised data-tex text, so KaTeX's own markup never passes the sanitiser). Images are only kept when they point at this server or
 // are data: URIs; anything else becomes a plain link-free note, so the page never loads it.
 import { Marked } from "/static/vendor/marked.esm.js";
 import DOMPurify from "/static/vendor/purify.es.mjs";
 import hljs from "/static/vendor/highlight.min.js";
+import katex from "/static/vendor/katex/katex.mjs";
 
-const marked = new Marked({ gfm: true, breaks: true, async: false });
+function escapeAttr(text) {
+  return text.replace(/&/g, "&amp;").replace(/"/g, "&quot;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+}
+
+function mathToken(type, display) {
+  return (raw, tex) => ({ type, raw, text: tex.trim(), display });
+}
+
+// $$…$$ (display) and $…$ (inline; no space inside the dollars and no digit after the closing
+// one, so "costs $5 and $6" stays text).
+const MATH = {
+  extensions: [
+    {
+      name: "mathBlock",
+      level: "block",
+      start: (src) => src.match(/\$\$/)?.index,
+      tokenizer(src) {
+        const m = /^\$\$([\s\S]+?)\$\$[^\S\n]*(?:\n|$)/.exec(src);
+        return m ? mathToken("mathBlock", true)(m[0], m[1]) : undefined;
+      },
+      renderer: (t) => `<div class="math" data-display="1" data-tex="${escapeAttr(t.text)}"></div>\n`,
+    },
+    {
+      name: "mathInline",
+      level: "inline",
+      start: (src) => src.match(/\$/)?.index,
+      tokenizer(src) {
+        const m = /^\$\$([^$]+?)\$\$/.exec(src) || /^\$(?![\s$])((?:\\.|[^\\$\n])+?)(?<!\s)\$(?!\d)/.exec(src);
+        return m ? mathToken("mathInline", m[0].startsWith("$$"))(m[0], m[1]) : undefined;
+      },
+      renderer: (t) => `<span class="math"${t.display ? ' data-display="1"' : ""} data-tex="${escapeAttr(t.text)}"></span>`,
+    },
+  ],
+  renderer: {
+    // DOMPurify drops <input>: task list boxes are drawn as spans, ticked ones visibly different.
+    checkbox: ({ checked }) => checked
+      ? '<span class="task-box checked" role="img" aria-label="done">✓</span> '
+      : '<span class="task-box" role="img" aria-label="not done"></span> ',
+  },
+};
+
+const marked = new Marked({ gfm: true, breaks: true, async: false }, MATH);
 
 function safeImageSrc(src) {
   if (!src) return false;
@@ -54,13 +97,34 @@ function decorateCode(fragment) {
       /* an unknown language stays plain text */
     }
     const pre = code.parentElement;
+    pre.classList.add("code");
+    // The header sits outside the <pre> (which scrolls sideways) so it can stick to the top
+    // of the conversation while a long block scrolls by.
+    const block = document.createElement("div");
+    block.className = "codeblock";
+    const head = document.createElement("div");
+    head.className = "code-head";
+    const lang = document.createElement("span");
+    lang.className = "lang";
+    lang.textContent = (/(?:^|\s)language-(\S+)/.exec(code.className) || [])[1] || "text";
     const button = document.createElement("button");
     button.type = "button";
     button.className = "copy";
     button.textContent = "Copy";
     button.title = "Copy this code";
-    pre.classList.add("code");
-    pre.prepend(button);
+    head.append(lang, button);
+    pre.replaceWith(block);
+    block.append(head, pre);
+  }
+}
+
+function typesetMath(fragment) {
+  for (const node of fragment.querySelectorAll(".math[data-tex]")) {
+    try {
+      katex.render(node.dataset.tex, node, { displayMode: node.dataset.display === "1", throwOnError: false, output: "htmlAndMathml" });
+    } catch {
+      node.textContent = node.dataset.tex;
+    }
   }
 }
 
@@ -70,6 +134,7 @@ export function renderMarkdown(target, text, { highlight = true } = {}) {
   const fragment = DOMPurify.sanitize(html, PURIFY);
   defuseImages(fragment);
   if (highlight) decorateCode(fragment);
+  typesetMath(fragment);
   target.replaceChildren(fragment);
 }
 
@@ -77,18 +142,21 @@ export function renderMarkdown(target, text, { highlight = true } = {}) {
 document.addEventListener("click", (event) => {
   const button = event.target.closest("button.copy");
   if (!button) return;
-  const code = button.parentElement.querySelector("code");
-  const text = code ? code.textContent : "";
-  const done = () => {
+  const code = button.closest(".codeblock")?.querySelector("pre code");
+  copyText(code ? code.textContent : "").then(() => {
     button.textContent = "Copied";
     setTimeout(() => (button.textContent = "Copy"), 1200);
-  };
-  if (navigator.clipboard && window.isSecureContext) {
-    navigator.clipboard.writeText(text).then(done, () => fallbackCopy(text, done));
-  } else {
-    fallbackCopy(text, done);
-  }
+  });
 });
+
+/** Put text on the clipboard (the async API where allowed, a hidden textarea otherwise). */
+export function copyText(text) {
+  return new Promise((resolve) => {
+    const fallback = () => fallbackCopy(text, resolve);
+    if (navigator.clipboard && window.isSecureContext) navigator.clipboard.writeText(text).then(resolve, fallback);
+    else fallback();
+  });
+}
 
 function fallbackCopy(text, done) {
   const area = document.createElement("textarea");

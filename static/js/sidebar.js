@@ -2,18 +2,69 @@
 // delete (with confirm) and "new chat" with a profile selector.
 import { api } from "./api.js";
 import { el } from "./cards.js";
+import DOMPurify from "/static/vendor/purify.es.mjs";
 
 export class Sidebar {
-  constructor(root, { onOpen, onNew, onDeleted, onError }) {
+  constructor(root, { onOpen, onNew, onDeleted, onError, onImported, onRenamed }) {
     this.root = root;
     this.list = root.querySelector("#session-list");
     this.profileSelect = root.querySelector("#profile-select");
+    this.searchBox = root.querySelector("#search");
     this.onOpen = onOpen;
     this.onDeleted = onDeleted;
     this.onError = onError;
+    this.onImported = onImported;
+    this.onRenamed = onRenamed;
     this.sessions = [];
+    this.results = null; // search results while the search box has words
     this.current = null;
     root.querySelector("#new-chat").addEventListener("click", () => onNew(this.profileSelect.value));
+    let timer;
+    this.searchBox.addEventListener("input", () => {
+      clearTimeout(timer);
+      timer = setTimeout(() => this.search(this.searchBox.value.trim()), 250);
+    });
+    this.searchBox.addEventListener("keydown", (e) => {
+      if (e.key === "Escape" && this.searchBox.value) {
+        e.preventDefault();
+        this.searchBox.value = "";
+        this.search("");
+      }
+    });
+    root.querySelector("#import-file").addEventListener("change", (e) => {
+      const [file] = e.target.files;
+      e.target.value = "";
+      if (file) this.importFile(file);
+    });
+    root.querySelector("#import-button").addEventListener("click", () => root.querySelector("#import-file").click());
+  }
+
+  async search(q) {
+    this.query = q;
+    if (!q) {
+      this.results = null;
+      this.render();
+      return;
+    }
+    try {
+      const results = await api.search(q);
+      if (this.query !== q) return; // a newer search is on its way
+      this.results = results;
+      this.render();
+    } catch (err) {
+      this.onError(`Search failed: ${err.message}`);
+    }
+  }
+
+  async importFile(file) {
+    try {
+      const data = JSON.parse(await file.text());
+      const created = await api.importSession(data);
+      await this.refresh();
+      this.onImported(created);
+    } catch (err) {
+      this.onError(`Import of ${file.name} failed: ${err instanceof SyntaxError ? "not a JSON export" : err.message}`);
+    }
   }
 
   async loadProfiles() {
@@ -25,6 +76,7 @@ export class Sidebar {
         return option;
       }),
     );
+    return profiles;
   }
 
   async refresh() {
@@ -39,6 +91,14 @@ export class Sidebar {
   }
 
   render() {
+    if (this.results) {
+      const items = this.results.map((s) => this.item(s));
+      if (!items.length) items.push(el("li", "no-results", "No chat matches these words."));
+      this.list.replaceChildren(...items);
+      this.list.classList.add("results");
+      return;
+    }
+    this.list.classList.remove("results");
     this.list.replaceChildren(...this.sessions.map((s) => this.item(s)));
   }
 
@@ -55,6 +115,12 @@ export class Sidebar {
     const del = this.button("✕", "Delete", "delete", () => this.remove(s));
     actions.append(pin, rename, del);
     li.append(link, actions);
+    if (s.snippet) {
+      // Server-made HTML (text escaped, matches in <mark>): still sanitised, only <mark> kept.
+      const snippet = el("div", "snippet");
+      snippet.replaceChildren(DOMPurify.sanitize(s.snippet, { ALLOWED_TAGS: ["mark"], ALLOWED_ATTR: [], RETURN_DOM_FRAGMENT: true }));
+      li.append(snippet);
+    }
     link.addEventListener("dblclick", (e) => {
       e.preventDefault();
       this.startRename(li, s);
@@ -96,15 +162,22 @@ export class Sidebar {
       if (finished) return;
       finished = true;
       try {
-        if (save && input.value.trim() !== (s.title || "")) await api.rename(s.id, input.value.trim());
+        if (save && input.value.trim() !== (s.title || "")) {
+          await api.rename(s.id, input.value.trim());
+          this.onRenamed(s.id, input.value.trim());
+        }
       } catch (err) {
         this.onError(err.message);
       }
       await this.refresh();
+      if (this.query) await this.search(this.query);
     };
     input.addEventListener("keydown", (e) => {
       if (e.key === "Enter") finish(true);
-      if (e.key === "Escape") finish(false);
+      if (e.key === "Escape") {
+        e.preventDefault(); // not a Stop of the running answer
+        finish(false);
+      }
     });
     input.addEventListener("blur", () => finish(true));
   }

@@ -8,49 +8,12 @@ import shutil
 
 import httpx
 import pytest
+from playwright.sync_api import expect
 
-from tests.browser_support import CHROMIUM, chromium_browser, log_in, screenshot
-from tests.live_server import LiveNavi
-from tests.llm_server import LLMServer, Rule, Turn
+from tests.browser_support import CHROMIUM, log_in, screenshot
+from tests.llm_server import Rule, Turn
 
 pytestmark = pytest.mark.skipif(not shutil.which(CHROMIUM), reason="needs Debian's chromium (apt-get install chromium)")
-
-expect = None
-
-
-@pytest.fixture(scope="module")
-def live_llm():
-    with LLMServer() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def navi(live_llm):
-    with LiveNavi(env={"OLLAMA_HOST": live_llm.url}) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def browser():
-    global expect
-    from playwright.sync_api import expect as pw_expect
-
-    expect = pw_expect
-    pw_expect.set_options(timeout=10_000)
-    with chromium_browser() as b:
-        yield b
-
-
-@pytest.fixture(scope="module")
-def login_state(browser, navi, tmp_path_factory):
-    """Log in once through the form; later tests reuse the cookies."""
-    context = browser.new_context()
-    page = context.new_page()
-    log_in(page, navi)
-    path = tmp_path_factory.mktemp("browser") / "state.json"
-    context.storage_state(path=str(path))
-    context.close()
-    return str(path)
 
 
 @pytest.fixture
@@ -66,13 +29,11 @@ def page(browser, login_state, live_llm):
 def open_new_chat(page, navi) -> str:
     page.goto(f"{navi.url}/")
     page.wait_for_selector("body[data-ready='1']")
-    old = page.evaluate("location.hash")
-    # New chat may reuse the newest chat when it is still empty (the hash may then stay the
-    # same): wait for the server's answer, then for the page to show that chat.
-    with page.expect_response(lambda r: r.url.endswith("/sessions") and r.request.method == "POST"):
+    # New chat reuses your newest chat while it is empty (maybe the one shown): follow the answer.
+    with page.expect_response(lambda r: r.url.endswith("/sessions") and r.request.method == "POST") as created:
         page.click("#new-chat")
-    page.wait_for_function("h => location.hash && (location.hash !== h || !document.querySelector('#scroller .group'))", arg=old)
-    sid = page.evaluate("location.hash.slice(1)")
+    sid = created.value.json()["session_id"]
+    page.wait_for_function("id => location.hash.slice(1) === id", arg=sid)
     page.wait_for_function("() => document.body.dataset.ready === '1' && window.navi && window.navi.socket.sessionId === location.hash.slice(1)")
     page.wait_for_function("() => window.navi.socket.ws.readyState === 1")
     return sid
@@ -316,9 +277,10 @@ def test_code_blocks_are_highlighted_with_a_copy_button(page, navi, live_llm):
     live_llm.add_rule(Rule(match="show code", turns=[Turn(content="```python\ndef f():\n    return 1\n```")]))
     open_new_chat(page, navi)
     send(page, "show code")
-    pre = last_turn(page).locator("pre.code")
-    expect(pre.locator("code.hljs .hljs-keyword").first).to_have_text("def")
-    expect(pre.locator("button.copy")).to_have_text("Copy")
+    block = last_turn(page).locator(".codeblock")
+    expect(block.locator("pre.code code.hljs .hljs-keyword").first).to_have_text("def")
+    expect(block.locator(".code-head button.copy")).to_have_text("Copy")
+    expect(block.locator(".code-head .lang")).to_have_text("python")
 
 
 def test_pin_rename_and_delete_in_the_sidebar(page, navi):

@@ -9,50 +9,16 @@ import re
 import shutil
 
 import pytest
+from playwright.sync_api import expect
 
-from tests.browser_support import CHROMIUM, chromium_browser, log_in, screenshot
+from tests.browser_support import CHROMIUM, log_in, screenshot
 from tests.live_server import LiveNavi
-from tests.llm_server import LLMServer, Rule, Turn
+from tests.llm_server import Rule, Turn
 
 pytestmark = pytest.mark.skipif(not shutil.which(CHROMIUM), reason="needs Debian's chromium (apt-get install chromium)")
 
-expect = None
 DIRECT = Rule(system="planning step", match="", turns=[Turn(content="DIRECT")])  # no plan step
 CARD = ".approval:not(.done)"
-
-
-@pytest.fixture(scope="module")
-def live_llm():
-    with LLMServer() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def navi(live_llm):
-    with LiveNavi(env={"OLLAMA_HOST": live_llm.url}) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def browser():
-    global expect
-    from playwright.sync_api import expect as pw_expect
-
-    expect = pw_expect
-    pw_expect.set_options(timeout=15_000)
-    with chromium_browser() as b:
-        yield b
-
-
-@pytest.fixture(scope="module")
-def login_state(browser, navi, tmp_path_factory):
-    context = browser.new_context()
-    page = context.new_page()
-    log_in(page, navi)
-    path = tmp_path_factory.mktemp("browser") / "state.json"
-    context.storage_state(path=str(path))
-    context.close()
-    return str(path)
 
 
 def new_page(browser, login_state, **options):
@@ -84,14 +50,13 @@ def record_sent_frames(page) -> list[dict]:
 def open_new_chat(page, navi) -> str:
     page.goto(f"{navi.url}/")
     page.wait_for_selector("body[data-ready='1']")
-    old = page.evaluate("location.hash")
     if page.locator("#menu").is_visible():  # phone width: the sidebar slides in
         page.click("#menu")
-    # New chat may reuse the newest chat when it is still empty (the hash may then stay the
-    # same): wait for the server's answer, then for the page to show that chat.
-    with page.expect_response(lambda r: r.url.endswith("/sessions") and r.request.method == "POST"):
+    # New chat reuses your newest chat while it is empty (maybe the one shown): follow the answer.
+    with page.expect_response(lambda r: r.url.endswith("/sessions") and r.request.method == "POST") as created:
         page.click("#new-chat")
-    page.wait_for_function("h => location.hash && (location.hash !== h || !document.querySelector('#scroller .group'))", arg=old)
+    sid = created.value.json()["session_id"]
+    page.wait_for_function("id => location.hash.slice(1) === id", arg=sid)
     wait_ready(page)
     return page.evaluate("location.hash.slice(1)")
 

@@ -1,0 +1,71 @@
+// The memory page: the facts Navi keeps about you (edit the value, forget) and the summary
+// built from them (GET /memory, PATCH/DELETE /memory/facts/<id>).
+import { api } from "./api.js";
+import { el } from "./cards.js";
+import { $, toast, when } from "./pagekit.js";
+
+function showSummary(summary, updated) {
+  $("#summary").textContent = summary || "No summary yet.";
+  if (updated !== undefined) $("#summary-date").textContent = updated ? `Updated ${when(updated)}` : "";
+}
+
+function factItem(fact) {
+  const li = el("li", "fact");
+  li.dataset.id = fact.id;
+  const label = el("label", "fact-key");
+  const inputId = `fact-${fact.id}`;
+  label.htmlFor = inputId;
+  label.append(el("span", "category", fact.category), document.createTextNode(` ${fact.key}`));
+  const input = el("input", "fact-value");
+  input.id = inputId;
+  input.value = fact.value;
+  const save = el("button", "save", "Save");
+  save.type = "button";
+  save.setAttribute("aria-label", `Save ${fact.key}`);
+  const forget = el("button", "danger-outline forget", "Forget");
+  forget.type = "button";
+  forget.setAttribute("aria-label", `Forget ${fact.key}`);
+  save.addEventListener("click", async () => {
+    try {
+      const result = await api.saveFact(fact.id, input.value.trim());
+      fact.value = result.fact.value;
+      showSummary(result.summary);
+      save.textContent = "Saved";
+      setTimeout(() => (save.textContent = "Save"), 1500);
+    } catch (err) {
+      toast(`Could not save: ${err.message}`);
+    }
+  });
+  input.addEventListener("keydown", (e) => {
+    if (e.key === "Enter") save.click();
+  });
+  forget.addEventListener("click", async () => {
+    if (!window.confirm(`Forget "${fact.key}"?`)) return;
+    try {
+      const result = await api.forgetFact(fact.id);
+      li.remove();
+      showSummary(result.summary);
+      $("#facts-empty").hidden = !!$("#facts").children.length;
+    } catch (err) {
+      toast(`Could not forget: ${err.message}`);
+    }
+  });
+  const row = el("div", "fact-row");
+  row.append(input, save, forget);
+  li.append(label, row);
+  return li;
+}
+
+async function start() {
+  try {
+    const memory = await api.memory();
+    showSummary(memory.summary, memory.summary_updated_at);
+    $("#facts").replaceChildren(...memory.facts.map(factItem));
+    $("#facts-empty").hidden = memory.facts.length > 0;
+    document.body.dataset.ready = "1";
+  } catch (err) {
+    toast(`Could not load your memory: ${err.message}`);
+  }
+}
+
+start();

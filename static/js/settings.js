@@ -1,0 +1,96 @@
+// The settings page: theme, default profile, "notify when done" (GET/PATCH /settings) and API
+// tokens (list, create — the secret is shown once —, revoke).
+import { api } from "./api.js";
+import { el } from "./cards.js";
+import { $, toast, when } from "./pagekit.js";
+import { applyTheme } from "./theme.js";
+
+async function savePref(changes) {
+  const status = $("#prefs-status");
+  try {
+    const prefs = await api.saveSettings(changes);
+    if ("theme" in changes) applyTheme(prefs.theme);
+    status.textContent = "Saved.";
+    setTimeout(() => (status.textContent = ""), 2000);
+    return prefs;
+  } catch (err) {
+    toast(`Could not save: ${err.message}`);
+    return null;
+  }
+}
+
+async function loadPrefs() {
+  const [prefs, profiles] = await Promise.all([api.settings(), api.profiles()]);
+  const select = $("#default-profile");
+  for (const p of profiles) {
+    const option = el("option", "", p.name || p.id);
+    option.value = p.id;
+    select.append(option);
+  }
+  $("#theme").value = prefs.theme || "system";
+  applyTheme(prefs.theme);
+  select.value = prefs.default_profile || "";
+  $("#notify").checked = !!prefs.notify_when_done;
+}
+
+function tokenRow(token) {
+  const tr = el("tr");
+  tr.dataset.id = token.id;
+  const revoke = el("button", "danger-outline revoke", "Revoke");
+  revoke.type = "button";
+  revoke.setAttribute("aria-label", `Revoke token ${token.name || token.prefix}`);
+  revoke.addEventListener("click", async () => {
+    if (!window.confirm(`Revoke "${token.name || token.prefix}"? Scripts using it stop working.`)) return;
+    try {
+      await api.revokeToken(token.id);
+      tr.remove();
+    } catch (err) {
+      toast(`Could not revoke: ${err.message}`);
+    }
+  });
+  const actions = el("td");
+  actions.append(revoke);
+  tr.append(el("td", "", token.name || "—"), el("td", "mono", `${token.prefix}…`), el("td", "", when(token.created_at)),
+    el("td", "", when(token.last_used)), actions);
+  return tr;
+}
+
+async function loadTokens() {
+  const tokens = await api.tokens();
+  $("#tokens tbody").replaceChildren(...tokens.map(tokenRow));
+}
+
+async function start() {
+  $("#theme").addEventListener("change", (e) => savePref({ theme: e.target.value }));
+  $("#default-profile").addEventListener("change", (e) => savePref({ default_profile: e.target.value || null }));
+  $("#notify").addEventListener("change", async (e) => {
+    const on = e.target.checked;
+    if (on && "Notification" in window && Notification.permission === "default") await Notification.requestPermission();
+    if (on && "Notification" in window && Notification.permission === "denied") {
+      toast("This browser blocks notifications for Navi; allow them in the site settings.");
+    }
+    await savePref({ notify_when_done: on });
+  });
+  $("#new-token").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    try {
+      const created = await api.createToken($("#token-name").value.trim());
+      const box = $("#token-created");
+      const code = el("code", "secret", created.token);
+      box.replaceChildren(el("strong", "", "Copy this token now — it is not shown again: "), code);
+      box.hidden = false;
+      $("#token-name").value = "";
+      $("#tokens tbody").prepend(tokenRow(created));
+    } catch (err) {
+      toast(`Could not create the token: ${err.message}`);
+    }
+  });
+  try {
+    await Promise.all([loadPrefs(), loadTokens()]);
+    document.body.dataset.ready = "1";
+  } catch (err) {
+    toast(`Could not load your settings: ${err.message}`);
+  }
+}
+
+start();

@@ -1,0 +1,43 @@
+"""Module fixtures of the browser tests: one test LLM, one live Navi server, one headless
+Chromium and one login per test module."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser_support import chromium_browser, log_in
+from tests.live_server import LiveNavi
+from tests.llm_server import LLMServer
+
+
+@pytest.fixture(scope="module")
+def live_llm():
+    """The module's protocol-level test LLM; each test's page fixture resets it."""
+    with LLMServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def navi(live_llm):
+    with LiveNavi(env={"OLLAMA_HOST": live_llm.url, "CHAT_TITLES": "first_words"}) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def browser():
+    expect.set_options(timeout=15_000)
+    with chromium_browser() as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def login_state(browser, navi, tmp_path_factory):
+    """Log in once through the real form; the module's tests reuse the cookies."""
+    context = browser.new_context()
+    page = context.new_page()
+    log_in(page, navi)
+    path = tmp_path_factory.mktemp("browser") / "state.json"
+    context.storage_state(path=str(path))
+    context.close()
+    return str(path)

@@ -1,0 +1,530 @@
+"""The chat a daily user expects (issue #11), in a real browser: message actions (copy, edit,
+regenerate, retry), stop at every moment, search, export/import, profile per chat, a history
+that redraws every card kind, reading aids, phone and keyboard use, accessibility (axe-core) in
+both themes, and the settings and memory pages."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser_support import CHROMIUM, ROOT, screenshot
+from tests.llm_server import Rule, Turn
+
+pytestmark = pytest.mark.skipif(not shutil.which(CHROMIUM), reason="needs Debian's chromium (apt-get install chromium)")
+
+AXE = ROOT / "static" / "vendor" / "axe.min.js"
+DIRECT = Rule(system="planning step", match="", turns=[Turn(content="DIRECT")])  # skip planning
+
+
+def new_page(browser, login_state, **options):
+    options.setdefault("viewport", {"width": 1200, "height": 800})
+    context = browser.new_context(storage_state=login_state, **options)
+    page = context.new_page()
+    page.on("dialog", lambda dialog: dialog.accept())
+    return context, page
+
+
+@pytest.fixture
+def page(browser, login_state, live_llm):
+    live_llm.reset()
+    context, page = new_page(browser, login_state, accept_downloads=True)
+    yield page
+    context.close()
+
+
+def open_chat(page, navi, sid: str | None = None) -> str:
+    sid = sid or navi.create_session()
+    page.goto(f"{navi.url}/#{sid}")
+    page.wait_for_function(
+        "id => document.body.dataset.ready === '1' && window.navi && window.navi.socket.sessionId === id", arg=sid
+    )
+    page.wait_for_function("() => window.navi.socket.ws.readyState === 1")
+    return sid
+
+
+def send(page, text: str) -> None:
+    page.fill("#input", text)
+    page.press("#input", "Enter")
+
+
+def wait_idle_with_ids(page) -> None:
+    """The run ended and the page re-fetched the ids of what it saved (Edit needs them)."""
+    expect(page.locator("#input")).to_be_enabled()
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.messages > .group.user')].every((n) => n.dataset.messageId)"
+    )
+
+
+def api_session(navi, sid):
+    with navi.api() as client:
+        return client.get(f"/sessions/{sid}").json()
+
+
+# --- 1. message actions -----------------------------------------------------------------------
+def test_edit_replaces_the_message_and_its_answer(page, navi, live_llm):
+    live_llm.add_rule(DIRECT)
+    sid = open_chat(page, navi)
+    send(page, "first question")
+    expect(page.locator(".bubble.assistant").last).to_have_text("echo: first question")
+    wait_idle_with_ids(page)
+    expect(page.locator("#session-title")).to_have_text("first question")  # the chat's new title
+    page.locator(".group.user button.edit").click()
+    page.fill(".edit-input", "second question")
+    screenshot(page, "daily-01-editing")
+    page.click(".edit-form button.save")
+    expect(page.locator(".bubble.assistant").last).to_have_text("echo: second question")
+    expect(page.locator(".group.user")).to_have_count(1)
+    expect(page.locator(".group.user .text")).to_have_text("second question")
+    expect(page.locator(".bubble.assistant")).to_have_count(1)
+    wait_idle_with_ids(page)
+    # A refused edit (a message that does not exist) is a toast; nothing changes.
+    page.evaluate("window.navi.socket.send({type: 'edit', message_id: 99999999, content: 'x'})")
+    expect(page.locator("#toast .toast")).to_be_visible()
+    page.reload()
+    page.wait_for_selector("body[data-ready='1']")
+    expect(page.locator(".group.user .text")).to_have_text("second question")
+    expect(page.locator(".bubble.assistant")).to_have_count(1)
+    # Copy puts the Markdown source on the clipboard.
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    page.locator(".group.turn button.copy-message").click()
+    assert page.evaluate("navigator.clipboard.readText()") == "echo: second question"
+    assert [m["content"] for m in api_session(navi, sid)["messages"] if m["role"] == "user"] == ["second question"]
+
+
+def test_regenerate_replaces_the_answer_and_retry_follows_an_error(page, navi, live_llm):
+    live_llm.add_rule(DIRECT)
+    live_llm.add_rule(Rule(match="tell a joke", turns=[Turn(content="Joke one.")]))
+    open_chat(page, navi)
+    send(page, "tell a joke")
+    expect(page.locator(".bubble.assistant")).to_have_text("Joke one.")
+    wait_idle_with_ids(page)
+    live_llm.reset()
+    live_llm.add_rule(DIRECT)
+    live_llm.add_rule(Rule(match="tell a joke", turns=[Turn(content="Joke two.")]))
+    page.locator(".group.turn button.regen").click()
+    expect(page.locator(".bubble.assistant")).to_have_text("Joke two.")
+    expect(page.locator(".bubble.assistant")).to_have_count(1)
+    expect(page.locator(".group.user")).to_have_count(1)
+    wait_idle_with_ids(page)
+    # An error: Retry (= regenerate) brings a fresh answer in place of the error.
+    live_llm.reset()
+    live_llm.add_rule(DIRECT)
+    live_llm.add_rule(Rule(match="tell a joke", turns=[Turn(status=500, error="model exploded")]))
+    page.locator(".group.turn button.regen").click()
+    expect(page.locator(".error-box")).to_be_visible()
+    retry = page.locator(".group.turn button.retry")
+    expect(retry).to_have_text("Retry")
+    screenshot(page, "daily-02-retry")
+    live_llm.reset()
+    live_llm.add_rule(DIRECT)
+    live_llm.add_rule(Rule(match="tell a joke", turns=[Turn(content="Joke three.")]))
+    retry.click()
+    expect(page.locator(".bubble.assistant")).to_have_text("Joke three.")
+    expect(page.locator(".error-box")).to_have_count(0)
+    expect(page.locator(".group.user")).to_have_count(1)
+    page.reload()
+    page.wait_for_selector("body[data-ready='1']")
+    expect(page.locator(".bubble.assistant")).to_have_text("Joke three.")
+    expect(page.locator(".group.user")).to_have_count(1)
+
+
+# --- 2. stop at every moment ------------------------------------------------------------------
+def test_stop_during_planning_and_esc_while_waiting_for_the_model(page, navi, live_llm):
+    live_llm.add_rule(Rule(system="planning step", match="plan the trip", turns=[Turn(content="1. never", hold=30)]))
+    open_chat(page, navi)
+    send(page, "plan the trip to the mountains and then book everything for the family")
+    status = page.locator(".run-status")
+    expect(status).to_contain_text("Planning…")
+    page.click("#stop")
+    started = time.monotonic()
+    expect(page.locator(".status-badge.stopped")).to_have_text("Stopped.", timeout=3000)
+    assert time.monotonic() - started < 1.5
+    expect(page.locator("#input")).to_be_enabled()
+    # No planning: "Waiting for the model… N s" counts up; Esc stops.
+    live_llm.add_rule(DIRECT)
+    live_llm.add_rule(Rule(match="slow model", turns=[Turn(content="never", hold=30)]))
+    send(page, "slow model")
+    expect(status).to_contain_text(re.compile(r"Waiting for the model… [1-9] s"), timeout=4000)
+    screenshot(page, "daily-03-waiting")
+    page.keyboard.press("Escape")
+    started = time.monotonic()
+    expect(page.locator(".status-badge.stopped")).to_have_count(2, timeout=3000)
+    assert time.monotonic() - started < 1.5
+    page.reload()
+    page.wait_for_selector("body[data-ready='1']")
+    expect(page.locator(".status-badge.stopped")).to_have_count(2)
+    expect(page.locator(".status-badge.stopped").first).to_have_text("Stopped.")
+
+
+# --- 3. search ----------------------------------------------------------------------------------
+def test_search_shows_snippets_and_clearing_restores_the_list(page, navi, live_llm):
+    sid = navi.create_session()
+    with navi.api() as client:
+        client.post(f"/sessions/{sid}/messages", json={"content": "a pineapple pizza recipe"}).raise_for_status()
+    open_chat(page, navi)
+    before = page.locator("#session-list li").count()
+    page.fill("#search", "pineapple")
+    result = page.locator("#session-list li .snippet mark").first
+    expect(result).to_have_text(re.compile("pineapple", re.I))
+    expect(page.locator("#session-list li")).to_have_count(1)
+    expect(page.locator("#session-list li").first).to_have_attribute("data-id", sid)
+    screenshot(page, "daily-04-search")
+    page.fill("#search", "")
+    expect(page.locator("#session-list li")).to_have_count(before)
+    expect(page.locator("#session-list .snippet")).to_have_count(0)
+
+
+# --- 4. export / import ---------------------------------------------------------------------------
+def test_export_downloads_and_import_opens_the_copy(page, navi, live_llm, tmp_path):
+    sid = navi.create_session()
+    with navi.api() as client:
+        client.post(f"/sessions/{sid}/messages", json={"content": "export me please"}).raise_for_status()
+    open_chat(page, navi, sid)
+    page.click("details.export summary")
+    with page.expect_download() as md:
+        page.click("#export-md")
+    assert md.value.suggested_filename.endswith(".md")
+    assert "export me please" in open(md.value.path(), encoding="utf-8").read()
+    with page.expect_download() as js:
+        page.click("#export-json")
+    path = tmp_path / "chat.json"
+    md_text = open(js.value.path(), encoding="utf-8").read()
+    path.write_text(md_text, encoding="utf-8")
+    assert json.loads(md_text)["format"] == "navi.session"
+    page.set_input_files("#import-file", str(path))
+    page.wait_for_function("id => location.hash && location.hash.slice(1) !== id", arg=sid)
+    page.wait_for_selector("body[data-ready='1']")
+    expect(page.locator(".group.user .text")).to_have_text("export me please")
+    expect(page.locator(".bubble.assistant")).to_have_text("echo: export me please")
+
+
+# --- 5. profile per chat -----------------------------------------------------------------------------
+def test_the_header_shows_and_switches_the_chat_profile_and_follows_renames(page, navi):
+    with navi.api() as client:
+        profiles = client.get("/agents/profiles").json()["profiles"]
+    other = next(p for p in profiles if p["id"] != "secretary")
+    sid = open_chat(page, navi)
+    secretary = next(p for p in profiles if p["id"] == "secretary")
+    expect(page.locator("#session-model")).to_contain_text(secretary["name"])
+    page.select_option("#session-profile", other["id"])
+    expect(page.locator("#session-model")).to_contain_text(other["name"])
+    deadline = time.monotonic() + 5
+    while api_session(navi, sid)["profile_id"] != other["id"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert api_session(navi, sid)["profile_id"] == other["id"]
+    page.locator(f"#session-list li[data-id='{sid}'] button.rename").click()
+    page.fill(".rename-input", "Renamed chat")
+    page.press(".rename-input", "Enter")
+    expect(page.locator("#session-title")).to_have_text("Renamed chat")
+    screenshot(page, "daily-05-profile")
+
+
+# --- 6. history redraws everything ------------------------------------------------------------------
+EVERY_KIND = {
+    "format": "navi.session",
+    "version": 1,
+    "session": {"title": "Every card kind", "profile_id": "secretary"},
+    "files": [],
+    "messages": [
+        {"seq": 1, "role": "user", "content": "do everything"},
+        {"seq": 2, "role": "assistant", "content": "1. All\n2. Things", "name": "plan"},
+        {
+            "seq": 3,
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"id": "c1", "name": "spawn_agent", "arguments": {"task": "sub"}},
+                {"id": "c2", "name": "remember", "arguments": {}},
+            ],
+        },
+        {
+            "seq": 4,
+            "role": "tool",
+            "tool_call_id": "c1",
+            "name": "spawn_agent",
+            "content": "sub done",
+            "meta": {
+                "subagent": [{"tool": "terminal", "args": {"command": "ls"}, "result": "a b", "success": True}],
+                "files": [{"name": "chart.png", "url": "/sessions/x/files/chart.png", "mime": "text/plain"}],
+            },
+        },
+        {
+            "seq": 5,
+            "role": "tool",
+            "tool_call_id": "c2",
+            "name": "remember",
+            "content": "ok",
+            "meta": {"memory": [{"category": "preference", "key": "tea", "value": "green"}]},
+        },
+        {"seq": 6, "role": "assistant", "content": "All **done**."},
+        {"seq": 7, "role": "user", "content": "fail now"},
+        {"seq": 8, "role": "system", "content": "the model is unreachable", "meta": {"kind": "error"}},
+        {"seq": 9, "role": "user", "content": "stop now"},
+        {"seq": 10, "role": "system", "content": "Stopped.", "meta": {"kind": "stopped"}},
+    ],
+}
+
+
+def test_history_after_a_reload_shows_every_card_kind(page, navi):
+    with navi.api() as client:
+        response = client.post("/sessions/import", json=EVERY_KIND)
+        assert response.status_code == 201, response.text
+        sid = response.json()["id"]
+    open_chat(page, navi, sid)
+    turns = page.locator(".group.turn")
+    expect(turns).to_have_count(3)
+    first = turns.nth(0)
+    expect(first.locator("details.plan")).to_contain_text("Things")
+    expect(first.locator("details.plan")).not_to_have_attribute("open", "")
+    expect(
+        first.locator("details.tool[data-tool=spawn_agent] .subagent details.tool[data-tool=terminal]")
+    ).to_have_class(re.compile(r"\bok\b"))
+    expect(first.locator(".published a.file-link svg.file-icon")).to_have_count(1)
+    expect(first.locator(".notice.memory")).to_have_text("Remembered (preference) tea: green")
+    expect(first.locator(".bubble.assistant strong")).to_have_text("done")
+    expect(turns.nth(1).locator(".error-box")).to_contain_text("the model is unreachable")
+    expect(turns.nth(1).locator("button.retry")).to_be_hidden()  # only the last turn offers it
+    expect(turns.nth(2).locator(".status-badge.stopped")).to_have_text("Stopped.")
+    expect(turns.nth(2).locator("button.retry")).to_be_visible()
+    screenshot(page, "daily-06-history")
+
+
+# --- 7. reading -------------------------------------------------------------------------------------
+RICH = (
+    "Math $x^2 + 1$ and\n\n$$\\int_0^1 x\\,dx$$\n\n- [x] done\n- [ ] todo\n\n> quoted\n\n```python\n"
+    + "print(1)\n" * 60
+    + "```\n"
+)
+
+
+def test_reading_aids_math_tasks_code_header_and_jump_to_latest(page, navi, live_llm):
+    live_llm.add_rule(DIRECT)
+    live_llm.add_rule(Rule(match="rich answer", turns=[Turn(content=RICH)]))
+    live_llm.add_rule(Rule(match="long stream", turns=[Turn(content="line\n\n" * 300, chunk_size=6, delay=0.02)]))
+    open_chat(page, navi)
+    send(page, "rich answer")
+    answer = page.locator(".bubble.assistant").last
+    expect(answer.locator(".katex")).to_have_count(2)
+    expect(answer.locator(".task-box.checked")).to_have_count(1)
+    expect(answer.locator(".task-box:not(.checked)")).to_have_count(1)
+    expect(answer.locator("blockquote")).to_have_text("quoted")
+    head = answer.locator(".codeblock .code-head")
+    expect(head.locator(".lang")).to_have_text("python")
+    expect(head.locator("button.copy")).to_have_text("Copy")
+    expect(head).to_have_css("position", "sticky")  # retried: the answer is re-rendered at stream_end
+    expect(page.locator("#input")).to_be_enabled()
+    # Scroll into the middle of the code block: its header is still in view.
+    answer.locator(".codeblock pre").evaluate("n => n.scrollIntoView({block: 'center'})")
+    box, view = head.bounding_box(), page.locator("#scroller").bounding_box()
+    assert view["y"] - 20 <= box["y"] <= view["y"] + view["height"], (box, view)
+    screenshot(page, "daily-07-rich")
+    send(page, "long stream")
+    expect(page.locator(".bubble.assistant.streaming")).to_be_visible()
+    page.wait_for_function("() => document.querySelector('#scroller').scrollHeight > 2000")
+    page.evaluate("document.querySelector('#scroller').scrollTop = 0")
+    jump = page.locator("#jump")
+    expect(jump).to_be_visible()
+    screenshot(page, "daily-08-jump")
+    jump.click()
+    page.wait_for_function(
+        "() => { const s = document.querySelector('#scroller'); return s.scrollHeight - s.scrollTop - s.clientHeight < 150; }"
+    )
+    expect(page.locator("#input")).to_be_enabled(timeout=20_000)
+    # Favicon: no 404.
+    assert page.request.get(f"{navi.url}/favicon.ico").status == 200
+
+
+# --- 8. phone and keyboard ---------------------------------------------------------------------------
+def test_phone_menu_closes_on_esc_and_backdrop(browser, login_state, navi, live_llm):
+    context, page = new_page(browser, login_state, viewport={"width": 375, "height": 740})
+    try:
+        open_chat(page, navi)
+        sidebar = page.locator("#sidebar")
+        page.click("#menu")
+        page.wait_for_function("() => document.querySelector('#sidebar').getBoundingClientRect().left >= 0")
+        screenshot(page, "daily-09-phone-menu")
+        page.keyboard.press("Escape")
+        page.wait_for_function("() => document.querySelector('#sidebar').getBoundingClientRect().right <= 0")
+        page.click("#menu")
+        page.wait_for_function("() => document.querySelector('#sidebar').getBoundingClientRect().left >= 0")
+        page.mouse.click(360, 400)  # the backdrop, right of the drawer
+        page.wait_for_function("() => document.querySelector('#sidebar').getBoundingClientRect().right <= 0")
+        expect(sidebar).to_have_attribute("aria-label", "Sessions")
+    finally:
+        context.close()
+
+
+def test_keyboard_reaches_the_attach_buttons_with_a_visible_focus(page, navi):
+    open_chat(page, navi)
+    page.focus("#input")
+    page.keyboard.press("Shift+Tab")
+    assert page.evaluate("document.activeElement.id") == "file-button"
+    outline = page.evaluate("getComputedStyle(document.activeElement).outlineStyle")
+    assert outline not in ("none", ""), outline
+    page.keyboard.press("Shift+Tab")
+    assert page.evaluate("document.activeElement.id") == "image-button"
+    page.evaluate(
+        "document.querySelector('#attach-image').addEventListener('click', (e) => { e.preventDefault(); window.__picker = true; })"
+    )
+    page.keyboard.press("Enter")  # the button opens the (hidden) image picker
+    page.wait_for_function("() => window.__picker === true")
+
+
+# --- 9. small things ----------------------------------------------------------------------------------
+def test_image_only_send_new_chat_reuse_and_login_keeps_the_username(page, navi, live_llm, tmp_path, browser):
+    live_llm.add_rule(DIRECT)
+    sid = open_chat(page, navi)
+    image = tmp_path / "dot.png"
+    image.write_bytes(
+        bytes.fromhex(
+            "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+            "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082"
+        )
+    )
+    page.set_input_files("#attach-image", str(image))
+    expect(page.locator("#attachments .chip.image img")).to_have_count(1)
+    page.click("#send")
+    expect(page.locator(".group.user .images img")).to_have_count(1)
+    expect(page.locator("#input")).to_be_enabled()
+    expect(page.locator(".bubble.assistant")).to_have_count(1)
+    # New chat twice: the second click reuses the empty chat the first one made.
+    page.click("#new-chat")
+    page.wait_for_function("id => location.hash.slice(1) !== id", arg=sid)
+    first = page.evaluate("location.hash")
+    page.click("#new-chat")
+    page.wait_for_timeout(500)
+    assert page.evaluate("location.hash") == first
+    context = browser.new_context()
+    login = context.new_page()
+    login.goto(f"{navi.url}/login/")
+    login.fill("input[name=username]", navi.username)
+    login.fill("input[name=password]", "wrong")
+    login.click("button[type=submit]")
+    expect(login.locator(".error")).to_be_visible()
+    expect(login.locator("input[name=username]")).to_have_value(navi.username)
+    context.close()
+
+
+# --- 10. settings and memory pages --------------------------------------------------------------------
+def test_settings_theme_tokens_and_memory_page(page, navi):
+    navi._manage(
+        "shell",
+        "-c",
+        (
+            "from django.contrib.auth import get_user_model; from memory_app.models import MemoryFact; "
+            f"MemoryFact.objects.create(owner=get_user_model().objects.get(username='{navi.username}'), "
+            "category='preference', key='drink', value='tea')"
+        ),
+    )
+    page.goto(f"{navi.url}/settings/")
+    page.wait_for_selector("body[data-ready='1']")
+    page.select_option("#theme", "dark")
+    expect(page.locator("html")).to_have_attribute("data-theme", "dark")
+    page.fill("#token-name", "script")
+    page.click("#new-token button[type=submit]")
+    expect(page.locator("#token-created code")).to_be_visible()
+    row = page.locator("#tokens tbody tr", has_text="script")
+    expect(row).to_have_count(1)
+    screenshot(page, "daily-10-settings-dark")
+    row.locator("button.revoke").click()
+    expect(row).to_have_count(0)
+    page.goto(f"{navi.url}/")
+    page.wait_for_selector("body[data-ready='1']")
+    expect(page.locator("html")).to_have_attribute("data-theme", "dark")
+    page.click("text=Memory")
+    page.wait_for_selector("body[data-ready='1']")
+    fact = page.locator(".fact", has_text="drink")
+    fact.locator("input").fill("green tea")
+    fact.locator("button.save").click()
+    expect(fact.locator("button.save")).to_have_text("Saved")
+    with navi.api() as client:
+        assert client.get("/memory").json()["facts"][0]["value"] == "green tea"
+    screenshot(page, "daily-11-memory")
+    fact.locator("button.forget").click()
+    expect(page.locator(".fact")).to_have_count(0)
+    with navi.api() as client:
+        client.patch("/settings", json={"theme": "system"})
+    page.evaluate("localStorage.removeItem('navi-theme')")
+    # Pages need a login.
+    anon = page.context.browser.new_context()
+    p = anon.new_page()
+    p.goto(f"{navi.url}/settings/")
+    assert "/login/" in p.url
+    anon.close()
+
+
+# --- accessibility: axe-core in both themes ---------------------------------------------------------
+def axe_serious(page) -> list:
+    # By URL (the vendored copy Django serves): the pages' CSP forbids an inline script.
+    assert AXE.exists(), "run `make vendor` (npm ci) first"
+    page.add_script_tag(url="/static/vendor/axe.min.js")
+    result = page.evaluate(
+        "async () => (await axe.run(document, {resultTypes: ['violations']})).violations"
+        ".filter(v => ['serious', 'critical'].includes(v.impact))"
+        ".map(v => ({id: v.id, impact: v.impact, nodes: v.nodes.slice(0, 3).map(n => n.target.join(' ') + ' ' + (n.failureSummary || '').slice(0, 200))}))"
+    )
+    return result
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_axe_finds_no_serious_violations(browser, navi, live_llm, login_state, scheme):
+    live_llm.reset()
+    live_llm.add_rule(DIRECT)
+    live_llm.add_rule(Rule(match="slow words", turns=[Turn(content="word " * 200, chunk_size=5, delay=0.03)]))
+    live_llm.add_rule(
+        Rule(
+            match="use a tool",
+            turns=[Turn(tool_calls=[{"name": "list_tools", "arguments": {}}]), Turn(content="Tools listed.")],
+        )
+    )
+    live_llm.add_rule(Rule(match="break please", turns=[Turn(status=500, error="boom")]))
+    found = {}
+    anon = browser.new_context(color_scheme=scheme)
+    login = anon.new_page()
+    login.goto(f"{navi.url}/login/")
+    found["login"] = axe_serious(login)
+    login.fill("input[name=username]", navi.username)
+    login.fill("input[name=password]", "wrong")
+    login.click("button[type=submit]")
+    login.wait_for_selector(".error")
+    found["login-error"] = axe_serious(login)
+    anon.close()
+    context, page = new_page(browser, login_state, color_scheme=scheme)
+    try:
+        open_chat(page, navi)
+        found["empty chat"] = axe_serious(page)
+        send(page, "slow words")
+        expect(page.locator(".bubble.assistant.streaming")).to_be_visible()
+        found["streaming"] = axe_serious(page)
+        page.click("#stop")
+        expect(page.locator("#input")).to_be_enabled()
+        send(page, "use a tool")
+        expect(page.locator(".bubble.assistant").last).to_have_text("Tools listed.")
+        page.locator("details.tool summary").first.click()
+        found["tool cards"] = axe_serious(page)
+        send(page, "break please")
+        expect(page.locator(".error-box")).to_be_visible()
+        page.evaluate("window.navi.socket.send({type: 'edit', message_id: 99999999, content: 'x'})")
+        expect(page.locator("#toast .toast")).to_be_visible()
+        page.evaluate(
+            "document.querySelector('#connection').dataset.state = 'reconnecting';"
+            "document.querySelector('#connection').textContent = 'Connection lost — reconnecting in 1.0 s…'"
+        )
+        found["error"] = axe_serious(page)
+        screenshot(page, f"daily-12-axe-{scheme}")
+        page.goto(f"{navi.url}/settings/")
+        page.wait_for_selector("body[data-ready='1']")
+        found["settings"] = axe_serious(page)
+        page.goto(f"{navi.url}/memory/")
+        page.wait_for_selector("body[data-ready='1']")
+        found["memory"] = axe_serious(page)
+    finally:
+        context.close()
+    bad = {k: v for k, v in found.items() if v}
+    assert not bad, json.dumps(bad, indent=1)
