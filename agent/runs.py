@@ -237,6 +237,8 @@ class RunManager:
         """Ask the owner of the session's run to stop it. False when no run is active."""
         session_id = str(session_id)
         run = self.active.get(session_id)
+        if run is not None and (run.stopped or run.error):
+            return False  # it already ended (stream_stopped / error sent); only its bookkeeping is left
         if run is not None:
             run.stop_event.set()
             return True
