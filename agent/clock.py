@@ -1,6 +1,9 @@
 """The current date and time for the system prompt, so "what's on today?" and "remind me
-tomorrow" work. Minute resolution: the prompt (and a server's prefix cache) changes at most
-once a minute, and the line goes last so the persona and profile prefix stays cacheable."""
+tomorrow" work. Minute resolution, taken once per turn (the conversation's `clock`): every call
+of a turn (planning, answer, each tool step) sends the same system message. Many chat templates
+render the tool schemas after the system message, so a clock that moved between two calls would
+make a server's prefix cache re-read the whole tool block; the line goes last so the persona and
+profile prefix stays cacheable even across turns."""
 
 from __future__ import annotations
 

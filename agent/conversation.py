@@ -15,6 +15,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from agent import clock
 from agent.messages import ChatMessage, ToolCall
 from sessions_app.models import Message, Session
 
@@ -46,6 +47,7 @@ class Conversation:
         self.token_count = 0
         self.persistent = False
         self.plan: tuple[ChatMessage | None, str] = (None, "")  # this turn's plan (agent.planning)
+        self.clock = clock.now()  # the turn's time, the same in every call of it (agent.clock)
 
     async def add(
         self, msg: ChatMessage, *, display: bool = True, status: str = "complete", context: bool = True
@@ -86,6 +88,7 @@ class DBConversation(Conversation):
         self.token_count = session.context_token_count
         self.persistent = True
         self.plan = (None, "")
+        self.clock = clock.now()
         self._flush: dict[int, _FlushState] = {}
 
     @classmethod

@@ -94,7 +94,7 @@ class Agent:
         for event in await self._workers(workers.pre_turn_workers, conv, profile, "pre", limit):
             yield event
         if planning and should_plan(profile, user_message):
-            plan = await self._run_planning(conv, profile)
+            plan = await self._run_planning(conv, profile, limit)
             if plan:
                 yield PlanReady(plan=plan)
         async for event in self._loop(conv, profile, backend, limit=limit):
@@ -139,7 +139,7 @@ class Agent:
         return content
 
     # --- planning -----------------------------------------------------------------------
-    async def _run_planning(self, conv: Conversation, profile: Profile) -> str | None:
+    async def _run_planning(self, conv: Conversation, profile: Profile, limit: int) -> str | None:
         """One short call on the answer call's prefix (agent.planning): a validated plan or None.
 
         The plan guides this turn's answer calls only; it never enters later turns' context.
@@ -149,10 +149,15 @@ class Agent:
         except LLMError as exc:
             log.info("planning skipped: %s", exc)
             return None
-        tools = [t.schema() for t in self._offered(profile)] or None  # the answer call's tools
-        context = await prompts.build_context(profile, conv.context, conv.owner_id)
+        context = await prompts.build_context(profile, conv.context, conv.owner_id, conv.clock)
+        try:  # the answer call's own selection and form of tools: one shared prefix, one cache
+            request = fit_request(context, self._offered(profile), profile, limit, _last_request(conv), set())
+        except DoesNotFit:
+            return None  # the answer call reports it
         try:
-            plan = await until_stopped(planning.make_plan(backend, profile, context, tools), current_stop_event.get())
+            plan = await until_stopped(
+                planning.make_plan(backend, profile, context, request.schemas), current_stop_event.get()
+            )
         except Stopped:
             return None  # the loop reports stream_stopped
         if plan:
@@ -167,7 +172,7 @@ class Agent:
         tools = self._offered(profile)
         limit = limit or await effective_window(backend, profile)
         tracker = CallTracker(backend.name, profile.resolved_model())
-        query = next((m.content for m in reversed(conv.context) if m.role == "user" and not m.is_summary), "")
+        query = _last_request(conv)
         for _ in range(max(1, profile.max_iterations)):
             if stop is not None and stop.is_set():
                 yield StreamStopped()
@@ -231,7 +236,7 @@ class Agent:
         stop = current_stop_event.get()
         msg = turn.message
         thinking_open = False
-        context = planning.with_plan(await prompts.build_context(profile, conv.context, conv.owner_id), conv)
+        context = planning.with_plan(await prompts.build_context(profile, conv.context, conv.owner_id, conv.clock), conv)
         try:
             request = fit_request(context, tools, profile, limit, query, keep)
         except DoesNotFit as exc:
@@ -461,6 +466,11 @@ class _Turn:
         self.tokens = 0
         self.outcome = "ok"  # ok | stopped | error
         self.error = ""
+
+
+def _last_request(conv: Conversation) -> str:
+    """The user's latest message: what tool selection ranks the tools against."""
+    return next((m.content for m in reversed(conv.context) if m.role == "user" and not m.is_summary), "")
 
 
 async def _load_profile(profile_id: str) -> Profile:

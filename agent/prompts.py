@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Awaitable, Callable
 
 from django.conf import settings
@@ -39,14 +40,17 @@ async def memory_text(user_id: int | None) -> str:
     return f"{MEMORY_HEADER}\n\n{summary}" if summary else ""
 
 
-async def build_context(profile: Profile, history: list[ChatMessage], user_id: int | None) -> list[ChatMessage]:
-    """One system message (persona, profile, memory, the clock) + the history. Memory goes into
-    that one message because some chat templates drop or reject a second system message."""
+async def build_context(
+    profile: Profile, history: list[ChatMessage], user_id: int | None, moment: datetime | None = None
+) -> list[ChatMessage]:
+    """One system message (persona, profile, memory, the clock at `moment`) + the history. Memory
+    goes into that one message because some chat templates drop or reject a second system message."""
     system = system_prompt(profile)
     memory = await memory_text(user_id)
     if memory:
         system = f"{system}\n\n---\n\n{memory}" if system else memory
-    system = f"{system}\n\n---\n\n{clock_line()}" if system else clock_line()
+    clock = clock_line(moment)
+    system = f"{system}\n\n---\n\n{clock}" if system else clock
     messages = [ChatMessage(role="system", content=system)]
     messages.extend(m for m in history if m.role != "system")
     return messages

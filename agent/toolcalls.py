@@ -3,8 +3,10 @@
 Small models often print the call instead of emitting a native one: Hermes/Qwen
 `<tool_call>{…}</tool_call>`, Llama-3 `{"name": …, "parameters"/"arguments": …}` (maybe after
 `<|python_tag|>`), Mistral `[TOOL_CALLS][…]`, a fenced ```json block, or a Python-style
-`tool_name(arg=…)` line. `extract_calls` finds them (only for tools that were offered; prose
-that merely mentions a tool is not a call). `CallTextFilter` sits on the stream: it holds back
+`tool_name(arg=…)` line. `extract_calls` finds them: for tools that were offered (prose that
+merely mentions a tool is not a call), and inside an explicit call marker (`<tool_call>`,
+`[TOOL_CALLS]`, `<|python_tag|>`) for any name, so a misspelt or invented tool gets the usual
+"unknown tool, did you mean …" result instead of being shown as text. `CallTextFilter` sits on the stream: it holds back
 text that may be the start of a call instead of showing it and retracting it later.
 """
 
@@ -24,6 +26,7 @@ _FENCED = re.compile(r"```([\w-]*)[ \t]*\n(.*?)\n?```", re.S | re.I)
 _PY_LINE = re.compile(r"^[ \t]*([A-Za-z_]\w*)\((.*)\)[ \t]*;?[ \t]*$", re.M)
 _FENCE_LANGS = {"", "json", "tool_call", "tool_code", "tool"}
 _PREFIX_MARKERS = ("<tool_call>", "<|python_tag|>", "[TOOL_CALLS]", "```", "[{")
+_TOOL_NAME = re.compile(r"[A-Za-z_][\w.-]{0,63}")
 
 
 @dataclass
@@ -47,14 +50,15 @@ def _tidy(text: str) -> str:
     return re.sub(r"\n{3,}", "\n\n", text).strip()
 
 
-def _call(obj: object, offered) -> ToolCall | None:
-    """A ToolCall from {"name", "arguments"|"parameters"} (or OpenAI's {"function": {...}})."""
+def _call(obj: object, offered, any_name: bool = False) -> ToolCall | None:
+    """A ToolCall from {"name", "arguments"|"parameters"} (or OpenAI's {"function": {...}});
+    `any_name`: inside an explicit call marker, a name that was not offered is still a call."""
     if not isinstance(obj, dict):
         return None
     if isinstance(obj.get("function"), dict):
         obj = obj["function"]
     name = obj.get("name")
-    if not isinstance(name, str) or name not in offered:
+    if not isinstance(name, str) or not (name in offered or (any_name and _TOOL_NAME.fullmatch(name))):
         return None
     if _is_schema_echo(obj):
         return None
@@ -79,9 +83,9 @@ def _is_schema_echo(obj: dict) -> bool:
     return isinstance(params, dict) and params.get("type") == "object" and isinstance(params.get("properties"), dict)
 
 
-def _calls_from(value: object, offered) -> list[ToolCall]:
+def _calls_from(value: object, offered, any_name: bool = False) -> list[ToolCall]:
     items = value if isinstance(value, list) else [value]
-    calls = [_call(item, offered) for item in items]
+    calls = [_call(item, offered, any_name) for item in items]
     return calls if calls and all(calls) else []
 
 
@@ -96,7 +100,7 @@ def _parse(text: str) -> object:
 def _tagged(text: str, offered):
     calls, spans = [], []
     for match in _TAGGED.finditer(text):
-        found = _calls_from(_parse(match.group(1)), offered)
+        found = _calls_from(_parse(match.group(1)), offered, any_name=True)
         if not found:
             return [], text
         calls += found
@@ -114,7 +118,7 @@ def _mistral(text: str, offered):
         value = {"name": named.group(1), "arguments": _parse(named.group(2))}
     else:
         value = _parse(body)
-    calls = _calls_from(value, offered)
+    calls = _calls_from(value, offered, any_name=True)
     return (calls, text[:index]) if calls else ([], text)
 
 
@@ -125,7 +129,7 @@ def _python_tag(text: str, offered):
     body = text[index + len("<|python_tag|>"):].replace("<|eom_id|>", "").replace("<|eot_id|>", "")
     calls = []
     for part in [p for p in re.split(r";\s*(?=\{)", body.strip()) if p.strip()]:
-        found = _calls_from(_parse(part), offered)
+        found = _calls_from(_parse(part), offered, any_name=True)
         if not found:
             return [], text
         calls += found

@@ -65,6 +65,23 @@ class TestClock:
         assert f"{now:%A, %d %B %Y}" in system and "Europe/Lisbon" in system
         assert system.rstrip().endswith("Use it for 'today', 'tomorrow' and other dates.")
 
+    async def test_every_call_of_a_turn_sends_the_same_clock(self, llm, session, owner_token, monkeypatch):
+        # Chat templates put the tools after the system message: a clock that moved between the
+        # planning call and the answer calls would make the server re-read the whole tool block.
+        from agent import clock
+
+        minutes = iter(range(60))
+        monkeypatch.setattr(clock, "now", lambda: datetime(2026, 11, 22, 9, next(minutes), tzinfo=ZoneInfo("UTC")))
+        await Profile.objects.filter(pk="secretary").aupdate(planning_enabled=True, planning="always")
+        llm.add_rule(Rule(system="planning step", match="", turns=[Turn(content="1. Read the list\n2. Add milk to it")]))
+        llm.add_rule(Rule(match="", turns=[Turn(tool_calls=[{"name": "todo", "arguments": {"action": "list"}}]), Turn(content="ok")]))
+        await run(session, owner_token, "read my list, then add milk")
+        systems = {r["messages"][0]["content"] for r in llm.requests}
+        assert len(llm.requests) == 3 and len(systems) == 1
+        assert "09:00" in systems.pop()  # the turn's start, not a later minute
+        await run(session, owner_token, "thanks")
+        assert "09:01" in llm.requests[-1]["messages"][0]["content"]  # a new turn reads the clock again
+
     def test_the_default_time_zone_is_the_hosts(self, monkeypatch):
         from navi_project.settings import _host_time_zone
 
@@ -106,6 +123,17 @@ class TestToolCallsWrittenAsText:
         assert [c["recovered"] for c in of(frames, "tool_call")] == [True]
         assert await todo_items(session) == ["buy milk"]
         assert "buy milk" not in shown(frames)
+
+    async def test_a_call_marker_naming_an_unknown_tool_is_answered_not_shown(self, llm, session, owner_token):
+        # A small model invents a name inside <tool_call>: it hears the closest offered names.
+        call = '<tool_call>\n{"name": "todos", "arguments": {"action": "list"}}\n</tool_call>'
+        llm.script(Turn(content=call, chunk_size=4), Turn(content="Your list is empty."))
+        frames = await run(session, owner_token, "what is on my list?")
+        [tool_call] = of(frames, "tool_call")
+        assert tool_call["recovered"] is True and not tool_call["success"]
+        assert "Did you mean 'todo'" in tool_call["result"]
+        assert "<tool_call>" not in shown(frames) and frames[-1]["content"] == "Your list is empty."
+        assert (await ModelReliability.objects.aget()).unknown_tools == 1
 
     async def test_a_profile_can_switch_recovery_off(self, llm, session, owner_token):
         await Profile.objects.filter(pk="secretary").aupdate(recover_tool_calls=False)
@@ -218,6 +246,19 @@ class TestFewerTools:
         await run(session, owner_token, "search the web for the weather in Lisbon")
         names = offered(llm.requests[-1])
         assert len(names) == 5 and "web_search" in names and {"list_tools", "tool_manual", "memory_search"} <= set(names)
+
+    async def test_the_planning_call_offers_the_answer_calls_tools(self, llm, session, owner_token):
+        # Same tools, same form, same system message: the answer call reuses the planning
+        # call's prompt cache instead of re-reading every schema.
+        await Profile.objects.filter(pk="secretary").aupdate(
+            max_tools=5, compact_schemas=True, planning_enabled=True, planning="always"
+        )
+        llm.add_rule(Rule(system="planning step", match="", turns=[Turn(content="DIRECT")]))
+        llm.add_rule(Rule(match="", turns=[Turn(content="ok")]))
+        await run(session, owner_token, "search the web for the weather in Lisbon")
+        plan_call, answer_call = llm.requests
+        assert len(plan_call["tools"]) == 5 and plan_call["tools"] == answer_call["tools"]
+        assert plan_call["messages"][0] == answer_call["messages"][0]
 
     async def test_compact_schemas_drop_parameter_descriptions(self, llm, session, owner_token):
         await Profile.objects.filter(pk="secretary").aupdate(compact_schemas=True)
