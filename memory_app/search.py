@@ -2,6 +2,12 @@
 
 Query terms are OR-ed (any term matches), best matches first (bm25 / ts_rank). The FTS5 table
 is an external-content index of memory_app_memoryfact kept in sync by triggers.
+
+Bounded cost: terms of three letters or more match as prefixes ("pyth" finds "python"), shorter
+ones only as whole words ("a" would match a quarter of everything). When a query matches more
+than `MAX_RANKED` of the owner's facts (a category name, a very common word), only the
+`MAX_RANKED` most recently added matches are ranked: ranking every one of 100 000 matches costs
+hundreds of ms, and among that many the newest are the ones worth reading anyway.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ _TRIGGERS = {
 }
 _WORD = re.compile(r"\w+", re.UNICODE)
 MAX_TERMS = 20
+MIN_PREFIX = 3  # shorter terms match whole words only
+MAX_RANKED = 1000  # matches ranked at most (the newest ones)
 
 
 def ensure_fts(conn=connection) -> None:
@@ -84,31 +92,37 @@ def search_facts(owner_id: int, query: str, limit: int = 15) -> list[MemoryFact]
 
 
 def _search_sqlite(owner_id: int, terms: list[str], limit: int) -> list[MemoryFact]:
-    # Each term quoted (no FTS syntax injection) and prefix-matched, OR-ed.
-    match = " OR ".join(f'"{t}"*' for t in terms)
-    sql = (
-        f"SELECT f.id FROM {FTS_TABLE} JOIN {FACT_TABLE} f ON f.id = {FTS_TABLE}.rowid "
-        f"WHERE {FTS_TABLE} MATCH %s AND f.owner_id = %s "
-        f"ORDER BY bm25({FTS_TABLE}, 2.0, 3.0, 1.0), f.updated_at DESC LIMIT %s"
-    )
+    # Each term quoted (no FTS syntax injection), long ones prefix-matched, OR-ed. CROSS JOIN
+    # keeps the index lookup outside: SQLite would otherwise walk the owner's rows and probe the
+    # index for each.
+    match = " OR ".join(f'"{t}"*' if len(t) >= MIN_PREFIX else f'"{t}"' for t in terms)
+    matches = f"FROM {FTS_TABLE} CROSS JOIN {FACT_TABLE} f ON f.id = {FTS_TABLE}.rowid WHERE {FTS_TABLE} MATCH %s AND f.owner_id = %s"
     with connection.cursor() as cur:
-        cur.execute(sql, [match, owner_id, limit])
+        cur.execute(f"SELECT f.id {matches} ORDER BY {FTS_TABLE}.rowid DESC LIMIT 1 OFFSET %s", [match, owner_id, MAX_RANKED - 1])
+        oldest = cur.fetchone()  # the MAX_RANKED-th newest match, if there are that many
+        newest_only = f" AND {FTS_TABLE}.rowid >= %s" if oldest else ""
+        cur.execute(
+            f"SELECT f.id {matches}{newest_only} ORDER BY bm25({FTS_TABLE}, 2.0, 3.0, 1.0), f.updated_at DESC LIMIT %s",
+            [match, owner_id, *([oldest[0]] if oldest else []), limit],
+        )
         ids = [row[0] for row in cur.fetchall()]
     return _in_order(ids)
 
 
 def _search_postgres(owner_id: int, terms: list[str], limit: int) -> list[MemoryFact]:
-    tsquery = " | ".join(f"{t}:*" for t in terms)  # terms are \w+ only: no tsquery syntax
+    # Terms are \w+ only: no tsquery syntax.
+    tsquery = " | ".join(f"{t}:*" if len(t) >= MIN_PREFIX else t for t in terms)
     document = (
         "setweight(to_tsvector('simple', category), 'B') || setweight(to_tsvector('simple', \"key\"), 'A')"
         " || setweight(to_tsvector('simple', value), 'C')"
     )
     sql = (
-        f"SELECT id FROM {FACT_TABLE} WHERE owner_id = %s AND ({document}) @@ to_tsquery('simple', %s) "
-        f"ORDER BY ts_rank({document}, to_tsquery('simple', %s)) DESC, updated_at DESC LIMIT %s"
+        f"SELECT id FROM (SELECT id, updated_at, {document} AS document FROM {FACT_TABLE} "
+        f"WHERE owner_id = %s AND ({document}) @@ to_tsquery('simple', %s) ORDER BY id DESC LIMIT %s) newest "
+        "ORDER BY ts_rank(document, to_tsquery('simple', %s)) DESC, updated_at DESC LIMIT %s"
     )
     with connection.cursor() as cur:
-        cur.execute(sql, [owner_id, tsquery, tsquery, limit])
+        cur.execute(sql, [owner_id, tsquery, MAX_RANKED, tsquery, limit])
         ids = [row[0] for row in cur.fetchall()]
     return _in_order(ids)
 

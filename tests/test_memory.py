@@ -252,6 +252,25 @@ class TestSearch:
         assert len(search_facts(owner.id, "common")) == 15
         assert len(search_facts(owner.id, "common", limit=4)) == 4
 
+    def test_long_terms_match_as_prefixes_short_ones_as_words(self, owner):
+        upsert_fact(owner.id, "environment", "language", "python 3.11")
+        upsert_fact(owner.id, "people", "initial", "a")
+        assert [f.key for f in search_facts(owner.id, "pyth")] == ["language"]
+        assert search_facts(owner.id, "py") == []  # two letters: whole words only
+        assert [f.key for f in search_facts(owner.id, "a")] == ["initial"]
+
+    def test_a_very_common_term_ranks_only_the_newest_matches(self, owner, other_user, monkeypatch):
+        from memory_app import search
+
+        monkeypatch.setattr(search, "MAX_RANKED", 5)
+        upsert_fact(owner.id, "work", "old but best", "work work work")  # best match, but old
+        for i in range(8):
+            upsert_fact(owner.id, "notes", f"note {i}", f"work item {i}")
+        upsert_fact(other_user.id, "work", "theirs", "work work work work")  # never counted in
+        keys = [f.key for f in search_facts(owner.id, "work")]
+        assert sorted(keys) == [f"note {i}" for i in range(3, 8)]
+        assert [f.key for f in search_facts(owner.id, "best")] == ["old but best"]  # rare terms: all ranked
+
     def test_updates_and_deletes_reach_the_index(self, owner):
         upsert_fact(owner.id, "preferences", "shell", "bash")
         upsert_fact(owner.id, "preferences", "shell", "fish")
