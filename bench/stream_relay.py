@@ -14,6 +14,18 @@ client. Parts:
   (c) 50 concurrent sessions x 1 000 deltas: total deltas/s and delivery lag (client receive
       time - the time the LLM server wrote that chunk, both `time.time()` on this machine),
       once paced like a fast model (10 ms per chunk per session) and once unpaced (burst).
+
+The hot-path table (the figures a user feels), each next to the bare client in the same run:
+
+  (d) first delta after send, p50, and how much of it passes before Navi's LLM request reaches
+      the server (the server notes when each request arrives).
+  (e) 20 sessions x 2 000 deltas at once: total deltas/s, Navi against 20 bare clients; medians
+      of 5 rounds, the order of the two sides alternating. Server CPU per delta relayed: the
+      Navi process's own CPU time (/proc/<pid>/stat, every thread) over the Navi half of each
+      round, divided by the deltas it relayed.
+  (f) 20 streams paced 50 ms per delta while 20 new runs start beside them: delivery lag p99 of
+      the paced streams (receive time - the time the server wrote the delta).
+  (g) idle RSS of the Navi process and its boot time (start -> first /health 200).
 """
 
 from __future__ import annotations
@@ -21,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -34,6 +47,8 @@ sys.path.insert(0, str(ROOT))
 
 BIG = 4000  # deltas in part (a)
 MANY_SESSIONS, MANY_DELTAS = 50, 1000
+E_SESSIONS, E_DELTAS, E_ROUNDS = 20, 2000, 5  # part (e)
+F_SESSIONS, F_DELTAS, F_STARTS = 20, 60, 20  # part (f): 60 deltas 50 ms apart = 3 s per stream
 
 
 # --- the LLM server process, with an emission tap -----------------------------------------------
@@ -45,8 +60,10 @@ def serve_llm(rules: str, tap: str) -> None:
     original_ollama, original_stream = ls._Handler._ollama, ls._Handler._stream
 
     def ollama(self, body, model, turn):
+        arrived = time.time()
         users = [m for m in body.get("messages") or [] if m.get("role") == "user"]
         self._tap_key = ls._text(users[-1].get("content")) if users else ""
+        self._tap_arrived = arrived
         return original_ollama(self, body, model, turn)
 
     def stream(self, turn, ctype, frames, tail):
@@ -61,7 +78,8 @@ def serve_llm(rules: str, tap: str) -> None:
             original_stream(self, turn, ctype, tapped(), tail)
         finally:
             with lock:
-                out.write(json.dumps({"key": getattr(self, "_tap_key", ""), "times": times}) + "\n")
+                record = {"key": getattr(self, "_tap_key", ""), "arrived": getattr(self, "_tap_arrived", 0.0), "times": times}
+                out.write(json.dumps(record) + "\n")
                 out.flush()
 
     ls._Handler._ollama, ls._Handler._stream = ollama, stream
@@ -76,6 +94,9 @@ def start_llm(workdir: Path, quick: bool) -> tuple[subprocess.Popen, str, Path]:
         {"match": "bench-b", "turns": [{"content": "hi there", "chunk_size": 1}]},
         {"match": "bench-c-paced", "turns": [{"content": many, "chunk_size": 1, "delay": 0.01}]},
         {"match": "bench-c-burst", "turns": [{"content": many, "chunk_size": 1}]},
+        {"match": "bench-e", "turns": [{"content": "0123456789" * (E_DELTAS // 10), "chunk_size": 1}]},
+        {"match": "bench-f-paced", "turns": [{"content": "0123456789" * (F_DELTAS // 10), "chunk_size": 1, "delay": 0.05}]},
+        {"match": "bench-f-start", "turns": [{"content": "ok, started", "chunk_size": 1}]},
     ]
     rules_path, tap = workdir / "rules.json", workdir / "tap.jsonl"
     rules_path.write_text(json.dumps(rules))
@@ -90,26 +111,45 @@ def start_llm(workdir: Path, quick: bool) -> tuple[subprocess.Popen, str, Path]:
 
 
 def read_tap(tap: Path) -> dict[str, list[float]]:
+    return {key: record["times"] for key, record in read_tap_records(tap).items()}
+
+
+def read_tap_records(tap: Path) -> dict[str, dict]:
+    """key -> {"arrived": when the request reached the LLM server, "times": chunk write times}."""
     result = {}
     for line in tap.read_text().splitlines():
         record = json.loads(line)
-        result[record["key"]] = record["times"]
+        result[record["key"]] = record
     return result
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, all its threads (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
 # --- clients ------------------------------------------------------------------------------------
-async def bare_stream(host: str, content: str) -> tuple[float, list[float]]:
+async def bare_stream(host: str, content: str, wall: bool = False) -> tuple[float, list[float]]:
     """(time of the call, receive time of every content chunk) with the plain ollama client."""
     import ollama
 
+    clock = time.time if wall else time.perf_counter
     client = ollama.AsyncClient(host=host)
-    t0 = time.perf_counter()
+    t0 = clock()
     stamps = []
     async for part in await client.chat(
         model="fake-llm:latest", messages=[{"role": "user", "content": content}], stream=True
     ):
         if part.message.content:
-            stamps.append(time.perf_counter())
+            stamps.append(clock())
     return t0, stamps
 
 
@@ -210,7 +250,114 @@ async def part_c(navi, tap: Path, label: str, sessions: int) -> None:
           f"  max {max(lags):.1f}   (target p99 <= 250 ms)")
 
 
-async def main(quick: bool) -> None:
+# --- the hot-path table ---------------------------------------------------------------------------
+async def part_d(navi, host: str, tap: Path, rounds: int) -> dict:
+    bare, through, before = [], [], []
+    for i in range(rounds):
+        t0, stamps = await bare_stream(host, f"bench-b bare-d {i}", wall=True)
+        bare.append((stamps[0] - t0) * 1000)
+        sid = await asyncio.to_thread(navi.create_session)
+        key = f"bench-b navi-d {i}"
+        t1, got = await navi_stream(navi, sid, key, wall=True)
+        through.append((got[0][0] - t1) * 1000)
+        before.append((read_tap_records(tap)[key]["arrived"] - t1) * 1000)
+    figures = {"bare": pct(bare, 50), "navi": pct(through, 50), "before": pct(before, 50)}
+    print(f"(d) first delta after send over {rounds} paired runs, p50 (p95) ms:")
+    print(f"    bare ollama client {figures['bare']:7.1f} ({pct(bare, 95):.1f})")
+    print(f"    through Navi       {figures['navi']:7.1f} ({pct(through, 95):.1f})")
+    print(f"    of which before Navi's LLM request arrived {figures['before']:7.1f} ({pct(before, 95):.1f})")
+    return figures
+
+
+async def _bare_many(host: str, keys: list[str]) -> tuple[int, float]:
+    results = await asyncio.gather(*(bare_stream(host, key, wall=True) for key in keys))
+    deltas = sum(len(stamps) for _, stamps in results)
+    return deltas, deltas / (max(stamps[-1] for _, stamps in results) - min(t0 for t0, _ in results))
+
+
+async def _navi_many(navi, keys: list[str]) -> tuple[int, float, float]:
+    """(deltas, deltas/s, server CPU seconds) for one stream per key, all at once."""
+    sids = [await asyncio.to_thread(navi.create_session) for _ in keys]
+    cpu0 = cpu_seconds(navi.proc.pid)
+    results = await asyncio.gather(*(navi_stream(navi, sid, key, wall=True) for sid, key in zip(sids, keys)))
+    cpu = cpu_seconds(navi.proc.pid) - cpu0
+    deltas = sum(len(d) for _, got in results for _, d in got)
+    return deltas, deltas / (max(got[-1][0] for _, got in results) - min(t0 for t0, _ in results)), cpu
+
+
+async def part_e(navi, host: str, rounds: int, sessions: int) -> dict:
+    bare_rates, navi_rates, cpu_per_delta = [], [], []
+    for r in range(rounds):
+        for side in (("bare", "navi") if r % 2 == 0 else ("navi", "bare")):
+            keys = [f"bench-e {side} r{r} #{j}" for j in range(sessions)]
+            if side == "bare":
+                bare_rates.append((await _bare_many(host, keys))[1])
+            else:
+                deltas, rate_, cpu = await _navi_many(navi, keys)
+                if deltas != sessions * E_DELTAS:
+                    raise RuntimeError(f"Navi delivered {deltas} of {sessions * E_DELTAS} deltas")
+                navi_rates.append(rate_)
+                cpu_per_delta.append(cpu / deltas * 1e6)
+    figures = {"bare": statistics.median(bare_rates), "navi": statistics.median(navi_rates),
+               "cpu_us": statistics.median(cpu_per_delta)}
+    print(f"(e) {sessions} sessions x {E_DELTAS} deltas at once, median of {rounds} rounds (sides alternating):")
+    print(f"    bare ollama clients {figures['bare']:9.0f} deltas/s   rounds: {', '.join(f'{x:.0f}' for x in bare_rates)}")
+    print(f"    through Navi        {figures['navi']:9.0f} deltas/s   rounds: {', '.join(f'{x:.0f}' for x in navi_rates)}")
+    print(f"    Navi server CPU     {figures['cpu_us']:9.1f} us/delta  rounds: {', '.join(f'{x:.1f}' for x in cpu_per_delta)}")
+    return figures
+
+
+async def part_f(navi, host: str, tap: Path, sessions: int, starts: int) -> dict:
+    async def scenario(side: str) -> list[float]:
+        paced = [f"bench-f-paced {side} #{j}" for j in range(sessions)]
+        started = [f"bench-f-start {side} #{j}" for j in range(starts)]
+        if side == "navi":
+            sids = [await asyncio.to_thread(navi.create_session) for _ in paced + started]
+
+            def go(i, key):
+                return navi_stream(navi, sids[i], key, wall=True)
+        else:
+            def go(i, key):
+                return bare_stream(host, key, wall=True)
+        streams = [asyncio.create_task(go(i, key)) for i, key in enumerate(paced)]
+        await asyncio.sleep(0.5)  # the paced streams are flowing: now the new runs start
+        await asyncio.gather(*(go(sessions + i, key) for i, key in enumerate(started)))
+        results = await asyncio.gather(*streams)
+        emitted, lags = read_tap(tap), []
+        for key, (_, got) in zip(paced, results):
+            if side == "navi":
+                offset = 0
+                for received, delta in got:
+                    offset += len(delta)
+                    lags.append((received - emitted[key][offset - 1]) * 1000)
+            else:
+                lags += [(received - written) * 1000 for received, written in zip(got, emitted[key])]
+        return lags
+
+    bare, through = await scenario("bare"), await scenario("navi")
+    figures = {"bare": pct(bare, 99), "navi": pct(through, 99)}
+    print(f"(f) {sessions} streams paced 50 ms/delta while {starts} new runs start, lag ms p50 / p99 / max:")
+    print(f"    bare ollama clients {pct(bare, 50):6.1f} / {figures['bare']:6.1f} / {max(bare):6.1f}")
+    print(f"    through Navi        {pct(through, 50):6.1f} / {figures['navi']:6.1f} / {max(through):6.1f}")
+    return figures
+
+
+def print_table(boot: dict, d: dict, e: dict, f: dict) -> None:
+    rows = [
+        ("first delta after send, p50", f"{d['bare']:.1f} ms", f"{d['navi']:.1f} ms ({d['before']:.1f} ms before the LLM call)",
+         "<= 8 ms total, <= 5 ms before the LLM call"),
+        ("server CPU per delta relayed", "-", f"{e['cpu_us']:.1f} us", "<= 20 us"),
+        (f"{E_SESSIONS} x {E_DELTAS} deltas at once, deltas/s", f"{e['bare'] / 1000:.1f}k",
+         f"{e['navi'] / 1000:.1f}k ({e['navi'] / e['bare']:.2f}x bare)", ">= 0.9x the bare client"),
+        (f"{F_SESSIONS} paced streams while {F_STARTS} runs start, lag p99", f"{f['bare']:.1f} ms", f"{f['navi']:.1f} ms", "<= 20 ms"),
+        ("idle RSS / boot", "-", f"{boot['rss']:.0f} MiB / {boot['boot']:.2f} s", "<= 120 MiB / <= 1.5 s"),
+    ]
+    print("\n| figure | bare client | Navi | goal |\n|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+
+
+async def main(quick: bool, only_table: bool) -> None:
     from tests.live_server import LiveNavi
 
     workdir = Path(tempfile.mkdtemp(prefix="navi-bench-"))
@@ -219,14 +366,24 @@ async def main(quick: bool) -> None:
     try:
         navi.prepare()
         navi._manage("shell", "-c", "from agent.models import Profile; Profile.objects.update(planning_enabled=False)")
-        navi.start()
+        started = time.perf_counter()
+        navi.start(poll=0.005)
+        boot = {"boot": time.perf_counter() - started}
+        await asyncio.sleep(1.0)  # idle: nothing has run yet
+        boot["rss"] = rss_mib(navi.proc.pid)
+        print(f"(g) boot {boot['boot']:.2f} s (start -> first /health 200), idle RSS {boot['rss']:.0f} MiB")
         await navi_stream(navi, await asyncio.to_thread(navi.create_session), "bench-b warm-up")
         await bare_stream(host, "bench-b warm-up")
-        await part_a(navi, host, 2 if quick else 5)
-        await part_b(navi, host, 10 if quick else 30)
-        sessions = 10 if quick else MANY_SESSIONS
-        await part_c(navi, tap, "bench-c-paced", sessions)
-        await part_c(navi, tap, "bench-c-burst", sessions)
+        if not only_table:
+            await part_a(navi, host, 2 if quick else 5)
+            await part_b(navi, host, 10 if quick else 30)
+            sessions = 10 if quick else MANY_SESSIONS
+            await part_c(navi, tap, "bench-c-paced", sessions)
+            await part_c(navi, tap, "bench-c-burst", sessions)
+        d = await part_d(navi, host, tap, 10 if quick else 30)
+        e = await part_e(navi, host, 2 if quick else E_ROUNDS, 5 if quick else E_SESSIONS)
+        f = await part_f(navi, host, tap, F_SESSIONS, F_STARTS)
+        print_table(boot, d, e, f)
     finally:
         navi.stop()
         llm.terminate()
@@ -242,5 +399,7 @@ if __name__ == "__main__":
         serve_llm(sys.argv[2], sys.argv[3])
     else:
         parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-        parser.add_argument("--quick", action="store_true", help="fewer rounds and 10 sessions (a smoke run)")
-        asyncio.run(main(parser.parse_args().quick))
+        parser.add_argument("--quick", action="store_true", help="fewer rounds and sessions (a smoke run)")
+        parser.add_argument("--table", action="store_true", help="only the hot-path table, parts (d)-(g)")
+        args = parser.parse_args()
+        asyncio.run(main(args.quick, args.table))

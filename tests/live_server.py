@@ -91,7 +91,7 @@ class LiveNavi:
         self._manage("shell", "-c", code)
         return self._manage("navi_token", username).strip()
 
-    def start(self, timeout: float = 30) -> "LiveNavi":
+    def start(self, timeout: float = 30, poll: float = 0.1) -> "LiveNavi":
         if not self.token:
             self.prepare()
         log = open(self.log_path, "ab")
@@ -112,7 +112,7 @@ class LiveNavi:
                     return self
             except httpx.HTTPError:
                 pass
-            time.sleep(0.1)
+            time.sleep(poll)
         raise RuntimeError(f"navi server did not come up in {timeout}s:\n{self.log()}")
 
     def stop(self) -> None:
