@@ -47,4 +47,10 @@ def log_in(page, navi) -> None:
 def screenshot(page, name: str) -> None:
     """Save a screenshot for humans under tests/artifacts/ (gitignored)."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    # Not in the middle of a transition (the phone drawer slides in over 0.2 s).
+    # (evaluate, not wait_for_function: the page's CSP forbids the eval the latter needs)
+    page.evaluate(
+        "Promise.all(document.getAnimations().filter(a => a.effect?.getTiming().iterations !== Infinity)"
+        ".map(a => a.finished.catch(() => null)))"
+    )
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=False)

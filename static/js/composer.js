@@ -40,6 +40,15 @@ export class Composer {
       }
     });
     this.input.addEventListener("input", () => this.autosize());
+    // At phone width the full hint would wrap over several lines of an empty box.
+    const fullHint = this.input.placeholder;
+    const narrow = window.matchMedia("(max-width: 480px)");
+    const hint = () => {
+      this.input.placeholder = narrow.matches ? "Message Navi" : fullHint;
+      this.autosize();
+    };
+    narrow.addEventListener("change", hint);
+    hint();
     this.input.addEventListener("paste", (e) => {
       const images = [...(e.clipboardData?.files || [])].filter((f) => f.type.startsWith("image/"));
       if (images.length) {

@@ -355,6 +355,11 @@ def test_it_works_at_phone_width(browser, login_state, navi):
     expect(page.locator("#menu")).to_be_visible()
     expect(page.locator("#input")).to_be_visible()
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    # The message box is not squeezed between the buttons: it has (nearly) the whole width.
+    box = page.locator("#input").bounding_box()
+    assert box["width"] >= 340 and box["height"] <= 60
+    expect(page.locator("#send")).to_be_in_viewport()
+    screenshot(page, "09-phone-composer")
     page.click("#menu")
     expect(page.locator("#new-chat")).to_be_in_viewport()
     screenshot(page, "09-phone")
