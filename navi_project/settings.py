@@ -289,6 +289,10 @@ FS_READ_MAX_BYTES = env.int("FS_READ_MAX_BYTES", default=200_000)
 CODE_EXEC_MEMORY_MB = env.int("CODE_EXEC_MEMORY_MB", default=512)
 CODE_EXEC_MAX_PROCS = env.int("CODE_EXEC_MAX_PROCS", default=64)
 CODE_EXEC_MAX_FILE_MB = env.int("CODE_EXEC_MAX_FILE_MB", default=64)
+# terminal and user tools: address space and file size (prlimit), processes (a pids cgroup, as root)
+SANDBOX_MEMORY_MB = env.int("SANDBOX_MEMORY_MB", default=1024)
+SANDBOX_MAX_FILE_MB = env.int("SANDBOX_MAX_FILE_MB", default=64)
+SANDBOX_MAX_PROCS = env.int("SANDBOX_MAX_PROCS", default=64)
 CODE_EXEC_PYTHON = env.str("CODE_EXEC_PYTHON", default="")  # empty: /usr/bin/python3 (stdlib only)
 
 

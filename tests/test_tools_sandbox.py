@@ -24,6 +24,9 @@ def small_limits(settings):
     settings.CODE_EXEC_MAX_FILE_MB = 1
     settings.CODE_EXEC_NETWORK = False
     settings.CODE_EXEC_SANDBOX = "bwrap"
+    settings.SANDBOX_MEMORY_MB = 256
+    settings.SANDBOX_MAX_FILE_MB = 1
+    settings.SANDBOX_MAX_PROCS = 20
 
 
 async def fs(**params):
@@ -118,6 +121,27 @@ async def test_terminal_timeout_and_output_cap(settings, small_limits):
     flood = await term("yes")
     assert "[truncated: output exceeded 10000 bytes" in flood.output and len(flood.output) < 11_000
     assert (await term("echo a && echo b")).output.startswith("a\nb\n")
+
+
+async def test_terminal_commands_are_limited_in_memory_and_file_size(settings, small_limits):
+    settings.TERMINAL_ALLOWED_COMMANDS = "*"
+    big = await term("head -c 5000000 /dev/zero > big.bin")
+    assert not big.success and (settings.NAVI_WORKSPACE / "big.bin").stat().st_size <= 1024 * 1024
+    hungry = await term("python3 -c 'x = bytearray(1024 ** 3)'")
+    assert not hungry.success and "MemoryError" in hungry.output
+    assert (await term("echo still fine")).output.startswith("still fine")
+
+
+async def test_terminal_commands_are_limited_in_processes_where_a_cgroup_can_be_made(settings, small_limits):
+    from tools_app.sandbox import PidsCgroup
+
+    probe = PidsCgroup.for_root(5)
+    if probe is None:
+        pytest.skip("no writable pids cgroup here (not root, or cgroups not delegated): no process cap to test")
+    probe.remove()
+    settings.TERMINAL_ALLOWED_COMMANDS = "*"
+    result = await term("for i in $(seq 60); do sleep 1 & done; wait")
+    assert "fork" in result.output.lower() or "resource temporarily unavailable" in result.output.lower()
 
 
 # --- code_exec -----------------------------------------------------------------------------

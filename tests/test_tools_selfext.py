@@ -132,6 +132,32 @@ async def test_test_tool_returns_output_or_traceback(settings):
     assert "there is no user tool nope.py" in (await call("test_tool", name="nope")).error
 
 
+async def test_a_user_tool_is_limited_in_memory_and_file_size(settings):
+    settings.SANDBOX_MEMORY_MB, settings.SANDBOX_MAX_FILE_MB = 256, 1
+    (settings.TOOLS_DIR / "hog.py").write_text(HOG)
+    hungry = await call("test_tool", name="hog", params={"what": "memory"})
+    assert not hungry.success and "MemoryError" in hungry.error
+    writer = await call("test_tool", name="hog", params={"what": "file"})
+    assert not writer.success and "File too large" in writer.error
+    assert (await call("test_tool", name="hog", params={"what": "nothing"})).output == "fine"
+
+
+HOG = '''
+import os
+name = "hog"
+description = "Uses too much of something."
+parameters = {"type": "object", "properties": {"what": {"type": "string"}}, "required": ["what"]}
+
+async def execute(params: dict) -> str:
+    if params["what"] == "memory":
+        return str(len(bytearray(1024 ** 3)))
+    if params["what"] == "file":
+        with open(os.path.join(os.environ["NAVI_TOOL_DATA"], "big.bin"), "wb") as f:
+            f.write(b"x" * 5_000_000)
+    return "fine"
+'''
+
+
 def _tool_names(request: dict) -> list[str]:
     return [t["function"]["name"] for t in request.get("tools") or []]
 

@@ -37,6 +37,7 @@ from django.conf import settings
 from .base import Tool, ToolResult
 from .context import current_user_id
 from .sandbox import (
+    Limits,
     bwrap_argv,
     bwrap_binary,
     missing_bwrap,
@@ -285,6 +286,7 @@ async def run_user_tool(path: Path, params: dict, *, cls: str = "", name: str = 
         timeout=timeout,
         output_cap=4_000_000,
         stdin_data=json.dumps(params).encode(),
+        limits=Limits.for_tools(),
     )
     if outcome.timed_out:
         return ToolResult(False, error=f"user tool '{name}' ran longer than {timeout:g} s and was stopped; "

@@ -1,21 +1,30 @@
 """One way to run a child process for a tool: own process group, wall-clock timeout, capped
 output, and the whole group killed on timeout, on overflow and when the tool task is cancelled
 (Stop). code_exec, terminal and user tools all go through `run_process`, and all three run
-inside the same bubblewrap sandbox built by `bwrap_argv`."""
+inside the same bubblewrap sandbox built by `bwrap_argv`.
+
+`Limits` adds resource limits: address space, file size and no core dumps through `prlimit`
+(util-linux), and a process cap from a throwaway `pids` cgroup where one is writable (running
+as root; RLIMIT_NPROC would count every process of the server's user, so it is not used)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import shutil
 import signal
 import sys
+import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from django.conf import settings
+
+log = logging.getLogger(__name__)
 
 # Environment variables a child may inherit; everything else (API keys, SECRET_KEY,
 # DATABASE_URL...) stays in the server process.
@@ -206,6 +215,82 @@ def kill_group(proc: asyncio.subprocess.Process) -> None:
             os.kill(proc.pid, signal.SIGKILL)
 
 
+@dataclass(frozen=True)
+class Limits:
+    """What one tool child may use besides time and output."""
+
+    memory: int  # bytes of address space
+    file_size: int  # bytes, the largest file it may write
+    processes: int  # enforced only through a pids cgroup (see the module docstring)
+
+    @classmethod
+    def for_tools(cls) -> "Limits":
+        """terminal and user tools (SANDBOX_* settings)."""
+        mb = 1024 * 1024
+        return cls(settings.SANDBOX_MEMORY_MB * mb, settings.SANDBOX_MAX_FILE_MB * mb, settings.SANDBOX_MAX_PROCS)
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        binary = shutil.which("prlimit")
+        if binary is None:
+            log.warning("prlimit (util-linux) is missing: tool processes run without memory and file-size limits")
+            return argv
+        return [binary, f"--as={self.memory}", f"--fsize={self.file_size}", "--core=0", "--", *argv]
+
+
+class PidsCgroup:
+    """A throwaway `pids` cgroup (v1 or v2) capping the process count; None when not writable."""
+
+    ROOTS = ("/sys/fs/cgroup/pids", "/sys/fs/cgroup")
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @classmethod
+    def create(cls, max_pids: int) -> "PidsCgroup | None":
+        for root in map(Path, cls.ROOTS):
+            if not (root / "cgroup.procs").exists():
+                continue
+            path = root / f"navi-tool-{uuid.uuid4().hex[:12]}"
+            try:
+                path.mkdir()
+                (path / "pids.max").write_text(str(max_pids))
+                return cls(path)
+            except OSError:
+                if path.exists():
+                    _rmdir(path)
+        return None
+
+    @classmethod
+    def for_root(cls, max_pids: int) -> "PidsCgroup | None":
+        """A cgroup when the server runs as root (the kernel ignores RLIMIT_NPROC for root)."""
+        if os.geteuid() != 0:
+            return None
+        cgroup = cls.create(max_pids)
+        if cgroup is None:
+            log.warning("running as root without a writable pids cgroup: tool processes have no process limit")
+        return cgroup
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        # The shell joins the cgroup, then becomes the command: everything it starts is counted.
+        return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.path / "cgroup.procs"), *argv]
+
+    def remove(self) -> None:
+        _rmdir(self.path)
+
+
+def _rmdir(path: Path) -> None:
+    """Killed processes leave the cgroup a moment after they die; retry briefly."""
+    for _ in range(100):
+        try:
+            path.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.01)
+    log.warning("could not remove cgroup %s", path)
+
+
 async def run_process(
     argv: list[str],
     *,
@@ -214,8 +299,23 @@ async def run_process(
     timeout: float,
     output_cap: int,
     stdin_data: bytes | None = None,
+    limits: Limits | None = None,
 ) -> ProcessOutcome:
     """Run argv; never outlives the call (timeout, overflow or cancellation kill the group)."""
+    if limits is None:
+        return await _run(argv, cwd, env, timeout, output_cap, stdin_data)
+    cgroup = PidsCgroup.for_root(limits.processes)
+    argv = limits.wrap(argv)
+    try:
+        return await _run(cgroup.wrap(argv) if cgroup else argv, cwd, env, timeout, output_cap, stdin_data)
+    finally:
+        if cgroup is not None:
+            await asyncio.shield(asyncio.to_thread(cgroup.remove))
+
+
+async def _run(
+    argv: list[str], cwd: str | Path, env: dict[str, str], timeout: float, output_cap: int, stdin_data: bytes | None
+) -> ProcessOutcome:
     proc = await asyncio.create_subprocess_exec(
         *argv,
         cwd=str(cwd),

@@ -8,12 +8,11 @@ server runs as root the process limit comes from a `pids` cgroup when one is wri
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sys
 import tempfile
-import time
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +20,7 @@ from django.conf import settings
 
 from tools_app.base import Tool, ToolResult
 from tools_app.sandbox import (
+    PidsCgroup,
     bwrap_argv,
     bwrap_binary,
     missing_bwrap,
@@ -80,50 +80,6 @@ def code_exec_argv(bwrap: str, workspace: Path, code_file: Path, python: str, ne
     )
 
 
-class _PidsCgroup:
-    """A throwaway `pids` cgroup (v1 or v2) capping the process count; None when not writable."""
-
-    ROOTS = ("/sys/fs/cgroup/pids", "/sys/fs/cgroup")
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    @classmethod
-    def create(cls, max_pids: int) -> "_PidsCgroup | None":
-        for root in map(Path, cls.ROOTS):
-            if not (root / "cgroup.procs").exists():
-                continue
-            path = root / f"navi-code-exec-{uuid.uuid4().hex[:12]}"
-            try:
-                path.mkdir()
-                (path / "pids.max").write_text(str(max_pids))
-                return cls(path)
-            except OSError:
-                if path.exists():
-                    _rmdir(path)
-        return None
-
-    def wrap(self, argv: list[str]) -> list[str]:
-        # The shell joins the cgroup, then becomes bwrap: everything it starts is counted.
-        return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.path / "cgroup.procs"), *argv]
-
-    def remove(self) -> None:
-        _rmdir(self.path)
-
-
-def _rmdir(path: Path) -> None:
-    """Killed processes leave the cgroup a moment after they die; retry briefly."""
-    for _ in range(100):
-        try:
-            path.rmdir()
-            return
-        except FileNotFoundError:
-            return
-        except OSError:
-            time.sleep(0.01)
-    log.warning("could not remove cgroup %s", path)
-
-
 class CodeExecTool(Tool):
     name = "code_exec"
     description = (
@@ -164,12 +120,9 @@ class CodeExecTool(Tool):
         else:
             prefix = code_exec_argv(bwrap, workspace, code_file, python, bool(getattr(settings, "CODE_EXEC_NETWORK", False)))
             argv = prefix + [python, "-I", "-c", BOOT, str(memory), str(procs), str(fsize), CODE_PATH]
-            if os.geteuid() == 0:
-                cgroup = _PidsCgroup.create(procs)
-                if cgroup is None:
-                    log.warning("running as root without a writable pids cgroup: code_exec has no process limit")
-                else:
-                    argv = cgroup.wrap(argv)
+            cgroup = PidsCgroup.for_root(procs)
+            if cgroup is not None:
+                argv = cgroup.wrap(argv)
         env = safe_env(workspace) if bwrap is None else sandbox_env(workspace)
         try:
             outcome = await run_process(
@@ -177,7 +130,7 @@ class CodeExecTool(Tool):
             )
         finally:
             if cgroup is not None:
-                cgroup.remove()
+                await asyncio.to_thread(cgroup.remove)
         text = outcome.format()
         if outcome.returncode == 1 and "MemoryError" in outcome.stderr:
             text += f"\n[the program ran out of memory: the limit is {memory // (1024 * 1024)} MB]"

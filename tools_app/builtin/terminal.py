@@ -19,6 +19,7 @@ from django.conf import settings
 
 from tools_app.base import Tool, ToolResult
 from tools_app.sandbox import (
+    Limits,
     bwrap_argv,
     bwrap_binary,
     missing_bwrap,
@@ -172,7 +173,9 @@ class TerminalTool(Tool):
             argv = bwrap_argv(bwrap, workspace, network=network) + argv
             env = sandbox_env(workspace)
         try:
-            outcome = await run_process(argv, cwd=workspace, env=env, timeout=limit, output_cap=output_cap())
+            outcome = await run_process(
+                argv, cwd=workspace, env=env, timeout=limit, output_cap=output_cap(), limits=Limits.for_tools()
+            )
         except FileNotFoundError:
             return ToolResult(False, error=f"command not found: {argv[0]}; check the name (is it installed?)")
         except PermissionError:
