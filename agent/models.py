@@ -6,10 +6,6 @@ from django.conf import settings
 from django.db import models
 
 
-def default_model() -> str:
-    return settings.OLLAMA_DEFAULT_MODEL
-
-
 class Profile(models.Model):
     id = models.SlugField(primary_key=True, max_length=64)
     name = models.CharField(max_length=120)

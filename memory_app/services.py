@@ -75,9 +75,8 @@ def forget_facts(owner_id: int, key: str, category: str | None = None) -> list[M
     return deleted
 
 
-def all_facts(owner_id: int, limit: int | None = None) -> list[MemoryFact]:
-    rows = MemoryFact.objects.filter(owner_id=owner_id).order_by("category", "-updated_at")
-    return list(rows[:limit] if limit else rows)
+def all_facts(owner_id: int) -> list[MemoryFact]:
+    return list(MemoryFact.objects.filter(owner_id=owner_id).order_by("category", "-updated_at"))
 
 
 def get_summary(owner_id: int | None) -> str:

@@ -250,5 +250,3 @@ class BackendRegistry:
             raise LLMError(f"unknown LLM backend '{name}'; set the profile's llm_backend to one of: {known}")
         return backend
 
-    def names(self) -> list[str]:
-        return sorted(self._backends)

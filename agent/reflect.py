@@ -12,6 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
+from agent.conversation import DBConversation
+from agent.llm import LLMError
+from agent.messages import ChatMessage
+from agent.models import Profile
 from navi_project.llm_purpose import llm_purpose
 from tools_app.base import Tool, ToolResult
 from tools_app.context import current_chat_session_id, current_session_id
@@ -70,11 +74,6 @@ class ReflectTool(Tool):
         self.agent = agent
 
     async def execute(self, params: dict[str, Any]) -> ToolResult:
-        from agent.conversation import DBConversation
-        from agent.llm import LLMError
-        from agent.messages import ChatMessage
-        from agent.models import Profile
-
         session_id = current_chat_session_id.get()
         if not session_id or current_session_id.get() != session_id:
             return ToolResult(False, error="reflect is not available in a sub-agent (it has no stored session); review your own steps instead")
@@ -106,7 +105,3 @@ class ReflectTool(Tool):
         if not review:
             return ToolResult(False, error="the review came back empty; continue with your own judgement")
         return ToolResult(True, review)
-
-
-def tools(agent: "Agent") -> list[Tool]:
-    return [ReflectTool(agent)]
