@@ -16,6 +16,7 @@ from navi_project.http import ApiError, json_view, parse_json_body
 from . import search, services, transfer
 from .auth import api_login_required
 from .models import Message, Session
+from .signals import send_session_created
 
 
 def _get_session_for_user(request: HttpRequest, session_id: str) -> Session:
@@ -64,7 +65,7 @@ def sessions(request: HttpRequest) -> JsonResponse:
     else:
         session = Session.objects.create(owner=request.user, profile=profile)
         status = 201
-    transaction.on_commit(lambda: services.session_created(session))
+    transaction.on_commit(lambda: send_session_created(session))
     return JsonResponse(
         {
             "session_id": str(session.id),
