@@ -1,5 +1,8 @@
 from django.apps import AppConfig
 
+from navi_project.startup import server_started
+from sessions_app.signals import session_created
+
 
 class AgentConfig(AppConfig):
     name = "agent"
@@ -8,8 +11,6 @@ class AgentConfig(AppConfig):
     def ready(self) -> None:
         # Imported here, not at the top: these modules import models (Django's app-loading rule).
         from agent import compression, memory_background, startup, titles
-        from navi_project.startup import server_started
-        from sessions_app.signals import session_created
 
         compression.register_workers()  # context compression before and after a turn
         titles.register_workers()  # a generated title after the first answer

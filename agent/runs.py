@@ -27,6 +27,8 @@ from django.utils import timezone
 from agent import approvals
 from agent.events import ErrorEvent, to_frame
 from agent.groups import control_group, frames_group
+from agent.registry import get_agent
+from sessions_app import history
 from sessions_app.models import Message, Session
 from tools_app.context import current_run_id, current_stop_event
 
@@ -96,7 +98,6 @@ class RunManager:
     @property
     def agent(self):
         if self._agent is None:
-            from agent.registry import get_agent
 
             self._agent = get_agent()
         return self._agent
@@ -312,7 +313,6 @@ async def _release(session_id: str, run_id: str) -> None:
 
 def _rewind(session_id: str, mode: str, message_id, images) -> tuple[str | None, list[str], list[int]]:
     """(content, images, removed ids) of the run that replaces the end of the history."""
-    from sessions_app import history
 
     if mode == "edit":
         kept_images, removed = history.rewind_for_edit(session_id, history.parse_message_id(message_id))
@@ -325,7 +325,6 @@ def _rewind(session_id: str, mode: str, message_id, images) -> tuple[str | None,
 async def _record_outcome(run: Run) -> None:
     """An error, or a stop before the answer, stays in the history as a display-only row, so a
     reload shows what the live view showed."""
-    from sessions_app import history
 
     try:
         if run.error:

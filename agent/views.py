@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
-from agent import approvals, prompts, toolselect, window
+from agent import approvals, llmcalls, prompts, toolselect, window
+from agent import reliability as counters
 from agent.consumers import MAX_CONTENT_CHARS, MAX_IMAGES, FrameError, decode_image
 from agent.llm import LLMModelMissing, LLMUnreachable
 from agent.models import Profile
@@ -18,6 +18,7 @@ from agent.registry import get_agent
 from agent.runs import RunActive, get_run_manager
 from navi_project.http import json_view
 from sessions_app.auth import api_login_required
+from sessions_app.history import HistoryError
 from sessions_app.models import Session
 
 
@@ -69,7 +70,6 @@ async def reliability(request: HttpRequest) -> HttpResponse:
     """How well each model calls tools (ModelReliability counters), for /debug."""
     if await _user(request) is None:
         return _unauthenticated()
-    from agent import reliability as counters
 
     return JsonResponse({"models": await counters.table()})
 
@@ -79,7 +79,6 @@ async def session_llm_calls(request: HttpRequest, session_id: str) -> HttpRespon
     session, error = await _owned_session(request, session_id)
     if error:
         return error
-    from agent import llmcalls
 
     return JsonResponse({"session_id": str(session.pk), "runs": await llmcalls.for_session(session.pk)})
 
@@ -103,11 +102,7 @@ async def _owned_session(request: HttpRequest, session_id: str) -> tuple[Session
     user = await _user(request)
     if user is None:
         return None, _unauthenticated()
-    try:
-        uid = uuid.UUID(session_id)
-    except ValueError:
-        return None, JsonResponse({"error": f"no session '{session_id}' (session ids are UUIDs)"}, status=404)
-    session = await Session.objects.filter(pk=uid, owner=user).afirst()
+    session = await Session.objects.owned_by(user, session_id).afirst()
     if session is None:
         return None, JsonResponse({"error": f"no session '{session_id}'"}, status=404)
     return session, None
@@ -194,7 +189,6 @@ async def session_regenerate(request: HttpRequest, session_id: str) -> HttpRespo
 
 
 async def _run_and_wait(session: Session, content: str, images: list[str], **mode) -> JsonResponse:
-    from sessions_app.history import HistoryError
 
     try:
         run = await get_run_manager().start(str(session.pk), content, images, planning=False, **mode)

@@ -11,7 +11,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from agent.events import AgentEvent
+from agent.events import AgentEvent, StreamStopped
+from agent.stopping import Stopped, until_stopped
+from tools_app.context import current_stop_event
 
 if TYPE_CHECKING:
     from agent.conversation import Conversation
@@ -52,9 +54,6 @@ async def run_workers(workers: list[Worker], ctx: WorkerContext) -> list[AgentEv
     """Run each worker, raced against Stop: a stopped worker is cancelled (its LLM request
     closed) and the rest are skipped. After the answer (phase "post") a stop ends the run with
     stream_stopped here; before it, the loop reports the stop itself."""
-    from agent.events import StreamStopped
-    from agent.stopping import Stopped, until_stopped
-    from tools_app.context import current_stop_event
 
     stop = current_stop_event.get()
     events: list[AgentEvent] = []

@@ -32,7 +32,7 @@ def _isolated_dirs(settings, tmp_path):
     settings.ALLOWED_HOSTS = ["testserver", "localhost", "127.0.0.1"]
     # A test that meets an approval it did not expect fails in seconds, not after 10 minutes.
     settings.APPROVAL_TIMEOUT_S = 20
-    from navi_project.views import _llm_probe_cache
+    from agent.health import _llm_probe_cache
 
     _llm_probe_cache.clear()  # /health caches the LLM probe; each test has its own LLM
     reset_agent()

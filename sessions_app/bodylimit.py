@@ -76,6 +76,7 @@ def authenticated(session_key: str | None, authorization: str | None) -> bool:
     from django.db import connections
     from django.http import HttpRequest
 
+    # Not at the top: navi_project.serve imports this module before Django's apps are ready.
     from sessions_app.auth import _bearer, user_for_token
 
     try:
