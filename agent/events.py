@@ -103,7 +103,11 @@ class SessionTitled(AgentEvent):
 
 @dataclass
 class ErrorEvent(AgentEvent):
+    """A run ended with an error. `code` says which kind (an LLMError's code, `context_too_large`,
+    or `internal`); REST views map it to an HTTP status, nobody reads the message's words."""
+
     message: str
+    code: str = "internal"
     type = "error"
 
 

@@ -236,7 +236,7 @@ class Agent:
             request = fit_request(context, tools, profile, limit, query, keep)
         except DoesNotFit as exc:
             turn.outcome = "error"
-            yield ErrorEvent(str(exc))
+            yield ErrorEvent(str(exc), code="context_too_large")
             return
         names = frozenset(t.name for t in request.tools)
         text_filter = CallTextFilter(names) if profile.recover_tool_calls and names else None
@@ -277,7 +277,7 @@ class Agent:
             turn.outcome = "stopped"
         except LLMError as exc:
             turn.outcome = "error"
-            turn.error = str(exc)
+            turn.error, turn.code = str(exc), exc.code
             if exc.mid_answer and (msg.content or msg.thinking):
                 turn.error += "; the partial answer was kept — send the message again to retry"
             if isinstance(exc, LLMContextOverflow):
@@ -305,7 +305,7 @@ class Agent:
                     await conv.add(msg, status="interrupted")
                 else:
                     await conv.update(msg, status="interrupted")
-            yield StreamStopped() if turn.outcome == "stopped" else ErrorEvent(turn.error)
+            yield StreamStopped() if turn.outcome == "stopped" else ErrorEvent(turn.error, code=turn.code)
             return
         msg.tool_calls = list(turn.calls)
         if msg.db_id is None:
@@ -461,6 +461,7 @@ class _Turn:
         self.tokens = 0
         self.outcome = "ok"  # ok | stopped | error
         self.error = ""
+        self.code = "internal"
 
 
 async def _load_profile(profile_id: str) -> Profile:

@@ -54,6 +54,7 @@ class Run:
     task: asyncio.Task | None = None
     final_content: str | None = None
     error: str | None = None
+    error_code: str = ""  # the error frame's code (agent.events.ErrorEvent)
     stopped: bool = False
     answered: bool = False  # stream_end sent; only post-turn workers may still run
     context_tokens: int = 0
@@ -170,13 +171,14 @@ class RunManager:
                     run.final_content = frame["content"]
                     run.context_tokens = frame.get("context_tokens", 0)
                 elif frame["type"] == "error":
-                    run.error = frame["message"]
+                    run.error, run.error_code = frame["message"], frame.get("code", "internal")
                 elif frame["type"] == "stream_stopped":
                     run.stopped = True
                 outbox.put_nowait(frame)
         except Exception as exc:
             log.exception("run %s failed", run.run_id)
             run.error = f"the run failed: {type(exc).__name__}: {exc}. The session is intact; send the message again."
+            run.error_code = "internal"
             outbox.put_nowait(to_frame(ErrorEvent(run.error)))
         finally:
             outbox.put_nowait(None)

@@ -198,7 +198,7 @@ async def _run_and_wait(session: Session, content: str, images: list[str], **mod
         return JsonResponse({"error": exc.message}, status=exc.status)
     await asyncio.shield(run.done.wait())  # a dropped client does not cancel the run
     if run.error:
-        status = 503 if _is_unreachable(run.error) else 502
+        status = ERROR_STATUS.get(run.error_code, 502)
         return JsonResponse({"error": run.error, "run_id": run.run_id}, status=status)
     if run.stopped and not run.answered:
         return JsonResponse({"error": "the run was stopped before it finished", "run_id": run.run_id}, status=409)
@@ -207,8 +207,9 @@ async def _run_and_wait(session: Session, content: str, images: list[str], **mod
     )
 
 
-def _is_unreachable(message: str) -> bool:
-    return message.startswith("cannot reach")
+# The HTTP status of a run that ended with an error frame, by the frame's code; 502 otherwise
+# (the LLM server answered, but not usefully).
+ERROR_STATUS = {"llm_unreachable": 503}
 
 
 async def session_stop(request: HttpRequest, session_id: str) -> HttpResponse:
