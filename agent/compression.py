@@ -1,4 +1,4 @@
-"""Context compression (seeds' sessions.md): old turns of the LLM context become one summary.
+"""Context compression: old turns of the LLM context become one summary.
 
 Only the context changes: summarised rows leave the context (`in_context=False`) and one
 summary row (role=user, is_summary, not in display) enters it. The display history is never

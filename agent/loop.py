@@ -1,4 +1,4 @@
-"""The agent loop (seeds' agent.md): run, run_stream, run_ephemeral.
+"""The agent loop: run, run_stream, run_ephemeral.
 
 run_stream: user row saved → pre-turn workers → optional planning → tool-calling loop up to
 max_iterations (stream the LLM, run tool calls, append results) → stream_end → post-turn

@@ -1,4 +1,4 @@
-"""Agent profiles: identity, tools and behaviour for one domain (seeds' profiles.md)."""
+"""Agent profiles: identity, tools and behaviour for one domain."""
 
 from __future__ import annotations
 

@@ -141,7 +141,7 @@ class RunManager:
         return run
 
     async def _claim_after_answer(self, session_id: str, run_id: str) -> bool:
-        """The client may send as soon as it sees stream_end (seeds: "unlock user input"), while
+        """The client may send as soon as it sees stream_end (the input is unlocked), while
         post-turn workers (compression) still hold the run: wait for them instead of refusing."""
         previous = self.active.get(session_id)
         if previous is not None:

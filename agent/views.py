@@ -17,7 +17,7 @@ from agent.models import Profile
 from agent.registry import get_agent
 from agent.runs import RunActive, get_run_manager
 from navi_project.http import json_view
-from sessions_app.auth import api_login_required
+from sessions_app.auth import api_login_required, unauthenticated_response
 from sessions_app.history import HistoryError
 from sessions_app.models import Session
 
@@ -69,7 +69,7 @@ def tools(request: HttpRequest) -> JsonResponse:
 async def reliability(request: HttpRequest) -> HttpResponse:
     """How well each model calls tools (ModelReliability counters), for /debug."""
     if await _user(request) is None:
-        return _unauthenticated()
+        return unauthenticated_response()
 
     return JsonResponse({"models": await counters.table()})
 
@@ -91,17 +91,11 @@ async def _user(request: HttpRequest):
     return user if user.is_authenticated else None
 
 
-def _unauthenticated() -> JsonResponse:
-    return JsonResponse(
-        {"error": "authentication required: log in at /login/ or send 'Authorization: Bearer <token>'"}, status=401
-    )
-
-
 async def _owned_session(request: HttpRequest, session_id: str) -> tuple[Session | None, JsonResponse | None]:
     """(session, None) or (None, error response): auth, method-independent checks, ownership."""
     user = await _user(request)
     if user is None:
-        return None, _unauthenticated()
+        return None, unauthenticated_response()
     session = await Session.objects.owned_by(user, session_id).afirst()
     if session is None:
         return None, JsonResponse({"error": f"no session '{session_id}'"}, status=404)
@@ -149,7 +143,7 @@ def _content(body: dict, has_images: bool) -> tuple[str, JsonResponse | None]:
 
 
 async def session_messages(request: HttpRequest, session_id: str) -> HttpResponse:
-    """Send a message and wait for the whole answer (seeds' `run()`: no planning)."""
+    """Send a message and wait for the whole answer (`Agent.run`: no planning)."""
     session, body, error = await _owned_post(request, session_id)
     if error:
         return error

@@ -44,7 +44,7 @@ def too_large() -> Refusal:
 def unauthenticated() -> Refusal:
     return 401, (
         f"authentication required for a request body over {settings.ANONYMOUS_BODY_MAX_KB} KB: "
-        "log in at /login/ or send 'Authorization: Bearer <token>'"
+        f"log in at {settings.LOGIN_URL} or send 'Authorization: Bearer <token>'"
     )
 
 

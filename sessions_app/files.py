@@ -1,4 +1,4 @@
-"""Session file uploads and downloads (DESIGN §4, seeds' sessions.md).
+"""Session file uploads and downloads.
 
 Uploads land in SESSION_FILES_DIR/<session_id>/ under a sanitised name; size is capped
 (Content-Length up front, then byte-counting while streaming to a temp file), and executables

@@ -1,6 +1,6 @@
 """Sessions and their messages.
 
-The seeds' two buffers (display `messages`, LLM `context`) are two views of one table:
+The two buffers of a chat (display `messages`, LLM `context`) are two views of one table:
 `in_display` and `in_context` flags on each row. A turn is saved by appending rows, never by
 rewriting history, so saving costs the same at message 10 and message 10,000.
 """

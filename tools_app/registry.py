@@ -66,7 +66,7 @@ class ToolRegistry:
             await sync_to_async(self.reload_user_tools)()
 
     def reload_user_tools(self) -> Any:
-        """Drop every non-builtin tool and load user tools again (seeds' hot reload)."""
+        """Drop every non-builtin tool and load user tools again (hot reload)."""
         # Load first, then swap: a slow reload never leaves a window without user tools.
         result = self.user_tool_loader() if self.user_tool_loader is not None else None
         if self.user_tool_fingerprint is not None:

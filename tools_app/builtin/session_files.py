@@ -13,10 +13,10 @@ import os
 import shutil
 from pathlib import Path
 from typing import Any, BinaryIO
-from urllib.parse import quote
 
 from django.conf import settings
 from django.db import IntegrityError
+from django.urls import reverse
 
 from sessions_app.models import SessionFile
 from sessions_app.services import session_files_dir
@@ -61,7 +61,7 @@ async def open_readable(raw: str) -> tuple[BinaryIO, Path]:
 
 def file_url(session_id: str, name: str) -> str:
     """The authenticated download link of a session file."""
-    return f"/sessions/{quote(str(session_id), safe='')}/files/{quote(name, safe='')}"
+    return reverse("session-file", kwargs={"session_id": str(session_id), "name": name})
 
 
 def _free_name(folder: Path, name: str, taken: set[str]) -> str:
