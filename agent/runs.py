@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from agent import approvals
 from agent.events import ErrorEvent, to_frame
-from agent.groups import control_group, frames_group
+from agent.groups import control_group, frames_group, run_event
 from agent.registry import get_agent
 from sessions_app import history
 from sessions_app.models import Message, Session
@@ -212,7 +212,7 @@ class RunManager:
         frame["run_id"] = run.run_id
         frame["seq"] = run.seq
         run.frames.append(frame)
-        await self.layer.group_send(frames_group(run.session_id), {"type": "run.event", "frame": frame})
+        await self.layer.group_send(frames_group(run.session_id), run_event(frame))
 
     async def _heartbeat(self, run: Run) -> None:
         while True:
