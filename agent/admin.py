@@ -1,12 +1,15 @@
 from __future__ import annotations
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.utils.html import format_html
 
 from agent import policy
+from agent.memory_extraction import regenerate_summary
 from agent.models import LLMCall, ModelReliability, Profile, SessionToolGrant, ToolCallRecord
 from agent.registry import get_agent
+from memory_app.admin import MemoryFactAdmin, MemorySummaryAdmin
+from memory_app.models import MemoryFact, MemorySummary
 
 _DEFAULT = ""
 POLICY_PREFIX = "policy__"
@@ -161,3 +164,38 @@ class SessionToolGrantAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None):
         return False
+
+
+def _regenerate(model_admin, request, owner_ids: set[int]) -> None:
+    """Regenerate with the first profile's backend and model (the admin has no session)."""
+    profile = Profile.objects.order_by("id").first()
+    if profile is None:
+        model_admin.message_user(request, "no profiles exist; run `python manage.py migrate`", messages.ERROR)
+        return
+    backend = get_agent().backends.get(profile.llm_backend)
+    for owner_id in owner_ids:
+        regenerate_summary(owner_id, backend, profile.resolved_model())
+    model_admin.message_user(request, f"regenerated {len(owner_ids)} summary(ies)", messages.SUCCESS)
+
+
+# memory_app registers the memory admins; the agent adds the actions that need an LLM.
+admin.site.unregister(MemoryFact)
+admin.site.unregister(MemorySummary)
+
+
+@admin.register(MemoryFact)
+class MemoryFactWithSummaryAdmin(MemoryFactAdmin):
+    actions = ["regenerate_summaries"]
+
+    @admin.action(description="Regenerate summary from facts (for the owners of the selected facts)")
+    def regenerate_summaries(self, request, queryset):
+        _regenerate(self, request, {f.owner_id for f in queryset})
+
+
+@admin.register(MemorySummary)
+class MemorySummaryWithRegenerateAdmin(MemorySummaryAdmin):
+    actions = ["regenerate_summaries"]
+
+    @admin.action(description="Regenerate summary from facts")
+    def regenerate_summaries(self, request, queryset):
+        _regenerate(self, request, {s.owner_id for s in queryset})

@@ -60,6 +60,19 @@ class Verdict:
     reason: str = ""
 
 
+async def _record(record: ToolCallRecord, verdict: Verdict, granted: bool) -> None:
+    """Save the call with its decision (pending approvals get their id here)."""
+    record.reason = verdict.reason
+    if verdict.ask:
+        record.decision = Decision.PENDING
+        record.approval_id = uuid.uuid4().hex
+    elif verdict.run:
+        record.decision = Decision.APPROVED if granted else Decision.ALLOWED
+    else:
+        record.decision = Decision.REFUSED
+    await record.asave()
+
+
 @dataclass
 class RunGuard:
     user_id: int | None
@@ -114,15 +127,8 @@ class RunGuard:
             verdict = Verdict(record, ask=True, reason=policy.ask_reason(tool, arguments, by_policy=by_policy))
         else:
             verdict = Verdict(record, run=True, reason="allowed by the policy")
-        record.reason = verdict.reason
-        if verdict.ask:
-            record.decision = Decision.PENDING
-            record.approval_id = uuid.uuid4().hex
-        elif verdict.run:
-            record.decision = Decision.APPROVED if tool in self.grants and setting == policy.ASK else Decision.ALLOWED
-        else:
-            record.decision = Decision.REFUSED
-        await record.asave()
+        granted = tool in self.grants and setting == policy.ASK
+        await _record(record, verdict, granted)
         return verdict
 
     async def wait(self, verdict: Verdict, stop: asyncio.Event | None) -> str:

@@ -1,11 +1,18 @@
 from django.apps import AppConfig
 
+from navi_project.startup import server_started
+from sessions_app.signals import session_created
+
 
 class AgentConfig(AppConfig):
     name = "agent"
     verbose_name = "Agent"
 
     def ready(self) -> None:
-        from agent import titles
+        # Imported here, not at the top: these modules import models (Django's app-loading rule).
+        from agent import compression, memory_background, startup, titles
 
+        compression.register_workers()  # context compression before and after a turn
         titles.register_workers()  # a generated title after the first answer
+        session_created.connect(memory_background.on_session_created, dispatch_uid="agent.memory_extraction")
+        server_started.connect(startup.on_server_started, dispatch_uid="agent.startup")

@@ -1,4 +1,4 @@
-"""Context compression (seeds' sessions.md): old turns of the LLM context become one summary.
+"""Context compression: old turns of the LLM context become one summary.
 
 Only the context changes: summarised rows leave the context (`in_context=False`) and one
 summary row (role=user, is_summary, not in display) enters it. The display history is never
@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+from agent import oneshot
 from agent.events import ContextCompressed
 from agent.llm.base import context_window
 from agent.messages import ChatMessage
 from agent.workers import Worker, WorkerContext, WorkerResult, post_turn_workers, pre_turn_workers
-from navi_project.llm_purpose import llm_purpose
 
 log = logging.getLogger(__name__)
 
@@ -105,12 +105,10 @@ async def compress_context(
     if not parts.to_summarize:
         return None
     text = cap_input(format_for_summary(parts.to_summarize))
-    prompt = [ChatMessage(role="system", content=SUMMARY_PROMPT), ChatMessage(role="user", content=text)]
-    with llm_purpose("compression"):
-        response = await llm.complete(
-            prompt, None, model=model, temperature=temperature, think=False, max_tokens=settings.LLM_MAX_SUMMARY_TOKENS
-        )
-    summary = response.content.strip()
+    summary = await oneshot.ask(
+        llm, oneshot.prompt(SUMMARY_PROMPT, text), purpose="compression", model=model, temperature=temperature,
+        max_tokens=settings.LLM_MAX_SUMMARY_TOKENS,
+    )
     if not summary:
         raise CompressionError("the model returned an empty summary")
     summary_msg = ChatMessage(role="user", content=f"{SUMMARY_PREFIX}\n{summary}", is_summary=True)

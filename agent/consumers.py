@@ -21,7 +21,9 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from agent import approvals
 from agent.runs import RunActive, active_run_id, control_group, frames_group, get_run_manager
+from sessions_app.history import HistoryError
 from sessions_app.models import Session
+from sessions_app.uploads import describe_uploaded_files
 
 log = logging.getLogger(__name__)
 
@@ -116,11 +118,8 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
 
     @database_sync_to_async
     def _owned_session_id(self, user, raw: str) -> str | None:
-        try:
-            uid = uuid.UUID(raw)
-        except ValueError:
-            return None
-        return str(uid) if Session.objects.filter(pk=uid, owner=user).exists() else None
+        session = Session.objects.owned_by(user, raw).only("pk").first()
+        return str(session.pk) if session else None
 
     # --- client frames ---------------------------------------------------------------------
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
@@ -176,7 +175,6 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         text = check_content(frame.get("content"), has_images=bool(images))
         files = frame.get("files") or []
         if files:
-            from sessions_app.uploads import describe_uploaded_files
 
             try:
                 text += await database_sync_to_async(describe_uploaded_files)(self.session_id, files)
@@ -189,7 +187,6 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         await self._begin(self.session_id, text, [], mode="edit", message_id=frame.get("message_id"))
 
     async def _begin(self, session_id: str, text: str, images: list[str], **mode) -> None:
-        from sessions_app.history import HistoryError
 
         try:
             await get_run_manager().start(session_id, text, images, **mode)

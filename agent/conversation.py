@@ -59,6 +59,15 @@ class Conversation:
     async def update(self, msg: ChatMessage, *, status: str, force: bool = True) -> None:
         """Persist the current content of a streamed message (no-op in memory)."""
 
+    async def save_streaming(self, msg: ChatMessage, *, status: str = "complete", force: bool = True) -> None:
+        """Save the answer being streamed; in memory only the finished (or interrupted) one counts."""
+        if status != "partial":
+            await self.add(msg, status=status)
+
+    def last_request(self) -> str:
+        """The user's latest message: what tool selection ranks the tools against."""
+        return next((m.content for m in reversed(self.context) if m.role == "user" and not m.is_summary), "")
+
     async def set_token_count(self, tokens: int) -> None:
         self.token_count = tokens
 
@@ -147,6 +156,14 @@ class DBConversation(Conversation):
             tool_calls=[c.as_dict() for c in msg.tool_calls],
             status=status,
         )
+
+    async def save_streaming(self, msg: ChatMessage, *, status: str = "complete", force: bool = True) -> None:
+        """The answer being streamed: its first save adds the row, later ones update it (partial
+        updates at most every FLUSH_INTERVAL_S unless `force`)."""
+        if msg.db_id is None:
+            await self.add(msg, status=status)
+        else:
+            await self.update(msg, status=status, force=force)
 
     async def set_token_count(self, tokens: int) -> None:
         self.token_count = tokens

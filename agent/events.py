@@ -1,15 +1,13 @@
 """AgentEvent types — one dataclass per server frame of the WebSocket protocol — and the one
-function that turns an event into its JSON frame."""
+function that turns an event into its JSON frame. The base class and the frames tools emit
+(memory_saved, file_published) are defined in tools_app.events and re-exported here."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-
-@dataclass
-class AgentEvent:
-    type = ""  # class attribute, not a field: the frame's "type"
+from tools_app.events import AgentEvent, FilePublished, MemorySaved
 
 
 @dataclass
@@ -96,14 +94,6 @@ class ProfileSwitched(AgentEvent):
 
 
 @dataclass
-class MemorySaved(AgentEvent):
-    category: str
-    key: str
-    value: str
-    type = "memory_saved"
-
-
-@dataclass
 class SessionTitled(AgentEvent):
     """The chat got a generated title (after its first answer)."""
 
@@ -113,18 +103,12 @@ class SessionTitled(AgentEvent):
 
 @dataclass
 class ErrorEvent(AgentEvent):
+    """A run ended with an error. `code` says which kind (an LLMError's code, `context_too_large`,
+    or `internal`); REST views map it to an HTTP status, nobody reads the message's words."""
+
     message: str
+    code: str = "internal"
     type = "error"
-
-
-@dataclass
-class FilePublished(AgentEvent):
-    """A session file the agent published for inline viewing (content_publish)."""
-
-    name: str
-    url: str
-    mime: str = ""
-    type = "file_published"
 
 
 @dataclass
@@ -164,3 +148,4 @@ def mark_subagent(event: AgentEvent) -> AgentEvent:
 
 
 __all__ = [name for name in dir() if name[0].isupper()] + ["to_frame", "mark_subagent", "field"]
+__all__ += ["AgentEvent", "FilePublished", "MemorySaved"]

@@ -13,3 +13,8 @@ def frames_group(session_id: Any) -> str:
 def control_group(session_id: Any) -> str:
     """Only the process that owns the session's run listens here (stop, replay, approvals)."""
     return f"runctl.{session_id}"
+
+
+def run_event(frame: dict[str, Any]) -> dict[str, Any]:
+    """The channel-layer message that carries one server frame to a session's sockets."""
+    return {"type": "run.event", "frame": frame}

@@ -1,24 +1,19 @@
-"""The agent loop (seeds' agent.md): run, run_stream, run_ephemeral.
+"""The agent loop: run, run_stream, run_ephemeral.
 
 run_stream: user row saved → pre-turn workers → optional planning → tool-calling loop up to
-max_iterations (stream the LLM, run tool calls, append results) → stream_end → post-turn
-workers. Stop is cooperative (current_stop_event); errors become an `error` event, and the
-partial answer is kept as `interrupted`.
+max_iterations (one LLM call: agent.turns; each tool call: agent.tool_step) → stream_end →
+post-turn workers. Stop is cooperative (current_stop_event) and ends the loop as `Stopped`; a
+failed call as `TurnFailed` with its error frame; a partial answer is kept as `interrupted`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-import time
 from typing import AsyncIterator
 
-from django.conf import settings
-
-from agent import planning, policy, prompts, workers
-from agent.approvals import FRAME_DECISION, RunGuard, Verdict, current_guard
-from agent.calls import CallTracker, DoesNotFit, fit_request, normalise_arguments
+from agent import planning, prompts, workers
+from agent.approvals import RunGuard, current_guard
+from agent.calls import CallTracker, DoesNotFit, fit_request
 from agent.conversation import Conversation, DBConversation
 from agent.events import (
     AgentEvent,
@@ -38,16 +33,13 @@ from agent.events import (
     mark_subagent,
 )
 from agent.llm import BackendRegistry, LLMError
-from agent.llm.base import LLMContextOverflow, context_window
-from agent.messages import ChatMessage, ToolCall
+from agent.messages import ChatMessage
 from agent.models import Profile
 from agent.planning import should_plan
-from agent.stopping import Stopped, stoppable, until_stopped
-from agent.tool_trace import ToolTrace
-from agent.toolcalls import CallTextFilter, extract_calls
-from agent.window import effective_window, estimate_text
-from sessions_app.services import session_files_dir
-from tools_app.base import ToolResult
+from agent.stopping import Stopped, raise_if_stopped, until_stopped
+from agent.tool_step import run_tool
+from agent.turns import Setup, Turn, TurnFailed, stream_turn
+from agent.window import effective_window
 from tools_app.context import (
     current_chat_session_id,
     current_event_sink,
@@ -57,7 +49,6 @@ from tools_app.context import (
     current_user_id,
 )
 from tools_app.registry import ToolRegistry
-from tools_app.workspace import workspace_for
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +82,7 @@ class Agent:
         backend = self.backends.get(profile.llm_backend)
         await self.tools.refresh_user_tools()  # tools written or toggled elsewhere since
         limit = await effective_window(backend, profile)
-        for event in await self._workers(workers.pre_turn_workers, conv, profile, "pre", limit):
+        for event in await workers.run_phase(workers.pre_turn_workers, conv, profile, backend, "pre", limit):
             yield event
         if planning and should_plan(profile, user_message):
             plan = await self._run_planning(conv, profile, limit)
@@ -151,7 +142,7 @@ class Agent:
             return None
         context = await prompts.build_context(profile, conv.context, conv.owner_id, conv.clock)
         try:  # the answer call's own selection and form of tools: one shared prefix, one cache
-            request = fit_request(context, self._offered(profile), profile, limit, _last_request(conv), set())
+            request = fit_request(context, self._offered(profile), profile, limit, conv.last_request(), set())
         except DoesNotFit:
             return None  # the answer call reports it
         try:
@@ -168,58 +159,78 @@ class Agent:
     async def _loop(
         self, conv: Conversation, profile: Profile, backend, *, is_subagent: bool = False, limit: int = 0
     ) -> AsyncIterator[AgentEvent]:
-        stop = current_stop_event.get()
-        tools = self._offered(profile)
-        limit = limit or await effective_window(backend, profile)
-        tracker = CallTracker(backend.name, profile.resolved_model())
-        query = _last_request(conv)
-        for _ in range(max(1, profile.max_iterations)):
-            if stop is not None and stop.is_set():
-                yield StreamStopped()
-                return
-            turn = _Turn()
-            offer = tracker.offer(tools)
-            async for event in self._stream_turn(conv, profile, backend, offer, turn, is_subagent, limit, query, tracker.used):
+        """The steps of one turn; a stop or a failed LLM call ends it with its frame."""
+        try:
+            async for event in self._steps(conv, await self._setup(profile, backend, limit), is_subagent):
                 yield event
-            if turn.outcome in ("stopped", "error"):
-                return
+        except Stopped:
+            yield StreamStopped()
+        except TurnFailed as exc:
+            yield exc.event
+
+    async def _steps(self, conv: Conversation, setup: Setup, is_subagent: bool) -> AsyncIterator[AgentEvent]:
+        stop = current_stop_event.get()
+        query = conv.last_request()
+        for _ in range(max(1, setup.profile.max_iterations)):
+            raise_if_stopped(stop)
+            turn, offer = Turn(), setup.tracker.offer(setup.tools)
+            async for event in stream_turn(conv, setup, offer, turn, query):
+                yield event
             if not turn.calls:
-                await conv.set_token_count(turn.tokens)
-                if is_subagent and turn.message.thinking:
-                    yield TurnThinking(thinking=turn.message.thinking)
-                yield StreamEnd(turn.message.content, turn.tokens, limit)
-                await tracker.flush()
-                if not is_subagent:
-                    for event in await self._workers(workers.post_turn_workers, conv, profile, "post", limit):
-                        yield event
+                async for event in self._answer(conv, setup, turn, is_subagent):
+                    yield event
                 return
             # A tool-calling turn: the whole reasoning block closes the live thinking display.
             if turn.message.thinking:
                 yield TurnThinking(thinking=turn.message.thinking)
             await conv.set_token_count(turn.tokens)
-            allowed = [t.name for t in offer]
-            for call in turn.calls:
-                async for event in self._run_tool(conv, call, allowed, profile, is_subagent, tracker):
+            async for event in self._run_calls(conv, setup, turn.calls, offer, is_subagent):
+                yield event
+            if await conv.current_profile_id() != setup.profile.id:
+                setup = await self._setup(await _load_profile(conv.profile_id))
+        async for event in self._give_up(conv, setup):
+            yield event
+
+    async def _run_calls(self, conv, setup: Setup, calls: list, offer: list, is_subagent: bool):
+        allowed = [t.name for t in offer]
+        try:
+            for call in calls:
+                async for event in run_tool(self.tools, conv, call, allowed, setup.profile, is_subagent, setup.tracker):
                     yield event
-                if stop is not None and stop.is_set():
-                    await tracker.flush()
-                    yield StreamStopped()
-                    return
-            await tracker.flush()
-            if await conv.current_profile_id() != profile.id:
-                profile = await _load_profile(conv.profile_id)
-                backend = self.backends.get(profile.llm_backend)
-                tools = self._offered(profile)
-                limit = await effective_window(backend, profile)
-                tracker = CallTracker(backend.name, profile.resolved_model())
+                raise_if_stopped(current_stop_event.get())
+        except Stopped:
+            await setup.tracker.flush()
+            raise
+        await setup.tracker.flush()
+
+    async def _answer(self, conv: Conversation, setup: Setup, turn: Turn, is_subagent: bool):
+        """A turn without tool calls is the answer: stream_end, then the post-turn workers."""
+        await conv.set_token_count(turn.tokens)
+        if is_subagent and turn.message.thinking:
+            yield TurnThinking(thinking=turn.message.thinking)
+        yield StreamEnd(turn.message.content, turn.tokens, setup.limit)
+        await setup.tracker.flush()
+        if not is_subagent:
+            for event in await workers.run_phase(
+                workers.post_turn_workers, conv, setup.profile, setup.backend, "post", setup.limit
+            ):
+                yield event
+
+    @staticmethod
+    async def _give_up(conv: Conversation, setup: Setup) -> AsyncIterator[AgentEvent]:
         text = (
-            f"I stopped after {profile.max_iterations} tool-calling steps (this profile's max_iterations) "
+            f"I stopped after {setup.profile.max_iterations} tool-calling steps (this profile's max_iterations) "
             "without reaching a final answer. Say 'continue' to let me go on, or raise max_iterations "
             "for the profile in the admin."
         )
         await conv.add(ChatMessage(role="assistant", content=text))
         yield TextDelta(text)
-        yield StreamEnd(text, conv.token_count, limit)
+        yield StreamEnd(text, conv.token_count, setup.limit)
+
+    async def _setup(self, profile: Profile, backend=None, limit: int = 0) -> Setup:
+        backend = backend or self.backends.get(profile.llm_backend)
+        limit = limit or await effective_window(backend, profile)
+        return Setup(profile, backend, self._offered(profile), limit, CallTracker(backend.name, profile.resolved_model()))
 
     def _offered(self, profile: Profile) -> list:
         """The profile's tools this user may be offered (no host tools without the permission,
@@ -229,248 +240,6 @@ class Agent:
         if guard is None:
             return tools
         return [t for t in tools if guard.offers(t.name, profile.tool_policy)]
-
-    async def _stream_turn(self, conv, profile, backend, tools, turn: "_Turn", is_subagent: bool, limit, query, keep):
-        """Stream one LLM call into `turn`, yielding thinking/text deltas and persisting as it goes.
-        Calls the model writes as text are held back from the stream and recovered (agent.toolcalls)."""
-        stop = current_stop_event.get()
-        msg = turn.message
-        thinking_open = False
-        context = planning.with_plan(await prompts.build_context(profile, conv.context, conv.owner_id, conv.clock), conv)
-        try:
-            request = fit_request(context, tools, profile, limit, query, keep)
-        except DoesNotFit as exc:
-            turn.outcome = "error"
-            yield ErrorEvent(str(exc))
-            return
-        names = frozenset(t.name for t in request.tools)
-        text_filter = CallTextFilter(names) if profile.recover_tool_calls and names else None
-        stream = backend.stream_complete(
-            context,
-            request.schemas,
-            model=profile.resolved_model(),
-            temperature=profile.temperature,
-            max_tokens=profile.answer_token_limit(),
-        )
-        try:
-            async for chunk in stoppable(stream, stop):
-                if stop is not None and stop.is_set():
-                    turn.outcome = "stopped"
-                    break
-                if chunk.thinking:
-                    msg.thinking += chunk.thinking
-                    thinking_open = True
-                    if not is_subagent:
-                        yield ThinkingDelta(chunk.thinking)
-                shown = text_filter.feed(chunk.content) if text_filter and chunk.content else chunk.content
-                if shown:
-                    msg.content += shown
-                    if thinking_open and not is_subagent:
-                        yield ThinkingEnd()
-                    thinking_open = False
-                    if not is_subagent:
-                        yield TextDelta(shown)
-                turn.calls.extend(chunk.tool_calls)
-                if chunk.done:
-                    turn.tokens = chunk.prompt_tokens + chunk.completion_tokens
-                if chunk.content or chunk.thinking:
-                    if msg.db_id is None and conv.persistent:
-                        await conv.add(msg, status="partial")
-                    else:
-                        await conv.update(msg, status="partial", force=False)
-        except Stopped:
-            turn.outcome = "stopped"
-        except LLMError as exc:
-            turn.outcome = "error"
-            turn.error = str(exc)
-            if exc.mid_answer and (msg.content or msg.thinking):
-                turn.error += "; the partial answer was kept — send the message again to retry"
-            if isinstance(exc, LLMContextOverflow):
-                # The next turn's pre-turn compression sees the context as full and shrinks it.
-                window = context_window(backend.name, profile.resolved_model())
-                await conv.set_token_count(max(exc.prompt_tokens, window))
-        except Exception as exc:  # anything unexpected must still end the turn cleanly
-            log.exception("LLM stream failed")
-            turn.outcome = "error"
-            turn.error = f"the model call failed unexpectedly: {type(exc).__name__}: {exc}"
-        finally:
-            with contextlib.suppress(Exception):
-                await stream.aclose()
-        if text_filter is not None and turn.outcome == "ok":
-            rest = self._recover_calls(text_filter, turn, names)
-            if rest and not is_subagent:
-                yield TextDelta(rest)
-        if not turn.tokens:  # the server reported no usage: count locally
-            turn.tokens = request.prompt_tokens + estimate_text(msg.content + msg.thinking)
-        if thinking_open and not turn.calls and turn.outcome == "ok" and not is_subagent:
-            yield ThinkingEnd()
-        if turn.outcome != "ok":
-            if msg.content or msg.thinking:
-                if msg.db_id is None:
-                    await conv.add(msg, status="interrupted")
-                else:
-                    await conv.update(msg, status="interrupted")
-            yield StreamStopped() if turn.outcome == "stopped" else ErrorEvent(turn.error)
-            return
-        msg.tool_calls = list(turn.calls)
-        if msg.db_id is None:
-            await conv.add(msg)
-        else:
-            await conv.update(msg, status="complete")
-
-    @staticmethod
-    def _recover_calls(text_filter: CallTextFilter, turn: "_Turn", names: frozenset[str]) -> str:
-        """Text held back by the filter that is not a call (returned, to show), and the calls
-        written as text, which become the turn's calls when the model made no native call."""
-        msg = turn.message
-        rest, recovered = text_filter.finish()
-        msg.content += rest
-        if turn.calls:
-            return rest
-        if not recovered:  # a call in mid-line was already shown: keep it out of the saved answer
-            found = extract_calls(msg.content, names)
-            recovered, msg.content = (found.calls, found.text) if found.calls else ([], msg.content)
-        turn.calls = list(recovered)
-        return rest
-
-    async def _run_tool(
-        self, conv: Conversation, call: ToolCall, allowed: list[str], profile: Profile, is_subagent: bool,
-        tracker: CallTracker | None = None,
-    ) -> AsyncIterator[AgentEvent]:
-        """Check the call (permission, policy, the owner's approval), run it, forward what it
-        emits (sub-agent events) while it runs, and append the result to the conversation."""
-        call.arguments = normalise_arguments(call.arguments, profile.repair_arguments)
-        yield ToolStarted(tool=call.name, args=call.arguments, recovered=call.recovered)
-        guard = current_guard.get()
-        verdict = None
-        if guard is not None:
-            verdict = await guard.check(call.name, call.arguments, profile.id, profile.tool_policy, is_subagent=is_subagent)
-            if verdict.ask:
-                async for event in self._ask_owner(guard, verdict, call):
-                    yield event
-        started = time.monotonic()
-        trace = ToolTrace()
-        if verdict is not None and not verdict.run:
-            result = ToolResult(False, error=verdict.refusal)
-        else:
-            result = None
-            async for item in self._execute(call, allowed, profile.repair_arguments):
-                if isinstance(item, ToolResult):
-                    result = item
-                else:
-                    trace.note(item)
-                    yield item
-        content = result.to_message_content()
-        source = self._untrusted_source(call, result, conv)
-        if source:
-            content = policy.wrap_untrusted(content, source)
-            guard.taint(source)
-        if tracker is not None:
-            content += tracker.after(call, result)
-        yield ToolEvent(tool=call.name, args=call.arguments, result=content, success=result.success, recovered=call.recovered)
-        await conv.add(
-            ChatMessage(role="tool", content=content, tool_call_id=call.id, name=call.name, meta=trace.meta())
-        )
-        if verdict is not None and verdict.run:
-            await guard.finish(verdict, result.success, started)
-        if result.success and result.metadata.get("is_image") and result.metadata.get("base64"):
-            # The image goes to the model's context only, never to the display history.
-            await conv.add(
-                ChatMessage(role="user", content=f"[image from {call.name}]", images=[result.metadata["base64"]]),
-                display=False,
-            )
-
-    async def _ask_owner(self, guard: RunGuard, verdict: Verdict, call: ToolCall) -> AsyncIterator[AgentEvent]:
-        """approval_required, wait for the answer (or timeout, or Stop), approval_resolved."""
-        approval_id = verdict.record.approval_id
-        yield ApprovalRequired(approval_id=approval_id, tool=call.name, arguments=call.arguments, reason=verdict.reason)
-        decision = await guard.wait(verdict, current_stop_event.get())
-        remember = "session" if verdict.run and call.name in guard.grants else ""
-        yield ApprovalResolved(approval_id=approval_id, decision=FRAME_DECISION[decision], remember=remember)
-        if not verdict.run:
-            verdict.refusal = _DECLINED.get(decision, _DECLINED["denied"]).format(tool=call.name)
-
-    async def _execute(self, call: ToolCall, allowed: list[str], repair: bool) -> AsyncIterator[AgentEvent | ToolResult]:
-        """Run the tool as a task, yielding the events it emits, then its ToolResult."""
-        stop = current_stop_event.get()
-        sink: asyncio.Queue = asyncio.Queue()
-        token = current_event_sink.set(sink)
-        try:
-            task = asyncio.create_task(self.tools.call(call.name, call.arguments, allowed, repair=repair))
-        finally:
-            current_event_sink.reset(token)
-        stop_wait = asyncio.create_task(stop.wait()) if stop is not None else None
-        try:
-            while not task.done():
-                getter = asyncio.create_task(sink.get())
-                waiting = {task, getter} | ({stop_wait} if stop_wait else set())
-                done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-                if getter in done:
-                    yield getter.result()
-                else:
-                    getter.cancel()
-                if stop_wait is not None and stop_wait in done and not task.done():
-                    task.cancel()  # the tool's own task (kills its subprocess), never the run
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await task
-                    break
-            while not sink.empty():
-                yield sink.get_nowait()
-        finally:
-            if stop_wait is not None:
-                stop_wait.cancel()
-        if task.cancelled():
-            yield ToolResult(False, error="stopped by the owner before the tool finished")
-        else:
-            yield task.result()
-
-    @staticmethod
-    def _untrusted_source(call: ToolCall, result: ToolResult, conv: Conversation) -> str:
-        """Where an outside result came from, when it must be marked as data ("" otherwise)."""
-        if not result.success and not result.output:
-            return ""
-        chat = current_chat_session_id.get()
-        uploads = str(session_files_dir(chat)) if chat else None
-        return policy.untrusted_source(call.name, call.arguments, uploads, str(workspace_for(conv.owner_id)))
-
-    async def _workers(self, registered, conv, profile, phase: str, limit: int = 0) -> list[AgentEvent]:
-        if not registered:
-            return []
-        ctx = workers.WorkerContext(
-            conversation=conv,
-            profile=profile,
-            backend=self.backends.get(profile.llm_backend),
-            token_count=conv.token_count,
-            max_tokens=limit or settings.OLLAMA_NUM_CTX,
-            phase=phase,
-        )
-        return await workers.run_workers(registered, ctx)
-
-
-# The tool result the model reads when the owner did not approve a call.
-_DECLINED = {
-    "denied": "the owner declined this {tool} call, so it was not run. Do not retry it; continue without "
-    "it, or ask the owner what to do instead.",
-    "timed_out": "nobody approved this {tool} call in time, so it was not run. Continue without it, or "
-    "ask the owner to approve it when they are back.",
-    "cancelled": "the run was stopped while this {tool} call waited for approval; it was not run.",
-}
-
-
-class _Turn:
-    """What one LLM call produced."""
-
-    def __init__(self) -> None:
-        self.message = ChatMessage(role="assistant")
-        self.calls: list[ToolCall] = []
-        self.tokens = 0
-        self.outcome = "ok"  # ok | stopped | error
-        self.error = ""
-
-
-def _last_request(conv: Conversation) -> str:
-    """The user's latest message: what tool selection ranks the tools against."""
-    return next((m.content for m in reversed(conv.context) if m.role == "user" and not m.is_summary), "")
 
 
 async def _load_profile(profile_id: str) -> Profile:

@@ -1,13 +1,9 @@
-"""Agent profiles: identity, tools and behaviour for one domain (seeds' profiles.md)."""
+"""Agent profiles: identity, tools and behaviour for one domain."""
 
 from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
-
-
-def default_model() -> str:
-    return settings.OLLAMA_DEFAULT_MODEL
 
 
 class Profile(models.Model):

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Awaitable, Callable
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from agent.clock import clock_line
 from agent.messages import ChatMessage
 from agent.models import Profile
+from memory_app.services import get_summary
 
 # Appended to the user's message for the planning call (not a separate system prompt: the
 # planning call then shares the answer call's whole prefix, and the server's prompt cache).
@@ -22,10 +23,6 @@ PLAN_NOTE = """[the plan you made for this request before answering: carry it ou
 
 MEMORY_HEADER = "## What I remember about the user"
 
-# Set by memory_app at start-up: async (user_id) -> summary text or "".
-memory_summary_provider: Callable[[int | None], Awaitable[str]] | None = None
-
-
 def system_prompt(profile: Profile) -> str:
     """persona + '---' + profile prompt, built fresh for every call."""
     parts = [p for p in (settings.NAVI_PERSONA.strip(), profile.system_prompt.strip()) if p]
@@ -34,9 +31,7 @@ def system_prompt(profile: Profile) -> str:
 
 async def memory_text(user_id: int | None) -> str:
     """The memory section of the system prompt ("" when there is nothing to remember)."""
-    if memory_summary_provider is None:
-        return ""
-    summary = await memory_summary_provider(user_id)
+    summary = await sync_to_async(get_summary)(user_id)
     return f"{MEMORY_HEADER}\n\n{summary}" if summary else ""
 
 

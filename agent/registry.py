@@ -1,34 +1,29 @@
-"""Composition root (seeds' build_default_registries): tools, backends and the agent, once per process."""
+"""Composition root: the LLM backends, the tool registry and the agent, once per process."""
 
 from __future__ import annotations
 
 import threading
 
 from agent import llmcalls
+from agent.agent_tools import agent_tools
 from agent.llm import BackendRegistry, LLMBackend
 from agent.llm.ollama_backend import OllamaBackend
 from agent.llm.openai_backend import OpenAIBackend
 from agent.loop import Agent
-from tools_app.registry import ToolRegistry
+from tools_app.toolset import get_tool_registry, reset_tool_registry
 
 _lock = threading.Lock()
 _agent: Agent | None = None
 
 
 def build_default_registries() -> Agent:
-    from tools_app.builtin import builtin_tools
-    from tools_app.loader import fingerprint as user_tool_fingerprint
-    from tools_app.loader import load_user_tools
-
     LLMBackend.observer = llmcalls.observe  # every LLM call is recorded for /debug
     backends = BackendRegistry()
     backends.register(OllamaBackend())
     backends.register(OpenAIBackend())
-    tools = ToolRegistry()
-    tools.user_tool_loader = load_user_tools
-    tools.user_tool_fingerprint = user_tool_fingerprint
+    tools = get_tool_registry()
     agent = Agent(tools, backends)
-    for tool in builtin_tools(agent):
+    for tool in agent_tools(agent):
         tools.register(tool, builtin=True)
     tools.reload_user_tools()
     return agent
@@ -44,7 +39,8 @@ def get_agent() -> Agent:
 
 
 def reset_agent() -> None:
-    """Forget the process-wide agent (tests change settings between cases)."""
+    """Forget the process-wide agent and its tools (tests change settings between cases)."""
     global _agent
     with _lock:
         _agent = None
+        reset_tool_registry()

@@ -26,7 +26,9 @@ from django.utils import timezone
 
 from agent import approvals
 from agent.events import ErrorEvent, to_frame
-from agent.groups import control_group, frames_group
+from agent.groups import control_group, frames_group, run_event
+from agent.registry import get_agent
+from sessions_app import history
 from sessions_app.models import Message, Session
 from tools_app.context import current_run_id, current_stop_event
 
@@ -52,6 +54,7 @@ class Run:
     task: asyncio.Task | None = None
     final_content: str | None = None
     error: str | None = None
+    error_code: str = ""  # the error frame's code (agent.events.ErrorEvent)
     stopped: bool = False
     answered: bool = False  # stream_end sent; only post-turn workers may still run
     context_tokens: int = 0
@@ -96,7 +99,6 @@ class RunManager:
     @property
     def agent(self):
         if self._agent is None:
-            from agent.registry import get_agent
 
             self._agent = get_agent()
         return self._agent
@@ -139,7 +141,7 @@ class RunManager:
         return run
 
     async def _claim_after_answer(self, session_id: str, run_id: str) -> bool:
-        """The client may send as soon as it sees stream_end (seeds: "unlock user input"), while
+        """The client may send as soon as it sees stream_end (the input is unlocked), while
         post-turn workers (compression) still hold the run: wait for them instead of refusing."""
         previous = self.active.get(session_id)
         if previous is not None:
@@ -169,13 +171,14 @@ class RunManager:
                     run.final_content = frame["content"]
                     run.context_tokens = frame.get("context_tokens", 0)
                 elif frame["type"] == "error":
-                    run.error = frame["message"]
+                    run.error, run.error_code = frame["message"], frame.get("code", "internal")
                 elif frame["type"] == "stream_stopped":
                     run.stopped = True
                 outbox.put_nowait(frame)
         except Exception as exc:
             log.exception("run %s failed", run.run_id)
             run.error = f"the run failed: {type(exc).__name__}: {exc}. The session is intact; send the message again."
+            run.error_code = "internal"
             outbox.put_nowait(to_frame(ErrorEvent(run.error)))
         finally:
             outbox.put_nowait(None)
@@ -209,7 +212,7 @@ class RunManager:
         frame["run_id"] = run.run_id
         frame["seq"] = run.seq
         run.frames.append(frame)
-        await self.layer.group_send(frames_group(run.session_id), {"type": "run.event", "frame": frame})
+        await self.layer.group_send(frames_group(run.session_id), run_event(frame))
 
     async def _heartbeat(self, run: Run) -> None:
         while True:
@@ -312,7 +315,6 @@ async def _release(session_id: str, run_id: str) -> None:
 
 def _rewind(session_id: str, mode: str, message_id, images) -> tuple[str | None, list[str], list[int]]:
     """(content, images, removed ids) of the run that replaces the end of the history."""
-    from sessions_app import history
 
     if mode == "edit":
         kept_images, removed = history.rewind_for_edit(session_id, history.parse_message_id(message_id))
@@ -325,7 +327,6 @@ def _rewind(session_id: str, mode: str, message_id, images) -> tuple[str | None,
 async def _record_outcome(run: Run) -> None:
     """An error, or a stop before the answer, stays in the history as a display-only row, so a
     reload shows what the live view showed."""
-    from sessions_app import history
 
     try:
         if run.error:

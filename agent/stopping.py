@@ -69,3 +69,9 @@ async def _cancel(task: asyncio.Future) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError, Exception):
         await task
+
+
+def raise_if_stopped(stop: asyncio.Event | None) -> None:
+    """The loop's one stop check: Stopped when the owner has pressed Stop."""
+    if stop is not None and stop.is_set():
+        raise Stopped

@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
-from agent import approvals, prompts, toolselect, window
+from agent import approvals, llmcalls, prompts, toolselect, window
+from agent import reliability as counters
 from agent.consumers import MAX_CONTENT_CHARS, MAX_IMAGES, FrameError, decode_image
 from agent.llm import LLMModelMissing, LLMUnreachable
 from agent.models import Profile
 from agent.registry import get_agent
 from agent.runs import RunActive, get_run_manager
 from navi_project.http import json_view
-from sessions_app.auth import api_login_required
+from sessions_app.auth import api_login_required, unauthenticated_response
+from sessions_app.history import HistoryError
 from sessions_app.models import Session
 
 
@@ -68,8 +69,7 @@ def tools(request: HttpRequest) -> JsonResponse:
 async def reliability(request: HttpRequest) -> HttpResponse:
     """How well each model calls tools (ModelReliability counters), for /debug."""
     if await _user(request) is None:
-        return _unauthenticated()
-    from agent import reliability as counters
+        return unauthenticated_response()
 
     return JsonResponse({"models": await counters.table()})
 
@@ -79,7 +79,6 @@ async def session_llm_calls(request: HttpRequest, session_id: str) -> HttpRespon
     session, error = await _owned_session(request, session_id)
     if error:
         return error
-    from agent import llmcalls
 
     return JsonResponse({"session_id": str(session.pk), "runs": await llmcalls.for_session(session.pk)})
 
@@ -92,22 +91,12 @@ async def _user(request: HttpRequest):
     return user if user.is_authenticated else None
 
 
-def _unauthenticated() -> JsonResponse:
-    return JsonResponse(
-        {"error": "authentication required: log in at /login/ or send 'Authorization: Bearer <token>'"}, status=401
-    )
-
-
 async def _owned_session(request: HttpRequest, session_id: str) -> tuple[Session | None, JsonResponse | None]:
     """(session, None) or (None, error response): auth, method-independent checks, ownership."""
     user = await _user(request)
     if user is None:
-        return None, _unauthenticated()
-    try:
-        uid = uuid.UUID(session_id)
-    except ValueError:
-        return None, JsonResponse({"error": f"no session '{session_id}' (session ids are UUIDs)"}, status=404)
-    session = await Session.objects.filter(pk=uid, owner=user).afirst()
+        return None, unauthenticated_response()
+    session = await Session.objects.owned_by(user, session_id).afirst()
     if session is None:
         return None, JsonResponse({"error": f"no session '{session_id}'"}, status=404)
     return session, None
@@ -154,7 +143,7 @@ def _content(body: dict, has_images: bool) -> tuple[str, JsonResponse | None]:
 
 
 async def session_messages(request: HttpRequest, session_id: str) -> HttpResponse:
-    """Send a message and wait for the whole answer (seeds' `run()`: no planning)."""
+    """Send a message and wait for the whole answer (`Agent.run`: no planning)."""
     session, body, error = await _owned_post(request, session_id)
     if error:
         return error
@@ -194,7 +183,6 @@ async def session_regenerate(request: HttpRequest, session_id: str) -> HttpRespo
 
 
 async def _run_and_wait(session: Session, content: str, images: list[str], **mode) -> JsonResponse:
-    from sessions_app.history import HistoryError
 
     try:
         run = await get_run_manager().start(str(session.pk), content, images, planning=False, **mode)
@@ -204,7 +192,7 @@ async def _run_and_wait(session: Session, content: str, images: list[str], **mod
         return JsonResponse({"error": exc.message}, status=exc.status)
     await asyncio.shield(run.done.wait())  # a dropped client does not cancel the run
     if run.error:
-        status = 503 if _is_unreachable(run.error) else 502
+        status = ERROR_STATUS.get(run.error_code, 502)
         return JsonResponse({"error": run.error, "run_id": run.run_id}, status=status)
     if run.stopped and not run.answered:
         return JsonResponse({"error": "the run was stopped before it finished", "run_id": run.run_id}, status=409)
@@ -213,8 +201,9 @@ async def _run_and_wait(session: Session, content: str, images: list[str], **mod
     )
 
 
-def _is_unreachable(message: str) -> bool:
-    return message.startswith("cannot reach")
+# The HTTP status of a run that ended with an error frame, by the frame's code; 502 otherwise
+# (the LLM server answered, but not usefully).
+ERROR_STATUS = {"llm_unreachable": 503}
 
 
 async def session_stop(request: HttpRequest, session_id: str) -> HttpResponse:

@@ -11,7 +11,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from agent.events import AgentEvent
+from django.conf import settings
+
+from agent.events import AgentEvent, StreamStopped
+from agent.stopping import Stopped, until_stopped
+from tools_app.context import current_stop_event
 
 if TYPE_CHECKING:
     from agent.conversation import Conversation
@@ -52,9 +56,6 @@ async def run_workers(workers: list[Worker], ctx: WorkerContext) -> list[AgentEv
     """Run each worker, raced against Stop: a stopped worker is cancelled (its LLM request
     closed) and the rest are skipped. After the answer (phase "post") a stop ends the run with
     stream_stopped here; before it, the loop reports the stop itself."""
-    from agent.events import StreamStopped
-    from agent.stopping import Stopped, until_stopped
-    from tools_app.context import current_stop_event
 
     stop = current_stop_event.get()
     events: list[AgentEvent] = []
@@ -70,3 +71,16 @@ async def run_workers(workers: list[Worker], ctx: WorkerContext) -> list[AgentEv
         except Exception:
             log.warning("worker %s failed; the turn goes on", worker.name, exc_info=True)
     return events
+
+
+async def run_phase(
+    registered: list[Worker], conv: "Conversation", profile: "Profile", backend: "LLMBackend", phase: str, limit: int
+) -> list[AgentEvent]:
+    """Run the workers registered for one side ("pre" or "post") of a turn."""
+    if not registered:
+        return []
+    ctx = WorkerContext(
+        conversation=conv, profile=profile, backend=backend, token_count=conv.token_count,
+        max_tokens=limit or settings.OLLAMA_NUM_CTX, phase=phase,
+    )
+    return await run_workers(registered, ctx)

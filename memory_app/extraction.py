@@ -1,10 +1,8 @@
-"""Fact extraction from stale sessions (seeds' memory.md).
+"""What fact extraction works on: stale sessions, their transcript, and the model's answer.
 
 A session is stale when it has been idle for STALE_AFTER and has not been extracted since its
-last activity. Its display history is rendered as text, the session's own LLM extracts
-`category: key = value` lines, the facts are upserted, the owner's summary is regenerated and
-the session is marked. New or changed facts are announced to the session's sockets as
-`memory_saved` frames.
+last activity. The LLM call itself, the upserts and the `memory_saved` frames are the agent's
+job (agent.memory_extraction): every LLM call is made from agent/.
 """
 
 from __future__ import annotations
@@ -14,14 +12,10 @@ import re
 import unicodedata
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Callable
 
-from asgiref.sync import async_to_sync
-from django.conf import settings
 from django.db.models import F, OuterRef, Q, Subquery
 from django.utils import timezone
 
-from navi_project.llm_purpose import llm_purpose
 from sessions_app.models import Message, Session
 
 from . import services
@@ -133,101 +127,5 @@ def render_session(session: Session) -> str:
     return text
 
 
-def _backend_and_model(session: Session):
-    from agent.registry import get_agent
-
-    profile = session.profile
-    return get_agent().backends.get(profile.llm_backend), profile.resolved_model()
-
-
-def _mark(session: Session) -> None:
+def mark_extracted(session: Session) -> None:
     SessionMemoryState.objects.update_or_create(session=session, defaults={"extracted_at": timezone.now()})
-
-
-def extract_session(
-    session: Session, *, dry_run: bool = False, notify: Callable | None = None, wrap_backend: Callable | None = None
-) -> ExtractionResult:
-    """Extract, upsert and summarise one session. Raises LLMError when the model fails (the
-    session stays stale, so the next trigger retries it). `wrap_backend` may wrap the session's
-    backend (the background job makes its calls low priority)."""
-    from agent.messages import ChatMessage
-
-    result = ExtractionResult(session_id=str(session.pk))
-    transcript = render_session(session)
-    if "User:" not in transcript:
-        result.skipped = "no user messages"
-        if not dry_run:
-            _mark(session)
-        return result
-    backend, model = _backend_and_model(session)
-    if wrap_backend is not None:
-        backend = wrap_backend(backend)
-    messages = [
-        ChatMessage(role="system", content=EXTRACTION_PROMPT),
-        ChatMessage(role="user", content=f"Conversation:\n\n{transcript}"),
-    ]
-    with llm_purpose("extraction"):
-        response = async_to_sync(backend.complete)(
-            messages, None, model=model, temperature=0.2, think=False, max_tokens=settings.LLM_MAX_EXTRACTION_TOKENS
-        )
-    parsed = parse_facts(response.content)
-    result.facts, result.malformed = parsed.facts, parsed.malformed
-    if dry_run:
-        return result
-    for category, key, value in parsed.facts:
-        saved = services.upsert_fact(session.owner_id, category, key, value, source_session_id=session.pk)
-        if saved.changed:
-            result.saved += 1
-            (notify or notify_memory_saved)(str(session.pk), saved.fact.as_dict())
-    if result.saved or not services.get_summary(session.owner_id):
-        services.regenerate_summary(session.owner_id, backend, model)
-    _mark(session)
-    return result
-
-
-def extract_stale_sessions(
-    owner_id: int | None = None,
-    *,
-    progress: Callable[[str], None] | None = None,
-    notify: Callable | None = None,
-    wrap_backend: Callable | None = None,
-) -> int:
-    """Process every stale session (of one owner, or all), one LLM call at a time; returns how
-    many were processed. A postponed call (the owner started a turn) ends the pass."""
-    from memory_app.background import ExtractionPostponed
-
-    done = 0
-    for session in stale_sessions(owner_id=owner_id).select_related("profile"):
-        try:
-            result = extract_session(session, notify=notify, wrap_backend=wrap_backend)
-        except ExtractionPostponed as exc:
-            log.info("memory extraction postponed (%s); the stale sessions are retried on the next trigger", exc)
-            break
-        except Exception as exc:  # one failing session must not stop the others
-            log.warning(
-                "memory extraction of session %s did not finish: %s — the session stays stale and is "
-                "retried the next time a session is created (or run `manage.py extract_memory`)",
-                session.pk,
-                exc,
-            )
-            continue
-        done += 1
-        if progress:
-            progress(f"{session.pk}: {len(result.facts)} fact(s), {result.malformed} malformed line(s)")
-    return done
-
-
-def notify_memory_saved(session_id: str, fact: dict) -> None:
-    """Tell the session's sockets about a fact saved outside a run (not part of any run's seq)."""
-    from channels.layers import get_channel_layer
-
-    from agent.runs import frames_group
-
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    frame = {"type": "memory_saved", **fact}
-    try:
-        async_to_sync(layer.group_send)(frames_group(session_id), {"type": "run.event", "frame": frame})
-    except Exception:
-        log.warning("could not announce memory_saved to session %s", session_id, exc_info=True)

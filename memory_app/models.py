@@ -1,6 +1,6 @@
 """Long-term memory: facts about the owner, a narrative summary, and extraction bookkeeping.
 
-Memory is per user (DESIGN §3): every query is scoped by `owner`. On SQLite the facts are
+Memory is per user: every query is scoped by `owner`. On SQLite the facts are
 mirrored into an FTS5 table by triggers (see `search.ensure_fts`); a migration that rebuilds
 the facts table on SQLite drops those triggers, which `ensure_fts` re-creates after migrate.
 """

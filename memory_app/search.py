@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from django.db import connection
+from django.db import connection, connections
 from django.db.models import Q
 
 from .models import MemoryFact
@@ -144,3 +144,8 @@ def _search_like(owner_id: int, terms: list[str], limit: int) -> list[MemoryFact
 def _in_order(ids: list[int]) -> list[MemoryFact]:
     by_id = MemoryFact.objects.in_bulk(ids)
     return [by_id[i] for i in ids if i in by_id]
+
+
+def ensure_fts_after_migrate(sender, using="default", **kwargs) -> None:
+    """post_migrate receiver: a migration that rebuilds the table (SQLite) drops the triggers."""
+    ensure_fts(connections[using])

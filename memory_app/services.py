@@ -8,22 +8,14 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from asgiref.sync import async_to_sync
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
-
-from navi_project.llm_purpose import llm_purpose
 
 from .models import CATEGORY_MAX, KEY_MAX, VALUE_MAX, MemoryFact, MemorySummary
 
 log = logging.getLogger(__name__)
 
 SUMMARY_FACTS_LIMIT = 400  # facts sent to the summary prompt (most recently updated first)
-SUMMARY_PROMPT = """You maintain an assistant's long-term memory about its user.
-Below are facts about the user as `category: key = value` lines. Write a short narrative summary
-(at most 12 sentences, plain text, third person: "The user ...") of who the user is, their
-preferences, projects and environment. Only use the facts given; do not invent anything."""
 
 
 class FactError(ValueError):
@@ -75,9 +67,8 @@ def forget_facts(owner_id: int, key: str, category: str | None = None) -> list[M
     return deleted
 
 
-def all_facts(owner_id: int, limit: int | None = None) -> list[MemoryFact]:
-    rows = MemoryFact.objects.filter(owner_id=owner_id).order_by("category", "-updated_at")
-    return list(rows[:limit] if limit else rows)
+def all_facts(owner_id: int) -> list[MemoryFact]:
+    return list(MemoryFact.objects.filter(owner_id=owner_id).order_by("category", "-updated_at"))
 
 
 def get_summary(owner_id: int | None) -> str:
@@ -96,38 +87,7 @@ def facts_as_lines(facts: list[MemoryFact]) -> str:
     return "\n".join(f"{f.category}: {f.key} = {f.value}" for f in facts)
 
 
-def regenerate_summary(owner_id: int, backend, model: str) -> str:
-    """Ask the LLM for a new narrative summary of all facts; store and return it.
-
-    If the model fails, a plain list of the facts becomes the summary so the owner's memory
-    still reaches the agent; the failure is logged.
-    """
-    from agent.messages import ChatMessage
-
-    facts = list(
-        MemoryFact.objects.filter(owner_id=owner_id).order_by("-updated_at")[:SUMMARY_FACTS_LIMIT]
-    )
-    if not facts:
-        set_summary(owner_id, "")
-        return ""
-    lines = facts_as_lines(sorted(facts, key=lambda f: (f.category, f.key)))
-    messages = [ChatMessage(role="system", content=SUMMARY_PROMPT), ChatMessage(role="user", content=lines)]
-    try:
-        with llm_purpose("memory_summary"):
-            response = async_to_sync(backend.complete)(
-                messages, None, model=model, temperature=0.3, think=False, max_tokens=settings.LLM_MAX_SUMMARY_TOKENS
-            )
-        summary = response.content.strip()
-    except Exception as exc:
-        log.warning("memory summary generation failed (%s); storing the fact list instead", exc)
-        summary = ""
-    if not summary:
-        summary = _listed(lines)
-    set_summary(owner_id, summary)
-    return summary
-
-
-def _listed(lines: str) -> str:
+def listed(lines: str) -> str:
     return "Known facts:\n" + "\n".join(f"- {line}" for line in lines.splitlines())
 
 
@@ -140,13 +100,6 @@ def refresh_summary(owner_id: int) -> str:
     narrative.
     """
     facts = list(MemoryFact.objects.filter(owner_id=owner_id).order_by("-updated_at")[:SUMMARY_FACTS_LIMIT])
-    summary = _listed(facts_as_lines(sorted(facts, key=lambda f: (f.category, f.key)))) if facts else ""
+    summary = listed(facts_as_lines(sorted(facts, key=lambda f: (f.category, f.key)))) if facts else ""
     set_summary(owner_id, summary)
     return summary
-
-
-async def summary_provider(user_id: int | None) -> str:
-    """`agent.prompts.memory_summary_provider`: the owner's summary text ("" if none)."""
-    from asgiref.sync import sync_to_async
-
-    return await sync_to_async(get_summary)(user_id)

@@ -21,9 +21,9 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 
 from agent.routing import websocket_urlpatterns  # noqa: E402
-from navi_project.bodylimit import BodyLimitMiddleware  # noqa: E402
 from navi_project.origin import header, origin_allowed  # noqa: E402
 from sessions_app.auth import WebSocketAuthStack  # noqa: E402
+from sessions_app.bodylimit import BodyLimitMiddleware  # noqa: E402
 
 
 async def _close_forbidden_origin(scope, receive, send) -> None:

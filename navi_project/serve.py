@@ -4,7 +4,7 @@ daphne with request body limits at the protocol level (`make run` and the live t
 the server this way). Plain daphne spools a whole request body to memory or disk, then hands
 all of it to the application: an anonymous 300 MB POST costs gigabytes of RSS and stalls the
 server before Django could say 401. Here each request is judged when its headers are complete
-(navi_project.bodylimit): too large → 413, over the anonymous cap without valid credentials
+(sessions_app.bodylimit): too large → 413, over the anonymous cap without valid credentials
 → 401, answered at once and the rest of the body discarded unread into memory. Credentials
 are checked in a thread while the connection is paused, so the reactor never waits on the
 database and at most one network read of body arrives meanwhile. Takes daphne's options.
@@ -22,7 +22,7 @@ from daphne.http_protocol import HTTPFactory, WebRequest
 from twisted.internet import reactor, threads
 from twisted.web.http import RESPONSES
 
-from navi_project import bodylimit
+from sessions_app import bodylimit
 
 log = logging.getLogger("navi_project.serve")  # not "__main__" under python -m
 # After a refusal the rest of the body is read and dropped for a little while, so that a client

@@ -300,7 +300,7 @@ CODE_EXEC_PYTHON = env.str("CODE_EXEC_PYTHON", default="")  # empty: /usr/bin/py
 SESSION_FILES_DIR = _path(env.str("SESSION_FILES_DIR", default="session_files"))
 SESSION_FILES_MAX_SIZE_MB = env.int("SESSION_FILES_MAX_SIZE_MB", default=200)
 SESSION_FILES_TTL_HOURS = env.int("SESSION_FILES_TTL_HOURS", default=24)
-# Request bodies are capped before they are read (navi_project/bodylimit.py): the upload limit
+# Request bodies are capped before they are read (sessions_app/bodylimit.py): the upload limit
 # for signed-in requests, and this much for requests without valid credentials (a login form
 # is a few hundred bytes).
 ANONYMOUS_BODY_MAX_KB = env.int("ANONYMOUS_BODY_MAX_KB", default=64)
@@ -327,6 +327,13 @@ NAVI_PERSONA = env.str("NAVI_PERSONA", default="")
 NAVI_PERSONA_FILE = env.str("NAVI_PERSONA_FILE", default="persona.txt")
 if not NAVI_PERSONA and NAVI_PERSONA_FILE and _path(NAVI_PERSONA_FILE).is_file():
     NAVI_PERSONA = _path(NAVI_PERSONA_FILE).read_text(encoding="utf-8").strip()
+
+# --- Profiles -------------------------------------------------------------------------------
+# The model sessions point to (like AUTH_USER_MODEL): sessions_app refers to profiles through
+# this name, so it does not import the agent app that defines them.
+NAVI_PROFILE_MODEL = "agent.Profile"
+# The profile of a new chat, a spawned sub-agent or an import when nothing else is chosen.
+NAVI_DEFAULT_PROFILE = "secretary"
 
 # --- Owner account (created by `make run` when no user exists) ------------------------------
 NAVI_ADMIN_USER = env.str("NAVI_ADMIN_USER", default="navi")

@@ -2,12 +2,11 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from agent.health import health
 from sessions_app.throttle import login_throttled
 
-from . import views
-
 urlpatterns = [
-    path("health", views.health, name="health"),
+    path("health", health, name="health"),
     # Both login forms count failed attempts (sessions_app.throttle); the admin's is routed
     # here first so that its own URL inside admin.site.urls is never reached.
     path("admin/login/", login_throttled(admin.site.login)),
@@ -16,6 +15,7 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("agents/", include("agent.urls")),
     path("", include("sessions_app.urls")),
+    path("", include("agent.session_urls")),
     path("", include("memory_app.urls")),
     path("", include("agent.page_urls")),
 ]

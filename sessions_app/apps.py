@@ -1,15 +1,7 @@
 from django.apps import AppConfig
 from django.db.models.signals import post_migrate
 
-
-def _ensure_search_index(sender, using="default", **kwargs) -> None:
-    """A later migration that rebuilds the message or session table (SQLite) drops the FTS
-    triggers; put them back and refill the index."""
-    from django.db import connections
-
-    from .search import ensure_search_index
-
-    ensure_search_index(connections[using])
+from navi_project.startup import server_started
 
 
 class SessionsAppConfig(AppConfig):
@@ -17,4 +9,8 @@ class SessionsAppConfig(AppConfig):
     verbose_name = "Chat sessions"
 
     def ready(self) -> None:
-        post_migrate.connect(_ensure_search_index, sender=self, dispatch_uid="sessions_app_search_index")
+        from .cleanup import on_server_started  # these modules import models: only once apps are ready
+        from .search import ensure_search_index_after_migrate
+
+        post_migrate.connect(ensure_search_index_after_migrate, sender=self, dispatch_uid="sessions_app_search_index")
+        server_started.connect(on_server_started, dispatch_uid="sessions_app.cleanup_loop")

@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 from asgiref.sync import sync_to_async
 from channels.auth import AuthMiddlewareStack
+from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
@@ -63,16 +64,22 @@ class BearerTokenMiddleware:
         return self.get_response(request)
 
 
+def how_to_authenticate() -> str:
+    """What a 401 answer tells the client to do."""
+    return f"log in at {settings.LOGIN_URL} or send 'Authorization: Bearer <token>'"
+
+
+def unauthenticated_response() -> JsonResponse:
+    return JsonResponse({"error": f"authentication required: {how_to_authenticate()}"}, status=401)
+
+
 def api_login_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     """Like login_required, but answers 401 JSON instead of redirecting to the login page."""
 
     @functools.wraps(view)
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         if not request.user.is_authenticated:
-            return JsonResponse(
-                {"error": "authentication required: log in at /login/ or send 'Authorization: Bearer <token>'"},
-                status=401,
-            )
+            return unauthenticated_response()
         return view(request, *args, **kwargs)
 
     return wrapper

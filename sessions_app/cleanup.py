@@ -93,3 +93,8 @@ def start_cleanup_loop() -> None:
         return
     _started.set()
     threading.Thread(target=_loop, name="session-files-cleanup", daemon=True).start()
+
+
+def on_server_started(sender=None, **kwargs) -> None:
+    """`server_started` receiver: start the cleanup loop in this server process."""
+    start_cleanup_loop()

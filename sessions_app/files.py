@@ -1,4 +1,4 @@
-"""Session file uploads and downloads (DESIGN §4, seeds' sessions.md).
+"""Session file uploads and downloads.
 
 Uploads land in SESSION_FILES_DIR/<session_id>/ under a sanitised name; size is capped
 (Content-Length up front, then byte-counting while streaming to a temp file), and executables
@@ -19,8 +19,8 @@ from django.core.files.uploadhandler import StopUpload, TemporaryFileUploadHandl
 from django.http import FileResponse, HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 
-from navi_project.bodylimit import MULTIPART_OVERHEAD
 from navi_project.http import ApiError, json_view
+from sessions_app.bodylimit import MULTIPART_OVERHEAD
 
 from .auth import api_login_required
 from .models import SessionFile

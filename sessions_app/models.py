@@ -1,6 +1,6 @@
 """Sessions and their messages.
 
-The seeds' two buffers (display `messages`, LLM `context`) are two views of one table:
+The two buffers of a chat (display `messages`, LLM `context`) are two views of one table:
 `in_display` and `in_context` flags on each row. A turn is saved by appending rows, never by
 rewriting history, so saving costs the same at message 10 and message 10,000.
 """
@@ -11,9 +11,27 @@ import hashlib
 import secrets
 import uuid
 
+from django.apps import apps as django_apps
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
+
+
+class SessionQuerySet(models.QuerySet):
+    def owned_by(self, user, raw_id: object) -> "SessionQuerySet":
+        """The user's session with this id, as a query of 0 or 1 rows. Someone else's session
+        and a malformed id are simply not found: callers answer both like a missing one."""
+        try:
+            uid = uuid.UUID(str(raw_id))
+        except ValueError:
+            return self.none()
+        return self.filter(pk=uid, owner=user)
+
+
+def profile_model():
+    """The profile model sessions refer to (settings.NAVI_PROFILE_MODEL, like AUTH_USER_MODEL):
+    sessions_app only needs its id, name and resolved_model(), not the app that defines it."""
+    return django_apps.get_model(settings.NAVI_PROFILE_MODEL)
 
 
 class Session(models.Model):
@@ -21,7 +39,7 @@ class Session(models.Model):
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="chat_sessions"
     )
-    profile = models.ForeignKey("agent.Profile", on_delete=models.PROTECT, related_name="+")
+    profile = models.ForeignKey(settings.NAVI_PROFILE_MODEL, on_delete=models.PROTECT, related_name="+")
     title = models.CharField(max_length=200, blank=True)
     # Who wrote the title: "" = nobody yet or the first words of the first message (the model
     # may replace it after the first answer), "model" = generated, "user" = set by the owner
@@ -35,6 +53,8 @@ class Session(models.Model):
     # Set with a conditional UPDATE so two workers can never start two runs on one session.
     active_run_id = models.CharField(max_length=64, blank=True)
     active_run_heartbeat = models.DateTimeField(null=True, blank=True)
+
+    objects = SessionQuerySet.as_manager()
 
     class Meta:
         ordering = ["-pinned", "-last_active"]
@@ -193,7 +213,7 @@ class UserSettings(models.Model):
     user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="navi_settings")
     theme = models.CharField(max_length=8, choices=Theme.choices, default=Theme.SYSTEM)
     default_profile = models.ForeignKey(
-        "agent.Profile", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+        settings.NAVI_PROFILE_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
         help_text="Profile of new chats (empty: secretary).",
     )
     notify_when_done = models.BooleanField(default=False, help_text="Notify when an answer finishes.")

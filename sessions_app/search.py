@@ -15,7 +15,7 @@ import re
 import uuid
 from dataclasses import dataclass
 
-from django.db import connection
+from django.db import connection, connections
 from django.db.models import Q
 
 from .models import Message, Session
@@ -297,3 +297,9 @@ def _around(text: str, terms: list[str], width: int = 160) -> str:
     start = max(0, at - width // 3)
     piece = text[start : start + width]
     return ("…" if start else "") + piece + ("…" if start + width < len(text) else "")
+
+
+def ensure_search_index_after_migrate(sender, using="default", **kwargs) -> None:
+    """post_migrate receiver: a later migration that rebuilds the message or session table
+    (SQLite) drops the FTS triggers; put them back and refill the index."""
+    ensure_search_index(connections[using])

@@ -8,11 +8,10 @@ from __future__ import annotations
 from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 
-from agent.models import Profile
 from navi_project.http import ApiError, json_view, parse_json_body
 
 from .auth import api_login_required
-from .models import ApiToken, UserSettings
+from .models import ApiToken, UserSettings, profile_model
 
 MAX_TOKENS = 50
 
@@ -41,7 +40,7 @@ def user_settings(request: HttpRequest) -> JsonResponse:
         pid = data["default_profile"]
         if pid is None or pid == "":
             prefs.default_profile = None
-        elif not isinstance(pid, str) or (profile := Profile.objects.filter(pk=pid).first()) is None:
+        elif not isinstance(pid, str) or (profile := profile_model().objects.filter(pk=pid).first()) is None:
             raise ApiError(f"unknown profile {pid!r}; see GET /agents/profiles", 400)
         else:
             prefs.default_profile = profile

@@ -10,15 +10,15 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from datetime import timezone as dt_timezone
+from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.text import slugify
 
-from agent.models import Profile
-
-from .models import Message, Session
+from .models import Message, Session, UserSettings, profile_model
 
 FORMAT = "navi.session"
 VERSION = 1
@@ -250,25 +250,23 @@ def _count(value) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
-def _profile_for(user, profile_id) -> Profile:
+def _profile_for(user, profile_id) -> Any:
     """The exported profile when it exists here, else the user's default, else the first."""
     if isinstance(profile_id, str):
-        profile = Profile.objects.filter(pk=profile_id).first()
+        profile = profile_model().objects.filter(pk=profile_id).first()
         if profile is not None:
             return profile
     return default_profile(user)
 
 
-def default_profile(user) -> Profile:
-    from .models import UserSettings
-
+def default_profile(user) -> Any:
     chosen = UserSettings.objects.filter(user=user).values_list("default_profile_id", flat=True).first()
-    for pid in (chosen, "secretary"):
+    for pid in (chosen, settings.NAVI_DEFAULT_PROFILE):
         if pid:
-            profile = Profile.objects.filter(pk=pid).first()
+            profile = profile_model().objects.filter(pk=pid).first()
             if profile is not None:
                 return profile
-    profile = Profile.objects.order_by("id").first()
+    profile = profile_model().objects.order_by("id").first()
     if profile is None:
         raise ImportError_("no agent profiles exist; run `python manage.py migrate`")
     return profile

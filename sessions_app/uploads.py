@@ -6,7 +6,7 @@ from .models import SessionFile
 
 
 def describe_uploaded_files(session_id: str, files: list) -> str:
-    """The seeds' `[Uploaded files on disk: ...]` block for files referenced in a message.
+    """The `[Uploaded files on disk: ...]` block for files referenced in a message.
 
     Only files actually uploaded to this session are accepted (by name or stored path), so a
     client cannot make the agent believe an arbitrary path is an upload.

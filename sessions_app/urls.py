@@ -1,26 +1,16 @@
 from django.urls import path
 
-from agent import views as agent_views
-
 from . import files, settings_views, views
 
-# No trailing slashes: the same paths as the original Navi, so existing clients work.
+# No trailing slashes: the same paths as the original Navi, so existing clients work. The paths
+# that start or steer a run (messages, stop, regenerate, edit, approvals) are in agent.session_urls.
 urlpatterns = [
     path("sessions", views.sessions, name="sessions"),
     path("sessions/import", views.session_import, name="session-import"),  # before <session_id>
     path("sessions/<str:session_id>", views.session_detail, name="session-detail"),
     path("sessions/<str:session_id>/export", views.session_export, name="session-export"),
-    path("sessions/<str:session_id>/regenerate", agent_views.session_regenerate, name="session-regenerate"),
-    path(
-        "sessions/<str:session_id>/messages/<str:message_id>/edit", agent_views.session_edit, name="session-message-edit"
-    ),
     path("sessions/<str:session_id>/pin", views.session_pin, name="session-pin"),
     path("sessions/<str:session_id>/context", views.session_context, name="session-context"),
-    path("sessions/<str:session_id>/messages", agent_views.session_messages, name="session-messages"),
-    path("sessions/<str:session_id>/stop", agent_views.session_stop, name="session-stop"),
-    path(
-        "sessions/<str:session_id>/approvals/<str:approval_id>", agent_views.session_approval, name="session-approval"
-    ),
     path("sessions/<str:session_id>/files", files.upload_file, name="session-files"),
     path("sessions/<str:session_id>/files/<str:name>", files.download_file, name="session-file"),
     path("settings", settings_views.user_settings, name="user-settings"),

@@ -1,30 +1,27 @@
-"""REST views for sessions (DESIGN §4). Every view requires login or a Bearer token."""
+"""REST views for sessions: list, create, detail, pin, context, export/import. Every view requires
+login or a Bearer token. The views that start or steer a run are in agent.views."""
 
 from __future__ import annotations
 
 import json
-import uuid
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from agent.models import Profile
 from navi_project.http import ApiError, json_view, parse_json_body
 
 from . import search, services, transfer
 from .auth import api_login_required
-from .models import Message, Session
+from .models import Message, Session, profile_model
+from .signals import send_session_created
 
 
 def _get_session_for_user(request: HttpRequest, session_id: str) -> Session:
     """The caller's session; someone else's session is a 404, exactly like a missing one."""
-    try:
-        uid = uuid.UUID(str(session_id))
-    except ValueError:
-        raise ApiError(f"no session '{session_id}' (session ids are UUIDs)", 404) from None
-    session = Session.objects.select_related("profile").filter(pk=uid, owner=request.user).first()
+    session = Session.objects.owned_by(request.user, session_id).select_related("profile").first()
     if session is None:
         raise ApiError(f"no session '{session_id}'", 404)
     return session
@@ -64,7 +61,7 @@ def sessions(request: HttpRequest) -> JsonResponse:
     else:
         session = Session.objects.create(owner=request.user, profile=profile)
         status = 201
-    transaction.on_commit(lambda: services.session_created(session))
+    transaction.on_commit(lambda: send_session_created(session))
     return JsonResponse(
         {
             "session_id": str(session.id),
@@ -75,15 +72,15 @@ def sessions(request: HttpRequest) -> JsonResponse:
     )
 
 
-def _profile_from(profile_id: object, user) -> Profile:
+def _profile_from(profile_id: object, user) -> Any:
     """The requested profile, or the user's default when none is given; 400 when unknown."""
     if profile_id in (None, ""):
         return transfer.default_profile(user)
     if not isinstance(profile_id, str):
         raise ApiError("profile_id must be a string", 400)
-    profile = Profile.objects.filter(pk=profile_id).first()
+    profile = profile_model().objects.filter(pk=profile_id).first()
     if profile is None:
-        known = ", ".join(Profile.objects.values_list("id", flat=True))
+        known = ", ".join(profile_model().objects.values_list("id", flat=True))
         raise ApiError(f"unknown profile '{profile_id}'; known profiles: {known}", 400)
     return profile
 

@@ -167,7 +167,7 @@ class TestHealth:
         assert set(token_body) == {"status", "db", "channel_layer", "llm"}
 
     def test_the_llm_probe_is_cached_for_a_few_seconds(self, owner_client, anon_client, monkeypatch):
-        from navi_project import views
+        from agent import health as views
 
         calls = []
         monkeypatch.setattr(views, "_check_llm", lambda: calls.append(1) or "ok")

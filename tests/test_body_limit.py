@@ -198,7 +198,7 @@ class _App:
 
 
 async def _through_guard(headers: list[tuple[bytes, bytes]], chunks: list[bytes]) -> tuple[_App, list[dict]]:
-    from navi_project.bodylimit import BodyLimitMiddleware
+    from sessions_app.bodylimit import BodyLimitMiddleware
 
     app, sent, queue = _App(), [], list(chunks)
 

@@ -82,7 +82,7 @@ class TestExtractMemoryCommand:
 
 
 def test_the_cleanup_loop_is_registered_as_a_startup_hook_but_not_started_in_tests():
-    from navi_project.startup import startup_hooks
+    from navi_project.startup import server_started
 
-    assert cleanup.start_cleanup_loop in startup_hooks
+    assert "sessions_app.cleanup_loop" in [key[0] for key, *_ in server_started.receivers]
     assert not cleanup._started.is_set()

@@ -15,12 +15,12 @@ from PIL import Image
 
 from agent.events import FilePublished, to_frame
 from agent.models import Profile
+from agent.reflect import ReflectTool
 from agent.registry import get_agent
 from sessions_app.models import Message, SessionFile
 from tests.llm_server import Turn
 from tests.test_tools_web import web_server  # noqa: F401  (fixture)
 from tools_app.builtin.images import MAX_SIDE, ImageViewTool
-from tools_app.builtin.reflect import ReflectTool
 from tools_app.builtin.session_files import ContentPublishTool, ShareFileTool
 from tools_app.context import current_chat_session_id, current_event_sink, current_session_id
 from tools_app.workspace import workspace_for

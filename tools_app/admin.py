@@ -9,6 +9,7 @@ from django.utils.html import format_html, format_html_join
 from . import user_tools
 from .models import ScratchpadSection, TodoList, UserTool
 from .permissions import PERMISSION
+from .toolset import get_tool_registry
 
 
 @admin.register(UserTool)
@@ -58,7 +59,7 @@ class UserToolAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change):
         super().save_model(request, obj, form, change)
-        user_tools.reload_registry()  # an enabled flag change applies from the next message
+        get_tool_registry().reload_user_tools()  # an enabled flag change applies from the next message
 
     @admin.action(description="Enable selected tools")
     def enable(self, request, queryset):
@@ -75,7 +76,7 @@ class UserToolAdmin(admin.ModelAdmin):
         self._reload(request)
 
     def _reload(self, request: HttpRequest) -> None:
-        result = user_tools.reload_registry()
+        result = get_tool_registry().reload_user_tools()
         loaded = sorted(t.name for t in getattr(result, "loaded", []))
         messages.info(request, f"Reloaded: {len(loaded)} user tool(s) loaded ({', '.join(loaded) or 'none'}).")
         for stem, error in sorted(getattr(result, "errors", {}).items()):

@@ -6,4 +6,6 @@ class ToolsAppConfig(AppConfig):
     verbose_name = "Tools"
 
     def ready(self) -> None:
-        from . import signals  # noqa: F401  (connects the receivers)
+        from . import signals, toolset  # the modules import models: only once apps are ready
+
+        signals.user_tools_changed.connect(toolset.reload_if_built, dispatch_uid="tools_app.reload_registry")

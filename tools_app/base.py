@@ -1,4 +1,4 @@
-"""Tool base class and result type (seeds' tools.md)."""
+"""Tool base class and result type."""
 
 from __future__ import annotations
 

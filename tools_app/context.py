@@ -1,4 +1,4 @@
-"""Context variables the agent sets and tools read (seeds' architecture.md table)."""
+"""Context variables the agent sets and tools read."""
 
 from __future__ import annotations
 

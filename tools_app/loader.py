@@ -36,6 +36,7 @@ from django.conf import settings
 
 from .base import Tool, ToolResult
 from .context import current_user_id
+from .models import UserTool
 from .sandbox import (
     Limits,
     bwrap_argv,
@@ -348,8 +349,6 @@ def load_user_tools() -> LoadResult:
 def fingerprint() -> tuple:
     """What user tools look like now (files and UserTool rows): another worker's write_tool,
     delete or an admin enable/disable changes it, so each process knows to reload."""
-    from .models import UserTool
-
     files = tuple(sorted((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in tool_files()))
     try:
         rows = tuple(UserTool.objects.order_by("name").values_list("name", "enabled", "updated_at"))
@@ -367,9 +366,30 @@ def _load_closing_db() -> LoadResult:
         connections.close_all()
 
 
-def _load() -> LoadResult:
-    from .user_tools import sync_rows
+def sync_rows(files: dict[str, tuple[Path, list, str]]) -> dict[str, bool]:
+    """One row per file (stale rows removed); returns stem -> enabled. DB trouble never blocks
+    loading: without a table every tool counts as enabled."""
+    try:
+        rows = {row.name: row for row in UserTool.objects.all()}
+        for stem, (path, tools, error) in files.items():
+            description = tools[0].description if tools else ""
+            row = rows.get(stem)
+            if row is None:
+                row = UserTool.objects.create(name=stem, path=str(path), description=description, last_error=error)
+                rows[stem] = row
+            elif (row.path, row.description, row.last_error) != (str(path), description, error):
+                row.path, row.description, row.last_error = str(path), description, error
+                row.save(update_fields=["path", "description", "last_error", "updated_at"])
+        stale = [n for n in rows if n not in files]
+        if stale:
+            UserTool.objects.filter(name__in=stale).delete()
+        return {stem: rows[stem].enabled for stem in files}
+    except Exception as exc:  # no table yet (migrate not run), or DB access blocked
+        log.warning("UserTool table not synced (%s); all user tools count as enabled", exc)
+        return {}
 
+
+def _load() -> LoadResult:
     metas, paths = discover()
     result = LoadResult()
     per_file: dict[str, tuple[list[Tool], str]] = {}

@@ -40,10 +40,6 @@ class ToolRegistry:
         if builtin:
             self._builtin_names.add(tool.name)
 
-    def unregister(self, name: str) -> None:
-        self._tools.pop(name, None)
-        self._builtin_names.discard(name)
-
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
 
@@ -70,7 +66,7 @@ class ToolRegistry:
             await sync_to_async(self.reload_user_tools)()
 
     def reload_user_tools(self) -> Any:
-        """Drop every non-builtin tool and load user tools again (seeds' hot reload)."""
+        """Drop every non-builtin tool and load user tools again (hot reload)."""
         # Load first, then swap: a slow reload never leaves a window without user tools.
         result = self.user_tool_loader() if self.user_tool_loader is not None else None
         if self.user_tool_fingerprint is not None:
@@ -91,11 +87,10 @@ class ToolRegistry:
         return result
 
     # --- what the model is offered -------------------------------------------------------
-    def tools_for(self, enabled: Iterable[str], extra_user_tools: bool = True) -> list[Tool]:
+    def tools_for(self, enabled: Iterable[str]) -> list[Tool]:
         """A profile's tools: its enabled list plus every loaded (enabled) user tool."""
         names = [n for n in enabled if n in self._tools]
-        if extra_user_tools:
-            names += [n for n in self.user_tool_names() if n not in names]
+        names += [n for n in self.user_tool_names() if n not in names]
         return [self._tools[n] for n in names]
 
     # --- calling -------------------------------------------------------------------------

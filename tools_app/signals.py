@@ -1,19 +1,24 @@
-"""Per-session tool data goes with its session."""
+"""Signals tools_app sends, and its reactions to other apps' signals (connected in apps.ready)."""
 
 from __future__ import annotations
 
 from django.db.models.signals import post_delete
-from django.dispatch import receiver
+from django.dispatch import Signal, receiver
 
 from sessions_app.models import Session
 
+from .builtin.ssh import pool as ssh_pool
 from .models import ScratchpadSection, TodoList
+
+# A user tool's file or row changed outside a tool call (an admin restore): kwargs `name`.
+user_tools_changed = Signal()
 
 
 @receiver(post_delete, sender=Session, dispatch_uid="tools_app.delete_session_notes")
 def delete_session_notes(sender, instance: Session, **kwargs) -> None:
-    """todo and scratchpad rows are scoped by the session id (a plain string, no foreign key),
-    so a deleted session would otherwise leave them behind."""
+    """todo and scratchpad rows and pooled SSH connections are keyed by the session id (a plain
+    string, no foreign key), so a deleted session would otherwise leave them behind."""
     scope = str(instance.pk)
     TodoList.objects.filter(scope=scope).delete()
     ScratchpadSection.objects.filter(scope=scope).delete()
+    ssh_pool.close_session(scope)

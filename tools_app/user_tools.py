@@ -15,6 +15,8 @@ from pathlib import Path
 from asgiref.sync import sync_to_async
 
 from .loader import check_file, tools_dir
+from .models import UserTool
+from .signals import user_tools_changed
 
 log = logging.getLogger(__name__)
 
@@ -167,35 +169,8 @@ def restore_version(name: str, version: str) -> Path:
 
 
 # --- the UserTool table ------------------------------------------------------------------------
-def sync_rows(files: dict[str, tuple[Path, list, str]]) -> dict[str, bool]:
-    """One row per file (stale rows removed); returns stem -> enabled. DB trouble never blocks
-    loading: without a table every tool counts as enabled."""
-    from .models import UserTool
-
-    try:
-        rows = {row.name: row for row in UserTool.objects.all()}
-        for stem, (path, tools, error) in files.items():
-            description = tools[0].description if tools else ""
-            row = rows.get(stem)
-            if row is None:
-                row = UserTool.objects.create(name=stem, path=str(path), description=description, last_error=error)
-                rows[stem] = row
-            elif (row.path, row.description, row.last_error) != (str(path), description, error):
-                row.path, row.description, row.last_error = str(path), description, error
-                row.save(update_fields=["path", "description", "last_error", "updated_at"])
-        stale = [n for n in rows if n not in files]
-        if stale:
-            UserTool.objects.filter(name__in=stale).delete()
-        return {stem: rows[stem].enabled for stem in files}
-    except Exception as exc:  # no table yet (migrate not run), or DB access blocked
-        log.warning("UserTool table not synced (%s); all user tools count as enabled", exc)
-        return {}
-
-
 def mark_written(name: str, created_by: str) -> None:
     """After write_tool/restore: the tool is enabled and we note who wrote it."""
-    from .models import UserTool
-
     path = str(tool_path(name))
     row, created = UserTool.objects.get_or_create(name=name, defaults={"path": path, "created_by": created_by})
     if not created:
@@ -205,20 +180,12 @@ def mark_written(name: str, created_by: str) -> None:
         row.save(update_fields=["enabled", "created_by", "path", "updated_at"])
 
 
-def reload_registry():
-    """Reload the process-wide registry (admin actions, management command)."""
-    from agent.registry import get_agent
-
-    return get_agent().tools.reload_user_tools()
-
-
 def restore_tool_version(name: str, version: str, created_by: str = "owner") -> Path:
     """What the admin's restore does: file back, row enabled, registry reloaded."""
     path = restore_version(name, version)
     mark_written(name, created_by)
-    reload_registry()
+    user_tools_changed.send(sender=restore_tool_version, name=name)
     return path
 
 
-areload_registry = sync_to_async(reload_registry)
 arestore_tool_version = sync_to_async(restore_tool_version)

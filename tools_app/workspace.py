@@ -14,6 +14,9 @@ from pathlib import Path
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
+from sessions_app.services import session_files_dir
+from tools_app.permissions import user_has_host_tools
+
 from .context import current_chat_session_id, current_user_id
 
 
@@ -70,7 +73,6 @@ def configured_roots() -> list[Root]:
 def file_roots(host_tools: bool) -> list[Root]:
     """The folders of this run: its workspace, its session's uploads (read-only) and — for
     holders of run_host_tools, or outside a run — the owner's extra FS_ALLOWED_PATHS."""
-    from sessions_app.services import session_files_dir
 
     roots = [Root(str(workspace_for()), True)]
     session_id = current_chat_session_id.get()
@@ -86,7 +88,6 @@ async def current_file_roots() -> list[Root]:
     user_id = current_user_id.get()
     host_tools = False
     if user_id is not None and configured_roots():
-        from .permissions import user_has_host_tools
 
         host_tools = await sync_to_async(user_has_host_tools)(user_id)
     return file_roots(host_tools)

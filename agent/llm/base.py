@@ -24,6 +24,7 @@ class LLMError(Exception):
     """
 
     mid_answer = False
+    code = "llm_failed"  # the `code` of the error frame; views map it to an HTTP status
 
     def __init__(self, message: str, *, mid_answer: bool | None = None) -> None:
         super().__init__(message)
@@ -32,11 +33,15 @@ class LLMError(Exception):
 
 
 class LLMUnreachable(LLMError):
-    pass
+    """The server could not be reached at all."""
+
+    code = "llm_unreachable"
 
 
 class LLMModelMissing(LLMError):
-    pass
+    """The server does not have the profile's model."""
+
+    code = "model_missing"
 
 
 class LLMIncomplete(LLMError):
@@ -44,10 +49,13 @@ class LLMIncomplete(LLMError):
     reason, an error object inside an HTTP 200 stream)."""
 
     mid_answer = True
+    code = "llm_incomplete"
 
 
 class LLMContextOverflow(LLMIncomplete):
     """The prompt did not fit the server's context window."""
+
+    code = "context_overflow"
 
     def __init__(self, message: str, *, prompt_tokens: int = 0, context_window: int = 0) -> None:
         super().__init__(message)
@@ -59,6 +67,7 @@ class LLMTimeout(LLMError):
     """The call ran past LLM_CALL_MAX_S (total wall-clock time, not a per-read timeout)."""
 
     mid_answer = True
+    code = "llm_timeout"
 
 
 # "Requested tokens (4327) exceed context window of 4096" (llama-cpp-python),
@@ -250,5 +259,3 @@ class BackendRegistry:
             raise LLMError(f"unknown LLM backend '{name}'; set the profile's llm_backend to one of: {known}")
         return backend
 
-    def names(self) -> list[str]:
-        return sorted(self._backends)

@@ -3,12 +3,23 @@ Chromium and one login per test module."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from playwright.sync_api import expect
 
 from tests.browser_support import chromium_browser, log_in
 from tests.live_server import LiveNavi
 from tests.llm_server import LLMServer
+
+VENDOR = Path(__file__).resolve().parents[2] / "static" / "vendor"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _vendored_libraries():
+    """The chat page needs its JS libraries (marked, DOMPurify, highlight.js) from static/vendor."""
+    if not (VENDOR / "marked.esm.js").exists() or not (VENDOR / "purify.es.mjs").exists():
+        pytest.skip("static/vendor is missing the chat page's JS libraries: run `make vendor` (npm ci) first")
 
 
 @pytest.fixture(scope="module")

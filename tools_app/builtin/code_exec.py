@@ -14,7 +14,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings
 
@@ -30,9 +30,6 @@ from tools_app.sandbox import (
     sandbox_env,
 )
 from tools_app.workspace import workspace_for
-
-if TYPE_CHECKING:
-    from agent.loop import Agent
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +132,3 @@ class CodeExecTool(Tool):
         if outcome.returncode == 1 and "MemoryError" in outcome.stderr:
             text += f"\n[the program ran out of memory: the limit is {memory // (1024 * 1024)} MB]"
         return ToolResult(outcome.ok, output=text, error=None if outcome.ok else f"the program did not finish cleanly {outcome.describe_exit()}")
-
-
-def tools(agent: "Agent") -> list[Tool]:
-    return [CodeExecTool()]

@@ -16,7 +16,7 @@ import fnmatch
 import os
 import shutil
 import stat
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings
 
@@ -31,9 +31,6 @@ from tools_app.safe_paths import (
     parent_dir,
 )
 from tools_app.workspace import Root, current_file_roots, workspace_for
-
-if TYPE_CHECKING:
-    from agent.loop import Agent
 
 __all__ = ["FilesystemTool", "PathRefused"]
 
@@ -258,7 +255,3 @@ def _contains(folder_fd: int, name: str, text: str) -> bool:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return False
         return text.encode() in fh.read(SEARCH_READ_BYTES)
-
-
-def tools(agent: "Agent") -> list[Tool]:
-    return [FilesystemTool()]

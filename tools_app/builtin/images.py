@@ -12,16 +12,13 @@ import base64
 import io
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from PIL import Image, UnidentifiedImageError
 
 from tools_app.base import Tool, ToolResult
 from tools_app.builtin.session_files import PathRefused, open_readable
 from tools_app.netguard import URLRefused, fetch
-
-if TYPE_CHECKING:
-    from agent.loop import Agent
 
 MAX_INPUT_BYTES = 20 * 1024 * 1024
 MAX_PIXELS = 50_000_000  # refuse decompression bombs before decoding
@@ -111,7 +108,3 @@ class ImageViewTool(Tool):
             f"Loaded image {name} ({desc}, {len(data) // 1024} KB). It is attached to your next step: describe or use what you see.",
             metadata={"is_image": True, "base64": b64},
         )
-
-
-def tools(agent: "Agent") -> list[Tool]:
-    return [ImageViewTool()]

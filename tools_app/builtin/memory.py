@@ -9,9 +9,11 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from agent.events import MemorySaved
+from memory_app.search import search_facts
+from memory_app.services import FactError, forget_facts, refresh_summary, upsert_fact
 from tools_app.base import Tool, ToolResult
 from tools_app.context import current_chat_session_id, current_user_id, emit
+from tools_app.events import MemorySaved
 
 
 def _owner() -> int:
@@ -39,7 +41,6 @@ class MemorySaveTool(Tool):
     }
 
     async def execute(self, params: dict[str, Any]) -> ToolResult:
-        from memory_app.services import FactError, refresh_summary, upsert_fact
 
         session_id = current_chat_session_id.get()
         try:
@@ -72,7 +73,6 @@ class MemorySearchTool(Tool):
     }
 
     async def execute(self, params: dict[str, Any]) -> ToolResult:
-        from memory_app.search import search_facts
 
         facts = await sync_to_async(search_facts)(_owner(), params["query"], int(params.get("limit") or 15))
         if not facts:
@@ -97,7 +97,6 @@ class MemoryForgetTool(Tool):
     }
 
     async def execute(self, params: dict[str, Any]) -> ToolResult:
-        from memory_app.services import forget_facts, refresh_summary
 
         owner = _owner()
         deleted = await sync_to_async(forget_facts)(owner, params["key"], params.get("category") or None)
@@ -110,7 +109,3 @@ class MemoryForgetTool(Tool):
             )
         lines = [f"- {f.category}: {f.key}" for f in deleted]
         return ToolResult(True, f"Forgot {len(deleted)} fact(s):\n" + "\n".join(lines))
-
-
-def tools(agent) -> list[Tool]:
-    return [MemorySaveTool(), MemorySearchTool(), MemoryForgetTool()]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -17,9 +17,6 @@ from tools_app import user_tools
 from tools_app.base import Tool, ToolResult
 from tools_app.loader import read_metadata, run_user_tool
 from tools_app.registry import ToolRegistry, _schema_problem
-
-if TYPE_CHECKING:
-    from agent.loop import Agent
 
 _NAME = {"type": "string", "description": "tool name (the file is user_tools/<name>.py)"}
 
@@ -191,8 +188,3 @@ class TestToolTool(_RegistryTool):
         if problem:
             return ToolResult(False, error=f"params do not match {name}'s parameters: {problem}")
         return await run_user_tool(path, args, cls=info.get("cls", ""), name=info["name"])
-
-
-def tools(agent: "Agent") -> list[Tool]:
-    reg = agent.tools
-    return [cls(reg) for cls in (WriteToolTool, ReloadToolsTool, ListToolsTool, ToolManualTool, DeleteToolTool, TestToolTool)]

@@ -12,27 +12,25 @@ import mimetypes
 import os
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
-from urllib.parse import quote
+from typing import Any, BinaryIO
 
 from django.conf import settings
 from django.db import IntegrityError
+from django.urls import reverse
 
-from agent.events import FilePublished
+from sessions_app.models import SessionFile
+from sessions_app.services import session_files_dir
 from tools_app.base import Tool, ToolResult
 from tools_app.context import current_chat_session_id, emit
+from tools_app.events import FilePublished
 from tools_app.safe_paths import PathRefused, open_for_reading
 from tools_app.workspace import current_file_roots, workspace_for
-
-if TYPE_CHECKING:
-    from agent.loop import Agent
 
 
 async def open_readable(raw: str) -> tuple[BinaryIO, Path]:
     """(open file, real path) of an allowed regular file, opened without following a symlink
     swapped in after the check. Relative paths are taken from the workspace, then from the
     session's files folder."""
-    from sessions_app.services import session_files_dir
 
     if not isinstance(raw, str) or not raw or "\x00" in raw:
         raise PathRefused("invalid path (empty or containing NUL); give a file path inside the workspace")
@@ -63,7 +61,7 @@ async def open_readable(raw: str) -> tuple[BinaryIO, Path]:
 
 def file_url(session_id: str, name: str) -> str:
     """The authenticated download link of a session file."""
-    return f"/sessions/{quote(str(session_id), safe='')}/files/{quote(name, safe='')}"
+    return reverse("session-file", kwargs={"session_id": str(session_id), "name": name})
 
 
 def _free_name(folder: Path, name: str, taken: set[str]) -> str:
@@ -103,8 +101,6 @@ class ShareFileTool(Tool):
             return await self._share(session_id, handle, source, params)
 
     async def _share(self, session_id: str, handle: BinaryIO, source: Path, params: dict[str, Any]) -> ToolResult:
-        from sessions_app.models import SessionFile
-        from sessions_app.services import session_files_dir
 
         size = os.fstat(handle.fileno()).st_size
         limit = settings.SESSION_FILES_MAX_SIZE_MB * 1024 * 1024
@@ -136,8 +132,6 @@ def _copy_exclusive(source: BinaryIO, dest: Path) -> None:
 
 async def _copy_in(session_id: str, source: BinaryIO, wanted: str, size: int) -> str | None:
     """Copy `source` into the session's files under a free name and record it; the name used."""
-    from sessions_app.models import SessionFile
-    from sessions_app.services import session_files_dir
 
     folder = Path(session_files_dir(session_id))
     folder.mkdir(parents=True, exist_ok=True)
@@ -171,7 +165,6 @@ class ContentPublishTool(Tool):
     }
 
     async def execute(self, params: dict[str, Any]) -> ToolResult:
-        from sessions_app.models import SessionFile
 
         session_id = current_chat_session_id.get()
         if not session_id:
@@ -189,7 +182,3 @@ class ContentPublishTool(Tool):
         mime = mimetypes.guess_type(row.name)[0] or "application/octet-stream"
         emit(FilePublished(name=row.name, url=url, mime=mime))
         return ToolResult(True, f"Published '{row.name}' ({mime}) inline in the chat: {url}")
-
-
-def tools(agent: "Agent") -> list[Tool]:
-    return [ShareFileTool(), ContentPublishTool()]

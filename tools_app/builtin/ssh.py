@@ -16,16 +16,13 @@ import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import asyncssh
 from django.conf import settings
 
 from tools_app.base import Tool, ToolResult
 from tools_app.context import current_session_id
-
-if TYPE_CHECKING:
-    from agent.loop import Agent
 
 log = logging.getLogger(__name__)
 
@@ -184,10 +181,19 @@ class SSHPool:
 
 def _close_quietly(pooled: _Pooled) -> None:
     try:
-        if not pooled.loop.is_closed():
+        if pooled.loop.is_running() and _running_loop() is not pooled.loop:
+            pooled.loop.call_soon_threadsafe(pooled.conn.close)  # e.g. a session deleted by a view
+        elif not pooled.loop.is_closed():
             pooled.conn.close()
     except Exception:  # closing a dead connection must never fail a call
         log.debug("closing pooled SSH connection failed", exc_info=True)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 pool = SSHPool()
@@ -330,7 +336,3 @@ def _result(name: str, stdout: str, stderr: str, status: Any, timed_out: bool, t
     if timed_out:
         return ToolResult(False, output=output, error=f"the command ran longer than {timeout:g} s and was stopped on the remote host; raise `timeout` or run it in the background (nohup ... &)")
     return ToolResult(status == 0, output=output, error=None if status == 0 else f"the command exited with status {status}")
-
-
-def tools(agent: "Agent") -> list[Tool]:
-    return [SshExecTool()]

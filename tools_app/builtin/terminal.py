@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings
 
@@ -29,9 +29,6 @@ from tools_app.sandbox import (
     sandbox_env,
 )
 from tools_app.workspace import workspace_for
-
-if TYPE_CHECKING:
-    from agent.loop import Agent
 
 MISSING_BWRAP = missing_bwrap("terminal")
 _OPERATORS = {";", "&", "&&", "||", "|&", ">", ">>", "<", "<<", "<<<", "&>", ">&", "(", ")", ";;"}
@@ -184,7 +181,3 @@ class TerminalTool(Tool):
         if bwrap is not None and "bwrap: execvp" in outcome.stderr:
             text += "\n[the program is not installed, or not in /usr/bin, /bin or /usr/local/bin]"
         return ToolResult(outcome.ok, output=text, error=None if outcome.ok else outcome.describe_exit())
-
-
-def tools(agent: "Agent") -> list[Tool]:
-    return [TerminalTool()]

@@ -12,15 +12,12 @@ import json
 import logging
 import re
 from html.parser import HTMLParser
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 
 from tools_app.base import Tool, ToolResult
 from tools_app.netguard import URLRefused, fetch
-
-if TYPE_CHECKING:
-    from agent.loop import Agent
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +251,3 @@ def _format_response(res) -> str:
     if res.truncated:
         body += f"\n[response larger than {HTTP_MAX_BYTES} bytes; only the beginning was read]"
     return "\n".join(lines) + "\n\n" + body
-
-
-def tools(agent: "Agent") -> list[Tool]:
-    return [WebSearchTool(), WebViewTool(), HttpRequestTool()]

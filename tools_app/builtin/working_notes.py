@@ -112,7 +112,3 @@ class ScratchpadTool(Tool):
             return ToolResult(True, row.content)
         parts = [f"## {r.section}\n{r.content}" async for r in rows]
         return ToolResult(True, "\n\n".join(parts) or "The scratchpad is empty.")
-
-
-def tools(agent) -> list[Tool]:
-    return [TodoTool(), ScratchpadTool()]

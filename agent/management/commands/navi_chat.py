@@ -10,9 +10,9 @@ import asyncio
 import json
 import signal
 import sys
-import uuid
 
 from channels.layers import get_channel_layer
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
@@ -29,7 +29,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--session", help="continue this session id (default: a new session)")
-        parser.add_argument("--profile", default="secretary", help="profile for a new session")
+        parser.add_argument("--profile", default=settings.NAVI_DEFAULT_PROFILE, help="profile for a new session")
         parser.add_argument("--user", help="owner username (default: the first superuser)")
 
     def handle(self, *args, **opts):
@@ -51,10 +51,7 @@ class Command(BaseCommand):
         if user is None:
             raise CommandError("no such user; create the owner with `make run` or `python manage.py createsuperuser`")
         if opts["session"]:
-            try:
-                session = Session.objects.filter(pk=uuid.UUID(opts["session"]), owner=user).first()
-            except ValueError:
-                session = None
+            session = Session.objects.owned_by(user, opts["session"]).first()
             if session is None:
                 raise CommandError(f"no session {opts['session']} for {user.username}")
             return session
@@ -115,6 +112,15 @@ class Command(BaseCommand):
         except (approvals.ApprovalNotFound, approvals.ApprovalAlreadyAnswered) as exc:
             self.stdout.write(self._style(RED, str(exc)))
 
+    def _print_tool(self, frame: dict) -> None:
+        prefix = "  ↳ " if frame.get("is_subagent") else ""
+        if frame["type"] == "tool_started":
+            self.stdout.write(self._style(DIM, f"{prefix}[{frame['tool']}] {json.dumps(frame['args'])[:100]} …"))
+            return
+        mark = "ok" if frame["success"] else "FAILED"
+        result = " ".join(str(frame["result"]).split())[:100]
+        self.stdout.write(self._style(DIM if frame["success"] else RED, f"{prefix}[{frame['tool']}] {mark}: {result}"))
+
     async def _print_run(self, layer, channel: str, run_id: str) -> None:
         thinking = False
         while True:
@@ -138,19 +144,14 @@ class Command(BaseCommand):
                 self.stdout.write(self._style(DIM, f"[approval {frame['decision']}]"))
             elif kind == "plan_ready":
                 self.stdout.write(self._style(DIM, "plan:\n" + frame["plan"]))
-            elif kind == "tool_started":
-                prefix = "  ↳ " if frame.get("is_subagent") else ""
-                self.stdout.write(self._style(DIM, f"{prefix}[{frame['tool']}] {json.dumps(frame['args'])[:100]} …"))
-            elif kind == "tool_call":
-                mark = "ok" if frame["success"] else "FAILED"
-                prefix = "  ↳ " if frame.get("is_subagent") else ""
-                result = " ".join(str(frame["result"]).split())[:100]
-                self.stdout.write(self._style(DIM if frame["success"] else RED, f"{prefix}[{frame['tool']}] {mark}: {result}"))
+            elif kind in ("tool_started", "tool_call"):
+                self._print_tool(frame)
             elif kind == "stream_delta":
                 self.stdout.write(frame["delta"], ending="")
                 self.stdout.flush()
-            elif kind == "stream_end":
+            elif kind == "stream_end":  # post-turn workers may still emit (context_compressed): not waited for
                 self.stdout.write(self._style(DIM, f"\n[{frame['context_tokens']}/{frame['max_context_tokens']} tokens]"))
+                return
             elif kind == "stream_stopped":
                 self.stdout.write(self._style(RED, "\n[stopped — the partial answer is kept]"))
                 return
@@ -160,6 +161,3 @@ class Command(BaseCommand):
             elif kind in ("profile_switched", "context_compressed", "memory_saved"):
                 details = {k: v for k, v in frame.items() if k not in ("type", "run_id", "seq")}
                 self.stdout.write(self._style(DIM, f"[{kind}] {details}"))
-            if kind == "stream_end":
-                # Post-turn workers may still emit (context_compressed); the run ends when done.
-                return

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from memory_app.extraction import extract_session, stale_sessions
+from agent.memory_extraction import extract_session
+from memory_app.extraction import stale_sessions
 from sessions_app.models import Session
 
 

@@ -20,31 +20,29 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, sync_to_async
+from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import connections
 from django.utils import timezone
 
-from agent.llm import LLMError
+from agent import memory_extraction as extraction
+from agent.groups import frames_group
+from agent.memory_extraction import ExtractionPostponed
+from agent.runs import CLAIM_TTL
+from memory_app.extraction import stale_sessions
 from sessions_app.models import Session
-
-from . import extraction
 
 log = logging.getLogger(__name__)
 
 POLL_S = 0.5
 MAX_WAIT_S = 15 * 60  # an owner busy for this long: give up until the next trigger
-_RUN_CLAIM_TTL = timedelta(seconds=30)  # agent.runs.CLAIM_TTL: a claim older than this is void
 
 _lock = threading.Lock()
 _queue: list[int] = []  # owners waiting for extraction, in order
 _current: int | None = None
 _worker: threading.Thread | None = None
 threads: list[threading.Thread] = []  # started threads (tests join them)
-
-
-class ExtractionPostponed(LLMError):
-    """The owner started a turn: the extraction call gave way to it."""
 
 
 async def _running_loop() -> asyncio.AbstractEventLoop:
@@ -63,11 +61,11 @@ def _server_loop() -> asyncio.AbstractEventLoop | None:
     return loop if loop.is_running() else None
 
 
-def on_session_created(session) -> None:
-    """session_created hook: queue the owner's stale sessions for the extraction thread."""
+def on_session_created(sender, session, **kwargs) -> None:
+    """`session_created` receiver: queue the owner's stale sessions for the extraction thread."""
     global _worker
     owner_id = session.owner_id
-    if not extraction.stale_sessions(owner_id=owner_id).exists():
+    if not stale_sessions(owner_id=owner_id).exists():
         return  # the common case: nothing to do, no thread
     loop = _server_loop()
     with _lock:
@@ -124,7 +122,7 @@ def owner_busy(owner_id: int) -> bool:
     """True while one of the owner's turns runs (any process) or was active moments ago."""
     now = timezone.now()
     if Session.objects.filter(
-        owner_id=owner_id, active_run_heartbeat__gte=now - _RUN_CLAIM_TTL
+        owner_id=owner_id, active_run_heartbeat__gte=now - CLAIM_TTL
     ).exclude(active_run_id="").exists():
         return True
     idle = timedelta(seconds=settings.MEMORY_EXTRACTION_IDLE_S)
@@ -150,8 +148,6 @@ class LowPriorityBackend:
         self.name = inner.name
 
     async def complete(self, *args: Any, **kwargs: Any) -> Any:
-        from asgiref.sync import sync_to_async
-
         if not await sync_to_async(wait_until_idle)(self.owner_id):
             raise ExtractionPostponed("the owner stayed busy; extraction postponed")
         call = asyncio.ensure_future(self.inner.complete(*args, **kwargs))
@@ -170,9 +166,4 @@ class LowPriorityBackend:
 
 
 async def _send(session_id: str, fact: dict) -> None:
-    from channels.layers import get_channel_layer
-
-    from agent.runs import frames_group
-
-    frame = {"type": "memory_saved", **fact}
-    await get_channel_layer().group_send(frames_group(session_id), {"type": "run.event", "frame": frame})
+    await get_channel_layer().group_send(frames_group(session_id), extraction.memory_saved_event(fact))

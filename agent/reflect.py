@@ -12,7 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
-from navi_project.llm_purpose import llm_purpose
+from agent import oneshot
+from agent.conversation import DBConversation
+from agent.llm import LLMError
+from agent.models import Profile
 from tools_app.base import Tool, ToolResult
 from tools_app.context import current_chat_session_id, current_session_id
 
@@ -70,11 +73,6 @@ class ReflectTool(Tool):
         self.agent = agent
 
     async def execute(self, params: dict[str, Any]) -> ToolResult:
-        from agent.conversation import DBConversation
-        from agent.llm import LLMError
-        from agent.messages import ChatMessage
-        from agent.models import Profile
-
         session_id = current_chat_session_id.get()
         if not session_id or current_session_id.get() != session_id:
             return ToolResult(False, error="reflect is not available in a sub-agent (it has no stored session); review your own steps instead")
@@ -91,22 +89,12 @@ class ReflectTool(Tool):
             request += f"\n\nFocus of this review: {focus}"
         try:
             backend = self.agent.backends.get(profile.llm_backend)
-            with llm_purpose("reflect"):
-                response = await backend.complete(
-                    [ChatMessage(role="system", content=REFLECT_PROMPT), ChatMessage(role="user", content=request)],
-                    None,
-                    model=profile.resolved_model(),
-                    temperature=0.3,
-                    think=False,
-                    max_tokens=settings.LLM_MAX_SUMMARY_TOKENS,
-                )
+            review = await oneshot.ask(
+                backend, oneshot.prompt(REFLECT_PROMPT, request), purpose="reflect", model=profile.resolved_model(),
+                temperature=0.3, max_tokens=settings.LLM_MAX_SUMMARY_TOKENS,
+            )
         except LLMError as exc:
             return ToolResult(False, error=f"the review call failed: {exc}")
-        review = response.content.strip()
         if not review:
             return ToolResult(False, error="the review came back empty; continue with your own judgement")
         return ToolResult(True, review)
-
-
-def tools(agent: "Agent") -> list[Tool]:
-    return [ReflectTool(agent)]

@@ -1,11 +1,17 @@
-"""Tools that act on the agent itself: switch_profile, list_profiles, spawn_agent."""
+"""Tools that act on the agent itself: switch_profile, list_profiles, spawn_agent (and reflect,
+from agent.reflect). They live in agent/ because they need the agent; tools_app never imports it."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
+
 from agent.events import ProfileSwitched
+from agent.loop import RunFailed
 from agent.models import Profile
+from agent.reflect import ReflectTool
+from sessions_app.models import Session
 from tools_app.base import Tool, ToolResult
 from tools_app.context import current_chat_session_id, current_session_id, emit
 
@@ -27,8 +33,6 @@ class SwitchProfileTool(Tool):
     }
 
     async def execute(self, params: dict[str, Any]) -> ToolResult:
-        from sessions_app.models import Session
-
         profile = await Profile.objects.filter(pk=params["profile_id"]).afirst()
         if profile is None:
             known = [p async for p in Profile.objects.values_list("id", flat=True)]
@@ -72,9 +76,6 @@ class SpawnAgentTool(Tool):
         self.agent = agent
 
     async def execute(self, params: dict[str, Any]) -> ToolResult:
-        from agent.loop import RunFailed
-        from sessions_app.models import Session
-
         profile_id = params.get("profile_id")
         if not profile_id:
             session_id = current_chat_session_id.get()
@@ -82,7 +83,7 @@ class SpawnAgentTool(Tool):
                 await Session.objects.filter(pk=session_id).values_list("profile_id", flat=True).afirst()
                 if session_id
                 else None
-            ) or "secretary"
+            ) or settings.NAVI_DEFAULT_PROFILE
         if not await Profile.objects.filter(pk=profile_id).aexists():
             return ToolResult(False, error=f"unknown profile '{profile_id}'; call list_profiles")
         try:
@@ -92,5 +93,5 @@ class SpawnAgentTool(Tool):
         return ToolResult(True, answer or "(the sub-agent returned no text)")
 
 
-def tools(agent: "Agent") -> list[Tool]:
-    return [SwitchProfileTool(), ListProfilesTool(), SpawnAgentTool(agent)]
+def agent_tools(agent: "Agent") -> list[Tool]:
+    return [SwitchProfileTool(), ListProfilesTool(), SpawnAgentTool(agent), ReflectTool(agent)]

@@ -44,7 +44,7 @@ def too_large() -> Refusal:
 def unauthenticated() -> Refusal:
     return 401, (
         f"authentication required for a request body over {settings.ANONYMOUS_BODY_MAX_KB} KB: "
-        "log in at /login/ or send 'Authorization: Bearer <token>'"
+        f"log in at {settings.LOGIN_URL} or send 'Authorization: Bearer <token>'"
     )
 
 
@@ -76,6 +76,7 @@ def authenticated(session_key: str | None, authorization: str | None) -> bool:
     from django.db import connections
     from django.http import HttpRequest
 
+    # Not at the top: navi_project.serve imports this module before Django's apps are ready.
     from sessions_app.auth import _bearer, user_for_token
 
     try:

@@ -1,0 +1,154 @@
+"""One LLM call of the loop: stream it, show and save the answer as it grows, and recover the
+tool calls a model wrote as text (agent.toolcalls).
+
+A stop raises Stopped and a failure raises TurnFailed (carrying its error frame); either way a
+partial answer is kept as `interrupted`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from typing import AsyncIterator
+
+from agent import planning, prompts
+from agent.calls import CallTracker, DoesNotFit, fit_request
+from agent.conversation import Conversation
+from agent.events import AgentEvent, ErrorEvent, TextDelta, ThinkingDelta, ThinkingEnd
+from agent.llm import LLMBackend, LLMError
+from agent.llm.base import LLMContextOverflow, context_window
+from agent.messages import ChatMessage, ToolCall
+from agent.models import Profile
+from agent.stopping import Stopped, raise_if_stopped, stoppable
+from agent.toolcalls import CallTextFilter, extract_calls
+from agent.window import estimate_text
+from tools_app.base import Tool
+from tools_app.context import current_stop_event
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Setup:
+    """What the loop uses of the profile in force (switch_profile may change it mid-run)."""
+
+    profile: Profile
+    backend: LLMBackend
+    tools: list[Tool]
+    limit: int  # the context window
+    tracker: CallTracker
+
+
+@dataclass
+class Turn:
+    """What one LLM call produced."""
+
+    message: ChatMessage = field(default_factory=lambda: ChatMessage(role="assistant"))
+    calls: list[ToolCall] = field(default_factory=list)
+    tokens: int = 0
+    thinking_open: bool = False  # thinking was streamed and no text has closed it yet
+
+
+class TurnFailed(Exception):
+    """The LLM call failed; `event` is the error frame that ends the run."""
+
+    def __init__(self, event: ErrorEvent) -> None:
+        super().__init__(event.message)
+        self.event = event
+
+
+async def stream_turn(
+    conv: Conversation, setup: Setup, offer: list[Tool], turn: Turn, query: str
+) -> AsyncIterator[AgentEvent]:
+    """Stream one call into `turn`, yielding thinking and text deltas, and save the answer."""
+    profile = setup.profile
+    context = planning.with_plan(await prompts.build_context(profile, conv.context, conv.owner_id, conv.clock), conv)
+    try:
+        request = fit_request(context, offer, profile, setup.limit, query, setup.tracker.used)
+    except DoesNotFit as exc:
+        raise TurnFailed(ErrorEvent(str(exc), code="context_too_large")) from None
+    names = frozenset(t.name for t in request.tools)
+    text_filter = CallTextFilter(names) if profile.recover_tool_calls and names else None
+    stream = setup.backend.stream_complete(
+        context, request.schemas, model=profile.resolved_model(), temperature=profile.temperature,
+        max_tokens=profile.answer_token_limit(),
+    )
+    try:
+        async for event in _receive(stream, conv, turn, text_filter):
+            yield event
+    except (Stopped, LLMError, Exception) as exc:
+        await _keep_interrupted(conv, turn.message)
+        raise await _failure(exc, conv, setup, turn) from None
+    finally:
+        with contextlib.suppress(Exception):
+            await stream.aclose()
+    if text_filter is not None and (rest := _recover_calls(text_filter, turn, names)):
+        yield TextDelta(rest)
+    if not turn.tokens:  # the server reported no usage: count locally
+        turn.tokens = request.prompt_tokens + estimate_text(turn.message.content + turn.message.thinking)
+    if turn.thinking_open and not turn.calls:
+        yield ThinkingEnd()
+    turn.message.tool_calls = list(turn.calls)
+    await conv.save_streaming(turn.message)
+
+
+async def _receive(stream, conv: Conversation, turn: Turn, text_filter: CallTextFilter | None):
+    stop = current_stop_event.get()
+    msg = turn.message
+    async for chunk in stoppable(stream, stop):
+        raise_if_stopped(stop)
+        if chunk.thinking:
+            msg.thinking += chunk.thinking
+            turn.thinking_open = True
+            yield ThinkingDelta(chunk.thinking)
+        shown = text_filter.feed(chunk.content) if text_filter and chunk.content else chunk.content
+        if shown:
+            msg.content += shown
+            if turn.thinking_open:
+                yield ThinkingEnd()
+            turn.thinking_open = False
+            yield TextDelta(shown)
+        turn.calls.extend(chunk.tool_calls)
+        if chunk.done:
+            turn.tokens = chunk.prompt_tokens + chunk.completion_tokens
+        if chunk.content or chunk.thinking:
+            await conv.save_streaming(msg, status="partial", force=False)
+
+
+async def _keep_interrupted(conv: Conversation, msg: ChatMessage) -> None:
+    if msg.content or msg.thinking:
+        await conv.save_streaming(msg, status="interrupted")
+
+
+async def _failure(exc: Exception, conv: Conversation, setup: Setup, turn: Turn) -> Exception:
+    """What a broken stream raises on: Stopped as is, anything else as TurnFailed."""
+    if isinstance(exc, Stopped):
+        return exc
+    if not isinstance(exc, LLMError):  # anything unexpected must still end the turn cleanly
+        log.error("LLM stream failed", exc_info=exc)
+        message = f"the model call failed unexpectedly: {type(exc).__name__}: {exc}"
+        return TurnFailed(ErrorEvent(message, code="internal"))
+    message = str(exc)
+    if exc.mid_answer and (turn.message.content or turn.message.thinking):
+        message += "; the partial answer was kept — send the message again to retry"
+    if isinstance(exc, LLMContextOverflow):
+        # The next turn's pre-turn compression sees the context as full and shrinks it.
+        window = context_window(setup.backend.name, setup.profile.resolved_model())
+        await conv.set_token_count(max(exc.prompt_tokens, window))
+    return TurnFailed(ErrorEvent(message, code=exc.code))
+
+
+def _recover_calls(text_filter: CallTextFilter, turn: Turn, names: frozenset[str]) -> str:
+    """Text held back by the filter that is not a call (returned, to show), and the calls
+    written as text, which become the turn's calls when the model made no native call."""
+    msg = turn.message
+    rest, recovered = text_filter.finish()
+    msg.content += rest
+    if turn.calls:
+        return rest
+    if not recovered:  # a call in mid-line was already shown: keep it out of the saved answer
+        found = extract_calls(msg.content, names)
+        recovered, msg.content = (found.calls, found.text) if found.calls else ([], msg.content)
+    turn.calls = list(recovered)
+    return rest

@@ -1,0 +1,123 @@
+"""The import graph of the project's packages keeps one direction.
+
+agent → tools_app → memory_app → sessions_app → navi_project (settings, shared helpers): a
+package imports only those to its right. The one arrow running back up is the wiring
+(navi_project's urls, asgi and serve import the apps they serve). No circle of files, and no
+import placed inside a function except where Django requires it (AppConfig.ready).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ORDER = ["agent", "tools_app", "memory_app", "sessions_app", "navi_project"]
+WIRING = {"navi_project.urls", "navi_project.asgi", "navi_project.wsgi", "navi_project.serve"}
+# Function-level imports of project modules that are not about circles, with the reason.
+LATE_IMPORTS_ALLOWED = {
+    ("sessions_app.bodylimit", "sessions_app.auth"): "navi_project.serve imports bodylimit before apps are ready",
+}
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in ORDER:
+        for path in (ROOT / package).rglob("*.py"):
+            if "migrations" in path.parts:
+                continue
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join(parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _resolve(name: str) -> str | None:
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _targets(module: str, path: Path, node: ast.Import | ast.ImportFrom) -> list[str]:
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    else:
+        base = node.module or ""
+        if node.level:
+            package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+            package = package[: len(package) - node.level + 1]
+            base = ".".join(package + ([base] if base else []))
+        names = [f"{base}.{alias.name}" if _resolve(f"{base}.{alias.name}") == f"{base}.{alias.name}" else base
+                 for alias in node.names]
+    return [r for r in map(_resolve, names) if r and r != module and r.split(".")[0] in ORDER]
+
+
+def _imports() -> list[tuple[str, str, str]]:
+    """(importer, imported, where) for every project import; where = "module", "ready",
+    "type-checking" or "function"."""
+    out = []
+
+    def walk(module: str, path: Path, node: ast.AST, where: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = where
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) and where == "module":
+                inner = "ready" if child.name == "ready" and module.endswith(".apps") else "function"
+            elif isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                inner = "type-checking"
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                out.extend((module, target, inner) for target in _targets(module, path, child))
+            walk(module, path, child, inner)
+
+    for module, path in MODULES.items():
+        walk(module, path, ast.parse(path.read_text(encoding="utf-8")), "module")
+    return out
+
+
+IMPORTS = _imports()
+
+
+def _rank(module: str) -> int:
+    return ORDER.index(module.split(".")[0])
+
+
+def test_packages_only_import_the_packages_below_them():
+    upward = sorted(
+        (a, b) for a, b, where in IMPORTS if where != "type-checking" and _rank(b) < _rank(a) and a not in WIRING
+    )
+    assert upward == []
+
+
+def test_the_wiring_is_the_one_arrow_back_up():
+    arrows = {(a.split(".")[0], b.split(".")[0]) for a, b, _ in IMPORTS if _rank(b) < _rank(a)}
+    assert {a for a, _ in arrows} <= {"navi_project"}
+
+
+def test_no_circle_of_files():
+    graph: dict[str, set[str]] = {}
+    for a, b, where in IMPORTS:
+        if where != "type-checking":
+            graph.setdefault(a, set()).add(b)
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt] if nxt in path else [node, nxt]
+            if nxt not in state and (cycle := visit(nxt, path + [nxt])):
+                return cycle
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state:
+            assert visit(start, [start]) is None
+
+
+def test_imports_inside_functions_are_only_where_django_needs_them():
+    late = sorted({(a, b) for a, b, where in IMPORTS if where == "function"} - set(LATE_IMPORTS_ALLOWED))
+    assert late == []
