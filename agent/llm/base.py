@@ -133,22 +133,7 @@ class LLMBackend(ABC):
         usage = {"prompt_tokens": 0, "completion_tokens": 0, "outcome": "closed"}
         started = time.monotonic()
         try:
-            while True:
-                try:
-                    # The deadline covers awaiting the next chunk only, never the caller's work.
-                    async with asyncio.timeout_at(deadline):
-                        chunk = await anext(stream)
-                except StopAsyncIteration:
-                    break
-                except LLMContextOverflow as exc:
-                    if exc.context_window:
-                        learned_context_windows[(self.name, model)] = exc.context_window
-                    raise
-                except TimeoutError:
-                    raise LLMTimeout(
-                        f"the model call took longer than LLM_CALL_MAX_S ({limit:g} s) and was stopped; "
-                        "ask for something shorter, or raise LLM_CALL_MAX_S for slow hardware"
-                    ) from None
+            while (chunk := await self._next_chunk(stream, deadline, model)) is not None:
                 finished = finished or chunk.done
                 if chunk.done:
                     usage.update(prompt_tokens=chunk.prompt_tokens, completion_tokens=chunk.completion_tokens)
@@ -165,6 +150,24 @@ class LLMBackend(ABC):
                 f"the {self.name} server ended the answer without finishing it (no final chunk); "
                 "it may have run out of context or crashed — see the server's log"
             )
+
+    async def _next_chunk(self, stream: AsyncIterator[LLMChunk], deadline: float | None, model: str) -> LLMChunk | None:
+        """The next chunk (None at the end) within the call's deadline, which covers awaiting
+        the server only, never the caller's work between chunks."""
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await anext(stream)
+        except StopAsyncIteration:
+            return None
+        except LLMContextOverflow as exc:
+            if exc.context_window:
+                learned_context_windows[(self.name, model)] = exc.context_window
+            raise
+        except TimeoutError:
+            raise LLMTimeout(
+                f"the model call took longer than LLM_CALL_MAX_S ({settings.LLM_CALL_MAX_S:g} s) and was stopped; "
+                "ask for something shorter, or raise LLM_CALL_MAX_S for slow hardware"
+            ) from None
 
     async def _observe(self, model: str, usage: dict, started: float) -> None:
         observer = LLMBackend.observer

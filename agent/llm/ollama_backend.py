@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import time
@@ -100,6 +101,16 @@ class ModelInfo:
         return self.capabilities is None or capability in self.capabilities
 
 
+def _options(info: ModelInfo, temperature: float, max_tokens: int | None) -> dict[str, Any]:
+    """num_ctx no larger than the model supports, the output cap as num_predict."""
+    options: dict[str, Any] = {"num_ctx": settings.OLLAMA_NUM_CTX, "temperature": temperature}
+    if info.context_length:
+        options["num_ctx"] = min(settings.OLLAMA_NUM_CTX, info.context_length)
+    if max_tokens:
+        options["num_predict"] = max_tokens
+    return options
+
+
 class OllamaBackend(LLMBackend):
     name = "ollama"
 
@@ -150,23 +161,17 @@ class OllamaBackend(LLMBackend):
         think: bool | None,
         max_tokens: int | None,
     ) -> AsyncIterator[LLMChunk]:
-        client = self._client()
         think = settings.OLLAMA_THINK if think is None else think
-        try:
+        async with self._errors(model):
             info = await self.model_info(model)
-            options: dict[str, Any] = {"num_ctx": settings.OLLAMA_NUM_CTX, "temperature": temperature}
-            if info.context_length:
-                options["num_ctx"] = min(settings.OLLAMA_NUM_CTX, info.context_length)
-            if max_tokens:
-                options["num_predict"] = max_tokens
-            stream = await client.chat(
+            stream = await self._client().chat(
                 model=model,
                 messages=[_to_ollama(m) for m in messages],
                 tools=tools or None,
                 stream=True,
                 # Recent Ollama answers 400 to `think` for a model without the capability.
                 think=think if info.can("thinking") else None,
-                options=options,
+                options=_options(info, temperature, max_tokens),
                 keep_alive=settings.OLLAMA_KEEP_ALIVE,
             )
             try:
@@ -174,20 +179,19 @@ class OllamaBackend(LLMBackend):
                     yield self._chunk(part)
             finally:
                 await stream.aclose()  # closes the HTTP response: generation ends server-side
+
+    @contextlib.asynccontextmanager
+    async def _errors(self, model: str):
+        """Client and transport failures as LLM errors saying what to do."""
+        try:
+            yield
         except (ConnectionError, httpx.ConnectError, httpx.ConnectTimeout):
             raise LLMUnreachable(
                 f"cannot reach Ollama at {self.host} — is `ollama serve` running? "
                 "Set OLLAMA_HOST if it runs elsewhere."
             ) from None
         except ollama.ResponseError as exc:
-            if exc.status_code == 404:
-                raise LLMModelMissing(await self._missing_model_message(model)) from None
-            overflow = overflow_error(str(exc.error), f"Ollama at {self.host}")
-            if overflow is not None:
-                raise overflow from None
-            if exc.status_code == -1:  # an {"error"} line inside the stream
-                raise LLMIncomplete(f"Ollama stopped the answer with an error: {exc.error}") from None
-            raise LLMError(f"Ollama returned an error: {exc.error} (HTTP {exc.status_code})") from None
+            raise await self._response_error(exc, model) from None
         except httpx.ReadTimeout:
             raise LLMError(
                 f"Ollama at {self.host} sent nothing for {settings.LLM_TIMEOUT_S:g} s (LLM_TIMEOUT_S); "
@@ -203,6 +207,16 @@ class OllamaBackend(LLMBackend):
                 f"Ollama sent a reply the client could not read ({exc.error_count()} problem(s), e.g. "
                 f"{exc.errors()[0]['msg']}); try again, or update Ollama"
             ) from None
+
+    async def _response_error(self, exc: ollama.ResponseError, model: str) -> LLMError:
+        if exc.status_code == 404:
+            return LLMModelMissing(await self._missing_model_message(model))
+        overflow = overflow_error(str(exc.error), f"Ollama at {self.host}")
+        if overflow is not None:
+            return overflow
+        if exc.status_code == -1:  # an {"error"} line inside the stream
+            return LLMIncomplete(f"Ollama stopped the answer with an error: {exc.error}")
+        return LLMError(f"Ollama returned an error: {exc.error} (HTTP {exc.status_code})")
 
     @staticmethod
     def _chunk(part: Any) -> LLMChunk:

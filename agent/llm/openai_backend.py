@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
 import httpx
@@ -75,58 +77,31 @@ class OpenAIBackend(LLMBackend):
         think: bool | None,
         max_tokens: int | None,
     ) -> AsyncIterator[LLMChunk]:
-        body: dict[str, Any] = {
-            "model": model,
-            "messages": [_to_openai(m) for m in messages],
-            "stream": True,
-            "stream_options": {"include_usage": True},
-            "temperature": temperature,
-        }
-        if max_tokens:
-            body["max_tokens"] = max_tokens
-        if tools:
-            body["tools"] = tools
-        pending: dict[int, dict[str, str]] = {}  # tool-call fragments by index
-        finish = ""
-        done = False
-        usage: dict[str, int] = {}
-        client = self._client()
-        try:
-            async with client.stream("POST", "/chat/completions", json=body) as response:
+        body = _request_body(messages, tools, model, temperature, max_tokens)
+        state = _StreamState()
+        with self._transport_errors():
+            async with self._client().stream("POST", "/chat/completions", json=body) as response:
                 if response.status_code >= 400:
                     await response.aread()
                     raise self._http_error(response, model)
-                async for line in response.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        done = True
-                        break
-                    try:
-                        event = json.loads(data)
-                    except ValueError:
-                        continue
-                    if not isinstance(event, dict):
-                        continue
+                async for event in _events(response, state):
                     if event.get("error"):
                         raise self._stream_error(event["error"])
-                    if event.get("usage"):
-                        usage = event["usage"]
-                    for choice in event.get("choices") or []:
-                        delta = choice.get("delta") or {}
-                        for frag in delta.get("tool_calls") or []:
-                            slot = pending.setdefault(frag.get("index", 0), {"id": "", "name": "", "arguments": ""})
-                            fn = frag.get("function") or {}
-                            slot["id"] = frag.get("id") or slot["id"]
-                            slot["name"] = _merge_name(slot["name"], fn.get("name") or "")
-                            slot["arguments"] += fn.get("arguments") or ""
-                        text = delta.get("content") or ""
-                        reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
-                        if text or reasoning:
-                            yield LLMChunk(content=text, thinking=reasoning)
-                        if choice.get("finish_reason"):
-                            finish = choice["finish_reason"]
+                    for chunk in state.feed(event):
+                        yield chunk
+        if not state.done and not state.finish:
+            # A 200 stream that just stops (llama-cpp-python raising after the headers went out).
+            raise LLMIncomplete(
+                f"{self.base_url} ended the answer without finishing it (no finish reason, no [DONE]); "
+                "the server may have run out of context or crashed — see its log"
+            )
+        yield state.last_chunk()
+
+    @contextlib.contextmanager
+    def _transport_errors(self):
+        """httpx failures as LLM errors saying what to check."""
+        try:
+            yield
         except (httpx.ConnectError, httpx.ConnectTimeout):
             raise LLMUnreachable(
                 f"cannot reach the OpenAI-compatible server at {self.base_url} — is it running? Check OPENAI_BASE_URL."
@@ -141,23 +116,6 @@ class OpenAIBackend(LLMBackend):
             raise LLMError(
                 f"the connection to {self.base_url} dropped mid-answer ({type(exc).__name__})", mid_answer=True
             ) from None
-        if not done and not finish:
-            # A 200 stream that just stops (llama-cpp-python raising after the headers went out).
-            raise LLMIncomplete(
-                f"{self.base_url} ended the answer without finishing it (no finish reason, no [DONE]); "
-                "the server may have run out of context or crashed — see its log"
-            )
-        calls = [
-            ToolCall(id=s["id"] or f"call_{i}", name=s["name"], arguments=_parse_args(s["arguments"]))
-            for i, s in sorted(pending.items())
-        ]
-        yield LLMChunk(
-            tool_calls=calls,
-            done=True,
-            finish_reason="tool_calls" if calls else (finish or "stop"),
-            prompt_tokens=int(usage.get("prompt_tokens") or 0),
-            completion_tokens=int(usage.get("completion_tokens") or 0),
-        )
 
     def _stream_error(self, error: Any) -> LLMError:
         """An error object sent inside a 200 stream (llama.cpp: context overflow, a killed slot)."""
@@ -250,6 +208,84 @@ class OpenAIBackend(LLMBackend):
         except httpx.HTTPStatusError as exc:
             raise LLMError(f"{self.base_url}/models returned HTTP {exc.response.status_code}") from None
         return sorted(m.get("id", "") for m in response.json().get("data", []))
+
+
+def _request_body(messages, tools, model: str, temperature: float, max_tokens: int | None) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": [_to_openai(m) for m in messages],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "temperature": temperature,
+    }
+    if max_tokens:
+        body["max_tokens"] = max_tokens
+    if tools:
+        body["tools"] = tools
+    return body
+
+
+async def _events(response: httpx.Response, state: "_StreamState") -> AsyncIterator[dict]:
+    """The JSON objects of an SSE stream, until [DONE] (noted in `state`)."""
+    async for line in response.aiter_lines():
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            state.done = True
+            return
+        try:
+            event = json.loads(data)
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            yield event
+
+
+@dataclass
+class _StreamState:
+    """What a stream said so far: tool-call fragments by index, finish reason, usage."""
+
+    pending: dict[int, dict[str, str]] = field(default_factory=dict)
+    finish: str = ""
+    done: bool = False  # [DONE] arrived
+    usage: dict[str, int] = field(default_factory=dict)
+
+    def feed(self, event: dict) -> list[LLMChunk]:
+        if event.get("usage"):
+            self.usage = event["usage"]
+        chunks = []
+        for choice in event.get("choices") or []:
+            delta = choice.get("delta") or {}
+            for frag in delta.get("tool_calls") or []:
+                self._add_fragment(frag)
+            text = delta.get("content") or ""
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
+            if text or reasoning:
+                chunks.append(LLMChunk(content=text, thinking=reasoning))
+            if choice.get("finish_reason"):
+                self.finish = choice["finish_reason"]
+        return chunks
+
+    def _add_fragment(self, frag: dict) -> None:
+        slot = self.pending.setdefault(frag.get("index", 0), {"id": "", "name": "", "arguments": ""})
+        fn = frag.get("function") or {}
+        slot["id"] = frag.get("id") or slot["id"]
+        slot["name"] = _merge_name(slot["name"], fn.get("name") or "")
+        slot["arguments"] += fn.get("arguments") or ""
+
+    def last_chunk(self) -> LLMChunk:
+        calls = [
+            ToolCall(id=s["id"] or f"call_{i}", name=s["name"], arguments=_parse_args(s["arguments"]))
+            for i, s in sorted(self.pending.items())
+        ]
+        return LLMChunk(
+            tool_calls=calls,
+            done=True,
+            finish_reason="tool_calls" if calls else (self.finish or "stop"),
+            prompt_tokens=int(self.usage.get("prompt_tokens") or 0),
+            completion_tokens=int(self.usage.get("completion_tokens") or 0),
+        )
 
 
 def _image_mime(b64: str) -> str:
