@@ -21,6 +21,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from agent import approvals
 from agent.runs import RunActive, active_run_id, control_group, frames_group, get_run_manager
+from navi_project import metrics
 from sessions_app.models import Session
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         self.group = frames_group(session_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
+        metrics.websocket_opened()
         query = parse_qs(self.scope.get("query_string", b"").decode())
         run_id = (query.get("run_id") or [""])[0]
         after = (query.get("after_seq") or ["0"])[0]
@@ -112,6 +114,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         if self.session_id:
+            metrics.websocket_closed()
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     @database_sync_to_async

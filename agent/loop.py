@@ -46,6 +46,7 @@ from agent.stopping import Stopped, stoppable, until_stopped
 from agent.tool_trace import ToolTrace
 from agent.toolcalls import CallTextFilter, extract_calls
 from agent.window import effective_window, estimate_text
+from navi_project import metrics
 from sessions_app.services import session_files_dir
 from tools_app.base import ToolResult
 from tools_app.context import (
@@ -362,6 +363,7 @@ class Agent:
             guard.taint(source)
         if tracker is not None:
             content += tracker.after(call, result)
+        metrics.tool_call(call.name, call.name in allowed, verdict, result.success)
         yield ToolEvent(tool=call.name, args=call.arguments, result=content, success=result.success, recovered=call.recovered)
         await conv.add(
             ChatMessage(role="tool", content=content, tool_call_id=call.id, name=call.name, meta=trace.meta())

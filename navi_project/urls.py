@@ -5,9 +5,11 @@ from django.urls import include, path
 from sessions_app.throttle import login_throttled
 
 from . import views
+from .metrics import metrics_view
 
 urlpatterns = [
     path("health", views.health, name="health"),
+    path("metrics", metrics_view, name="metrics"),
     # Both login forms count failed attempts (sessions_app.throttle); the admin's is routed
     # here first so that its own URL inside admin.site.urls is never reached.
     path("admin/login/", login_throttled(admin.site.login)),
