@@ -32,8 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tests.live_cluster import cluster_database, wait_until_healthy  # noqa: E402
 from tests.live_server import LiveNavi, free_port  # noqa: E402
-from tests.test_cluster import cluster_database, wait_until_healthy  # noqa: E402
 
 ANSWER = "".join(f"w{k:02d} " for k in range(20))  # 20 deltas of 4 characters
 METRICS_TOKEN = "bench-metrics"
@@ -130,7 +130,7 @@ def run_with(workers: int, llm_url: str, sessions: int, concurrency: int) -> dic
         )
         proxy = Proxy(port, navi.token)
         try:
-            wait_until_healthy(proxy, proc, data_dir / "run")
+            wait_until_healthy(proxy.url, proc, data_dir / "cluster.log")
             asyncio.run(batch(proxy, min(concurrency, sessions), concurrency))  # warm-up: imports, connections
             wall, firsts = asyncio.run(batch(proxy, sessions, concurrency))
             lag = relay_lag_mean(proxy)

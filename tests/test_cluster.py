@@ -13,14 +13,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
-import uuid
-from contextlib import contextmanager
-from pathlib import Path
 
 import httpx
 import pytest
@@ -28,6 +24,7 @@ import websockets
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests import redis_server
+from tests.live_cluster import cluster_database, nginx_available, wait_until_healthy
 from tests.live_server import ROOT, LiveNavi, free_port
 from tests.live_ws import TERMINAL, deltas, seqs, summarise
 from tests.llm_server import Rule, Turn
@@ -39,10 +36,6 @@ METRICS_TOKEN = "cluster-test-metrics-token"
 TIMEOUT = 90  # per wait; the machine may be busy with 100 streams and two other suites
 
 
-def nginx_available() -> bool:
-    return bool(shutil.which("nginx") or Path("/usr/sbin/nginx").exists())
-
-
 def story(i: int) -> str:
     return "".join(f"<{i:03d}.{k:02d}> " for k in range(24))  # 24 chunks of 8: still running at a resume
 
@@ -51,28 +44,7 @@ def long_story(i: int) -> str:
     return "".join(f"[{i:03d}.{k:03d}] " for k in range(300))  # stopped long before the end
 
 
-# --- the database and the cluster ------------------------------------------------------------
-@contextmanager
-def cluster_database(data_dir: Path):
-    """A DATABASE_URL for the cluster: a new database on the PostgreSQL server of DATABASE_URL
-    (dropped afterwards), else a SQLite file the workers share."""
-    url = os.environ.get("DATABASE_URL", "")
-    if not url.startswith(("postgres://", "postgresql://")):
-        yield f"sqlite:///{data_dir / 'navi.db'}"
-        return
-    import psycopg
-
-    name = f"navi_cluster_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    base, _, _ = url.partition("?")[0].rpartition("/")
-    try:
-        yield f"{base}/{name}"
-    finally:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
+# --- the cluster -----------------------------------------------------------------------------
 class Proxy:
     """The cluster as a client sees it: one address (nginx) and the owner's token."""
 
@@ -108,7 +80,7 @@ def cluster(llm_live, tmp_path_factory):
         )
         proxy = Proxy(port, navi.token)
         try:
-            wait_until_healthy(proxy, proc, run_dir)
+            wait_until_healthy(proxy.url, proc, run_dir / "cluster.log")
             yield proxy, proc, worker_ports, run_dir
         finally:
             if proc.poll() is None:  # the test did not get to stop it: stop it as Ctrl-C would
@@ -120,20 +92,6 @@ def cluster(llm_live, tmp_path_factory):
                     proc.wait(timeout=30)
             log.close()
             print(f"--- cluster log ---\n{(run_dir / 'cluster.log').read_text(errors='replace')[-6000:]}")
-
-
-def wait_until_healthy(proxy: Proxy, proc: subprocess.Popen, run_dir: Path) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"the cluster exited with {proc.returncode}:\n{(run_dir / 'cluster.log').read_text()}")
-        try:
-            if httpx.get(f"{proxy.url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError("the cluster did not answer /health through nginx within 120 s")
 
 
 # --- one client --------------------------------------------------------------------------------
