@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import ssl
 import subprocess
 import time
 import uuid
@@ -39,14 +40,14 @@ def cluster_database(data_dir: Path):
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def wait_until_healthy(url: str, proc: subprocess.Popen, log: Path) -> None:
+def wait_until_healthy(url: str, proc: subprocess.Popen, log: Path, verify: bool | ssl.SSLContext = True) -> None:
     """Until `url`/health answers 200 through the proxy; fails with the cluster's log."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise AssertionError(f"the cluster exited with {proc.returncode}:\n{log.read_text(errors='replace')}")
         try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+            if httpx.get(f"{url}/health", timeout=2, verify=verify).status_code == 200:
                 return
         except httpx.HTTPError:
             pass

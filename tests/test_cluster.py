@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -267,3 +269,51 @@ async def test_100_sessions_through_nginx_with_resumes_and_stops(cluster, live_l
     for port in worker_ports:
         with pytest.raises(httpx.ConnectError):
             httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
+
+
+def test_tls_when_a_host_name_is_set(llm_live, tmp_path) -> None:
+    """NAVI_HOST: nginx terminates TLS with the given certificate, the workers trust its
+    X-Forwarded-Proto (NAVI_HTTPS), so a wss:// socket from the https origin is accepted."""
+    if not (nginx_available() and redis_server.available() and shutil.which("openssl")):
+        pytest.skip("needs nginx, redis-server and openssl (`apt-get install nginx redis-server openssl`)")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=DNS:localhost", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    navi = LiveNavi(env={"OLLAMA_HOST": llm_live.url}, data_dir=tmp_path / "data")
+    navi.prepare()
+    port, run_dir = free_port(), tmp_path / "run"
+    env = {**navi.env, "NAVI_HOST": "localhost", "NAVI_TLS_CERT": str(cert), "NAVI_TLS_KEY": str(key)}
+    env.pop("REDIS_URL", None)
+    run_dir.mkdir()
+    with open(run_dir / "cluster.log", "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "navi_project.cluster", "--workers", "1", "--port", str(port),
+             "--worker-ports", str(free_port()), "--run-dir", str(run_dir)],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    origin = f"https://localhost:{port}"
+    try:
+        wait_until_healthy(origin, proc, run_dir / "cluster.log", verify=ssl.create_default_context(cafile=str(cert)))
+        with httpx.Client(base_url=origin, verify=ssl.create_default_context(cafile=str(cert)), headers={"Authorization": f"Bearer {navi.token}"}) as client:
+            response = client.post("/sessions", json={"new": True})
+            assert response.status_code == 201, response.text
+            sid = response.json()["session_id"]
+            assert client.get("/health").headers["Strict-Transport-Security"].startswith("max-age=")
+
+        async def handshake(origin_header: str) -> dict:
+            context = ssl.create_default_context(cafile=str(cert))
+            url = f"wss://localhost:{port}/ws/sessions/{sid}"
+            headers = {"Authorization": f"Bearer {navi.token}", "Origin": origin_header}
+            try:
+                async with websockets.connect(url, ssl=context, additional_headers=headers) as ws:
+                    await ws.send(json.dumps({"type": "ping"}))
+                    return json.loads(await asyncio.wait_for(ws.recv(), TIMEOUT))
+            except websockets.ConnectionClosed as closed:
+                return {"closed": closed.rcvd.code if closed.rcvd else None}
+
+        assert asyncio.run(handshake(origin)) == {"type": "pong"}
+        assert asyncio.run(handshake(f"http://localhost:{port}")) == {"closed": 4403}  # not its own origin
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
