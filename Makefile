@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test install install-test migrate serve bench clean vendor lint
+.PHONY: run test install install-test migrate serve bench clean vendor lint run-cluster
 
 $(VENV)/bin/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,13 @@ run: migrate vendor
 	$(PY) manage.py ensure_owner
 	@echo "==> Navi on http://$(HOST):$(PORT)/  (admin: http://$(HOST):$(PORT)/admin/, Ctrl-C to stop)"
 	$(PY) -m navi_project.serve -b $(HOST) -p $(PORT) navi_project.asgi:application
+
+# Several workers on this machine: Redis, WORKERS daphne processes on PORT+1.., nginx on PORT
+# (navi_project/cluster.py; README "Running several workers"). Needs redis-server and nginx.
+WORKERS ?= 2
+run-cluster: migrate vendor
+	$(PY) manage.py ensure_owner
+	$(PY) -m navi_project.cluster --workers $(WORKERS) --bind $(HOST) --port $(PORT)
 
 test: install-test vendor
 	$(PY) -m pytest

@@ -21,6 +21,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from agent import approvals
 from agent.runs import RunActive, active_run_id, control_group, frames_group, get_run_manager
+from navi_project import metrics
 from sessions_app.history import HistoryError
 from sessions_app.models import Session
 from sessions_app.uploads import describe_uploaded_files
@@ -31,6 +32,7 @@ MAX_CONTENT_CHARS = 100_000
 MAX_IMAGE_BYTES = 20 * 1024 * 1024
 MAX_IMAGES = 10
 REPLAY_TIMEOUT_S = 2.0
+REPLAY_ATTEMPTS = 3  # a busy owner may answer late; a live run is asked until it answers
 
 
 class FrameError(Exception):
@@ -70,7 +72,7 @@ def check_content(text: object, *, has_images: bool) -> str:
 
 
 # Channel-layer messages whose handlers never touch the database.
-_NO_DB_MESSAGES = frozenset({"run.event", "run.replay", "run.replay_timeout"})
+_NO_DB_MESSAGES = frozenset({"run.event", "run.replay"})
 
 
 class SessionConsumer(AsyncJsonWebsocketConsumer):
@@ -101,6 +103,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         self.group = frames_group(session_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
+        metrics.websocket_opened()
         query = parse_qs(self.scope.get("query_string", b"").decode())
         run_id = (query.get("run_id") or [""])[0]
         after = (query.get("after_seq") or ["0"])[0]
@@ -114,6 +117,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         if self.session_id:
+            metrics.websocket_closed()
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     @database_sync_to_async
@@ -230,6 +234,12 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
     async def run_replay_timeout(self, event: dict) -> None:
         if self.awaiting != event["token"]:
             return
+        run_id, attempt = event.get("run_id", ""), int(event.get("attempt") or 1)
+        if run_id and (attempt < REPLAY_ATTEMPTS or await active_run_id(self.session_id) == run_id):
+            # The owner may only be slow (a busy worker): ask again rather than deliver with a
+            # gap or tell the client the run is gone.
+            await self._request_replay(run_id, self.cursor.get(run_id, 0), bool(event.get("announce")), attempt + 1)
+            return
         # No process has that run any more (finished long ago, or its worker died): say so,
         # so the client reloads the history instead of waiting, then deliver what we hold.
         self.awaiting = None
@@ -257,7 +267,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         self.cursor[run_id] = seq
         await self.send(text_data=json.dumps(frame))
 
-    async def _request_replay(self, run_id: str, after_seq: int, announce: bool = False) -> None:
+    async def _request_replay(self, run_id: str, after_seq: int, announce: bool = False, attempt: int = 1) -> None:
         """Ask the run's owner for its frames after `after_seq`; `announce` = tell the client
         (resume_unavailable) if nobody has that run any more."""
         token = uuid.uuid4().hex
@@ -277,7 +287,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
             await asyncio.sleep(REPLAY_TIMEOUT_S)
             await self.channel_layer.send(
                 self.channel_name,
-                {"type": "run.replay_timeout", "token": token, "run_id": run_id, "announce": announce},
+                {"type": "run.replay_timeout", "token": token, "run_id": run_id, "announce": announce, "attempt": attempt},
             )
 
         task = asyncio.create_task(timeout())

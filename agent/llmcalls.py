@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 from agent.models import LLMCall
+from navi_project import metrics
 from tools_app.context import current_chat_session_id, current_run_id
 
 log = logging.getLogger(__name__)
@@ -13,6 +14,7 @@ log = logging.getLogger(__name__)
 
 async def observe(call: dict) -> None:
     """LLMBackend.observer: store the call (one small INSERT as the call ends)."""
+    metrics.llm_call(call)
     session_id = current_chat_session_id.get()
     row = LLMCall(
         session_id=session_id if session_id and not str(session_id).startswith("subagent_") else None,

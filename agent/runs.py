@@ -28,6 +28,7 @@ from agent import approvals
 from agent.events import ErrorEvent, to_frame
 from agent.groups import control_group, frames_group, run_event
 from agent.registry import get_agent
+from navi_project import metrics
 from sessions_app import history
 from sessions_app.models import Message, Session
 from tools_app.context import current_run_id, current_stop_event
@@ -138,6 +139,7 @@ class RunManager:
         run.task = asyncio.create_task(self._drive(run, content, images, planning), name=f"run-{run.run_id}")
         self._tasks.add(run.task)
         run.task.add_done_callback(self._tasks.discard)
+        metrics.run_started()
         return run
 
     async def _claim_after_answer(self, session_id: str, run_id: str) -> bool:
@@ -159,7 +161,7 @@ class RunManager:
         current_stop_event.set(run.stop_event)
         current_run_id.set(run.run_id)
         heartbeat = asyncio.create_task(self._heartbeat(run))
-        outbox: asyncio.Queue = asyncio.Queue()
+        outbox: asyncio.Queue = metrics.RelayQueue()  # observes the relay lag
         publisher = asyncio.create_task(self._publisher(run, outbox))
         if run.rewound:
             outbox.put_nowait(run.rewound)
@@ -185,6 +187,7 @@ class RunManager:
             await publisher  # every frame is out before the claim is released
             heartbeat.cancel()
             await _record_outcome(run)
+            metrics.run_finished(run)
             await _release(run.session_id, run.run_id)
             if self.active.get(run.session_id) is run:
                 del self.active[run.session_id]

@@ -16,6 +16,7 @@ from agent.events import AgentEvent, ApprovalRequired, ApprovalResolved, ToolEve
 from agent.messages import ChatMessage, ToolCall
 from agent.models import Profile
 from agent.tool_trace import ToolTrace
+from navi_project import metrics
 from sessions_app.services import session_files_dir
 from tools_app.base import ToolResult
 from tools_app.context import current_chat_session_id, current_event_sink, current_stop_event
@@ -60,6 +61,7 @@ async def run_tool(
     await conv.add(ChatMessage(role="tool", content=content, tool_call_id=call.id, name=call.name, meta=trace.meta()))
     if verdict is not None and verdict.run:
         await guard.finish(verdict, result.success, started)
+    metrics.tool_call(call.name, call.name in allowed, verdict, result.success)
     if result.success and result.metadata.get("is_image") and result.metadata.get("base64"):
         # The image goes to the model's context only, never to the display history.
         image = ChatMessage(role="user", content=f"[image from {call.name}]", images=[result.metadata["base64"]])

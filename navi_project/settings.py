@@ -103,6 +103,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     # After AuthenticationMiddleware (a Bearer token replaces the cookie user) and before
     # CsrfViewMiddleware (token requests are not cookie-borne, so CSRF does not apply to them).
+    "sessions_app.metrics_access.MetricsTokenMiddleware",  # the METRICS_TOKEN bearer is not an API token
     "sessions_app.auth.BearerTokenMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -321,6 +322,10 @@ CONTEXT_SUMMARY_TEMPERATURE = env.float("CONTEXT_SUMMARY_TEMPERATURE", default=0
 # Background extraction waits until the owner has had no turn for this long (a single-slot model
 # server must not be busy with extraction when the owner's next message comes).
 MEMORY_EXTRACTION_IDLE_S = env.float("MEMORY_EXTRACTION_IDLE_S", default=10.0)
+
+# --- Metrics (GET /metrics, navi_project.metrics) --------------------------------------------
+# Staff users may always read it; a Prometheus scraper sends `Authorization: Bearer <METRICS_TOKEN>`.
+METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
 
 # --- Persona ------------------------------------------------------------------------------
 NAVI_PERSONA = env.str("NAVI_PERSONA", default="")

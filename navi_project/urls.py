@@ -3,10 +3,12 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from agent.health import health
+from sessions_app.metrics_access import metrics_view
 from sessions_app.throttle import login_throttled
 
 urlpatterns = [
     path("health", health, name="health"),
+    path("metrics", metrics_view, name="metrics"),
     # Both login forms count failed attempts (sessions_app.throttle); the admin's is routed
     # here first so that its own URL inside admin.site.urls is never reached.
     path("admin/login/", login_throttled(admin.site.login)),

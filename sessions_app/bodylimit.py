@@ -21,6 +21,8 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http.cookie import parse_cookie
 
+from navi_project import metrics
+
 Refusal = tuple[int, str]  # HTTP status, error message
 MULTIPART_OVERHEAD = 64 * 1024  # headers and boundaries around the file in a multipart body
 
@@ -66,6 +68,8 @@ def first_look(length: int | None, credentials_sent: bool) -> tuple[Refusal | No
 def credentials(cookie_header: str | None, authorization: str | None) -> tuple[str | None, str | None]:
     """(session key, Authorization header) a request carries; both None for an anonymous one."""
     session_key = parse_cookie(cookie_header or "").get(settings.SESSION_COOKIE_NAME) or None
+    if metrics.is_metrics_token(authorization):  # a scraper, not an account: the anonymous body limit
+        authorization = None
     return session_key, authorization or None
 
 

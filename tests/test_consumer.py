@@ -381,3 +381,42 @@ class TestGapRepair:
         assert [f["seq"] for f in frames] == list(range(1, len(frames) + 1))
         assert "".join(f["delta"] for f in frames if f["type"] == "stream_delta") == "abcdefghij" * 3
         await comm.disconnect()
+
+
+class TestSlowReplay:
+    """A replay request the run's owner does not answer in time (a busy worker): asked again
+    while the run is alive, answered late without loss; `resume_unavailable` only once the run
+    is gone."""
+
+    async def test_a_live_runs_replay_is_asked_again_until_its_owner_answers(self, session, owner_token):
+        from channels.layers import get_channel_layer
+        from django.utils import timezone
+
+        from agent.groups import control_group
+
+        layer = get_channel_layer()
+        owner = await layer.new_channel()  # stands in for the run's (slow) owner
+        await layer.group_add(control_group(session.id), owner)
+        run_id = uuid.uuid4().hex
+        await Session.objects.filter(pk=session.pk).aupdate(active_run_id=run_id, active_run_heartbeat=timezone.now())
+        comm = connect(session.id, token=owner_token, query=f"run_id={run_id}&after_seq=2")
+        connected, _ = await comm.connect(timeout=TIMEOUT)
+        assert connected
+        requests = []
+        for _ in range(4):  # REPLAY_ATTEMPTS, then on and on while the run is alive
+            requests.append(await asyncio.wait_for(layer.receive(owner), TIMEOUT))
+        assert {(r["run_id"], r["after_seq"]) for r in requests} == {(run_id, 2)}
+        frame = {"type": "stream_delta", "delta": "late", "run_id": run_id, "seq": 3}
+        await layer.send(requests[-1]["reply_to"], {"type": "run.replay", "run_id": run_id, "frames": [frame], "finished": False})
+        assert json.loads(await comm.receive_from(timeout=TIMEOUT)) == frame
+        await comm.disconnect()
+
+    async def test_a_gone_run_is_announced_after_the_attempts(self, session, owner_token):
+        from agent.consumers import REPLAY_ATTEMPTS
+
+        comm = connect(session.id, token=owner_token, query=f"run_id={uuid.uuid4().hex}&after_seq=2")
+        connected, _ = await comm.connect(timeout=TIMEOUT)
+        assert connected
+        frame = json.loads(await comm.receive_from(timeout=TIMEOUT * REPLAY_ATTEMPTS))
+        assert frame["type"] == "resume_unavailable"
+        await comm.disconnect()
