@@ -27,6 +27,7 @@ from django.utils import timezone
 from agent import approvals
 from agent.events import ErrorEvent, to_frame
 from agent.groups import control_group, frames_group
+from navi_project.logs import bind_run
 from sessions_app.models import Message, Session
 from tools_app.context import current_run_id, current_stop_event
 
@@ -156,6 +157,7 @@ class RunManager:
     async def _drive(self, run: Run, content: str, images: list[str] | None, planning: bool) -> None:
         current_stop_event.set(run.stop_event)
         current_run_id.set(run.run_id)
+        bind_run(run.run_id, run.session_id)  # every log line of the run carries its ids
         heartbeat = asyncio.create_task(self._heartbeat(run))
         outbox: asyncio.Queue = asyncio.Queue()
         publisher = asyncio.create_task(self._publisher(run, outbox))

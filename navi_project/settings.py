@@ -95,6 +95,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: every line logged while a request is served carries its id (LOG_FORMAT=json).
+    "navi_project.logs.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # WhiteNoise serves /static/ under daphne (no separate web server in the two-command set-up).
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -231,11 +233,21 @@ WHITENOISE_AUTOREFRESH = DEBUG or TESTING
 DATA_UPLOAD_MAX_MEMORY_SIZE = 30 * 1024 * 1024  # JSON bodies with base64 images
 
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO").upper()
+# "plain" (one readable line) or "json" (one JSON object per line, with run/session/request ids).
+LOG_FORMAT = env.str("LOG_FORMAT", default="plain").lower()
+if LOG_FORMAT not in ("plain", "json"):
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(f"LOG_FORMAT={LOG_FORMAT!r}: use plain or json")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"context": {"()": "navi_project.logs.ContextFilter"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        "json": {"()": "navi_project.logs.JsonFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["context"]}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
         "django.channels.server": {"level": "WARNING"},
