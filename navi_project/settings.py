@@ -78,6 +78,18 @@ if NAVI_HTTPS:
     CSRF_COOKIE_SECURE = True
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=31_536_000)
+    # HSTS covers the subdomains of Navi's own host name only (the header applies to the host
+    # that sends it), so this is safe even when Navi is one subdomain of a home domain.
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=True)
+    # Preloading is a promise for a whole registrable domain (the list takes apex domains), which
+    # an app on one subdomain cannot make for its owner: opt in, else the check is silenced.
+    SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
+    if not SECURE_HSTS_PRELOAD:
+        SILENCED_SYSTEM_CHECKS = ["security.W021"]
+    # Plain-HTTP requests that reach Navi without the proxy's header are sent to https://, except
+    # the monitoring endpoints a local health check or Prometheus calls on the worker port.
+    SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=True)
+    SECURE_REDIRECT_EXEMPT = [r"^health$", r"^metrics$"]
 
 INSTALLED_APPS = [
     "daphne",  # must come before staticfiles so `runserver` is the ASGI one
