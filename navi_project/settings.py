@@ -160,6 +160,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         }
     )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+# navi_backup's row format: JSON with exact (microsecond) datetimes.
+SERIALIZATION_MODULES = {"navijson": "sessions_app.backup_format"}
 
 # --- Channel layer ------------------------------------------------------------------------
 # Capacity is high because a fast model streams thousands of deltas; a full channel would
