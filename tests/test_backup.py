@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import tarfile
 
 import httpx
@@ -113,6 +114,35 @@ def test_a_backup_taken_mid_answer_restores_into_a_fresh_server(tmp_path):
             with target.api() as api:
                 reply = api.post(f"/sessions/{first}/messages", json={"content": "still there?"})
             assert reply.status_code == 200 and reply.json()["content"] == "echo: still there?"
+        finally:
+            target.__exit__(None, None, None)
+
+
+@pytest.mark.live
+@pytest.mark.skipif(not os.environ.get("DATABASE_URL", "").startswith("postgres"),
+                    reason="moves SQLite to PostgreSQL: runs in make test-postgres")
+def test_a_sqlite_install_moves_to_postgresql(tmp_path):
+    archive = tmp_path / "navi.tar.gz"
+    with LLMServer() as llm:
+        source = LiveNavi(env={"OLLAMA_HOST": llm.url})
+        source.env["DATABASE_URL"] = f"sqlite:///{source.data_dir / 'navi.db'}"
+        with _with_own_ssh_hosts(source):
+            bob_token = _fill(source)
+            sessions = _get(source, "/sessions")["sessions"]
+            source._manage("navi_backup", str(archive))
+        target = _with_own_ssh_hosts(LiveNavi(env={"OLLAMA_HOST": llm.url}))
+        try:
+            assert target.env["DATABASE_URL"].startswith("postgres")
+            target._manage("navi_restore", str(archive))
+            target.token = source.token
+            target.start()
+            assert _get(target, "/sessions")["sessions"] == sessions
+            assert _get(target, "/memory")["facts"][0]["value"] == "Lisbon"
+            assert "shout" in {t["name"] for t in _get(target, "/agents/tools")["tools"]}
+            assert _get(target, "/sessions", token=bob_token) == {"sessions": []}
+            with target.api() as api:  # id sequences were moved past the restored rows
+                reply = api.post(f"/sessions/{sessions[0]['session_id']}/messages", json={"content": "moved?"})
+            assert reply.status_code == 200 and reply.json()["content"] == "echo: moved?"
         finally:
             target.__exit__(None, None, None)
 
