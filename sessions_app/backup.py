@@ -108,25 +108,42 @@ def backup(path: Path, say: Callable[[str], None] = print) -> Path:
             },
         }
         say("==> " + ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in row_counts.items()))
-        partial = path.with_name(f".{path.name}.partial")
-        try:
-            # Password and token hashes, SSH host details: readable by the owner only.
-            with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as raw, \
-                    tarfile.open(fileobj=raw, mode="w:gz") as tar:
-                _add_bytes(tar, "manifest.json", json.dumps(manifest, indent=2).encode())
-                tar.add(database, arcname=database.name)
-                for name, folder in (("session_files", places.session_files), ("user_tools", places.user_tools)):
-                    if folder.is_dir():
-                        say(f"==> {name}: {manifest['files'][name]} file(s) from {folder}")
-                        tar.add(folder, arcname=name, filter=_skip_caches)
-                if places.ssh_hosts.is_file():
-                    say(f"==> ssh hosts: {places.ssh_hosts}")
-                    tar.add(places.ssh_hosts, arcname="ssh_hosts.json")
-            partial.replace(path)
-        finally:
-            partial.unlink(missing_ok=True)
+        _write_archive(path, manifest, database, places, say)
     say(f"==> backup written: {path} ({path.stat().st_size // 1024} KB)")
     return path
+
+
+def _write_archive(path: Path, manifest: dict, database: Path, places: Places, say: Callable[[str], None]) -> None:
+    """The tar.gz, written to a hidden temp file renamed into place: never a half-written backup."""
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        # Password and token hashes, SSH host details: readable by the owner only.
+        with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as raw, \
+                tarfile.open(fileobj=raw, mode="w:gz") as tar:
+            _add_bytes(tar, "manifest.json", json.dumps(manifest, indent=2).encode())
+            tar.add(database, arcname=database.name)
+            for name, folder in (("session_files", places.session_files), ("user_tools", places.user_tools)):
+                if folder.is_dir():
+                    say(f"==> {name}: {manifest['files'][name]} file(s) from {folder}")
+                    _add_folder(tar, folder, name, say)
+            if places.ssh_hosts.is_file():
+                say(f"==> ssh hosts: {places.ssh_hosts}")
+                tar.add(places.ssh_hosts, arcname="ssh_hosts.json")
+        partial.replace(path)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def _add_folder(tar: tarfile.TarFile, folder: Path, arcname: str, say: Callable[[str], None]) -> None:
+    """The folder's files; one deleted meanwhile (an expired upload) is left out, not fatal."""
+    tar.add(folder, arcname=arcname, recursive=False)
+    for item in sorted(folder.rglob("*")):
+        if "__pycache__" in item.parts:
+            continue
+        try:
+            tar.add(item, arcname=f"{arcname}/{item.relative_to(folder)}", recursive=False)
+        except FileNotFoundError:
+            say(f"    (skipped {item}: deleted while the backup ran)")
 
 
 def _sqlite_snapshot(target: Path) -> None:
@@ -184,10 +201,6 @@ def _count_files(folder: Path) -> int:
     return sum(1 for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts) if folder.is_dir() else 0
 
 
-def _skip_caches(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-    return None if "__pycache__" in Path(info.name).parts else info
-
-
 def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     info = tarfile.TarInfo(name)
     info.size, info.mtime, info.mode = len(data), int(timezone.now().timestamp()), 0o600
@@ -214,25 +227,29 @@ def restore(path: Path, *, force: bool = False, say: Callable[[str], None] = pri
             _snapshot_to_json(work / "database.sqlite3", fixture)
         else:
             (work / "database.json").rename(fixture)
-        # Empty (or --force): flushed anyway, so rows a migration seeded (profiles) are exactly the backup's.
-        call_command("flush", interactive=False, verbosity=0)
         say(f"==> loading the rows into {connections[DEFAULT_DB_ALIAS].vendor}")
-        with transaction.atomic():
+        with transaction.atomic():  # all or nothing: a failed load leaves the target as it was
+            # Flushed even when empty, so rows a migration seeded (profiles) are exactly the backup's.
+            call_command("flush", interactive=False, verbosity=0)
             call_command("loaddata", str(fixture), verbosity=0)
             _move_paths(manifest["source"], places)
-        for name, target in (("session_files", places.session_files), ("user_tools", places.user_tools)):
-            if (work / name).is_dir():
-                say(f"==> {name} → {target}")
-                if force and target.is_dir():
-                    shutil.rmtree(target)
-                shutil.copytree(work / name, target, dirs_exist_ok=True)
-        if (work / "ssh_hosts.json").is_file():
-            say(f"==> ssh hosts → {places.ssh_hosts}")
-            places.ssh_hosts.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(work / "ssh_hosts.json", places.ssh_hosts)
+        _copy_files(work, places, force, say)
     restored = counts()
     say("==> restored: " + ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in restored.items()))
     return restored
+
+
+def _copy_files(work: Path, places: Places, force: bool, say: Callable[[str], None]) -> None:
+    for name, target in (("session_files", places.session_files), ("user_tools", places.user_tools)):
+        if (work / name).is_dir():
+            say(f"==> {name} → {target}")
+            if force and target.is_dir():
+                shutil.rmtree(target)
+            shutil.copytree(work / name, target, dirs_exist_ok=True)
+    if (work / "ssh_hosts.json").is_file():
+        say(f"==> ssh hosts → {places.ssh_hosts}")
+        places.ssh_hosts.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(work / "ssh_hosts.json", places.ssh_hosts)
 
 
 def _unpack(path: Path, work: Path) -> dict:
