@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test install install-test migrate serve bench clean vendor lint run-cluster
+.PHONY: run test test-postgres install install-test migrate serve bench clean vendor lint run-cluster
 
 $(VENV)/bin/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,11 @@ run-cluster: migrate vendor
 
 test: install-test vendor
 	$(PY) -m pytest
+
+# The whole suite again on PostgreSQL: against DATABASE_URL when it is set (its user needs
+# CREATEDB), else against a throwaway cluster started from this machine's PostgreSQL binaries.
+test-postgres: install-test vendor
+	$(PY) -m tests.postgres_cluster
 
 lint: install-test
 	$(VENV)/bin/ruff check .

@@ -29,6 +29,7 @@ from agent.events import ErrorEvent, to_frame
 from agent.groups import control_group, frames_group, run_event
 from agent.registry import get_agent
 from navi_project import metrics
+from navi_project.logs import bind_run
 from sessions_app import history
 from sessions_app.models import Message, Session
 from tools_app.context import current_run_id, current_stop_event
@@ -160,6 +161,7 @@ class RunManager:
     async def _drive(self, run: Run, content: str, images: list[str] | None, planning: bool) -> None:
         current_stop_event.set(run.stop_event)
         current_run_id.set(run.run_id)
+        bind_run(run.run_id, run.session_id)  # every log line of the run carries its ids
         heartbeat = asyncio.create_task(self._heartbeat(run))
         outbox: asyncio.Queue = metrics.RelayQueue()  # observes the relay lag
         publisher = asyncio.create_task(self._publisher(run, outbox))

@@ -146,6 +146,7 @@ class Evaluation:
             "CHAT_TITLES": "first_words",  # a title is no part of the agent's work (and no LLM call)
         }
         self.navi = LiveNavi(env=env)
+        self.navi.env["DATABASE_URL"] = f"sqlite:///{self.db}"  # end states are read with sqlite3, whatever the suite runs on
         for sub in ("workspace", "session_files", "user_tools"):
             (self.data_dir / sub).mkdir(parents=True, exist_ok=True)
         (self.tools_dir / "shout.py").write_text(SHOUT_TOOL, encoding="utf-8")

@@ -22,6 +22,7 @@ from daphne.http_protocol import HTTPFactory, WebRequest
 from twisted.internet import reactor, threads
 from twisted.web.http import RESPONSES
 
+from navi_project import logs
 from sessions_app import bodylimit
 
 log = logging.getLogger("navi_project.serve")  # not "__main__" under python -m
@@ -63,6 +64,17 @@ class LimitedWebRequest(WebRequest):
         if self._limit is not None and self._received > self._limit:
             return self._refuse(self._over_limit)
         super().handleContentChunk(data)
+
+    def handle_reply(self, message):
+        # The access log line is written while the reply is handled: give it the request's id.
+        if message["type"] == "http.response.start":
+            ids = [v for k, v in message.get("headers", []) if k.lower() == b"x-request-id"]
+            self._request_id = ids[0].decode("latin-1") if ids else ""
+        token = logs.current_request_id.set(getattr(self, "_request_id", ""))
+        try:
+            super().handle_reply(message)
+        finally:
+            logs.current_request_id.reset(token)
 
     def requestReceived(self, command, path, version):
         if self._refused:
@@ -116,7 +128,8 @@ class LimitedWebRequest(WebRequest):
         channel.dataReceived = _discarder(channel.transport)
         channel.transport.resumeProducing()
         reactor.callLater(LINGER_S, channel.transport.loseConnection)
-        log.warning("refused a request body (%d): %s", status, refusal[1])
+        request_id = logs.request_id_for(self._header(b"x-request-id"))
+        log.warning("refused a request body (%d): %s", status, refusal[1], extra={"request_id": request_id})
 
 
 def _discarder(transport):
@@ -140,6 +153,13 @@ class LimitedHTTPFactory(HTTPFactory):
 
 
 class LimitedServer(daphne_server.Server):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        from django.conf import settings
+
+        if settings.LOG_FORMAT == "json" and self.action_logger is not None:
+            self.action_logger = logs.JsonAccessLog()  # access lines as JSON, not NCSA text
+
     def run(self):
         # Server.run() builds its HTTPFactory from this module-level name and listens at once.
         daphne_server.HTTPFactory = LimitedHTTPFactory

@@ -78,6 +78,18 @@ if NAVI_HTTPS:
     CSRF_COOKIE_SECURE = True
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=31_536_000)
+    # HSTS covers the subdomains of Navi's own host name only (the header applies to the host
+    # that sends it), so this is safe even when Navi is one subdomain of a home domain.
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=True)
+    # Preloading is a promise for a whole registrable domain (the list takes apex domains), which
+    # an app on one subdomain cannot make for its owner: opt in, else the check is silenced.
+    SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
+    if not SECURE_HSTS_PRELOAD:
+        SILENCED_SYSTEM_CHECKS = ["security.W021"]
+    # Plain-HTTP requests that reach Navi without the proxy's header are sent to https://, except
+    # the monitoring endpoints a local health check or Prometheus calls on the worker port.
+    SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=True)
+    SECURE_REDIRECT_EXEMPT = [r"^health$", r"^metrics$"]
 
 INSTALLED_APPS = [
     "daphne",  # must come before staticfiles so `runserver` is the ASGI one
@@ -95,6 +107,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: every line logged while a request is served carries its id (LOG_FORMAT=json).
+    "navi_project.logs.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # WhiteNoise serves /static/ under daphne (no separate web server in the two-command set-up).
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -147,6 +161,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         }
     )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+# navi_backup's row format: JSON with exact (microsecond) datetimes.
+SERIALIZATION_MODULES = {"navijson": "sessions_app.backup_format"}
 
 # --- Channel layer ------------------------------------------------------------------------
 # Capacity is high because a fast model streams thousands of deltas; a full channel would
@@ -232,11 +248,21 @@ WHITENOISE_AUTOREFRESH = DEBUG or TESTING
 DATA_UPLOAD_MAX_MEMORY_SIZE = 30 * 1024 * 1024  # JSON bodies with base64 images
 
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO").upper()
+# "plain" (one readable line) or "json" (one JSON object per line, with run/session/request ids).
+LOG_FORMAT = env.str("LOG_FORMAT", default="plain").lower()
+if LOG_FORMAT not in ("plain", "json"):
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(f"LOG_FORMAT={LOG_FORMAT!r}: use plain or json")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"context": {"()": "navi_project.logs.ContextFilter"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        "json": {"()": "navi_project.logs.JsonFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["context"]}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
         "django.channels.server": {"level": "WARNING"},

@@ -58,6 +58,26 @@ def pytest_runtest_makereport(item, call):
             report.outcome, report.longrepr = "skipped", (str(item.path), item.location[1], f"Skipped: {NO_SANDBOX}")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _postgres_test_database_can_be_dropped(request, django_db_blocker):
+    """On PostgreSQL the test database is dropped at the end, which fails while a connection
+    opened by a background thread of a test is still alive: end those first."""
+    from django.conf import settings as django_settings
+
+    if "postgresql" not in django_settings.DATABASES["default"]["ENGINE"]:
+        yield
+        return
+    request.getfixturevalue("django_db_setup")  # set up before, so torn down after this
+    yield
+    from django.db import connection
+
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+
+
 @pytest.fixture(autouse=True)
 def _isolated_dirs(settings, tmp_path):
     """Everything the app writes goes under the test's temp dir."""

@@ -5,7 +5,8 @@
         navi.kill(); navi.start()        # crash and restart on the same database
 
 Each instance has its own temp dir (SQLite file, workspace, session files, user tools), a free
-port, an owner account and an API token. Several instances can share one database (pass
+port, an owner account and an API token. When the suite runs on PostgreSQL (`DATABASE_URL`,
+`make test-postgres`), each instance gets its own fresh database on that server instead. Several instances can share one database (pass
 `data_dir=` of the first) and a Redis channel layer (`REDIS_URL` in env) — that is how the
 multi-worker tests run two real server processes.
 """
@@ -34,6 +35,46 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _libpq_url(url: str) -> str:
+    return "postgresql://" + url.split("://", 1)[1]
+
+
+def live_database_url(data_dir: Path) -> str:
+    """The database of the server(s) on `data_dir`: a SQLite file in it, or, when the suite runs
+    on PostgreSQL, a database created for it on that server (remembered in `data_dir`, so servers
+    sharing the dir share the database)."""
+    suite_url = os.environ.get("DATABASE_URL", "")
+    if not suite_url.startswith(("postgres://", "postgresql://", "pgsql://")):
+        return f"sqlite:///{data_dir / 'navi.db'}"
+    marker = data_dir / "database_url"
+    if marker.exists():
+        return marker.read_text()
+    import uuid
+
+    import psycopg
+
+    name = f"navi_live_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(_libpq_url(suite_url), autocommit=True) as db:
+        db.execute(f'CREATE DATABASE "{name}"')
+    url = suite_url.rsplit("/", 1)[0] + "/" + name
+    marker.write_text(url)
+    return url
+
+
+def drop_live_database(data_dir: Path) -> None:
+    """Drop the PostgreSQL database `live_database_url` made for `data_dir`, if any."""
+    marker = data_dir / "database_url"
+    if not marker.exists():
+        return
+    import psycopg
+
+    url = marker.read_text()
+    name = url.rsplit("/", 1)[1]
+    with psycopg.connect(_libpq_url(os.environ["DATABASE_URL"]), autocommit=True) as db:
+        db.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    marker.unlink()
+
+
 class LiveNavi:
     def __init__(self, env: dict[str, str] | None = None, data_dir: str | Path | None = None, username: str = "owner"):
         self._own_dir = data_dir is None
@@ -46,7 +87,7 @@ class LiveNavi:
         self.log_path = self.data_dir / f"server-{self.port}.log"
         self.env = {
             **os.environ,
-            "DATABASE_URL": f"sqlite:///{self.data_dir / 'navi.db'}",
+            "DATABASE_URL": (env or {}).get("DATABASE_URL") or live_database_url(self.data_dir),
             "NAVI_WORKSPACE": str(self.data_dir / "workspace"),
             "SESSION_FILES_DIR": str(self.data_dir / "session_files"),
             "TOOLS_DIR": str(self.data_dir / "user_tools"),
@@ -131,6 +172,19 @@ class LiveNavi:
             self.proc.wait(timeout=10)
         self.proc = None
 
+    def sql(self, query: str, params: tuple = ()) -> list[tuple]:
+        """Rows of one query on this server's database (SQLite or PostgreSQL; `%s` placeholders)."""
+        url = self.env["DATABASE_URL"]
+        if url.startswith("sqlite:///"):
+            import sqlite3
+
+            with sqlite3.connect(url.removeprefix("sqlite:///")) as db:
+                return db.execute(query.replace("%s", "?"), params).fetchall()
+        import psycopg
+
+        with psycopg.connect(_libpq_url(url)) as db:
+            return db.execute(query, params).fetchall()
+
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
@@ -142,6 +196,7 @@ class LiveNavi:
         if self._own_dir:
             import shutil
 
+            drop_live_database(self.data_dir)
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
     # --- addresses and helpers -----------------------------------------------------------------

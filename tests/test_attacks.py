@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 
 import httpx
 import pytest
@@ -75,8 +74,7 @@ def tool_results(frames: list[dict]) -> list[dict]:
 
 
 def is_superuser(navi: LiveNavi, username: str) -> bool:
-    with sqlite3.connect(navi.data_dir / "navi.db") as db:
-        return bool(db.execute("select is_superuser from auth_user where username = ?", (username,)).fetchone()[0])
+    return bool(navi.sql("select is_superuser from auth_user where username = %s", (username,))[0][0])
 
 
 def test_row_1_terminal_cannot_read_the_server_environment_or_edit_the_database(navi, llm):

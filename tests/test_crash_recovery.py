@@ -81,8 +81,6 @@ async def test_kill_and_restart_marks_partial_interrupted_and_session_usable(nav
 
 
 async def test_a_graceful_shutdown_saves_the_partial_answer_as_interrupted(navi, llm) -> None:
-    import sqlite3
-
     llm.add_rule(Rule(match="another long story", turns=[Turn(content=ANSWER, chunk_size=2, delay=0.04)]))
     sid = await asyncio.to_thread(navi.create_session)
     async with connect(navi, sid) as ws:
@@ -90,13 +88,13 @@ async def test_a_graceful_shutdown_saves_the_partial_answer_as_interrupted(navi,
         await recv_until(ws, lambda f: f["type"] == "stream_delta")
         await _wait_for_partial(navi, sid)
         await asyncio.to_thread(navi.stop)  # SIGTERM: runs are stopped, not abandoned
-    with sqlite3.connect(navi.data_dir / "navi.db") as db:  # read before any restart
-        status, content, claim = db.execute(
-            "SELECT m.status, m.content, s.active_run_id FROM sessions_app_message m "
-            "JOIN sessions_app_session s ON s.id = m.session_id "
-            "WHERE m.role = 'assistant' AND s.id = ?",
-            (sid.replace("-", ""),),
-        ).fetchone()
+    # Read before any restart (SQLite stores the UUID as 32 hex digits; PostgreSQL accepts them).
+    [(status, content, claim)] = navi.sql(
+        "SELECT m.status, m.content, s.active_run_id FROM sessions_app_message m "
+        "JOIN sessions_app_session s ON s.id = m.session_id "
+        "WHERE m.role = 'assistant' AND s.id = %s",
+        (sid.replace("-", ""),),
+    )
     assert status == "interrupted" and content and ANSWER.startswith(content)
     assert claim == ""
     await asyncio.to_thread(navi.start)

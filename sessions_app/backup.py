@@ -1,0 +1,307 @@
+"""Backup and restore of a whole Navi: the database, session files, user tools, ssh_hosts.json.
+
+One `.tar.gz`:
+
+    manifest.json       format, version, database vendor, time, row and file counts, source folders
+    database.sqlite3    SQLite: a snapshot by the online backup API (itself a working navi.db)
+    database.json       PostgreSQL: every row of Navi's tables, read in one REPEATABLE READ
+                        transaction (Django's serializer, natural keys for users/permissions)
+    session_files/  user_tools/  ssh_hosts.json
+
+Both snapshots are consistent while the server writes. PostgreSQL is dumped as JSON rather than
+by `pg_dump` because that needs a pg_dump at least as new as the server on the machine Navi runs
+on, and only restores into PostgreSQL; the JSON dump needs nothing beyond Navi's requirements
+and restores into either database, so a backup also moves an install from SQLite to PostgreSQL
+(or back). Restore always goes through the JSON form: migrate the target, load the rows.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tarfile
+import tempfile
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from django.apps import apps
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.utils import timezone
+
+FORMAT = "navi.backup"
+VERSION = 1
+# Rebuilt by `migrate` on the target (natural keys point at them), so they are not copied.
+EXCLUDED = ["contenttypes", "auth.permission"]
+
+
+class BackupError(Exception):
+    """A backup or restore that cannot go on; the message says what to do."""
+
+
+@dataclass
+class Places:
+    """Where this install keeps its files (from settings)."""
+
+    session_files: Path
+    user_tools: Path
+    ssh_hosts: Path
+
+    @classmethod
+    def from_settings(cls) -> Places:
+        return cls(Path(settings.SESSION_FILES_DIR), Path(settings.TOOLS_DIR), Path(settings.SSH_HOSTS_FILE))
+
+
+# The backup covers every app's tables; other apps' models are named, not imported (they sit
+# above sessions_app in the import order).
+_COUNTED = {
+    "sessions": "sessions_app.Session", "messages": "sessions_app.Message", "session_files": "sessions_app.SessionFile",
+    "memory_facts": "memory_app.MemoryFact", "api_tokens": "sessions_app.ApiToken", "user_tools": "tools_app.UserTool",
+}
+
+
+def _counted_models() -> dict:
+    return {"users": get_user_model(), **{name: apps.get_model(label) for name, label in _COUNTED.items()}}
+
+
+def counts() -> dict[str, int]:
+    """What a user checks after a restore: rows of the tables that matter."""
+    return {name: model.objects.count() for name, model in _counted_models().items()}
+
+
+# --- backup ------------------------------------------------------------------------------------
+def backup(path: Path, say: Callable[[str], None] = print) -> Path:
+    """Write the archive (atomically: a temp file renamed into place); returns its path."""
+    if path.is_dir():
+        path = path / f"navi-backup-{timezone.now():%Y%m%d-%H%M%S}.tar.gz"
+    if not path.parent.is_dir():
+        raise BackupError(f"the folder {path.parent} does not exist; create it or pick another path")
+    places = Places.from_settings()
+    vendor = connections[DEFAULT_DB_ALIAS].vendor
+    with tempfile.TemporaryDirectory(prefix="navi-backup-") as tmp:
+        work = Path(tmp)
+        if vendor == "sqlite":
+            say("==> database: SQLite online backup")
+            database = work / "database.sqlite3"
+            _sqlite_snapshot(database)
+            row_counts = _counts_of_snapshot(database)
+        else:
+            say(f"==> database: {vendor}, rows as JSON in one REPEATABLE READ transaction")
+            database = work / "database.json"
+            row_counts = _json_snapshot(database)
+        manifest = {
+            "format": FORMAT, "version": VERSION, "created_at": timezone.now().isoformat(), "db_vendor": vendor,
+            "database": database.name, "counts": row_counts,
+            "source": {"session_files": str(places.session_files), "user_tools": str(places.user_tools)},
+            "files": {
+                "session_files": _count_files(places.session_files),
+                "user_tools": _count_files(places.user_tools),
+                "ssh_hosts": places.ssh_hosts.is_file(),
+            },
+        }
+        say("==> " + ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in row_counts.items()))
+        _write_archive(path, manifest, database, places, say)
+    say(f"==> backup written: {path} ({path.stat().st_size // 1024} KB)")
+    return path
+
+
+def _write_archive(path: Path, manifest: dict, database: Path, places: Places, say: Callable[[str], None]) -> None:
+    """The tar.gz, written to a hidden temp file renamed into place: never a half-written backup."""
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        # Password and token hashes, SSH host details: readable by the owner only.
+        with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as raw, \
+                tarfile.open(fileobj=raw, mode="w:gz") as tar:
+            _add_bytes(tar, "manifest.json", json.dumps(manifest, indent=2).encode())
+            tar.add(database, arcname=database.name)
+            for name, folder in (("session_files", places.session_files), ("user_tools", places.user_tools)):
+                if folder.is_dir():
+                    say(f"==> {name}: {manifest['files'][name]} file(s) from {folder}")
+                    _add_folder(tar, folder, name, say)
+            if places.ssh_hosts.is_file():
+                say(f"==> ssh hosts: {places.ssh_hosts}")
+                tar.add(places.ssh_hosts, arcname="ssh_hosts.json")
+        partial.replace(path)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def _add_folder(tar: tarfile.TarFile, folder: Path, arcname: str, say: Callable[[str], None]) -> None:
+    """The folder's files; one deleted meanwhile (an expired upload) is left out, not fatal."""
+    tar.add(folder, arcname=arcname, recursive=False)
+    for item in sorted(folder.rglob("*")):
+        if "__pycache__" in item.parts:
+            continue
+        try:
+            tar.add(item, arcname=f"{arcname}/{item.relative_to(folder)}", recursive=False)
+        except FileNotFoundError:
+            say(f"    (skipped {item}: deleted while the backup ran)")
+
+
+def _sqlite_snapshot(target: Path) -> None:
+    """Copy the live database page by page (sqlite3 online backup API) through Django's own
+    connection: consistent even while the server writes (WAL)."""
+    connection = connections[DEFAULT_DB_ALIAS]
+    connection.ensure_connection()
+    copy = sqlite3.connect(target)
+    try:
+        connection.connection.backup(copy)
+    finally:
+        copy.close()
+
+
+def _json_snapshot(target: Path) -> dict[str, int]:
+    """Every row (and the counts) as one snapshot: nothing committed meanwhile is half-seen."""
+    connection = connections[DEFAULT_DB_ALIAS]
+    with transaction.atomic(), target.open("w", encoding="utf-8") as out:
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:  # first statement of the transaction
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        row_counts = counts()
+        _dumpdata(DEFAULT_DB_ALIAS, out)
+    return row_counts
+
+
+def _dumpdata(using: str, out) -> None:
+    call_command(
+        "dumpdata", database=using, format="navijson", natural_foreign=True, exclude=EXCLUDED, stdout=out, verbosity=0
+    )
+
+
+def _counts_of_snapshot(database: Path) -> dict[str, int]:
+    tables = {name: model._meta.db_table for name, model in _counted_models().items()}
+    with closing(sqlite3.connect(database)) as db:
+        return {name: db.execute(f'SELECT COUNT(*) FROM "{table}"').fetchone()[0] for name, table in tables.items()}
+
+
+def _snapshot_to_json(database: Path, fixture: Path) -> None:
+    """The SQLite snapshot's rows as a fixture, by `dumpdata` in a child process pointed at it
+    (migrated first: the backup may come from an older Navi)."""
+    env = {**os.environ, "DATABASE_URL": f"sqlite:///{database}", "DJANGO_SETTINGS_MODULE": "navi_project.settings"}
+    excluded = [arg for app in EXCLUDED for arg in ("--exclude", app)]
+    dump = ["dumpdata", "--format", "navijson", "--natural-foreign", *excluded, "--output", str(fixture)]
+    for args in (["migrate", "--noinput"], dump):
+        done = subprocess.run(
+            [sys.executable, str(Path(settings.BASE_DIR) / "manage.py"), *args, "--verbosity", "0"],
+            env=env, capture_output=True, text=True,
+        )
+        if done.returncode != 0:
+            raise BackupError(f"reading the SQLite snapshot failed ({args[0]}): {done.stderr.strip()[-500:]}")
+
+
+def _count_files(folder: Path) -> int:
+    return sum(1 for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts) if folder.is_dir() else 0
+
+
+def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime, info.mode = len(data), int(timezone.now().timestamp()), 0o600
+    tar.addfile(info, io.BytesIO(data))
+
+
+# --- restore -----------------------------------------------------------------------------------
+def restore(path: Path, *, force: bool = False, say: Callable[[str], None] = print) -> dict[str, int]:
+    """Restore the archive into this install's database and folders; returns the row counts."""
+    if not path.is_file():
+        raise BackupError(f"no backup at {path}; pass the .tar.gz that navi_backup wrote")
+    places = Places.from_settings()
+    with tempfile.TemporaryDirectory(prefix="navi-restore-") as tmp:
+        work = Path(tmp)
+        manifest = _unpack(path, work)
+        say(f"==> backup of {manifest['created_at']} ({manifest['db_vendor']}): "
+            + ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in manifest["counts"].items()))
+        say("==> migrating the target database")
+        call_command("migrate", interactive=False, verbosity=0)
+        _refuse_non_empty(places, force)
+        fixture = work / "rows.navijson"  # loaddata picks the format by extension
+        if manifest["database"] == "database.sqlite3":
+            say("==> reading the SQLite snapshot")
+            _snapshot_to_json(work / "database.sqlite3", fixture)
+        else:
+            (work / "database.json").rename(fixture)
+        say(f"==> loading the rows into {connections[DEFAULT_DB_ALIAS].vendor}")
+        with transaction.atomic():  # all or nothing: a failed load leaves the target as it was
+            # Flushed even when empty, so rows a migration seeded (profiles) are exactly the backup's.
+            call_command("flush", interactive=False, verbosity=0)
+            call_command("loaddata", str(fixture), verbosity=0)
+            _move_paths(manifest["source"], places)
+        _copy_files(work, places, force, say)
+    restored = counts()
+    say("==> restored: " + ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in restored.items()))
+    return restored
+
+
+def _copy_files(work: Path, places: Places, force: bool, say: Callable[[str], None]) -> None:
+    for name, target in (("session_files", places.session_files), ("user_tools", places.user_tools)):
+        if (work / name).is_dir():
+            say(f"==> {name} → {target}")
+            if force and target.is_dir():
+                shutil.rmtree(target)
+            shutil.copytree(work / name, target, dirs_exist_ok=True)
+    if (work / "ssh_hosts.json").is_file():
+        say(f"==> ssh hosts → {places.ssh_hosts}")
+        places.ssh_hosts.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(work / "ssh_hosts.json", places.ssh_hosts)
+
+
+def _unpack(path: Path, work: Path) -> dict:
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            tar.extractall(work, filter="data")  # no absolute paths, no `..`, no device files
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise BackupError(f"{path} is not a readable backup ({exc}); pass a .tar.gz written by navi_backup") from exc
+    try:
+        manifest = json.loads((work / "manifest.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise BackupError(f"{path} has no valid manifest.json; is it a navi_backup archive?") from exc
+    if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
+        raise BackupError(
+            f"{path} is format {manifest.get('format')!r} version {manifest.get('version')!r}; this Navi "
+            f"restores {FORMAT} version {VERSION}: use the Navi version that wrote it"
+        )
+    if not (work / manifest.get("database", "")).is_file():
+        raise BackupError(f"{path} lacks its database file; the archive is damaged: take a new backup")
+    return manifest
+
+
+def _refuse_non_empty(places: Places, force: bool) -> None:
+    """Restoring over data would mix two installs: only into an empty place, or with --force."""
+    existing = {k: n for k, n in counts().items() if n}
+    folders = [str(f) for f in (places.session_files, places.user_tools) if _has_own_files(f)]
+    if places.ssh_hosts.is_file():
+        folders.append(str(places.ssh_hosts))
+    if (existing or folders) and not force:
+        found = ", ".join([f"{n} {k.replace('_', ' ')}" for k, n in existing.items()] + folders)
+        raise BackupError(
+            f"the target is not empty ({found}). Restore into an empty database and folders (a new "
+            "DB_PATH or DATABASE_URL, SESSION_FILES_DIR, TOOLS_DIR, SSH_HOSTS_FILE), or pass --force "
+            "to replace all of it with the backup"
+        )
+
+
+def _has_own_files(folder: Path) -> bool:
+    """Anything besides the template the repository ships in user_tools/."""
+    if not folder.is_dir():
+        return False
+    return any(p.name not in ("_template.py", "__pycache__") for p in folder.iterdir())
+
+
+def _move_paths(source: dict, places: Places) -> None:
+    """Rows store absolute file paths: point them from the backed-up folders to this install's."""
+    for model, old, new in (
+        (apps.get_model("sessions_app.SessionFile"), source["session_files"], places.session_files),
+        (apps.get_model("tools_app.UserTool"), source["user_tools"], places.user_tools),
+    ):
+        old_prefix = old.rstrip("/") + "/"
+        for row in model.objects.filter(path__startswith=old_prefix):
+            row.path = str(new / row.path[len(old_prefix):])
+            row.save(update_fields=["path"])

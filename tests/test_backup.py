@@ -1,0 +1,184 @@
+"""navi_backup / navi_restore: a backup taken while the server answers restores into a fresh
+place, and a server started there has every session, message, fact, tool and API token."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import tarfile
+
+import httpx
+import pytest
+from django.core.management import CommandError, call_command
+
+from memory_app.models import MemoryFact
+from sessions_app.models import Message, Session
+from tests.live_server import LiveNavi
+from tests.live_ws import connect, recv_run, recv_until
+from tests.llm_server import LLMServer, Rule, Turn
+
+ANSWER = "".join(f"word{i:03d} " for i in range(120))
+TOOL = '''name = "shout"
+description = "Upper-cases a text. Use it when asked to shout."
+parameters = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
+
+
+async def execute(params: dict) -> str:
+    return params["text"].upper()
+'''
+SSH_HOSTS = {"nas": {"host": "192.168.1.5", "port": 22, "username": "me", "key_file": "~/.ssh/id_ed25519"}}
+
+
+def _with_own_ssh_hosts(navi: LiveNavi) -> LiveNavi:
+    navi.env["SSH_HOSTS_FILE"] = str(navi.data_dir / "ssh_hosts.json")
+    return navi
+
+
+def _get(navi: LiveNavi, path: str, token: str | None = None) -> dict | list:
+    response = httpx.get(f"{navi.url}{path}", headers={"Authorization": f"Bearer {token or navi.token}"}, timeout=30)
+    response.raise_for_status()
+    return response.json()
+
+
+def _fill(navi: LiveNavi) -> str:
+    """A chat, an upload, a fact, a user tool, ssh hosts and a second user; returns bob's token."""
+    session_id = navi.create_session()
+    with navi.api() as api:
+        assert api.post(f"/sessions/{session_id}/messages", json={"content": "first chat"}).status_code == 200
+        upload = api.post(f"/sessions/{session_id}/files", files={"file": ("notes.txt", b"remember the milk")})
+        assert upload.status_code in (200, 201), upload.text
+    navi._manage(
+        "shell", "-c",
+        "from django.contrib.auth.models import User; from memory_app.models import MemoryFact; "
+        "MemoryFact.objects.create(owner=User.objects.get(username='owner'), category='personal', key='city', value='Lisbon')",
+    )
+    (navi.data_dir / "user_tools" / "shout.py").write_text(TOOL)
+    navi._manage("reload_tools")
+    (navi.data_dir / "ssh_hosts.json").write_text(json.dumps(SSH_HOSTS))
+    return navi.add_user("bob")
+
+
+@pytest.mark.live
+def test_a_backup_taken_mid_answer_restores_into_a_fresh_server(tmp_path):
+    archive = tmp_path / "navi.tar.gz"
+    with LLMServer() as llm:
+        llm.add_rule(Rule(match="long story", turns=[Turn(content=ANSWER, chunk_size=2, delay=0.03)]))
+        env = {"OLLAMA_HOST": llm.url}
+        with _with_own_ssh_hosts(LiveNavi(env=env)) as source:
+            bob_token = _fill(source)
+            [first] = [s["session_id"] for s in _get(source, "/sessions")["sessions"]]
+            first_messages = _get(source, f"/sessions/{first}")["messages"]
+            streaming = source.create_session()
+
+            async def backup_mid_answer() -> list[dict]:
+                async with connect(source, streaming) as ws:
+                    await ws.send(json.dumps({"type": "message", "content": "tell me a long story"}))
+                    await recv_until(ws, lambda f: f["type"] == "stream_delta")
+                    output = await asyncio.to_thread(source._manage, "navi_backup", str(archive))
+                    assert "backup written" in output
+                    return await recv_run(ws, timeout=60)
+
+            frames = asyncio.run(backup_mid_answer())
+            assert frames[-1]["type"] == "stream_end" and frames[-1]["content"] == ANSWER  # undisturbed
+            sessions = {s["session_id"] for s in _get(source, "/sessions")["sessions"]}
+
+        with tarfile.open(archive) as tar:
+            manifest = json.load(tar.extractfile("manifest.json"))
+        assert manifest["counts"]["sessions"] == 2 and manifest["counts"]["memory_facts"] == 1
+        assert manifest["files"]["ssh_hosts"] and manifest["db_vendor"] in ("sqlite", "postgresql")
+
+        target = _with_own_ssh_hosts(LiveNavi(env=env))
+        try:
+            output = target._manage("navi_restore", str(archive))
+            assert "restored: 2 users, 2 sessions" in output
+            target.token = source.token  # the backed-up token, not a new one
+            target.start()
+
+            assert {s["session_id"] for s in _get(target, "/sessions")["sessions"]} == sessions
+            assert _get(target, f"/sessions/{first}")["messages"] == first_messages
+            mid_run = _get(target, f"/sessions/{streaming}")["messages"]
+            assert mid_run[0]["role"] == "user" and mid_run[0]["content"] == "tell me a long story"
+            for row in mid_run[1:]:  # the answer as far as it had streamed, cut off
+                assert row["status"] == "interrupted" and ANSWER.startswith(row["content"])
+            facts = _get(target, "/memory")["facts"]
+            assert [(f["category"], f["key"], f["value"]) for f in facts] == [("personal", "city", "Lisbon")]
+            assert "shout" in {t["name"] for t in _get(target, "/agents/tools")["tools"]}
+            assert _get(target, "/sessions", token=bob_token) == {"sessions": []}  # bob's token works too
+            [(path,)] = target.sql("SELECT path FROM sessions_app_sessionfile")
+            assert path.startswith(str(target.data_dir / "session_files"))
+            assert open(path, "rb").read() == b"remember the milk"
+            assert json.loads((target.data_dir / "ssh_hosts.json").read_text()) == SSH_HOSTS
+
+            # The new server answers in a restored chat.
+            with target.api() as api:
+                reply = api.post(f"/sessions/{first}/messages", json={"content": "still there?"})
+            assert reply.status_code == 200 and reply.json()["content"] == "echo: still there?"
+        finally:
+            target.__exit__(None, None, None)
+
+
+@pytest.mark.live
+@pytest.mark.skipif(not os.environ.get("DATABASE_URL", "").startswith("postgres"),
+                    reason="moves SQLite to PostgreSQL: runs in make test-postgres")
+def test_a_sqlite_install_moves_to_postgresql(tmp_path):
+    archive = tmp_path / "navi.tar.gz"
+    with LLMServer() as llm:
+        source = LiveNavi(env={"OLLAMA_HOST": llm.url})
+        source.env["DATABASE_URL"] = f"sqlite:///{source.data_dir / 'navi.db'}"
+        with _with_own_ssh_hosts(source):
+            bob_token = _fill(source)
+            sessions = _get(source, "/sessions")["sessions"]
+            source._manage("navi_backup", str(archive))
+        target = _with_own_ssh_hosts(LiveNavi(env={"OLLAMA_HOST": llm.url}))
+        try:
+            assert target.env["DATABASE_URL"].startswith("postgres")
+            target._manage("navi_restore", str(archive))
+            target.token = source.token
+            target.start()
+            assert _get(target, "/sessions")["sessions"] == sessions
+            assert _get(target, "/memory")["facts"][0]["value"] == "Lisbon"
+            assert "shout" in {t["name"] for t in _get(target, "/agents/tools")["tools"]}
+            assert _get(target, "/sessions", token=bob_token) == {"sessions": []}
+            with target.api() as api:  # id sequences were moved past the restored rows
+                reply = api.post(f"/sessions/{sessions[0]['session_id']}/messages", json={"content": "moved?"})
+            assert reply.status_code == 200 and reply.json()["content"] == "echo: moved?"
+        finally:
+            target.__exit__(None, None, None)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_restore_refuses_a_target_with_data_unless_forced(tmp_path, owner, settings):
+    kept = Session.objects.create(owner=owner, profile_id="secretary", title="kept")
+    Message.objects.create(session=kept, seq=1, role="user", content="keep me")
+    MemoryFact.objects.create(owner=owner, category="personal", key="pet", value="a cat")
+    (settings.SESSION_FILES_DIR / str(kept.pk)).mkdir(parents=True)
+    (settings.SESSION_FILES_DIR / str(kept.pk) / "a.txt").write_text("a")
+    archive = tmp_path / "b.tar.gz"
+    call_command("navi_backup", str(archive), stdout=open(tmp_path / "out.txt", "w"))
+
+    Session.objects.create(owner=owner, profile_id="secretary", title="made after the backup")
+    (settings.SESSION_FILES_DIR / "later.txt").write_text("later")
+    with pytest.raises(CommandError, match=r"not empty \(1 users, 2 sessions.*--force"):
+        call_command("navi_restore", str(archive), stdout=open(tmp_path / "out.txt", "w"))
+    assert Session.objects.count() == 2  # nothing touched
+
+    call_command("navi_restore", str(archive), force=True, stdout=open(tmp_path / "out.txt", "w"))
+    assert list(Session.objects.values_list("title", flat=True)) == ["kept"]
+    assert list(Message.objects.values_list("content", flat=True)) == ["keep me"]
+    assert MemoryFact.objects.get().value == "a cat"
+    assert sorted(p.name for p in settings.SESSION_FILES_DIR.rglob("*") if p.is_file()) == ["a.txt"]
+
+
+def test_restore_says_what_to_do_with_a_file_that_is_not_a_backup(tmp_path):
+    junk = tmp_path / "junk.tar.gz"
+    junk.write_bytes(b"not a tarball")
+    with pytest.raises(CommandError, match="not a readable backup.*navi_backup"):
+        call_command("navi_restore", str(junk))
+    with pytest.raises(CommandError, match="no backup at"):
+        call_command("navi_restore", str(tmp_path / "missing.tar.gz"))
+
+
+def test_backup_into_a_missing_folder_says_so(tmp_path):
+    with pytest.raises(CommandError, match="does not exist; create it"):
+        call_command("navi_backup", str(tmp_path / "nope" / "b.tar.gz"))
