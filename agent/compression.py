@@ -8,7 +8,6 @@ reaches OLLAMA_NUM_CTX × CONTEXT_COMPRESSION_THRESHOLD.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 
@@ -19,6 +18,7 @@ from agent.events import ContextCompressed
 from agent.llm.base import context_window
 from agent.messages import ChatMessage
 from agent.workers import Worker, WorkerContext, WorkerResult, post_turn_workers, pre_turn_workers
+from sessions_app.transcript import render_transcript
 
 log = logging.getLogger(__name__)
 
@@ -60,28 +60,9 @@ def partition(context: list[ChatMessage], keep_recent: int) -> Partition:
     return Partition(system, rest[:cut], rest[cut:])
 
 
-def _clip(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def format_for_summary(messages: list[ChatMessage]) -> str:
     """Plain text of the old turns; tool calls and results as compact previews."""
-    lines: list[str] = []
-    for m in messages:
-        if m.is_summary:
-            lines.append(f"Earlier summary:\n{m.content}")
-        elif m.role == "user":
-            lines.append(f"User: {m.content}" + (f" [{len(m.images)} image(s)]" if m.images else ""))
-        elif m.role == "assistant":
-            if m.content:
-                lines.append(f"Assistant: {m.content}")
-            for call in m.tool_calls:
-                args = call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments, ensure_ascii=False)
-                lines.append(f"Assistant called {call.name}({_clip(args, _MAX_ARGS_CHARS)})")
-        elif m.role == "tool":
-            lines.append(f"Tool result ({m.name or 'tool'}): {_clip(m.content, _MAX_RESULT_CHARS)}")
-    return "\n".join(lines)
+    return render_transcript(messages, args_chars=_MAX_ARGS_CHARS, result_chars=_MAX_RESULT_CHARS)
 
 
 def cap_input(text: str, limit: int = _MAX_SUMMARY_INPUT_CHARS) -> str:

@@ -7,7 +7,6 @@ available to them.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -16,6 +15,7 @@ from agent import oneshot
 from agent.conversation import DBConversation
 from agent.llm import LLMError
 from agent.models import Profile
+from sessions_app.transcript import render_transcript
 from tools_app.base import Tool, ToolResult
 from tools_app.context import current_chat_session_id, current_session_id
 
@@ -34,26 +34,9 @@ Next steps must be concrete actions (which tool, with what input), most importan
 Be brief and specific; do not redo the work yourself."""
 
 
-def _clip(text: str) -> str:
-    text = (text or "").strip()
-    return text if len(text) <= MAX_CHARS_PER_MESSAGE else text[:MAX_CHARS_PER_MESSAGE] + " […]"
-
-
 def transcript(messages: list) -> str:
     """The recent context as plain text for the reviewer."""
-    lines = []
-    for msg in messages[-RECENT_MESSAGES:]:
-        if msg.role == "system":
-            continue
-        if msg.role == "tool":
-            lines.append(f"[tool result {msg.name or ''}]: {_clip(msg.content)}")
-            continue
-        if msg.content:
-            lines.append(f"[{msg.role}]: {_clip(msg.content)}")
-        for call in msg.tool_calls:
-            args = call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments, ensure_ascii=False)
-            lines.append(f"[assistant called {call.name}]: {_clip(args)}")
-    return "\n".join(lines)
+    return render_transcript(messages[-RECENT_MESSAGES:], text_chars=MAX_CHARS_PER_MESSAGE, result_chars=MAX_CHARS_PER_MESSAGE)
 
 
 class ReflectTool(Tool):

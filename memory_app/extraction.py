@@ -17,6 +17,7 @@ from django.db.models import F, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from sessions_app.models import Message, Session
+from sessions_app.transcript import render_transcript
 
 from . import services
 from .models import CATEGORY_MAX, KEY_MAX, SessionMemoryState
@@ -113,15 +114,8 @@ def stale_sessions(now=None, owner_id: int | None = None, include_fresh: bool = 
 
 def render_session(session: Session) -> str:
     """The display history as plain text (tool output shortened), capped to the most recent part."""
-    lines = []
-    for row in Message.objects.filter(session=session, in_display=True).order_by("seq"):
-        if row.role == "user":
-            lines.append(f"User: {row.content}")
-        elif row.role == "assistant" and row.content and row.name != "plan":
-            lines.append(f"Assistant: {row.content}")
-        elif row.role == "tool":
-            lines.append(f"Tool result ({row.name}): {row.content[:300]}")
-    text = "\n\n".join(lines)
+    rows = Message.objects.filter(session=session, in_display=True).order_by("seq")
+    text = render_transcript((r for r in rows if not (r.role == "assistant" and r.name == "plan")), separator="\n\n")
     if len(text) > MAX_TRANSCRIPT_CHARS:
         text = "[…earlier messages omitted…]\n" + text[-MAX_TRANSCRIPT_CHARS:]
     return text

@@ -366,3 +366,27 @@ async def test_extraction_frames_reach_the_session_socket(owner, session):
     frame = await communicator.receive_json_from(timeout=5)
     assert frame == {"type": "memory_saved", "category": "a", "key": "b", "value": "c"}
     await communicator.disconnect()
+
+
+@pytest.mark.django_db
+def test_the_extraction_transcript_shows_tool_calls_and_leaves_out_plans(owner):
+    from memory_app.extraction import render_session
+    from sessions_app.models import Message, Session
+
+    session = Session.objects.create(owner=owner, profile_id="secretary")
+    rows = [
+        dict(role="user", content="I moved to Porto last week"),
+        dict(role="assistant", name="plan", content="1. save it\n2. confirm"),
+        dict(role="assistant", content="", tool_calls=[{"id": "c1", "name": "memory_save", "arguments": {"key": "city", "value": "Porto"}}]),
+        dict(role="tool", name="memory_save", content="saved " + "x" * 1000),
+        dict(role="assistant", content="Noted: you live in Porto."),
+    ]
+    for seq, row in enumerate(rows, 1):
+        Message.objects.create(session=session, seq=seq, **row)
+    text = render_session(session)
+    assert text.split("\n\n") == [
+        "User: I moved to Porto last week",
+        'Assistant called memory_save({"key": "city", "value": "Porto"})',
+        "Tool result (memory_save): saved " + "x" * 293 + "…",  # 300 characters of the result
+        "Assistant: Noted: you live in Porto.",
+    ]
