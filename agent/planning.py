@@ -17,12 +17,11 @@ from typing import Any
 
 from django.conf import settings
 
-from agent import prompts
+from agent import oneshot, prompts
 from agent.conversation import Conversation
 from agent.llm import LLMBackend, LLMError
 from agent.messages import ChatMessage
 from agent.models import Profile
-from navi_project.llm_purpose import llm_purpose
 
 log = logging.getLogger(__name__)
 
@@ -85,15 +84,10 @@ async def make_plan(
         return None
     request = context[index].content
     try:
-        with llm_purpose("planning"):
-            response = await backend.complete(
-                _append_to(context, index, prompts.PLANNING_PROMPT),
-                tools,
-                model=profile.resolved_model(),
-                temperature=0.3,
-                think=False,
-                max_tokens=settings.LLM_MAX_PLAN_TOKENS,
-            )
+        response = await oneshot.call(
+            backend, _append_to(context, index, prompts.PLANNING_PROMPT), purpose="planning", tools=tools,
+            model=profile.resolved_model(), temperature=0.3, max_tokens=settings.LLM_MAX_PLAN_TOKENS,
+        )
     except LLMError as exc:
         log.info("planning skipped: %s", exc)
         return None
