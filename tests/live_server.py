@@ -49,6 +49,7 @@ def live_database_url(data_dir: Path) -> str:
     marker = data_dir / "database_url"
     if marker.exists():
         return marker.read_text()
+    data_dir.mkdir(parents=True, exist_ok=True)
     import uuid
 
     import psycopg
