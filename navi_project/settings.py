@@ -169,7 +169,8 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels.layers.InMemoryChannelLayer",
+            # Channels' in-memory layer without its per-message scans and tasks (one process).
+            "BACKEND": "navi_project.inmemory_layer.NaviInMemoryChannelLayer",
             "CONFIG": {"capacity": 50000, "expiry": 60},
         }
     }
