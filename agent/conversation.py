@@ -102,23 +102,30 @@ class DBConversation(Conversation):
 
     @classmethod
     async def open(cls, session_id: str) -> "DBConversation":
-        session = await Session.objects.aget(pk=session_id)
+        return await sync_to_async(cls._open)(session_id)  # one thread hop, not one per query
+
+    @classmethod
+    def _open(cls, session_id: str) -> "DBConversation":
+        session = Session.objects.get(pk=session_id)
         # A compression summary is always the first context message (there is at most one in
         # context: the next compression folds it), yet its seq is newer than the rows it replaced.
         rows = Message.objects.filter(session=session, in_context=True).order_by("-is_summary", "seq")
-        return cls(session, [row_to_message(r) async for r in rows])
-
-    async def _next_seq(self) -> int:
-        agg = await Message.objects.filter(session_id=self.session.pk).aaggregate(m=Max("seq"))
-        return (agg["m"] or 0) + 1
+        return cls(session, [row_to_message(r) for r in rows])
 
     async def add(
         self, msg: ChatMessage, *, display: bool = True, status: str = "complete", context: bool = True
     ) -> ChatMessage:
         """Append a row; `context=False` rows are shown but never sent to the model (plans)."""
-        row = await Message.objects.acreate(
+        await sync_to_async(self._add_row)(msg, display, status, context)  # one hop, three queries
+        if context:
+            self.context.append(msg)
+        return msg
+
+    def _add_row(self, msg: ChatMessage, display: bool, status: str, context: bool) -> None:
+        seq = (Message.objects.filter(session_id=self.session.pk).aggregate(m=Max("seq"))["m"] or 0) + 1
+        row = Message.objects.create(
             session_id=self.session.pk,
-            seq=await self._next_seq(),
+            seq=seq,
             role=msg.role,
             content=msg.content,
             thinking=msg.thinking,
@@ -133,14 +140,11 @@ class DBConversation(Conversation):
             meta=msg.meta,
         )
         msg.db_id = row.id
-        if context:
-            self.context.append(msg)
         update = {"last_active": timezone.now()}
         if msg.role == "user" and not self.session.title and msg.content.strip():
             self.session.title = _title_from(msg.content)
             update["title"] = self.session.title
-        await Session.objects.filter(pk=self.session.pk).aupdate(**update)
-        return msg
+        Session.objects.filter(pk=self.session.pk).update(**update)
 
     async def update(self, msg: ChatMessage, *, status: str, force: bool = True) -> None:
         if msg.db_id is None:
