@@ -6,6 +6,8 @@ stop leaves everything up to that point on disk.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 import uuid
 from dataclasses import dataclass
@@ -18,6 +20,8 @@ from django.utils import timezone
 from agent import clock
 from agent.messages import ChatMessage, ToolCall
 from sessions_app.models import Message, Session
+
+log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL_S = 0.5  # partial answers reach the database at least this often
 
@@ -83,6 +87,7 @@ class Conversation:
 @dataclass
 class _FlushState:
     last: float = 0.0
+    pending: asyncio.Task | None = None  # a partial save in flight (not awaited by the stream)
 
 
 class DBConversation(Conversation):
@@ -147,19 +152,30 @@ class DBConversation(Conversation):
         Session.objects.filter(pk=self.session.pk).update(**update)
 
     async def update(self, msg: ChatMessage, *, status: str, force: bool = True) -> None:
+        """Save the message's current content. A throttled partial save (`force=False`) runs
+        beside the stream, so a busy database never holds up the deltas; a forced save waits
+        for it first, so the rows end in the right state."""
         if msg.db_id is None:
             return
         state = self._flush.setdefault(msg.db_id, _FlushState())
         now = time.monotonic()
-        if not force and now - state.last < FLUSH_INTERVAL_S:
+        if not force:
+            if now - state.last < FLUSH_INTERVAL_S or (state.pending is not None and not state.pending.done()):
+                return
+            state.last = now
+            state.pending = asyncio.create_task(self._save_partial(msg.db_id, _row_fields(msg, status)))
             return
+        if state.pending is not None:
+            await asyncio.shield(state.pending)
         state.last = now
-        await Message.objects.filter(pk=msg.db_id).aupdate(
-            content=msg.content,
-            thinking=msg.thinking,
-            tool_calls=[c.as_dict() for c in msg.tool_calls],
-            status=status,
-        )
+        await Message.objects.filter(pk=msg.db_id).aupdate(**_row_fields(msg, status))
+
+    @staticmethod
+    async def _save_partial(row_id: int, fields: dict) -> None:
+        try:
+            await Message.objects.filter(pk=row_id).aupdate(**fields)
+        except Exception:  # the next flush or the final save writes it again
+            log.warning("saving the partial answer %s failed", row_id, exc_info=True)
 
     async def save_streaming(self, msg: ChatMessage, *, status: str = "complete", force: bool = True) -> None:
         """The answer being streamed: its first save adds the row, later ones update it (partial
@@ -211,6 +227,15 @@ class DBConversation(Conversation):
         pid = await Session.objects.filter(pk=self.session.pk).values_list("profile_id", flat=True).afirst()
         self.profile_id = pid or self.profile_id
         return self.profile_id
+
+
+def _row_fields(msg: ChatMessage, status: str) -> dict:
+    return {
+        "content": msg.content,
+        "thinking": msg.thinking,
+        "tool_calls": [c.as_dict() for c in msg.tool_calls],
+        "status": status,
+    }
 
 
 def _title_from(content: str) -> str:
