@@ -146,6 +146,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
             "timeout": 30,
         }
     )
+    # Keep the connection: opening one (file open + the PRAGMAs above) on every request and
+    # WebSocket message cost ~5 % of the server's CPU when runs start (issue #14).
+    DATABASES["default"]["CONN_MAX_AGE"] = None
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Channel layer ------------------------------------------------------------------------
