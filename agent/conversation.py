@@ -111,7 +111,7 @@ class DBConversation(Conversation):
 
     @classmethod
     def _open(cls, session_id: str) -> "DBConversation":
-        session = Session.objects.get(pk=session_id)
+        session = Session.objects.select_related("profile").get(pk=session_id)  # the loop needs it next
         # A compression summary is always the first context message (there is at most one in
         # context: the next compression folds it), yet its seq is newer than the rows it replaced.
         rows = Message.objects.filter(session=session, in_context=True).order_by("-is_summary", "seq")
