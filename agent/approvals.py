@@ -18,6 +18,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.utils import timezone
@@ -25,7 +26,7 @@ from django.utils import timezone
 from agent import policy
 from agent.groups import control_group
 from agent.models import SessionToolGrant, ToolCallRecord
-from tools_app.permissions import auser_has_host_tools, is_host_call, offered_without_permission, refusal
+from tools_app.permissions import is_host_call, offered_without_permission, refusal, user_has_host_tools
 
 Decision = ToolCallRecord.Decision
 POLL_S = 1.0
@@ -84,10 +85,14 @@ class RunGuard:
 
     @classmethod
     async def for_run(cls, user_id: int | None, session_id: str | None, run_id: str = "") -> "RunGuard":
+        return await sync_to_async(cls._load)(user_id, session_id, run_id)  # one thread hop
+
+    @classmethod
+    def _load(cls, user_id: int | None, session_id: str | None, run_id: str) -> "RunGuard":
         grants: set[str] = set()
         if session_id and not session_id.startswith("subagent_"):
-            grants = {t async for t in SessionToolGrant.objects.filter(session_id=session_id).values_list("tool", flat=True)}
-        return cls(user_id, session_id, run_id, await auser_has_host_tools(user_id), grants=grants)
+            grants = set(SessionToolGrant.objects.filter(session_id=session_id).values_list("tool", flat=True))
+        return cls(user_id, session_id, run_id, user_has_host_tools(user_id), grants=grants)
 
     # --- what the model is offered ----------------------------------------------------------
     def offers(self, tool: str, profile_policy: dict | None) -> bool:

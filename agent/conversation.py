@@ -6,6 +6,8 @@ stop leaves everything up to that point on disk.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 import uuid
 from dataclasses import dataclass
@@ -18,6 +20,8 @@ from django.utils import timezone
 from agent import clock
 from agent.messages import ChatMessage, ToolCall
 from sessions_app.models import Message, Session
+
+log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL_S = 0.5  # partial answers reach the database at least this often
 
@@ -83,6 +87,7 @@ class Conversation:
 @dataclass
 class _FlushState:
     last: float = 0.0
+    pending: asyncio.Task | None = None  # a partial save in flight (not awaited by the stream)
 
 
 class DBConversation(Conversation):
@@ -102,23 +107,30 @@ class DBConversation(Conversation):
 
     @classmethod
     async def open(cls, session_id: str) -> "DBConversation":
-        session = await Session.objects.aget(pk=session_id)
+        return await sync_to_async(cls._open)(session_id)  # one thread hop, not one per query
+
+    @classmethod
+    def _open(cls, session_id: str) -> "DBConversation":
+        session = Session.objects.select_related("profile").get(pk=session_id)  # the loop needs it next
         # A compression summary is always the first context message (there is at most one in
         # context: the next compression folds it), yet its seq is newer than the rows it replaced.
         rows = Message.objects.filter(session=session, in_context=True).order_by("-is_summary", "seq")
-        return cls(session, [row_to_message(r) async for r in rows])
-
-    async def _next_seq(self) -> int:
-        agg = await Message.objects.filter(session_id=self.session.pk).aaggregate(m=Max("seq"))
-        return (agg["m"] or 0) + 1
+        return cls(session, [row_to_message(r) for r in rows])
 
     async def add(
         self, msg: ChatMessage, *, display: bool = True, status: str = "complete", context: bool = True
     ) -> ChatMessage:
         """Append a row; `context=False` rows are shown but never sent to the model (plans)."""
-        row = await Message.objects.acreate(
+        await sync_to_async(self._add_row)(msg, display, status, context)  # one hop, three queries
+        if context:
+            self.context.append(msg)
+        return msg
+
+    def _add_row(self, msg: ChatMessage, display: bool, status: str, context: bool) -> None:
+        seq = (Message.objects.filter(session_id=self.session.pk).aggregate(m=Max("seq"))["m"] or 0) + 1
+        row = Message.objects.create(
             session_id=self.session.pk,
-            seq=await self._next_seq(),
+            seq=seq,
             role=msg.role,
             content=msg.content,
             thinking=msg.thinking,
@@ -133,29 +145,37 @@ class DBConversation(Conversation):
             meta=msg.meta,
         )
         msg.db_id = row.id
-        if context:
-            self.context.append(msg)
         update = {"last_active": timezone.now()}
         if msg.role == "user" and not self.session.title and msg.content.strip():
             self.session.title = _title_from(msg.content)
             update["title"] = self.session.title
-        await Session.objects.filter(pk=self.session.pk).aupdate(**update)
-        return msg
+        Session.objects.filter(pk=self.session.pk).update(**update)
 
     async def update(self, msg: ChatMessage, *, status: str, force: bool = True) -> None:
+        """Save the message's current content. A throttled partial save (`force=False`) runs
+        beside the stream, so a busy database never holds up the deltas; a forced save waits
+        for it first, so the rows end in the right state."""
         if msg.db_id is None:
             return
         state = self._flush.setdefault(msg.db_id, _FlushState())
         now = time.monotonic()
-        if not force and now - state.last < FLUSH_INTERVAL_S:
+        if not force:
+            if now - state.last < FLUSH_INTERVAL_S or (state.pending is not None and not state.pending.done()):
+                return
+            state.last = now
+            state.pending = asyncio.create_task(self._save_partial(msg.db_id, _row_fields(msg, status)))
             return
+        if state.pending is not None:
+            await asyncio.shield(state.pending)
         state.last = now
-        await Message.objects.filter(pk=msg.db_id).aupdate(
-            content=msg.content,
-            thinking=msg.thinking,
-            tool_calls=[c.as_dict() for c in msg.tool_calls],
-            status=status,
-        )
+        await Message.objects.filter(pk=msg.db_id).aupdate(**_row_fields(msg, status))
+
+    @staticmethod
+    async def _save_partial(row_id: int, fields: dict) -> None:
+        try:
+            await Message.objects.filter(pk=row_id).aupdate(**fields)
+        except Exception:  # the next flush or the final save writes it again
+            log.warning("saving the partial answer %s failed", row_id, exc_info=True)
 
     async def save_streaming(self, msg: ChatMessage, *, status: str = "complete", force: bool = True) -> None:
         """The answer being streamed: its first save adds the row, later ones update it (partial
@@ -207,6 +227,15 @@ class DBConversation(Conversation):
         pid = await Session.objects.filter(pk=self.session.pk).values_list("profile_id", flat=True).afirst()
         self.profile_id = pid or self.profile_id
         return self.profile_id
+
+
+def _row_fields(msg: ChatMessage, status: str) -> dict:
+    return {
+        "content": msg.content,
+        "thinking": msg.thinking,
+        "tool_calls": [c.as_dict() for c in msg.tool_calls],
+        "status": status,
+    }
 
 
 def _title_from(content: str) -> str:

@@ -78,7 +78,7 @@ class Agent:
         yield StreamStart(user_message=user_message)
         # Committed before any LLM call: a crash or an unreachable model never loses it.
         await conv.add(ChatMessage(role="user", content=user_message, images=list(images or [])))
-        profile = await _load_profile(conv.profile_id)
+        profile = conv.session.profile  # loaded with the session (one query, one thread hop)
         backend = self.backends.get(profile.llm_backend)
         await self.tools.refresh_user_tools()  # tools written or toggled elsewhere since
         limit = await effective_window(backend, profile)

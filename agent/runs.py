@@ -64,17 +64,19 @@ class Run:
 
 
 async def claim_run(session_id: str, run_id: str) -> bool:
+    return await sync_to_async(_claim)(session_id, run_id)  # one thread hop for both updates
+
+
+def _claim(session_id: str, run_id: str) -> bool:
     now = timezone.now()
-    updated = await Session.objects.filter(pk=session_id).filter(
+    updated = Session.objects.filter(pk=session_id).filter(
         Q(active_run_id="") | Q(active_run_heartbeat__lt=now - CLAIM_TTL)
-    ).aupdate(active_run_id=run_id, active_run_heartbeat=now)
+    ).update(active_run_id=run_id, active_run_heartbeat=now)
     if updated != 1:
         return False
     # We hold the claim, so no run of this session is alive: a `partial` row left by a dead
     # worker (crash in a multi-worker setup, voided by TTL) is interrupted, not streaming.
-    await Message.objects.filter(session_id=session_id, status=Message.Status.PARTIAL).aupdate(
-        status=Message.Status.INTERRUPTED
-    )
+    Message.objects.filter(session_id=session_id, status=Message.Status.PARTIAL).update(status=Message.Status.INTERRUPTED)
     return True
 
 

@@ -67,16 +67,22 @@ def serve_llm(rules: str, tap: str) -> None:
         return original_ollama(self, body, model, turn)
 
     def stream(self, turn, ctype, frames, tail):
+        # A chunk's time is when its write returns, not when the generator yields it: the
+        # server waits the turn's delay between the two (that once added the whole 50 ms
+        # pacing of part (f) to every "lag", the bare client's too).
         times: list[float] = []
+        written = _StampedWrites(self.wfile, times)
 
         def tapped():
             for frame in frames:
-                times.append(time.time())
+                written.armed = True  # the next write is this frame's
                 yield frame
 
+        self.wfile = written
         try:
             original_stream(self, turn, ctype, tapped(), tail)
         finally:
+            self.wfile = written.raw
             with lock:
                 record = {"key": getattr(self, "_tap_key", ""), "arrived": getattr(self, "_tap_arrived", 0.0), "times": times}
                 out.write(json.dumps(record) + "\n")
@@ -84,6 +90,23 @@ def serve_llm(rules: str, tap: str) -> None:
 
     ls._Handler._ollama, ls._Handler._stream = ollama, stream
     ls.main(["--port", "0", "--rules", rules])
+
+
+class _StampedWrites:
+    """The handler's wfile, noting when each armed write (one content chunk) has been made."""
+
+    def __init__(self, raw, times: list[float]) -> None:
+        self.raw, self.times, self.armed = raw, times, False
+
+    def write(self, data: bytes) -> int:
+        n = self.raw.write(data)
+        if self.armed:
+            self.times.append(time.time())
+            self.armed = False
+        return n
+
+    def __getattr__(self, name: str):
+        return getattr(self.raw, name)
 
 
 def start_llm(workdir: Path, quick: bool) -> tuple[subprocess.Popen, str, Path]:

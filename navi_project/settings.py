@@ -160,6 +160,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
             "timeout": 30,
         }
     )
+    # Keep the connection: opening one (file open + the PRAGMAs above) on every request and
+    # WebSocket message cost ~5 % of the server's CPU when runs start (issue #14).
+    DATABASES["default"]["CONN_MAX_AGE"] = None
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # navi_backup's row format: JSON with exact (microsecond) datetimes.
 SERIALIZATION_MODULES = {"navijson": "sessions_app.backup_format"}
@@ -185,7 +188,8 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels.layers.InMemoryChannelLayer",
+            # Channels' in-memory layer without its per-message scans and tasks (one process).
+            "BACKEND": "navi_project.inmemory_layer.NaviInMemoryChannelLayer",
             "CONFIG": {"capacity": 50000, "expiry": 60},
         }
     }

@@ -45,7 +45,7 @@ def test_database_url_switches_to_postgres(tmp_path):
 
 
 def test_the_channel_layer_is_in_memory_without_redis_url(tmp_path):
-    assert load(tmp_path)["layer"]["BACKEND"] == "channels.layers.InMemoryChannelLayer"
+    assert load(tmp_path)["layer"]["BACKEND"] == "navi_project.inmemory_layer.NaviInMemoryChannelLayer"
 
 
 def test_redis_url_switches_to_channels_redis(tmp_path):

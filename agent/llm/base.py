@@ -105,6 +105,41 @@ def context_window(backend_name: str, model: str) -> int:
     return min(settings.OLLAMA_NUM_CTX, learned) if learned else settings.OLLAMA_NUM_CTX
 
 
+class _CallDeadline:
+    """LLM_CALL_MAX_S of one call with one timer, not one per chunk (that cost ~8 us a delta):
+    at the deadline the task awaiting the server is cancelled (TimeoutError); when the deadline
+    passed during the caller's work, the next wait fails at once (as asyncio.timeout_at)."""
+
+    def __init__(self, when: float | None) -> None:
+        self.when, self.fired, self.waiting = when, False, False
+        self.task: asyncio.Task | None = None
+        self.handle = asyncio.get_running_loop().call_at(when, self._fire) if when is not None else None
+
+    def _fire(self) -> None:
+        self.fired = True
+        if self.waiting and self.task is not None:
+            self.task.cancel()
+
+    async def wait(self, stream: AsyncIterator[LLMChunk]) -> LLMChunk:
+        if self.when is None:
+            return await anext(stream)
+        if self.fired:
+            raise TimeoutError
+        self.task, self.waiting = asyncio.current_task(), True
+        try:
+            return await anext(stream)
+        except asyncio.CancelledError:
+            if self.fired and self.task.uncancel() == 0:
+                raise TimeoutError from None
+            raise
+        finally:
+            self.waiting = False
+
+    def cancel(self) -> None:
+        if self.handle is not None:
+            self.handle.cancel()
+
+
 class LLMBackend(ABC):
     name = ""
     # Called with a dict after every call (backend, model, purpose, tokens, duration, outcome);
@@ -127,7 +162,7 @@ class LLMBackend(ABC):
         chunk raises LLMIncomplete. Closing the iterator (aclose) closes the HTTP response.
         """
         limit = settings.LLM_CALL_MAX_S
-        deadline = asyncio.get_running_loop().time() + limit if limit and limit > 0 else None
+        deadline = _CallDeadline(asyncio.get_running_loop().time() + limit if limit and limit > 0 else None)
         stream = self._stream(messages, tools, model=model, temperature=temperature, think=think, max_tokens=max_tokens)
         finished = False
         usage = {"prompt_tokens": 0, "completion_tokens": 0, "outcome": "closed"}
@@ -142,6 +177,7 @@ class LLMBackend(ABC):
             usage["outcome"] = "error"
             raise
         finally:
+            deadline.cancel()
             await stream.aclose()
             usage["outcome"] = "ok" if finished else usage["outcome"]
             await self._observe(model, usage, started)
@@ -151,12 +187,11 @@ class LLMBackend(ABC):
                 "it may have run out of context or crashed — see the server's log"
             )
 
-    async def _next_chunk(self, stream: AsyncIterator[LLMChunk], deadline: float | None, model: str) -> LLMChunk | None:
+    async def _next_chunk(self, stream: AsyncIterator[LLMChunk], deadline: "_CallDeadline", model: str) -> LLMChunk | None:
         """The next chunk (None at the end) within the call's deadline, which covers awaiting
         the server only, never the caller's work between chunks."""
         try:
-            async with asyncio.timeout_at(deadline):
-                return await anext(stream)
+            return await deadline.wait(stream)
         except StopAsyncIteration:
             return None
         except LLMContextOverflow as exc:

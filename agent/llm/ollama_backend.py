@@ -65,6 +65,19 @@ def _normalise_tool_calls(part: dict) -> None:
             fn["arguments"] = parsed if isinstance(parsed, dict) else {_RAW_ARGS: args}
 
 
+def _plain_delta(part: dict) -> bool:
+    """A mid-stream chunk of text or thinking only (most of a stream), whose fields are what
+    the client's model would accept: building and validating that model cost ~8 us a delta."""
+    msg = part.get("message")
+    return (
+        not part.get("done")
+        and type(msg) is dict
+        and not msg.get("tool_calls")
+        and type(msg.get("content") or "") is str
+        and type(msg.get("thinking") or "") is str
+    )
+
+
 class _Client(ollama.AsyncClient):
     """The official client, with tool-call arguments normalised before validation (streams)."""
 
@@ -83,6 +96,9 @@ class _Client(ollama.AsyncClient):
                     part = json.loads(line)
                     if err := part.get("error"):
                         raise ollama.ResponseError(err)
+                    if cls is ollama.ChatResponse and _plain_delta(part):
+                        yield part  # read as is by OllamaBackend._chunk: no model to validate per delta
+                        continue
                     _normalise_tool_calls(part)
                     yield cls(**part)
 
@@ -220,6 +236,9 @@ class OllamaBackend(LLMBackend):
 
     @staticmethod
     def _chunk(part: Any) -> LLMChunk:
+        if type(part) is dict:  # a plain delta (_plain_delta)
+            msg = part["message"]
+            return LLMChunk(content=msg.get("content") or "", thinking=msg.get("thinking") or "")
         msg = part.message
         calls = []
         for c in msg.tool_calls or []:

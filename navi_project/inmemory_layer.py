@@ -1,0 +1,60 @@
+"""The single-process channel layer (no REDIS_URL): Channels' in-memory layer, made cheap per message.
+
+Channels' `InMemoryChannelLayer` scans every channel and group for expired entries on every
+`group_send` and `receive`, starts a task per member for each `group_send` and deep-copies the
+message once per member. A streamed answer sends one message per delta, so that overhead was
+a large share of the server's CPU per delta. Here the scan runs at most once a second, a group
+send puts the message straight into each member's queue, and the message is copied once per
+send (members never mutate it). Expiry and capacity behave as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from copy import deepcopy
+
+from channels.exceptions import ChannelFull
+from channels.layers import InMemoryChannelLayer
+
+CLEAN_INTERVAL_S = 1.0  # expiry is 60 s: a second of slack in noticing it changes nothing
+
+
+class NaviInMemoryChannelLayer(InMemoryChannelLayer):
+    _cleaned_at = 0.0
+
+    def _clean_expired(self) -> None:
+        now = time.monotonic()
+        if now - self._cleaned_at < CLEAN_INTERVAL_S:
+            return
+        self._cleaned_at = now
+        super()._clean_expired()
+
+    def _put(self, channel: str, message: dict, expires: float) -> None:
+        queue = self.channels.get(channel)
+        if queue is None:
+            queue = self.channels[channel] = asyncio.Queue(maxsize=self.get_capacity(channel))
+        try:
+            queue.put_nowait((expires, message))
+        except asyncio.QueueFull:
+            raise ChannelFull(channel) from None
+
+    async def send(self, channel: str, message: dict) -> None:
+        assert isinstance(message, dict), "message is not a dict"
+        self.require_valid_channel_name(channel)
+        assert "__asgi_channel__" not in message
+        self._put(channel, deepcopy(message), time.time() + self.expiry)
+
+    async def group_send(self, group: str, message: dict) -> None:
+        assert isinstance(message, dict), "Message is not a dict"
+        self.require_valid_group_name(group)
+        self._clean_expired()
+        members = self.groups.get(group)
+        if not members:
+            return
+        copy, expires = deepcopy(message), time.time() + self.expiry
+        for channel in list(members):
+            try:
+                self._put(channel, copy, expires)
+            except ChannelFull:
+                pass  # as Channels does: a full member misses it (the consumer repairs gaps)
