@@ -16,8 +16,16 @@ _WORD = re.compile(r"[a-z0-9]+")
 K1, B = 1.2, 0.75
 
 
+def _stem(word: str) -> str:
+    """A light suffix strip so "files", "tasks" and "created" meet "file", "task", "create"."""
+    for suffix, keep in (("ies", "y"), ("ing", ""), ("es", ""), ("ed", ""), ("s", "")):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3 and not word.endswith("ss"):
+            return word[: -len(suffix)] + keep
+    return word
+
+
 def _words(text: str) -> list[str]:
-    return _WORD.findall(text.lower().replace("_", " "))
+    return [_stem(w) for w in _WORD.findall(text.lower().replace("_", " "))]
 
 
 def bm25_rank(documents: dict[str, str], query: str) -> list[tuple[str, float]]:
@@ -48,13 +56,18 @@ def select(tools: list, query: str, cap: int, keep: set[str] | frozenset[str] = 
         return list(tools)
     by_name = {t.name: t for t in tools}
     chosen = [n for n in by_name if n in CORE or n in keep][:cap]
-    documents = {t.name: f"{t.name} {t.name} {t.description}" for t in tools if t.name not in chosen}
+    documents = {t.name: _document(t) for t in tools if t.name not in chosen}
     for name, _ in bm25_rank(documents, query):
         if len(chosen) >= cap:
             break
         chosen.append(name)
     wanted = set(chosen)
     return [t for t in tools if t.name in wanted]
+
+
+def _document(tool) -> str:
+    """What a tool is ranked on: its name (twice), its keywords and its description."""
+    return f"{tool.name} {tool.name} {getattr(tool, 'keywords', '')} {tool.description}"
 
 
 def compact(schema: dict[str, Any]) -> dict[str, Any]:

@@ -159,6 +159,14 @@ class TestArguments:
         stats = await ModelReliability.objects.aget()
         assert (stats.native_calls, stats.repaired_arguments) == (1, 1)
 
+    async def test_an_optional_field_sent_as_null_counts_as_not_given(self, llm, session, owner_token):
+        args = {"action": "set", "tasks": ["buy milk"], "index": None, "status": None}
+        llm.script(Turn(tool_calls=[{"name": "todo", "arguments": args}]), Turn(content="ok"))
+        frames = await run(session, owner_token, "add milk")
+        assert of(frames, "tool_call")[0]["success"], of(frames, "tool_call")[0]["result"]
+        assert await todo_items(session) == ["buy milk"]
+        assert (await ModelReliability.objects.aget()).repaired_arguments == 1
+
     async def test_what_cannot_be_repaired_is_explained_with_schema_and_example(self, llm, session, owner_token):
         llm.script(Turn(tool_calls=[{"name": "todo", "arguments": {"tasks": ["x"]}}]), Turn(content="sorry"))
         frames = await run(session, owner_token, "add x")
@@ -246,6 +254,25 @@ class TestFewerTools:
         await run(session, owner_token, "search the web for the weather in Lisbon")
         names = offered(llm.requests[-1])
         assert len(names) == 5 and "web_search" in names and {"list_tools", "tool_manual", "memory_search"} <= set(names)
+
+    @pytest.mark.parametrize(
+        "message, wanted",
+        [
+            ("Rename the file draft.txt to final.txt.", "filesystem"),
+            ("Which file in the docs folder mentions kiwi?", "filesystem"),
+            ("Create a file config.json containing a JSON object with debug set to true.", "filesystem"),
+            ("Read the page http://example.org/a.html: what is the capital?", "web_view"),
+            ("Fetch http://example.org/api/stock.json", "http_request"),
+            ("Forget what you know about my dog's name.", "memory_forget"),
+            ("Mark the second task as done.", "todo"),
+        ],
+    )
+    async def test_the_tool_a_user_asks_for_in_plain_words_is_offered(self, llm, session, owner_token, message, wanted):
+        # Ranked on the tool's name, description and keywords, with plurals and -ed/-ing folded.
+        await Profile.objects.filter(pk="secretary").aupdate(max_tools=6)
+        llm.script(Turn(content="ok"))
+        await run(session, owner_token, message)
+        assert wanted in offered(llm.requests[-1])
 
     async def test_the_planning_call_offers_the_answer_calls_tools(self, llm, session, owner_token):
         # Same tools, same form, same system message: the answer call reuses the planning

@@ -328,6 +328,24 @@ async def test_http_request_post_json(web_server, allow_local):
     assert web_server.seen[-1]["body"] == b'{"a": 1}'
 
 
+async def test_http_request_takes_empty_placeholders_as_not_given(web_server, allow_local):
+    """Small models fill every optional field: an empty `body` and `json` on a GET are no body."""
+    result = await HttpRequestTool().execute(
+        {"method": "GET", "url": web_server.base + "/page", "headers": {}, "body": "", "json": {}}
+    )
+    assert result.success, result.error
+    assert result.output.startswith("HTTP 200")
+    posted = await HttpRequestTool().execute(
+        {"method": "POST", "url": web_server.base + "/api", "body": "", "json": {"note": "hi"}}
+    )
+    assert posted.success, posted.error
+    assert web_server.seen[-1]["body"] == b'{"note": "hi"}'
+    both = await HttpRequestTool().execute(
+        {"method": "POST", "url": web_server.base + "/api", "body": "raw", "json": {"note": "hi"}}
+    )
+    assert not both.success and "not both" in both.error
+
+
 async def test_http_request_unreachable_is_readable(settings):
     import socket
 

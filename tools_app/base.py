@@ -27,6 +27,9 @@ class ToolResult:
 class Tool(ABC):
     name: str = ""
     description: str = ""
+    # Words a user says when this tool is wanted ("file folder rename ..."): tool selection
+    # (agent.toolselect) ranks on them with the name and description; never sent to the model.
+    keywords: str = ""
     parameters: dict[str, Any] = {"type": "object", "properties": {}}
     # Seconds before the call is abandoned; None = TOOL_TIMEOUT_S. Tools that wait on other
     # long work (spawn_agent) raise it.

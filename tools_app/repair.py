@@ -114,10 +114,16 @@ def coerce(value: Any, schema: dict) -> tuple[Any, bool]:
         changed = False
         props = schema.get("properties") or {}
         fixed = dict(value)
+        required = set(schema.get("required") or ())
         for key, sub in props.items():
-            if key in fixed:
-                fixed[key], did = coerce(fixed[key], sub)
-                changed = changed or did
+            if key not in fixed:
+                continue
+            if fixed[key] is None and key not in required and not _allows_null(sub):
+                del fixed[key]  # an optional field sent as null means "not given"
+                changed = True
+                continue
+            fixed[key], did = coerce(fixed[key], sub)
+            changed = changed or did
         return fixed, changed
     if kind == "array":
         if isinstance(value, str):
@@ -133,6 +139,13 @@ def coerce(value: Any, schema: dict) -> tuple[Any, bool]:
             return [v for v, _ in items], any(did for _, did in items)
         return value, False
     return _scalar(value, kind, schema)
+
+
+def _allows_null(schema: Any) -> bool:
+    if not isinstance(schema, dict) or "type" not in schema:
+        return True  # untyped: null may be a real value
+    kind = schema["type"]
+    return kind == "null" or (isinstance(kind, list) and "null" in kind)
 
 
 def _scalar(value: Any, kind: str | None, schema: dict) -> tuple[Any, bool]:

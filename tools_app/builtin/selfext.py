@@ -36,6 +36,7 @@ class _RegistryTool(Tool):
 
 class WriteToolTool(_RegistryTool):
     name = "write_tool"
+    keywords = "new tool create write make build define function"
     description = (
         "Create or replace a user tool: writes user_tools/<name>.py, enables it and reloads. "
         "The code must define name, description, parameters and `async def execute(params) -> str`. "
@@ -73,6 +74,7 @@ class WriteToolTool(_RegistryTool):
 
 class ReloadToolsTool(_RegistryTool):
     name = "reload_tools"
+    keywords = "reload tools refresh restart"
     description = "Reload all user tools from user_tools/ without a restart; reports what loaded and what failed."
     parameters = {"type": "object", "properties": {}}
 
@@ -89,6 +91,7 @@ class ReloadToolsTool(_RegistryTool):
 
 class ListToolsTool(_RegistryTool):
     name = "list_tools"
+    keywords = "tools list available have"
     description = "List the tools you really have right now (built-in and user tools), and user tools that failed to load."
     parameters = {"type": "object", "properties": {}}
 
@@ -112,6 +115,7 @@ class ListToolsTool(_RegistryTool):
 
 class ToolManualTool(_RegistryTool):
     name = "tool_manual"
+    keywords = "manual help documentation docs explain usage"
     description = "Read the manual of a tool (manuals/<name>.md, or one generated from its parameters)."
     parameters = {"type": "object", "properties": {"name": {"type": "string", "description": "tool name"}}, "required": ["name"]}
 
@@ -146,6 +150,7 @@ def generate_manual(tool: Tool) -> str:
 
 class DeleteToolTool(_RegistryTool):
     name = "delete_tool"
+    keywords = "delete remove tool uninstall"
     description = "Delete a user tool (a copy is kept in the history so the owner can restore it)."
     parameters = {"type": "object", "properties": {"name": _NAME}, "required": ["name"]}
 
@@ -164,6 +169,7 @@ class DeleteToolTool(_RegistryTool):
 class TestToolTool(_RegistryTool):
     __test__ = False  # not a pytest class
     name = "test_tool"
+    keywords = "test try run user tool output"
     description = "Run a user tool once with the given params and return its output or its traceback."
     parameters = {
         "type": "object",

@@ -75,6 +75,7 @@ def _free_name(folder: Path, name: str, taken: set[str]) -> str:
 
 class ShareFileTool(Tool):
     name = "share_file"
+    keywords = "share give download link send file attach"
     description = (
         "Give the owner a file: copies a local file (workspace or other allowed folder) into this "
         "chat session's files and returns a download link to put in your answer. Use "
@@ -154,6 +155,7 @@ async def _copy_in(session_id: str, source: BinaryIO, wanted: str, size: int) ->
 
 class ContentPublishTool(Tool):
     name = "content_publish"
+    keywords = "show display inline publish preview"
     description = (
         "Show a file from this session's files inline in the chat (images, PDFs, HTML, text...). "
         "The file must already be a session file: upload or share_file it first."

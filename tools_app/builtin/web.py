@@ -48,6 +48,7 @@ def _ddgs_text(query: str, max_results: int) -> list[dict]:
 
 class WebSearchTool(Tool):
     name = "web_search"
+    keywords = "search web internet google lookup news find online"
     description = (
         "Search the web (DuckDuckGo and others via ddgs). Returns title, URL and snippet for each "
         "result; open a promising result with web_view."
@@ -152,6 +153,7 @@ def readable(markup: str, url: str) -> tuple[str, str]:
 
 class WebViewTool(Tool):
     name = "web_view"
+    keywords = "open read page website web url link site article html"
     description = (
         "Open a web page and return its readable text as markdown (title, main content, links). "
         "Long pages are cut at max_chars. Internal/LAN addresses are refused unless allowed by the owner."
@@ -196,6 +198,7 @@ class WebViewTool(Tool):
 # --- http_request --------------------------------------------------------------------------
 class HttpRequestTool(Tool):
     name = "http_request"
+    keywords = "fetch get post put patch delete api json endpoint webhook url request send"
     description = (
         "Send an HTTP request (APIs, webhooks, raw pages). Returns status, key headers and the "
         "body (capped). Use `json` for a JSON body or `body` for raw text. Internal/LAN "
@@ -219,18 +222,31 @@ class HttpRequestTool(Tool):
         url = params["url"]
         headers = dict(params.get("headers") or {})
         content = None
-        if "json" in params and params.get("body") is not None:
+        body, has_json = _body_and_json(method, params)
+        if has_json and body is not None:
             return ToolResult(False, error="give either `body` or `json`, not both")
-        if "json" in params:
+        if has_json:
             content = json.dumps(params["json"]).encode()
             headers.setdefault("Content-Type", "application/json")
-        elif params.get("body") is not None:
-            content = params["body"].encode()
+        elif body is not None:
+            content = body.encode()
         try:
             res = await fetch(url, method, headers, content, timeout=float(params.get("timeout") or 20), max_bytes=HTTP_MAX_BYTES)
         except Exception as exc:
             return _fetch_error(url, exc)
         return ToolResult(True, _format_response(res))
+
+
+def _body_and_json(method: str, params: dict[str, Any]) -> tuple[str | None, bool]:
+    """The raw body and whether a JSON body is given. Small models fill every optional field
+    ("body": "", "json": {}): an empty body counts as none, and an empty or null `json` does
+    when a body is given or the method sends none."""
+    body = params.get("body") or None
+    value = params.get("json", None)
+    has_json = "json" in params and value is not None
+    if has_json and value in ("", {}, []) and (body is not None or method in ("GET", "HEAD", "OPTIONS")):
+        has_json = False
+    return body, has_json
 
 
 def _format_response(res) -> str:

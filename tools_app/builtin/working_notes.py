@@ -30,6 +30,7 @@ def _render_todo(items: list[dict]) -> str:
 
 class TodoTool(Tool):
     name = "todo"
+    keywords = "todo list task tasks checklist mark done finished plan steps"
     description = (
         "A checklist for multi-step work in this session. action=set replaces the list with "
         "`tasks`; action=update sets the status of task number `index` (1-based); action=read "
@@ -71,6 +72,7 @@ class TodoTool(Tool):
 
 class ScratchpadTool(Tool):
     name = "scratchpad"
+    keywords = "scratchpad note notes section write append working"
     description = (
         "Named working notes for the current task (findings, logs, drafts...). action=write "
         "replaces a section, append adds to it, read shows one section (or all when `section` "
