@@ -5,9 +5,10 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import os
 import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Iterator
 
 import httpx
 import ollama
@@ -16,6 +17,7 @@ from django.conf import settings
 
 from agent.messages import ChatMessage, LLMChunk, ToolCall
 
+from . import ndjson
 from .base import ClientCache, LLMBackend, LLMError, LLMIncomplete, LLMModelMissing, LLMUnreachable, overflow_error
 
 _ids = itertools.count(1)
@@ -76,6 +78,55 @@ def _plain_delta(part: dict) -> bool:
         and type(msg.get("content") or "") is str
         and type(msg.get("thinking") or "") is str
     )
+
+
+def _lean_path_fits(messages: list[ChatMessage]) -> bool:
+    """The lean reader sends the request as it is: images still need the client's encoding,
+    and a configured proxy its transport."""
+    if any(m.images for m in messages):
+        return False
+    return not any(os.environ.get(name) for name in _PROXY_VARIABLES)
+
+
+_PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+
+
+def _merged(batch: list[bytes]) -> Iterator[LLMChunk]:
+    """The chunks of one batch of reply lines, runs of plain deltas of one kind merged; what
+    came before an error line is yielded before the error is raised."""
+    pending: LLMChunk | None = None
+    for line in batch:
+        part = _part(line)
+        if _plain_delta(part):
+            msg = part["message"]
+            content, thinking = msg.get("content") or "", msg.get("thinking") or ""
+            if pending is not None and ((not thinking and not pending.thinking) or (not content and not pending.content)):
+                pending.content += content
+                pending.thinking += thinking
+                continue
+            if pending is not None:
+                yield pending
+            pending = LLMChunk(content=content, thinking=thinking)
+            continue
+        if pending is not None:
+            yield pending
+            pending = None
+        if err := part.get("error"):
+            raise ollama.ResponseError(err)
+        _normalise_tool_calls(part)
+        yield OllamaBackend._chunk(ollama.ChatResponse(**part))
+    if pending is not None:
+        yield pending
+
+
+def _part(line: bytes) -> dict:
+    try:
+        part = json.loads(line)
+    except ValueError:
+        part = None
+    if type(part) is not dict:
+        raise httpx.RemoteProtocolError(f"Ollama sent a line that is not a JSON object: {line[:80]!r}")
+    return part
 
 
 class _Client(ollama.AsyncClient):
@@ -180,21 +231,44 @@ class OllamaBackend(LLMBackend):
         think = settings.OLLAMA_THINK if think is None else think
         async with self._errors(model):
             info = await self.model_info(model)
-            stream = await self._client().chat(
-                model=model,
-                messages=[_to_ollama(m) for m in messages],
-                tools=tools or None,
-                stream=True,
+            request = {
+                "model": model,
+                "messages": [_to_ollama(m) for m in messages],
+                "tools": tools or None,
+                "stream": True,
                 # Recent Ollama answers 400 to `think` for a model without the capability.
-                think=think if info.can("thinking") else None,
-                options=_options(info, temperature, max_tokens),
-                keep_alive=settings.OLLAMA_KEEP_ALIVE,
-            )
+                "think": think if info.can("thinking") else None,
+                "options": _options(info, temperature, max_tokens),
+                "keep_alive": settings.OLLAMA_KEEP_ALIVE,
+            }
+            if _lean_path_fits(messages):
+                try:
+                    async for chunk in self._lean_stream(request):
+                        yield chunk
+                    return
+                except ndjson.Redirected:
+                    pass  # nothing was read: the client follows redirects
+            stream = await self._client().chat(**request)
             try:
                 async for part in stream:
                     yield self._chunk(part)
             finally:
                 await stream.aclose()  # closes the HTTP response: generation ends server-side
+
+    async def _lean_stream(self, request: dict[str, Any]) -> AsyncIterator[LLMChunk]:
+        """The reply through agent.llm.ndjson: every line one socket read brought is handled at
+        once, and consecutive text (or thinking) deltas among them become one chunk."""
+        client = self._client()._client
+        payload = {k: v for k, v in request.items() if v is not None}
+        lines = ndjson.post_lines(
+            f"{str(client.base_url).rstrip('/')}/api/chat", payload, dict(client.headers), settings.LLM_TIMEOUT_S
+        )
+        try:
+            async for batch in lines:
+                for chunk in _merged(batch):
+                    yield chunk
+        finally:
+            await lines.aclose()  # aborts the connection: generation ends server-side
 
     @contextlib.asynccontextmanager
     async def _errors(self, model: str):

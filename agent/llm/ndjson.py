@@ -1,0 +1,215 @@
+"""A lean reader for a streamed NDJSON reply (Ollama's /api/chat): each socket read gives every
+complete line it holds at once.
+
+Through httpx a stream of one-token lines costs four generator layers and an h11 event per
+line, ~40 % of the server's CPU when it relays deltas (bench/README "The hot path"). Here one
+read of the socket is decoded (chunked transfer or not) and split into lines in a few bytes
+operations, so a reply that arrives faster than it is relayed is handled in batches.
+
+Errors are raised as the httpx exceptions the backend already maps to what the owner reads
+(connect failures, read timeouts, a dropped connection), and an HTTP error status as
+`ollama.ResponseError`, exactly as the official client does. A redirect raises `Redirected`
+before anything was read: the caller falls back to the client, which follows it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+from typing import AsyncIterator
+from urllib.parse import urlsplit
+
+import httpx
+import ollama
+
+READ_SIZE = 256 * 1024
+MAX_HEAD = 64 * 1024
+MAX_ERROR_BODY = 1024 * 1024
+CONNECT_TIMEOUT_S = 5.0
+_ssl_context: ssl.SSLContext | None = None
+
+
+class Redirected(Exception):
+    """The server answered with a redirect (nothing was read from the reply)."""
+
+
+def _tls() -> ssl.SSLContext:
+    global _ssl_context
+    if _ssl_context is None:  # building one reads the system's CA store (milliseconds)
+        _ssl_context = ssl.create_default_context()
+    return _ssl_context
+
+
+class _Chunked:
+    """Decodes HTTP/1.1 chunked transfer coding fed in pieces of any size."""
+
+    def __init__(self) -> None:
+        self.buf = b""
+        self.left = 0  # bytes of the current chunk still to come
+        self.state = "size"  # size → data → crlf → size ... → trailer → done
+        self.done = False
+
+    def feed(self, data: bytes) -> bytes:
+        buf, i, out = self.buf + data, 0, []
+        while not self.done:
+            if self.state == "data":
+                piece = buf[i : i + self.left]
+                out.append(piece)
+                i += len(piece)
+                self.left -= len(piece)
+                if self.left:
+                    break
+                self.state = "crlf"
+            elif self.state == "crlf":
+                if len(buf) - i < 2:
+                    break
+                if buf[i : i + 2] != b"\r\n":
+                    raise httpx.RemoteProtocolError("malformed chunked reply (no CRLF after a chunk)")
+                i += 2
+                self.state = "size"
+            else:
+                end = buf.find(b"\r\n", i)
+                if end < 0:
+                    if len(buf) - i > 4096:
+                        raise httpx.RemoteProtocolError("malformed chunked reply (chunk header too long)")
+                    break
+                line, i = buf[i:end], end + 2
+                if self.state == "trailer":
+                    self.done = not line  # trailer fields until an empty line
+                    continue
+                try:
+                    self.left = int(line.split(b";", 1)[0].strip(), 16)
+                except ValueError:
+                    raise httpx.RemoteProtocolError(f"malformed chunked reply (chunk size {line[:20]!r})") from None
+                self.state = "data" if self.left else "trailer"
+        self.buf = buf[i:]
+        return b"".join(out)
+
+
+class _Sized:
+    """A body of Content-Length bytes (or, with None, until the server closes)."""
+
+    def __init__(self, length: int | None) -> None:
+        self.left = length
+        self.done = length == 0
+
+    def feed(self, data: bytes) -> bytes:
+        if self.left is None:
+            return data
+        data = data[: self.left]
+        self.left -= len(data)
+        self.done = self.left == 0
+        return data
+
+
+def _request(method: str, url: str, body: bytes, headers: dict[str, str]) -> tuple[str, int, bool, bytes]:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise httpx.UnsupportedProtocol(f"cannot read a stream from {url!r}")
+    tls = parts.scheme == "https"
+    port = parts.port or (443 if tls else 80)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}" + (f":{parts.port}" if parts.port else "")]
+    for name, value in headers.items():
+        if name.lower() not in ("host", "content-length", "connection", "transfer-encoding", "accept-encoding"):
+            lines.append(f"{name}: {value}")
+    lines += [f"Content-Length: {len(body)}", "Connection: close", "", ""]
+    return parts.hostname, port, tls, "\r\n".join(lines).encode("latin-1") + body
+
+
+def _head(raw: bytes) -> tuple[int, dict[str, str]]:
+    lines = raw.decode("latin-1").split("\r\n")
+    try:
+        status = int(lines[0].split(" ", 2)[1])
+    except (IndexError, ValueError):
+        raise httpx.RemoteProtocolError(f"not an HTTP reply: {lines[0][:60]!r}") from None
+    fields: dict[str, str] = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        if name:
+            fields[name.strip().lower()] = value.strip()
+    return status, fields
+
+
+def _body_decoder(fields: dict[str, str]):
+    if "chunked" in fields.get("transfer-encoding", "").lower():
+        return _Chunked()
+    length = fields.get("content-length")
+    try:
+        return _Sized(int(length) if length is not None else None)
+    except ValueError:
+        raise httpx.RemoteProtocolError(f"bad Content-Length {length!r}") from None
+
+
+async def _read(reader: asyncio.StreamReader, timeout: float) -> bytes:
+    try:
+        async with asyncio.timeout(timeout):
+            return await reader.read(READ_SIZE)
+    except TimeoutError:
+        raise httpx.ReadTimeout(f"nothing received for {timeout:g} s") from None
+
+
+async def post_lines(url: str, payload: dict, headers: dict[str, str], read_timeout: float) -> AsyncIterator[list[bytes]]:
+    """POST `payload` as JSON and yield the reply's non-empty lines, all that one read brought."""
+    host, port, tls, request = _request("POST", url, json.dumps(payload).encode(), headers)
+    try:
+        async with asyncio.timeout(CONNECT_TIMEOUT_S):
+            reader, writer = await asyncio.open_connection(
+                host, port, ssl=_tls() if tls else None, limit=MAX_HEAD
+            )
+    except (OSError, TimeoutError) as exc:
+        raise httpx.ConnectError(f"{type(exc).__name__}: {exc}") from None
+    try:
+        writer.write(request)
+        try:
+            async with asyncio.timeout(read_timeout):
+                status, fields = _head((await reader.readuntil(b"\r\n\r\n"))[:-4])
+        except TimeoutError:
+            raise httpx.ReadTimeout(f"no reply head within {read_timeout:g} s") from None
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError) as exc:
+            raise httpx.RemoteProtocolError(f"the server closed or garbled the reply head ({type(exc).__name__})") from None
+        decoder = _body_decoder(fields)
+        if 300 <= status < 400 and "location" in fields:
+            raise Redirected(fields["location"])
+        if status != 200:
+            raise ollama.ResponseError(await _error_text(reader, decoder, read_timeout), status)
+        async for lines in _lines(reader, decoder, read_timeout):
+            yield lines
+    finally:
+        writer.transport.abort()  # Connection: close; aborting also stops generation at once
+
+
+async def _lines(reader: asyncio.StreamReader, decoder, timeout: float) -> AsyncIterator[list[bytes]]:
+    pending = b""
+    while not decoder.done:
+        try:
+            data = await _read(reader, timeout)
+        except ConnectionError as exc:
+            raise httpx.ReadError(f"{type(exc).__name__}: {exc}") from None
+        if not data:
+            if isinstance(decoder, _Sized) and decoder.left is None:
+                break  # a reply delimited by the server closing
+            raise httpx.RemoteProtocolError("the server closed the connection mid-reply")
+        pending += decoder.feed(data)
+        if b"\n" in pending:
+            *complete, pending = pending.split(b"\n")
+            lines = [line for line in complete if line.strip()]
+            if lines:
+                yield lines
+    if pending.strip():
+        yield [pending]
+
+
+async def _error_text(reader: asyncio.StreamReader, decoder, timeout: float) -> str:
+    body = b""
+    try:
+        while not decoder.done and len(body) < MAX_ERROR_BODY:
+            data = await _read(reader, timeout)
+            if not data:
+                break
+            body += decoder.feed(data)
+    except (httpx.HTTPError, ConnectionError):
+        pass  # the status says enough
+    return body.decode("utf-8", "replace")

@@ -1,0 +1,173 @@
+"""agent.llm.ndjson, the lean reader of Ollama's streamed replies, against raw TCP servers that
+split the reply at awkward places, and the Ollama backend's merging of the lines of one read."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import ollama
+import pytest
+
+from agent.llm import ndjson
+from agent.llm.ollama_backend import _merged
+
+
+def _chunked(*pieces: bytes) -> bytes:
+    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
+
+
+class RawServer:
+    """Accepts one connection, reads the request, then plays `script`: bytes to send, floats to
+    sleep, None to close. What the client sent and whether it hung up are recorded."""
+
+    def __init__(self, script: list) -> None:
+        self.script = script
+        self.request = b""
+        self.client_gone = asyncio.Event()
+
+    async def __aenter__(self) -> "RawServer":
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/api/chat"
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(next(l.split(b":")[1] for l in head.split(b"\r\n") if l.lower().startswith(b"content-length")))
+        self.request = head + await reader.readexactly(length)
+        try:
+            for step in self.script:
+                if step is None:
+                    break  # hang up now
+                if step == "hold":
+                    await reader.read()  # until the client goes
+                    self.client_gone.set()
+                    break
+                if isinstance(step, float):
+                    await asyncio.sleep(step)
+                    continue
+                writer.write(step)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            self.client_gone.set()
+        finally:
+            writer.close()
+
+
+async def collect(url: str, timeout: float = 10.0) -> list[list[bytes]]:
+    return [batch async for batch in ndjson.post_lines(url, {"model": "m"}, {"X-Test": "1"}, timeout)]
+
+
+OK_CHUNKED = b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+class TestChunkedDecoding:
+    def test_any_split_of_the_bytes_gives_the_same_body(self):
+        body = b'{"a": 1}\n{"b": 2}\n' * 3
+        wire = b"5;ext=1\r\n" + body[:5] + b"\r\n" + b"%x\r\n" % (len(body) - 5) + body[5:] + b"\r\n0\r\nX-Trailer: y\r\n\r\n"
+        for size in (1, 2, 3, 7, len(wire)):
+            decoder = ndjson._Chunked()
+            out = b"".join(decoder.feed(wire[i : i + size]) for i in range(0, len(wire), size))
+            assert out == body and decoder.done, size
+
+    def test_garbage_is_a_protocol_error(self):
+        with pytest.raises(httpx.RemoteProtocolError):
+            ndjson._Chunked().feed(b"zz\r\nhello\r\n")
+        with pytest.raises(httpx.RemoteProtocolError):
+            ndjson._Chunked().feed(b"2\r\nhiXX")
+
+
+class TestReading:
+    async def test_lines_split_across_chunks_and_reads_come_out_whole_and_in_order(self):
+        lines = [json.dumps({"message": {"content": c}}).encode() for c in "abcdef"]
+        wire = OK_CHUNKED + _chunked(lines[0] + b"\n" + lines[1][:5], lines[1][5:] + b"\n", *(l + b"\n" for l in lines[2:]))
+        script = [wire[:40], 0.02, wire[40:77], 0.02, wire[77:]]
+        async with RawServer(script) as server:
+            batches = await collect(server.url)
+        assert [l for batch in batches for l in batch] == lines
+        assert b"POST /api/chat HTTP/1.1" in server.request and b"X-Test: 1" in server.request
+        assert json.loads(server.request.split(b"\r\n\r\n", 1)[1]) == {"model": "m"}
+
+    async def test_lines_that_arrive_together_come_in_one_batch(self):
+        wire = OK_CHUNKED + _chunked(*(b'{"n": %d}\n' % i for i in range(50)))
+        async with RawServer([wire]) as server:
+            batches = await collect(server.url)
+        assert len(batches) == 1 and len(batches[0]) == 50
+
+    async def test_a_sized_and_a_close_delimited_reply(self):
+        body = b'{"x": 1}\n{"y": 2}'  # the last line without its newline
+        sized = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+        async with RawServer([sized, "hold"]) as server:
+            assert [l for b in await collect(server.url) for l in b] == [b'{"x": 1}', b'{"y": 2}']
+        async with RawServer([b"HTTP/1.0 200 OK\r\n\r\n" + body, None]) as server:
+            assert [l for b in await collect(server.url) for l in b] == [b'{"x": 1}', b'{"y": 2}']
+
+    async def test_an_error_status_is_the_clients_response_error(self):
+        body = b'{"error": "model \\"nope\\" not found, try pulling it first"}'
+        wire = b"HTTP/1.1 404 Not Found\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+        async with RawServer([wire, "hold"]) as server:
+            with pytest.raises(ollama.ResponseError) as caught:
+                await collect(server.url)
+        assert caught.value.status_code == 404 and "not found" in caught.value.error
+
+    async def test_a_redirect_is_left_to_the_client(self):
+        async with RawServer([b"HTTP/1.1 307 Temporary Redirect\r\nLocation: /x\r\nContent-Length: 0\r\n\r\n", "hold"]) as server:
+            with pytest.raises(ndjson.Redirected):
+                await collect(server.url)
+
+    async def test_nobody_listening_is_a_connect_error(self, unused_tcp_port):
+        with pytest.raises(httpx.ConnectError):
+            await collect(f"http://127.0.0.1:{unused_tcp_port}/api/chat")
+
+    async def test_silence_is_a_read_timeout(self):
+        async with RawServer([OK_CHUNKED + _chunked(b'{"a": 1}\n')[:-5], "hold"]) as server:
+            with pytest.raises(httpx.ReadTimeout):
+                await collect(server.url, timeout=0.3)
+
+    async def test_a_reply_cut_mid_body_is_a_protocol_error(self):
+        async with RawServer([OK_CHUNKED + b"10\r\n" + b'{"a": 1}\n', None]) as server:
+            with pytest.raises(httpx.RemoteProtocolError):
+                await collect(server.url)
+
+    async def test_closing_the_stream_hangs_up_at_once(self):
+        # Generation ends server-side only when the connection goes: aclose must abort it.
+        script = [OK_CHUNKED + _chunked(b'{"a": 1}\n')[:-5], "hold"]
+        async with RawServer(script) as server:
+            lines = ndjson.post_lines(server.url, {}, {}, 10.0)
+            assert await anext(lines) == [b'{"a": 1}']
+            await lines.aclose()
+            await asyncio.wait_for(server.client_gone.wait(), 10)
+
+
+def _line(**message) -> bytes:
+    return json.dumps({"model": "m", "message": {"role": "assistant", **message}, "done": False}).encode()
+
+
+class TestMerging:
+    def test_runs_of_one_kind_merge_and_order_is_kept(self):
+        done = json.dumps({"model": "m", "message": {"role": "assistant", "content": ""}, "done": True,
+                           "done_reason": "stop", "prompt_eval_count": 7, "eval_count": 3}).encode()
+        batch = [_line(thinking="hm"), _line(thinking="m."), _line(content="Hel"), _line(content="lo"), done]
+        chunks = list(_merged(batch))
+        assert [(c.thinking, c.content, c.done) for c in chunks] == [("hmm.", "", False), ("", "Hello", False), ("", "", True)]
+        assert (chunks[-1].prompt_tokens, chunks[-1].completion_tokens) == (7, 3)
+
+    def test_a_tool_call_line_stays_its_own_chunk(self):
+        call = _line(content="", tool_calls=[{"function": {"name": "todo", "arguments": '{"action": "read"}'}}])
+        chunks = list(_merged([_line(content="ok "), call, _line(content="then")]))
+        assert [c.content for c in chunks] == ["ok ", "", "then"]
+        assert chunks[1].tool_calls[0].name == "todo" and chunks[1].tool_calls[0].arguments == {"action": "read"}
+
+    def test_text_before_an_error_line_is_not_lost(self):
+        merged = _merged([_line(content="Half"), b'{"error": "the model crashed"}'])
+        assert next(merged).content == "Half"
+        with pytest.raises(ollama.ResponseError):
+            next(merged)
+
+    def test_a_line_that_is_not_an_object_is_a_protocol_error(self):
+        with pytest.raises(httpx.RemoteProtocolError):
+            list(_merged([b"[1, 2]"]))
