@@ -137,6 +137,17 @@ def read_tap(tap: Path) -> dict[str, list[float]]:
     return {key: record["times"] for key, record in read_tap_records(tap).items()}
 
 
+async def tap_records(tap: Path, keys: list[str]) -> dict[str, dict]:
+    """The tap once it holds every key: the server writes a stream's record after its last
+    write, which can come after the client already has the whole answer."""
+    for _ in range(500):
+        records = read_tap_records(tap)
+        if all(k in records for k in keys):
+            return records
+        await asyncio.sleep(0.01)
+    raise RuntimeError(f"the LLM server never recorded {[k for k in keys if k not in records]}")
+
+
 def read_tap_records(tap: Path) -> dict[str, dict]:
     """key -> {"arrived": when the request reached the LLM server, "times": chunk write times}."""
     result = {}
@@ -254,7 +265,7 @@ async def part_c(navi, tap: Path, label: str, sessions: int) -> None:
     )
     elapsed = time.time() - start
     errors = [r for r in results if isinstance(r, BaseException)]
-    emitted = read_tap(tap)
+    emitted = {k: r["times"] for k, r in (await tap_records(tap, keys)).items()}
     lags, total = [], 0
     for key, result in zip(keys, results):
         if isinstance(result, BaseException):
@@ -283,7 +294,7 @@ async def part_d(navi, host: str, tap: Path, rounds: int) -> dict:
         key = f"bench-b navi-d {i}"
         t1, got = await navi_stream(navi, sid, key, wall=True)
         through.append((got[0][0] - t1) * 1000)
-        before.append((read_tap_records(tap)[key]["arrived"] - t1) * 1000)
+        before.append(((await tap_records(tap, [key]))[key]["arrived"] - t1) * 1000)
     figures = {"bare": pct(bare, 50), "navi": pct(through, 50), "before": pct(before, 50)}
     print(f"(d) first delta after send over {rounds} paired runs, p50 (p95) ms:")
     print(f"    bare ollama client {figures['bare']:7.1f} ({pct(bare, 95):.1f})")
@@ -346,7 +357,8 @@ async def part_f(navi, host: str, tap: Path, sessions: int, starts: int) -> dict
         await asyncio.sleep(0.5)  # the paced streams are flowing: now the new runs start
         await asyncio.gather(*(go(sessions + i, key) for i, key in enumerate(started)))
         results = await asyncio.gather(*streams)
-        emitted, lags = read_tap(tap), []
+        emitted = {k: r["times"] for k, r in (await tap_records(tap, paced)).items()}
+        lags: list[float] = []
         for key, (_, got) in zip(paced, results):
             if side == "navi":
                 offset = 0
