@@ -85,10 +85,10 @@ class RunGuard:
 
     @classmethod
     async def for_run(cls, user_id: int | None, session_id: str | None, run_id: str = "") -> "RunGuard":
-        return await sync_to_async(cls._load)(user_id, session_id, run_id)  # one thread hop
+        return await sync_to_async(cls.load)(user_id, session_id, run_id)  # one thread hop
 
     @classmethod
-    def _load(cls, user_id: int | None, session_id: str | None, run_id: str) -> "RunGuard":
+    def load(cls, user_id: int | None, session_id: str | None, run_id: str) -> "RunGuard":
         grants: set[str] = set()
         if session_id and not session_id.startswith("subagent_"):
             grants = set(SessionToolGrant.objects.filter(session_id=session_id).values_list("tool", flat=True))

@@ -52,6 +52,13 @@ class Conversation:
         self.persistent = False
         self.plan: tuple[ChatMessage | None, str] = (None, "")  # this turn's plan (agent.planning)
         self.clock = clock.now()  # the turn's time, the same in every call of it (agent.clock)
+        self.memory_ahead: str | None = None  # the memory summary read with the turn's start
+
+    def take_memory(self) -> str | None:
+        """The memory summary read ahead for the turn's first call (None: read it now). Later
+        calls read it again: a tool of the turn may have changed the memory."""
+        summary, self.memory_ahead = self.memory_ahead, None
+        return summary
 
     async def add(
         self, msg: ChatMessage, *, display: bool = True, status: str = "complete", context: bool = True
@@ -103,14 +110,16 @@ class DBConversation(Conversation):
         self.persistent = True
         self.plan = (None, "")
         self.clock = clock.now()
+        self.memory_ahead = None
         self._flush: dict[int, _FlushState] = {}
 
     @classmethod
     async def open(cls, session_id: str) -> "DBConversation":
-        return await sync_to_async(cls._open)(session_id)  # one thread hop, not one per query
+        return await sync_to_async(cls.load)(session_id)  # one thread hop, not one per query
 
     @classmethod
-    def _open(cls, session_id: str) -> "DBConversation":
+    def load(cls, session_id: str) -> "DBConversation":
+        """The session with its profile and context rows (sync: for one thread hop of several steps)."""
         session = Session.objects.select_related("profile").get(pk=session_id)  # the loop needs it next
         # A compression summary is always the first context message (there is at most one in
         # context: the next compression folds it), yet its seq is newer than the rows it replaced.
@@ -121,7 +130,11 @@ class DBConversation(Conversation):
         self, msg: ChatMessage, *, display: bool = True, status: str = "complete", context: bool = True
     ) -> ChatMessage:
         """Append a row; `context=False` rows are shown but never sent to the model (plans)."""
-        await sync_to_async(self._add_row)(msg, display, status, context)  # one hop, three queries
+        return await sync_to_async(self.add_now)(msg, display=display, status=status, context=context)
+
+    def add_now(self, msg: ChatMessage, *, display: bool = True, status: str = "complete", context: bool = True) -> ChatMessage:
+        """`add` in the calling thread (sync; three queries)."""
+        self._add_row(msg, display, status, context)
         if context:
             self.context.append(msg)
         return msg

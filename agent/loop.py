@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 from typing import AsyncIterator
 
+from asgiref.sync import sync_to_async
+
 from agent import planning, prompts, workers
 from agent.approvals import RunGuard, current_guard
 from agent.calls import CallTracker, DoesNotFit, fit_request
@@ -40,6 +42,7 @@ from agent.stopping import Stopped, raise_if_stopped, until_stopped
 from agent.tool_step import run_tool
 from agent.turns import Setup, Turn, TurnFailed, stream_turn
 from agent.window import effective_window
+from memory_app.services import get_summary
 from tools_app.context import (
     current_chat_session_id,
     current_event_sink,
@@ -70,17 +73,15 @@ class Agent:
         self, session_id: str, user_message: str, images: list[str] | None = None, *, planning: bool = True
     ) -> AsyncIterator[AgentEvent]:
         """Stream one turn of a persisted session."""
-        conv = await DBConversation.open(session_id)
+        message = ChatMessage(role="user", content=user_message, images=list(images or []))
+        conv, guard = await sync_to_async(self._begin)(session_id, message, current_run_id.get())
         current_session_id.set(conv.id)
         current_chat_session_id.set(conv.id)
         current_user_id.set(conv.owner_id)
-        current_guard.set(await RunGuard.for_run(conv.owner_id, conv.id, current_run_id.get()))
+        current_guard.set(guard)
         yield StreamStart(user_message=user_message)
-        # Committed before any LLM call: a crash or an unreachable model never loses it.
-        await conv.add(ChatMessage(role="user", content=user_message, images=list(images or [])))
-        profile = conv.session.profile  # loaded with the session (one query, one thread hop)
+        profile = conv.session.profile  # loaded with the session
         backend = self.backends.get(profile.llm_backend)
-        await self.tools.refresh_user_tools()  # tools written or toggled elsewhere since
         limit = await effective_window(backend, profile)
         for event in await workers.run_phase(workers.pre_turn_workers, conv, profile, backend, "pre", limit):
             yield event
@@ -90,6 +91,18 @@ class Agent:
                 yield PlanReady(plan=plan)
         async for event in self._loop(conv, profile, backend, limit=limit):
             yield event
+
+    def _begin(self, session_id: str, message: ChatMessage, run_id: str) -> tuple[DBConversation, RunGuard]:
+        """The start of a turn in one thread hop (each hop cost 2-3 ms while other runs stream):
+        the session and its context, the run's guard, the user's message committed before any
+        LLM call (a crash or an unreachable model never loses it), the user tools written or
+        toggled elsewhere since the last run, and the memory summary for the first call."""
+        conv = DBConversation.load(session_id)
+        guard = RunGuard.load(conv.owner_id, conv.id, run_id)
+        conv.add_now(message)
+        self.tools.refresh_user_tools_now()
+        conv.memory_ahead = get_summary(conv.owner_id)
+        return conv, guard
 
     async def run(self, session_id: str, user_message: str, images: list[str] | None = None) -> str:
         """Non-streaming turn (no planning); raises RunFailed on error or stop."""
@@ -140,7 +153,7 @@ class Agent:
         except LLMError as exc:
             log.info("planning skipped: %s", exc)
             return None
-        context = await prompts.build_context(profile, conv.context, conv.owner_id, conv.clock)
+        context = await prompts.build_context(profile, conv.context, conv.owner_id, conv.clock, conv.take_memory())
         try:  # the answer call's own selection and form of tools: one shared prefix, one cache
             request = fit_request(context, self._offered(profile), profile, limit, conv.last_request(), set())
         except DoesNotFit:

@@ -29,19 +29,22 @@ def system_prompt(profile: Profile) -> str:
     return "\n\n---\n\n".join(parts)
 
 
-async def memory_text(user_id: int | None) -> str:
-    """The memory section of the system prompt ("" when there is nothing to remember)."""
-    summary = await sync_to_async(get_summary)(user_id)
+async def memory_text(user_id: int | None, summary: str | None = None) -> str:
+    """The memory section of the system prompt ("" when there is nothing to remember); the
+    summary is read unless it was read ahead."""
+    if summary is None:
+        summary = await sync_to_async(get_summary)(user_id)
     return f"{MEMORY_HEADER}\n\n{summary}" if summary else ""
 
 
 async def build_context(
-    profile: Profile, history: list[ChatMessage], user_id: int | None, moment: datetime | None = None
+    profile: Profile, history: list[ChatMessage], user_id: int | None, moment: datetime | None = None,
+    memory_summary: str | None = None,
 ) -> list[ChatMessage]:
     """One system message (persona, profile, memory, the clock at `moment`) + the history. Memory
     goes into that one message because some chat templates drop or reject a second system message."""
     system = system_prompt(profile)
-    memory = await memory_text(user_id)
+    memory = await memory_text(user_id, memory_summary)
     if memory:
         system = f"{system}\n\n---\n\n{memory}" if system else memory
     clock = clock_line(moment)

@@ -63,7 +63,8 @@ async def stream_turn(
 ) -> AsyncIterator[AgentEvent]:
     """Stream one call into `turn`, yielding thinking and text deltas, and save the answer."""
     profile = setup.profile
-    context = planning.with_plan(await prompts.build_context(profile, conv.context, conv.owner_id, conv.clock), conv)
+    context = await prompts.build_context(profile, conv.context, conv.owner_id, conv.clock, conv.take_memory())
+    context = planning.with_plan(context, conv)
     try:
         request = fit_request(context, offer, profile, setup.limit, query, setup.tracker.used)
     except DoesNotFit as exc:

@@ -59,11 +59,14 @@ class ToolRegistry:
     async def refresh_user_tools(self) -> None:
         """Reload when user tools changed since the last load — possibly in another worker
         process (write_tool there, or an admin toggle): every run starts with the current set."""
-        if self.user_tool_fingerprint is None:
-            return
-        # sync_to_async: the ORM work runs where Django's async ORM calls run.
-        if await sync_to_async(self.user_tool_fingerprint)() != self._fingerprint:
-            await sync_to_async(self.reload_user_tools)()
+        if self.user_tool_fingerprint is not None:
+            # sync_to_async: the ORM work runs where Django's async ORM calls run.
+            await sync_to_async(self.refresh_user_tools_now)()
+
+    def refresh_user_tools_now(self) -> None:
+        """`refresh_user_tools` in the calling thread (sync)."""
+        if self.user_tool_fingerprint is not None and self.user_tool_fingerprint() != self._fingerprint:
+            self.reload_user_tools()
 
     def reload_user_tools(self) -> Any:
         """Drop every non-builtin tool and load user tools again (hot reload)."""
