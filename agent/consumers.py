@@ -18,6 +18,7 @@ from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.db import connection
 
 from agent import approvals
 from agent.runs import RunActive, active_run_id, control_group, frames_group, get_run_manager
@@ -75,12 +76,20 @@ def check_content(text: object, *, has_images: bool) -> str:
 _NO_DB_MESSAGES = frozenset({"run.event", "run.replay"})
 
 
+def _persistent_sqlite() -> bool:
+    """Channels closes old database connections (a thread hop) before every message. A kept
+    SQLite connection (CONN_MAX_AGE None) is never old, so a client frame needs no hop before
+    its own work: it was one of the hops between "send" and the LLM call."""
+    return connection.vendor == "sqlite" and connection.settings_dict.get("CONN_MAX_AGE") is None
+
+
 class SessionConsumer(AsyncJsonWebsocketConsumer):
     async def dispatch(self, message: dict) -> None:
         """Relay run frames without Channels' per-message `close_old_connections` thread hop,
         which capped a stream at ~2 000 frames/s; everything else goes the usual way."""
-        if message.get("type") in _NO_DB_MESSAGES:
-            await getattr(self, message["type"].replace(".", "_"))(message)
+        kind = message.get("type")
+        if kind in _NO_DB_MESSAGES or (kind == "websocket.receive" and _persistent_sqlite()):
+            await getattr(self, kind.replace(".", "_"))(message)
             return
         await super().dispatch(message)
 
