@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import socket
 import sys
 import threading
@@ -48,13 +49,16 @@ class LLMProxy:
     """`with LLMProxy("http://127.0.0.1:8080/v1") as proxy:` then point Navi at `proxy.url`;
     `proxy.label = "task/mode"` before a run, `proxy.records_for(label)` after it."""
 
-    def __init__(self, upstream: str, max_tokens: int = 0, keep_requests: bool = False) -> None:
+    def __init__(self, upstream: str, max_tokens: int = 0, keep_requests: bool = False, parse_hermes: bool = False) -> None:
         parts = urlsplit(upstream.rstrip("/"))
         self.scheme, self.host = parts.scheme or "http", parts.hostname or "127.0.0.1"
         self.port = parts.port or (443 if self.scheme == "https" else 80)
         self.prefix = parts.path
         self.max_tokens = max_tokens
         self.keep_requests = keep_requests
+        # Play a server that parses Hermes/Qwen `<tool_call>` blocks into native calls (Ollama,
+        # llama-server --jinja, vLLM do for such models): see hermes_native().
+        self.parse_hermes = parse_hermes
         self.label = ""
         self.records: list[CallRecord] = []
         self._lock = threading.Lock()
@@ -240,7 +244,10 @@ class _Handler(BaseHTTPRequestHandler):
                     record.status, record.ended = 502, time.time()
                     proxy._add(record)
                 return
-            data = self._relay(response, upstream)
+            if proxy.parse_hermes and record and "event-stream" in (response.getheader("Content-Type") or ""):
+                data = self._relay_parsed(response)
+            else:
+                data = self._relay(response, upstream)
             if record:
                 record.status, record.ended = response.status, time.time()
                 _parse_output(record, data, response.getheader("Content-Type") or "")
@@ -279,6 +286,55 @@ class _Handler(BaseHTTPRequestHandler):
             # (the caller closes upstream, so the server stops generating for us).
             self.close_connection = True
         return b"".join(parts)
+
+
+    def _relay_parsed(self, response: http.client.HTTPResponse) -> bytes:
+        """The whole SSE answer read first, then sent again with its well-formed `<tool_call>`
+        blocks as native tool calls (hermes_native); returns what was sent."""
+        try:
+            upstream = response.read()
+        except (OSError, http.client.HTTPException):
+            upstream = b""
+        data = hermes_native(upstream)
+        self.send_response(response.status)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        try:
+            self.wfile.write(data)
+        except OSError:
+            self.close_connection = True
+        return data
+
+
+_HERMES = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
+
+
+def hermes_native(sse: bytes) -> bytes:
+    """An OpenAI SSE answer with the `<tool_call>{"name": …, "arguments": {…}}</tool_call>`
+    blocks of its text turned into native tool calls, as servers with a Hermes tool-call parser
+    send them. Strict, like those parsers: a block must hold valid JSON with a string name and
+    an object of arguments, else it stays text."""
+    objects = [_json(line[5:].strip()) for line in sse.decode("utf-8", "replace").splitlines() if line.startswith("data:")]
+    objects = [o for o in objects if o]
+    text = "".join((c.get("delta") or {}).get("content") or "" for o in objects for c in o.get("choices") or [])
+    finish = next((c.get("finish_reason") for o in reversed(objects) for c in o.get("choices") or [] if c.get("finish_reason")), "stop")
+    calls = []
+    for match in _HERMES.finditer(text):
+        call = _json(match.group(1))
+        if call and isinstance(call.get("name"), str) and isinstance(call.get("arguments"), dict):
+            calls.append({"index": len(calls), "id": f"call_{len(calls)}", "type": "function",
+                          "function": {"name": call["name"], "arguments": json.dumps(call["arguments"])}})
+            text = text.replace(match.group(0), "", 1)
+    base = {k: v for k, v in (objects[0] if objects else {}).items() if k != "choices"}
+    chunks = []
+    if text.strip():
+        chunks.append({"index": 0, "delta": {"role": "assistant", "content": text.strip() if calls else text}, "finish_reason": None})
+    if calls:
+        chunks.append({"index": 0, "delta": {"tool_calls": calls}, "finish_reason": None})
+    chunks.append({"index": 0, "delta": {}, "finish_reason": "tool_calls" if calls else finish})
+    out = [b"data: " + json.dumps({**base, "choices": [c]}).encode() + b"\n\n" for c in chunks]
+    return b"".join(out) + b"data: [DONE]\n\n"
 
 
 def _parse_output(record: CallRecord, data: bytes, content_type: str) -> None:

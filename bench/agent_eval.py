@@ -110,6 +110,7 @@ class Options:
     max_tokens: int = 512
     tool_timeout: float = 30.0
     llm_log: str = ""
+    server_parses_hermes: bool = False  # the proxy plays a server with a Hermes tool-call parser
     web_port: int = 0  # the web tasks' pages (0 = any free port)
     verbose: bool = True
 
@@ -119,7 +120,8 @@ class Evaluation:
 
     def __init__(self, options: Options) -> None:
         self.opt = options
-        self.proxy = LLMProxy(options.url, max_tokens=options.max_tokens, keep_requests=bool(options.llm_log))
+        self.proxy = LLMProxy(options.url, max_tokens=options.max_tokens, keep_requests=bool(options.llm_log),
+                              parse_hermes=options.server_parses_hermes)
         self.web = WebFixture(options.web_port)
         self.navi: LiveNavi | None = None
         self.owner_id = 0
@@ -499,6 +501,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--context-window", type=int, default=0, help="profiles' context_window (0 = ask the server)")
     ap.add_argument("--max-tokens", type=int, default=512,
                     help="tokens an answer call may generate (LLM_MAX_ANSWER_TOKENS; the proxy adds it where Navi sends none)")
+    ap.add_argument("--server-parses-hermes", action="store_true",
+                    help="OpenAI-compatible servers: the proxy turns well-formed <tool_call>{...}</tool_call> blocks "
+                         "into native tool calls, as Ollama, llama-server --jinja or vLLM do for Qwen/Hermes models "
+                         "(llama-cpp-python's server parses none: plain mode then never gets a call)")
     ap.add_argument("--llm-log", default="", help="append every LLM request and its output to this JSONL file")
     ap.add_argument("--out", default="", help="write the JSON report here")
     ap.add_argument("--list", action="store_true", help="list the tasks and exit")
@@ -517,7 +523,7 @@ def main(argv: list[str] | None = None) -> None:
     options = Options(backend=backend, url=url, model=model, api_key=args.api_key, modes=modes, timeout=args.timeout,
                       max_iterations=args.max_iterations, max_tools=args.max_tools, compact_schemas=not args.no_compact,
                       temperature=args.temperature, num_ctx=args.num_ctx, context_window=args.context_window,
-                      max_tokens=args.max_tokens, llm_log=args.llm_log)
+                      max_tokens=args.max_tokens, llm_log=args.llm_log, server_parses_hermes=args.server_parses_hermes)
     tasks = select_tasks(args.tasks, args.only)
     print(f"agent_eval: {len(tasks)} tasks x {len(modes)} modes, {backend} {url} model {model}", flush=True)
     result = evaluate(options, tasks, args.out)

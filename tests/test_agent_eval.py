@@ -57,3 +57,25 @@ def test_it_checks_end_states_and_counts_calls_and_llm_requests():
     assert summary["llm_calls_per_task"] == round((2 + 2 + 4) / 3, 2)
     printed = table(report["summary"], report["results"])
     assert "2/3 (67%)" in printed and "3/5 (60%)" in printed
+
+
+def test_the_proxy_can_play_a_server_that_parses_hermes_tool_calls():
+    """--server-parses-hermes: well-formed <tool_call> blocks become native calls, the rest of the
+    text stays text, and a block a real parser would refuse (arguments not an object) stays too."""
+    import json
+
+    from bench._llm_proxy import hermes_native
+
+    pieces = ["Sure.\n<tool_", 'call>\n{"name": "todo", "arguments": {"action": "read"}}\n</tool_call>',
+              ' <tool_call>{"name": "x", "arguments": "s"}</tool_call>']
+    sse = b"".join(
+        b"data: " + json.dumps({"id": "c1", "choices": [{"index": 0, "delta": {"content": p}, "finish_reason": None}]}).encode() + b"\n\n"
+        for p in pieces
+    ) + b'data: {"id": "c1", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\ndata: [DONE]\n\n'
+    lines = [line[6:] for line in hermes_native(sse).decode().split("\n\n") if line.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    chunks = [json.loads(line)["choices"][0] for line in lines[:-1]]
+    assert chunks[0]["delta"]["content"] == 'Sure.\n <tool_call>{"name": "x", "arguments": "s"}</tool_call>'
+    call = chunks[1]["delta"]["tool_calls"][0]["function"]
+    assert call == {"name": "todo", "arguments": '{"action": "read"}'}
+    assert chunks[-1]["finish_reason"] == "tool_calls"
