@@ -215,6 +215,8 @@ class RunManager:
                     log.exception("run %s: publishing a %s frame failed", run.run_id, frame.get("type"))
 
     async def publish(self, run: Run, frame: dict) -> None:
+        """Number the frame, keep it for replays and send it; nobody changes it after this (the
+        in-memory layer relies on that and does not copy it)."""
         run.seq += 1
         frame["run_id"] = run.run_id
         frame["seq"] = run.seq
