@@ -8,6 +8,11 @@ merely mentions a tool is not a call), and inside an explicit call marker (`<too
 `[TOOL_CALLS]`, `<|python_tag|>`) for any name, so a misspelt or invented tool gets the usual
 "unknown tool, did you mean …" result instead of being shown as text. `CallTextFilter` sits on the stream: it holds back
 text that may be the start of a call instead of showing it and retracting it later.
+
+`offered` is the set of tool names, or a mapping of each name to its parameter names: then a
+flat `{"name": "switch_profile", "profile_id": "x"}` (the arguments beside the name, as small
+models write them) is a call too when every other key is a parameter of that tool. A JSON
+call that lacks only its closing brackets (the model stopped one `}` short) is closed.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import ast
 import json
 import re
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from agent.messages import ToolCall
@@ -69,9 +75,17 @@ def _call(obj: object, offered, any_name: bool = False) -> ToolCall | None:
     if not isinstance(args, (dict, str)):
         return None
     extra = set(obj) - {"name", "arguments", "parameters", "id", "type"}
-    if extra:  # {"name": "todo", "priority": 2} is data that happens to have a name, not a call
-        return None
+    if extra and not ("arguments" not in obj and "parameters" not in obj and extra <= _parameters(offered, name)):
+        return None  # {"name": "todo", "priority": 2} is data that happens to have a name, not a call
+    if extra:  # the flat form: the arguments beside the name
+        args = {key: obj[key] for key in obj if key in extra}
     return ToolCall(id=f"recovered_{uuid.uuid4().hex[:12]}", name=name, arguments=args, recovered=True)
+
+
+def _parameters(offered, name: str) -> frozenset[str]:
+    if isinstance(offered, Mapping):
+        return frozenset(offered.get(name) or ())
+    return frozenset()
 
 
 def _is_schema_echo(obj: dict) -> bool:
@@ -94,7 +108,34 @@ def _parse(text: str) -> object:
     try:
         return json.loads(text)
     except ValueError:
-        return _lenient(text)
+        value = _lenient(text)
+    if value is None and text.startswith(("{", "[")) and (closed := _closed(text)) != text:
+        value = _lenient(closed)
+    return value
+
+
+def _closed(text: str) -> str:
+    """`text` with the brackets it left open closed, unless it stops inside a string (a cut
+    answer: its last value is incomplete, and running it would act on half an argument)."""
+    stack, quote, escaped = [], "", False
+    for char in text:
+        if quote:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == quote:
+                quote = ""
+        elif char in "\"'":
+            quote = char
+        elif char in "{[":
+            stack.append("}" if char == "{" else "]")
+        elif char in "}]":
+            if not stack or stack.pop() != char:
+                return text
+    if quote or not stack:
+        return text
+    return text.rstrip().rstrip(",") + "".join(reversed(stack))
 
 
 def _tagged(text: str, offered):
@@ -207,8 +248,8 @@ class CallTextFilter:
     `finish()` then splits into calls and text to show.
     """
 
-    def __init__(self, offered: set[str] | frozenset[str]) -> None:
-        self.offered = frozenset(offered)
+    def __init__(self, offered: set[str] | frozenset[str] | Mapping[str, frozenset[str]]) -> None:
+        self.offered = offered if isinstance(offered, Mapping) else frozenset(offered)
         self.held = ""  # text not shown yet, starting at a line start
         self.streaming_line = False  # inside a line already known not to start a call
         self.in_code = False  # inside a fenced block of another language: no calls there

@@ -69,7 +69,7 @@ async def stream_turn(
         request = fit_request(context, offer, profile, setup.limit, query, setup.tracker.used)
     except DoesNotFit as exc:
         raise TurnFailed(ErrorEvent(str(exc), code="context_too_large")) from None
-    names = frozenset(t.name for t in request.tools)
+    names = {t.name: frozenset((t.parameters or {}).get("properties") or ()) for t in request.tools}
     text_filter = CallTextFilter(names) if profile.recover_tool_calls and names else None
     stream = setup.backend.stream_complete(
         context, request.schemas, model=profile.resolved_model(), temperature=profile.temperature,
@@ -140,7 +140,7 @@ async def _failure(exc: Exception, conv: Conversation, setup: Setup, turn: Turn)
     return TurnFailed(ErrorEvent(message, code=exc.code))
 
 
-def _recover_calls(text_filter: CallTextFilter, turn: Turn, names: frozenset[str]) -> str:
+def _recover_calls(text_filter: CallTextFilter, turn: Turn, names: dict[str, frozenset[str]]) -> str:
     """Text held back by the filter that is not a call (returned, to show), and the calls
     written as text, which become the turn's calls when the model made no native call."""
     msg = turn.message

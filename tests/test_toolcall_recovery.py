@@ -165,12 +165,45 @@ def test_what_still_fails_is_explained_with_the_schema_and_an_example():
     assert "'count' is a required property" in missing and '"count": {"type": "integer"}' in missing
 
 
+WITH_PARAMETERS = {"switch_profile": frozenset({"profile_id"}), "todo": frozenset({"action", "tasks", "index", "status"})}
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ('{"name": "switch_profile", "profile_id": "smart_home"}', [("switch_profile", {"profile_id": "smart_home"})]),
+        ('```json\n{"name": "todo", "tasks": ["2"], "status": "done"}\n```', [("todo", {"tasks": ["2"], "status": "done"})]),
+        ('{"name": "todo", "priority": 2}', []),  # a key the tool does not have: data, not a call
+        ('{"name": "todo", "action": "read", "arguments": {"action": "read"}}', []),  # both forms: unclear
+    ],
+)
+def test_arguments_written_beside_the_name_are_a_call_when_they_are_the_tools_parameters(text, expected):
+    found = extract_calls(text, WITH_PARAMETERS)
+    assert [(c.name, c.arguments) for c in found.calls] == expected
+    assert [(c.name, c.arguments) for c in stream(text, 3, WITH_PARAMETERS)[2]] == expected
+    assert extract_calls(text, set(WITH_PARAMETERS)).calls == []  # without the parameters: never
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ('{"name": "todo", "arguments": {"action": "read"}', [("todo", {"action": "read"})]),
+        ('{"name": "todo", "arguments": {"action": "set", "tasks": ["a", "b"', [("todo", {"action": "set", "tasks": ["a", "b"]})]),
+        ('{"name": "todo", "arguments": {"action": "set", "tasks": ["a", "b', []),  # cut inside a string
+    ],
+)
+def test_a_call_one_bracket_short_is_closed_unless_cut_inside_a_value(text, expected):
+    assert [(c.name, c.arguments) for c in extract_calls(text, OFFERED).calls] == expected
+    assert [(c.name, c.arguments) for c in stream(text, 5)[2]] == expected
+
+
 @pytest.mark.skipif(not CORPUS.exists(), reason="no corpus of real small-model outputs yet")
 def test_the_corpus_of_real_small_model_outputs():
     entries = json.loads(CORPUS.read_text())
     assert entries
     for entry in entries:
-        offered = set(entry.get("offered_tools") or OFFERED)
+        offered = entry.get("offered_tools") or OFFERED  # names, or names with their parameters
+        offered = {k: frozenset(v) for k, v in offered.items()} if isinstance(offered, dict) else set(offered)
         found = extract_calls(entry["output"], offered)
         expected = entry["expected"]
         got = [{"name": c.name, "arguments": parse_lenient(c.arguments)[0] if isinstance(c.arguments, str) else c.arguments} for c in found.calls]
