@@ -117,23 +117,14 @@ def _parse(text: str) -> object:
 def _closed(text: str) -> str:
     """`text` with the brackets it left open closed, unless it stops inside a string (a cut
     answer: its last value is incomplete, and running it would act on half an argument)."""
-    stack, quote, escaped = [], "", False
-    for char in text:
-        if quote:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == quote:
-                quote = ""
-        elif char in "\"'":
-            quote = char
-        elif char in "{[":
+    brackets, in_string = _structure(text)
+    stack = []
+    for char in brackets:
+        if char in "{[":
             stack.append("}" if char == "{" else "]")
-        elif char in "}]":
-            if not stack or stack.pop() != char:
-                return text
-    if quote or not stack:
+        elif not stack or stack.pop() != char:
+            return text
+    if in_string or not stack:
         return text
     return text.rstrip().rstrip(",") + "".join(reversed(stack))
 
@@ -336,7 +327,19 @@ def _fence_state(start: str) -> str:
 
 
 def _balanced(text: str) -> bool:
-    depth, quote, escaped = 0, "", False
+    """Whether the first bracket of `text` has closed."""
+    depth = 0
+    for char in _structure(text)[0]:
+        depth += 1 if char in "{[" else -1
+        if depth == 0:
+            return True
+    return False
+
+
+def _structure(text: str) -> tuple[list[str], bool]:
+    """The brackets of `text` outside strings (JSON or Python quotes), in order, and whether it
+    ends inside a string."""
+    brackets, quote, escaped = [], "", False
     for char in text:
         if quote:
             if escaped:
@@ -347,10 +350,6 @@ def _balanced(text: str) -> bool:
                 quote = ""
         elif char in "\"'":
             quote = char
-        elif char in "{[":
-            depth += 1
-        elif char in "}]":
-            depth -= 1
-            if depth == 0:
-                return True
-    return False
+        elif char in "{[]}":
+            brackets.append(char)
+    return brackets, bool(quote)
