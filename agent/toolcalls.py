@@ -248,12 +248,18 @@ class CallTextFilter:
 
     def feed(self, chunk: str) -> str:
         shown = []
-        for char in chunk:
-            if self.streaming_line:
-                shown.append(char)
-                if char == "\n":
-                    self.streaming_line = False
+        at = 0
+        while at < len(chunk):
+            if self.streaming_line:  # the rest of a line that is not a call: through at once
+                end = chunk.find("\n", at)
+                if end < 0:
+                    shown.append(chunk[at:])
+                    break
+                shown.append(chunk[at : end + 1])
+                self.streaming_line, at = False, end + 1
                 continue
+            char = chunk[at]
+            at += 1
             self.held += char
             verdict = self._verdict(self.held)
             if verdict == "show":
