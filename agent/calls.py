@@ -70,10 +70,18 @@ def normalise_arguments(arguments: Any, repair: bool) -> Any:
     return arguments
 
 
+REPEAT_NOTE = (
+    "Not run again: you already made this exact {tool} call in this turn and it succeeded (its result "
+    "is above). Do not repeat it: answer the user now, or make a different call."
+)
 LOOP_NOTE = (
     "\nThis exact call has now failed twice in a row. Do not call {tool} again in this turn: answer "
     "the user with what you have, and say what did not work."
 )
+
+
+def _signature(call: ToolCall) -> tuple[str, str]:
+    return call.name, json.dumps(call.arguments, sort_keys=True, default=str)
 
 
 @dataclass
@@ -84,6 +92,7 @@ class CallTracker:
     banned: set[str] = field(default_factory=set)  # tools taken away after a loop
     counts: dict[str, int] = field(default_factory=dict)
     _last_failure: tuple[str, str] | None = None
+    _succeeded: set[tuple[str, str]] = field(default_factory=set)  # this turn's successful calls
 
     def _add(self, key: str, n: int = 1) -> None:
         self.counts[key] = self.counts.get(key, 0) + n
@@ -99,10 +108,11 @@ class CallTracker:
             self._add("refused_calls")
         if result.metadata.get("repaired"):
             self._add("repaired_arguments")
+        signature = _signature(call)
         if result.success:
             self._last_failure = None
+            self._succeeded.add(signature)
             return ""
-        signature = (call.name, json.dumps(call.arguments, sort_keys=True, default=str))
         repeated = signature == self._last_failure
         self._last_failure = signature
         if not repeated:
@@ -110,6 +120,14 @@ class CallTracker:
         self._add("broken_loops")
         self.banned.add(call.name)
         return LOOP_NOTE.format(tool=call.name)
+
+    def repeat_note(self, call: ToolCall) -> str:
+        """For the same call made again after it succeeded in this turn (a small model's loop,
+        which would append or send twice): the result to give instead of running it."""
+        if _signature(call) not in self._succeeded:
+            return ""
+        self._add("broken_loops")
+        return REPEAT_NOTE.format(tool=call.name)
 
     def offer(self, tools: list) -> list:
         return [t for t in tools if t.name not in self.banned]

@@ -40,6 +40,10 @@ async def run_tool(
     """tool_started, approval frames when asked, what the tool emits, then tool_call."""
     call.arguments = normalise_arguments(call.arguments, profile.repair_arguments)
     yield ToolStarted(tool=call.name, args=call.arguments, recovered=call.recovered)
+    if repeat := tracker.repeat_note(call):
+        yield ToolEvent(tool=call.name, args=call.arguments, result=repeat, success=False, recovered=call.recovered)
+        await conv.add(ChatMessage(role="tool", content=repeat, tool_call_id=call.id, name=call.name))
+        return
     guard = current_guard.get()
     verdict = None
     if guard is not None:

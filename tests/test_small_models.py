@@ -16,7 +16,7 @@ from channels.testing import WebsocketCommunicator
 from agent.models import ModelReliability, Profile
 from navi_project.asgi import application
 from tests.llm_server import Rule, Turn
-from tools_app.models import TodoList
+from tools_app.models import ScratchpadSection, TodoList
 
 pytestmark = pytest.mark.django_db(transaction=True)
 TIMEOUT = 20
@@ -196,6 +196,18 @@ class TestArguments:
         assert len(results) == 2 and "failed twice in a row" in results[1]
         assert "todo" not in offered(llm.requests[-1])  # taken away for the rest of the turn
         assert frames[-1]["type"] == "stream_end" and frames[-1]["content"] == "I could not update the list."
+        assert (await ModelReliability.objects.aget()).broken_loops == 1
+
+    async def test_the_same_successful_call_again_is_not_run_twice(self, llm, session, owner_token):
+        # A small model that repeats itself would append (or send, or save) the same thing again.
+        append = Turn(tool_calls=[{"name": "scratchpad", "arguments": {"action": "append", "section": "log", "content": "done"}}])
+        llm.script(append, append, Turn(content="Noted."))
+        frames = await run(session, owner_token, "note done")
+        first, second = of(frames, "tool_call")
+        assert first["success"] and not second["success"] and "Not run again" in second["result"]
+        section = await ScratchpadSection.objects.aget(scope=str(session.id), section="log")
+        assert section.content.count("done") == 1
+        assert frames[-1]["type"] == "stream_end" and frames[-1]["content"] == "Noted."
         assert (await ModelReliability.objects.aget()).broken_loops == 1
 
     async def test_arguments_as_a_string_cannot_sneak_past_the_policy(self, llm, other_user, profiles):
