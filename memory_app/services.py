@@ -58,13 +58,19 @@ def upsert_fact(owner_id: int, category: str, key: str, value: str, source_sessi
 
 
 def forget_facts(owner_id: int, key: str, category: str | None = None) -> list[MemoryFact]:
-    """Delete the owner's facts with this key (in this category only, when given)."""
-    rows = MemoryFact.objects.filter(owner_id=owner_id, key=normalise_label(key))
+    """Delete the owner's facts with this key (in this category only, when given). Underscores,
+    hyphens and spaces count as the same: a model asked to forget "dog name" writes dog_name."""
+    rows = MemoryFact.objects.filter(owner_id=owner_id, key__in=_spellings(normalise_label(key)))
     if category:
         rows = rows.filter(category=normalise_label(category))
     deleted = list(rows)
     rows.delete()
     return deleted
+
+
+def _spellings(key: str) -> set[str]:
+    words = key.replace("_", " ").replace("-", " ").split()
+    return {key} | {sep.join(words) for sep in (" ", "_", "-")}
 
 
 def all_facts(owner_id: int) -> list[MemoryFact]:

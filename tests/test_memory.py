@@ -316,6 +316,16 @@ class TestTools:
         assert keys == ["laptop"]
 
 
+    async def test_forget_takes_underscores_and_hyphens_for_spaces(self, owner):
+        await self._call(owner, "memory_save", {"category": "pets", "key": "dog name", "value": "Rex"})
+        await self._call(owner, "memory_save", {"category": "pets", "key": "dog_walker", "value": "Ann"})
+        result, _ = await self._call(owner, "memory_forget", {"key": "Dog_Name"})
+        assert result.success and "pets: dog name" in result.output
+        result, _ = await self._call(owner, "memory_forget", {"key": "dog-walker"})
+        assert result.success and "pets: dog_walker" in result.output
+        assert not await MemoryFact.objects.aexists()
+        assert not (await self._call(owner, "memory_forget", {"key": "dog"}))[0].success  # a prefix is not a key
+
 @pytest.mark.django_db(transaction=True)
 class TestInjection:
     async def test_the_summary_is_injected_in_run_stream_run_and_run_ephemeral(self, owner, session, llm, profiles):
