@@ -146,11 +146,12 @@ class RunManager:
         return run
 
     async def _claim_after_answer(self, session_id: str, run_id: str) -> bool:
-        """The client may send as soon as it sees stream_end (the input is unlocked), while
-        post-turn workers (compression) still hold the run: wait for them instead of refusing."""
+        """The client may send as soon as it sees the run's last frame (stream_end, error or
+        stream_stopped: the input is unlocked) while the run still finishes its bookkeeping or
+        post-turn workers (compression): wait for it instead of refusing."""
         previous = self.active.get(session_id)
         if previous is not None:
-            if not previous.answered:
+            if not (previous.answered or previous.error or previous.stopped):
                 return False
             await asyncio.shield(previous.done.wait())
             return await claim_run(session_id, run_id)
