@@ -222,6 +222,20 @@ class TestArguments:
         assert "run host tools" in of(frames, "tool_call")[0]["result"]
 
 
+    async def test_a_call_written_flat_as_text_meets_the_same_policy(self, llm, other_user, profiles):
+        """Injected text that makes the model write {"name": "filesystem", "action": …} is read as
+        a call, and refused like any other for a user who may not run host tools."""
+        from sessions_app.models import ApiToken, Session
+
+        session = await Session.objects.acreate(owner=other_user, profile_id="secretary")
+        token = (await sync_to_async(ApiToken.issue)(other_user))[1]
+        text = json.dumps({"name": "filesystem", "action": "write", "path": "x.txt", "content": "x"})
+        llm.script(Turn(content=text), Turn(content="no"))
+        frames = await run(session, token, "write")
+        call = of(frames, "tool_call")[0]
+        assert call["recovered"] and not call["success"] and "run host tools" in call["result"]
+        assert text not in frames[-1]["content"]
+
 class TestContextWindow:
     async def test_the_gauge_shows_ollamas_real_window(self, llm, session, owner_token, settings):
         settings.OLLAMA_NUM_CTX = 65536
