@@ -26,6 +26,7 @@ from django.utils import timezone
 from agent import policy
 from agent.groups import control_group
 from agent.models import SessionToolGrant, ToolCallRecord
+from navi_project import hotsql
 from tools_app.permissions import is_host_call, offered_without_permission, refusal, user_has_host_tools
 
 Decision = ToolCallRecord.Decision
@@ -91,7 +92,10 @@ class RunGuard:
     def load(cls, user_id: int | None, session_id: str | None, run_id: str) -> "RunGuard":
         grants: set[str] = set()
         if session_id and not session_id.startswith("subagent_"):
-            grants = set(SessionToolGrant.objects.filter(session_id=session_id).values_list("tool", flat=True))
+            grants = {row[0] for row in hotsql.values(
+                f"SELECT tool FROM {hotsql.table(SessionToolGrant)} WHERE session_id = %s",
+                [hotsql.prep(SessionToolGrant, "session", session_id)],
+            )}
         return cls(user_id, session_id, run_id, user_has_host_tools(user_id), grants=grants)
 
     # --- what the model is offered ----------------------------------------------------------

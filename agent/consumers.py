@@ -22,7 +22,7 @@ from django.db import connection
 
 from agent import approvals
 from agent.runs import RunActive, active_run_id, control_group, frames_group, get_run_manager
-from navi_project import metrics
+from navi_project import hotsql, metrics
 from sessions_app.history import HistoryError
 from sessions_app.models import Session
 from sessions_app.uploads import describe_uploaded_files
@@ -131,8 +131,16 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
 
     @database_sync_to_async
     def _owned_session_id(self, user, raw: str) -> str | None:
-        session = Session.objects.owned_by(user, raw).only("pk").first()
-        return str(session.pk) if session else None
+        """The session's id if `user` owns it (every socket asks: hot-path SQL)."""
+        try:
+            sid = uuid.UUID(str(raw))
+        except ValueError:
+            return None
+        found = hotsql.values(
+            f"SELECT id FROM {hotsql.table(Session)} WHERE id = %s AND owner_id = %s",
+            [hotsql.prep(Session, "id", sid), user.pk],
+        )
+        return str(sid) if found else None
 
     # --- client frames ---------------------------------------------------------------------
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:

@@ -19,6 +19,8 @@ from django.utils import timezone
 
 from agent import clock
 from agent.messages import ChatMessage, ToolCall
+from agent.models import Profile
+from navi_project import hotsql
 from sessions_app.models import Message, Session
 
 log = logging.getLogger(__name__)
@@ -119,11 +121,19 @@ class DBConversation(Conversation):
 
     @classmethod
     def load(cls, session_id: str) -> "DBConversation":
-        """The session with its profile and context rows (sync: for one thread hop of several steps)."""
-        session = Session.objects.select_related("profile").get(pk=session_id)  # the loop needs it next
+        """The session with its profile and context rows (sync: for one thread hop of several
+        steps; hot-path SQL, navi_project.hotsql)."""
+        sid = hotsql.prep(Session, "id", session_id)
+        found = hotsql.select(Session, "id = %s", [sid])
+        if not found:
+            raise Session.DoesNotExist(f"no session {session_id}")
+        session = found[0]
+        profiles = hotsql.select(Profile, "id = %s", [session.profile_id])
+        if profiles:  # the loop needs it next
+            session.profile = profiles[0]
         # A compression summary is always the first context message (there is at most one in
         # context: the next compression folds it), yet its seq is newer than the rows it replaced.
-        rows = Message.objects.filter(session=session, in_context=True).order_by("-is_summary", "seq")
+        rows = hotsql.select(Message, "session_id = %s AND in_context = %s", [sid, True], tail="ORDER BY is_summary DESC, seq")
         return cls(session, [row_to_message(r) for r in rows])
 
     async def add(
@@ -140,10 +150,12 @@ class DBConversation(Conversation):
         return msg
 
     def _add_row(self, msg: ChatMessage, display: bool, status: str, context: bool) -> None:
-        seq = (Message.objects.filter(session_id=self.session.pk).aggregate(m=Max("seq"))["m"] or 0) + 1
-        row = Message.objects.create(
+        sid = hotsql.prep(Session, "id", self.session.pk)
+        last = hotsql.values(f"SELECT MAX(seq) FROM {hotsql.table(Message)} WHERE session_id = %s", [sid])[0][0]
+        msg.db_id = hotsql.insert(
+            Message,
             session_id=self.session.pk,
-            seq=seq,
+            seq=(last or 0) + 1,
             role=msg.role,
             content=msg.content,
             thinking=msg.thinking,
@@ -157,12 +169,14 @@ class DBConversation(Conversation):
             status=status,
             meta=msg.meta,
         )
-        msg.db_id = row.id
-        update = {"last_active": timezone.now()}
+        now = hotsql.prep(Session, "last_active", timezone.now())
         if msg.role == "user" and not self.session.title and msg.content.strip():
             self.session.title = _title_from(msg.content)
-            update["title"] = self.session.title
-        Session.objects.filter(pk=self.session.pk).update(**update)
+            hotsql.execute(
+                f"UPDATE {hotsql.table(Session)} SET last_active = %s, title = %s WHERE id = %s", [now, self.session.title, sid]
+            )
+        else:
+            hotsql.execute(f"UPDATE {hotsql.table(Session)} SET last_active = %s WHERE id = %s", [now, sid])
 
     async def update(self, msg: ChatMessage, *, status: str, force: bool = True) -> None:
         """Save the message's current content. A throttled partial save (`force=False`) runs
@@ -181,12 +195,12 @@ class DBConversation(Conversation):
         if state.pending is not None:
             await asyncio.shield(state.pending)
         state.last = now
-        await Message.objects.filter(pk=msg.db_id).aupdate(**_row_fields(msg, status))
+        await sync_to_async(_save_row)(msg.db_id, _row_fields(msg, status))
 
     @staticmethod
     async def _save_partial(row_id: int, fields: dict) -> None:
         try:
-            await Message.objects.filter(pk=row_id).aupdate(**fields)
+            await sync_to_async(_save_row)(row_id, fields)
         except Exception:  # the next flush or the final save writes it again
             log.warning("saving the partial answer %s failed", row_id, exc_info=True)
 
@@ -200,8 +214,9 @@ class DBConversation(Conversation):
 
     async def set_token_count(self, tokens: int) -> None:
         self.token_count = tokens
-        await Session.objects.filter(pk=self.session.pk).aupdate(
-            context_token_count=tokens, last_active=timezone.now()
+        await sync_to_async(hotsql.execute)(
+            f"UPDATE {hotsql.table(Session)} SET context_token_count = %s, last_active = %s WHERE id = %s",
+            [tokens, hotsql.prep(Session, "last_active", timezone.now()), hotsql.prep(Session, "id", self.session.pk)],
         )
 
     async def apply_compression(self, new_context: list[ChatMessage]) -> None:
@@ -240,6 +255,15 @@ class DBConversation(Conversation):
         pid = await Session.objects.filter(pk=self.session.pk).values_list("profile_id", flat=True).afirst()
         self.profile_id = pid or self.profile_id
         return self.profile_id
+
+
+def _save_row(row_id: int, fields: dict) -> None:
+    """The streamed message's columns (content, thinking, tool_calls, status) saved."""
+    names = list(fields)
+    hotsql.execute(
+        f"UPDATE {hotsql.table(Message)} SET {', '.join(f'{hotsql.column(Message, n)} = %s' for n in names)} WHERE id = %s",
+        [hotsql.prep(Message, n, fields[n]) for n in names] + [row_id],
+    )
 
 
 def _row_fields(msg: ChatMessage, status: str) -> dict:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import logging
 
+from asgiref.sync import sync_to_async
+
 from agent.models import LLMCall
-from navi_project import metrics
+from navi_project import hotsql, metrics
 from tools_app.context import current_chat_session_id, current_run_id
 
 log = logging.getLogger(__name__)
@@ -16,7 +18,7 @@ async def observe(call: dict) -> None:
     """LLMBackend.observer: store the call (one small INSERT as the call ends)."""
     metrics.llm_call(call)
     session_id = current_chat_session_id.get()
-    row = LLMCall(
+    fields = dict(
         session_id=session_id if session_id and not str(session_id).startswith("subagent_") else None,
         run_id=current_run_id.get(),
         purpose=call["purpose"][:32],
@@ -28,7 +30,7 @@ async def observe(call: dict) -> None:
         outcome=call["outcome"][:16],
     )
     try:
-        await row.asave()
+        await sync_to_async(hotsql.insert)(LLMCall, **fields)  # on every call: hot-path SQL
     except Exception:  # a deleted session, a locked database: bookkeeping only
         log.info("LLM call not recorded", exc_info=True)
 

@@ -28,7 +28,7 @@ from agent import approvals
 from agent.events import ErrorEvent, to_frame
 from agent.groups import control_group, frames_group, run_event
 from agent.registry import get_agent
-from navi_project import metrics
+from navi_project import hotsql, metrics
 from navi_project.logs import bind_run
 from sessions_app import history
 from sessions_app.models import Message, Session
@@ -69,25 +69,36 @@ async def claim_run(session_id: str, run_id: str) -> bool:
 
 def _claim(session_id: str, run_id: str) -> bool:
     now = timezone.now()
-    updated = Session.objects.filter(pk=session_id).filter(
-        Q(active_run_id="") | Q(active_run_heartbeat__lt=now - CLAIM_TTL)
-    ).update(active_run_id=run_id, active_run_heartbeat=now)
+    sid = hotsql.prep(Session, "id", session_id)
+    updated = hotsql.execute(
+        f"UPDATE {hotsql.table(Session)} SET active_run_id = %s, active_run_heartbeat = %s"
+        " WHERE id = %s AND (active_run_id = '' OR active_run_heartbeat < %s)",
+        [run_id, hotsql.prep(Session, "active_run_heartbeat", now), sid,
+         hotsql.prep(Session, "active_run_heartbeat", now - CLAIM_TTL)],
+    )
     if updated != 1:
         return False
     # We hold the claim, so no run of this session is alive: a `partial` row left by a dead
     # worker (crash in a multi-worker setup, voided by TTL) is interrupted, not streaming.
-    Message.objects.filter(session_id=session_id, status=Message.Status.PARTIAL).update(status=Message.Status.INTERRUPTED)
+    hotsql.execute(
+        f"UPDATE {hotsql.table(Message)} SET status = %s WHERE session_id = %s AND status = %s",
+        [Message.Status.INTERRUPTED.value, sid, Message.Status.PARTIAL.value],
+    )
     return True
 
 
 async def active_run_id(session_id: str) -> str | None:
     """The id of the session's live run (in any process), or None."""
-    row = await Session.objects.filter(pk=session_id).values("active_run_id", "active_run_heartbeat").afirst()
-    if not row or not row["active_run_id"] or row["active_run_heartbeat"] is None:
+    return await sync_to_async(_active_run_id)(session_id)  # every socket asks on connect
+
+
+def _active_run_id(session_id: str) -> str | None:
+    found = hotsql.select(Session, "id = %s", [hotsql.prep(Session, "id", session_id)])
+    if not found or not found[0].active_run_id or found[0].active_run_heartbeat is None:
         return None
-    if row["active_run_heartbeat"] < timezone.now() - CLAIM_TTL:
+    if found[0].active_run_heartbeat < timezone.now() - CLAIM_TTL:
         return None
-    return row["active_run_id"]
+    return found[0].active_run_id
 
 
 class RunManager:
@@ -227,8 +238,9 @@ class RunManager:
     async def _heartbeat(self, run: Run) -> None:
         while True:
             await asyncio.sleep(HEARTBEAT_S)
-            await Session.objects.filter(pk=run.session_id, active_run_id=run.run_id).aupdate(
-                active_run_heartbeat=timezone.now()
+            await sync_to_async(hotsql.execute)(
+                f"UPDATE {hotsql.table(Session)} SET active_run_heartbeat = %s WHERE id = %s AND active_run_id = %s",
+                [hotsql.prep(Session, "active_run_heartbeat", timezone.now()), hotsql.prep(Session, "id", run.session_id), run.run_id],
             )
 
     async def _forget(self, run: Run) -> None:
@@ -320,7 +332,15 @@ class RunManager:
 
 
 async def _release(session_id: str, run_id: str) -> None:
-    await Session.objects.filter(pk=session_id, active_run_id=run_id).aupdate(active_run_id="", active_run_heartbeat=None)
+    await sync_to_async(_release_now)(session_id, run_id)
+
+
+def _release_now(session_id: str, run_id: str) -> None:
+    hotsql.execute(
+        f"UPDATE {hotsql.table(Session)} SET active_run_id = '', active_run_heartbeat = NULL"
+        " WHERE id = %s AND active_run_id = %s",
+        [hotsql.prep(Session, "id", session_id), run_id],
+    )
 
 
 def _rewind(session_id: str, mode: str, message_id, images) -> tuple[str | None, list[str], list[int]]:

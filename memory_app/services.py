@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.utils import timezone
 
+from navi_project import hotsql
+
 from .models import CATEGORY_MAX, KEY_MAX, VALUE_MAX, MemoryFact, MemorySummary
 
 log = logging.getLogger(__name__)
@@ -80,7 +82,8 @@ def all_facts(owner_id: int) -> list[MemoryFact]:
 def get_summary(owner_id: int | None) -> str:
     if owner_id is None:
         return ""
-    return MemorySummary.objects.filter(owner_id=owner_id).values_list("content", flat=True).first() or ""
+    rows = hotsql.values(f"SELECT content FROM {hotsql.table(MemorySummary)} WHERE owner_id = %s", [owner_id])
+    return (rows[0][0] if rows else "") or ""  # one row per owner (OneToOne); read on every run
 
 
 def set_summary(owner_id: int, content: str) -> None:

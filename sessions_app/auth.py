@@ -11,9 +11,12 @@ from typing import Any, Callable
 from asgiref.sync import sync_to_async
 from channels.auth import AuthMiddlewareStack
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AnonymousUser
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
+
+from navi_project import hotsql
 
 from .models import ApiToken, hash_token
 
@@ -29,11 +32,19 @@ def _bearer(value: str | None) -> str | None:
 
 def user_for_token(raw: str):
     """The active user a raw token belongs to, or None."""
-    token = ApiToken.objects.select_related("user").filter(token_hash=hash_token(raw)).first()
-    if token is None or not token.user.is_active:
+    # Every script request and socket comes through here: hot-path SQL (navi_project.hotsql).
+    tokens = hotsql.select(ApiToken, "token_hash = %s", [hash_token(raw)])
+    if not tokens:
         return None
-    ApiToken.objects.filter(pk=token.pk).update(last_used=timezone.now())
-    return token.user
+    User = get_user_model()
+    users = hotsql.select(User, "id = %s AND is_active = %s", [tokens[0].user_id, True])
+    if not users:
+        return None
+    hotsql.execute(
+        f"UPDATE {hotsql.table(ApiToken)} SET last_used = %s WHERE id = %s",
+        [hotsql.prep(ApiToken, "last_used", timezone.now()), tokens[0].pk],
+    )
+    return users[0]
 
 
 class BearerTokenMiddleware:

@@ -34,6 +34,8 @@ from typing import Any
 
 from django.conf import settings
 
+from navi_project import hotsql
+
 from .base import Tool, ToolResult
 from .context import current_user_id
 from .models import UserTool
@@ -351,7 +353,8 @@ def fingerprint() -> tuple:
     delete or an admin enable/disable changes it, so each process knows to reload."""
     files = tuple(sorted((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in tool_files()))
     try:
-        rows = tuple(UserTool.objects.order_by("name").values_list("name", "enabled", "updated_at"))
+        # Read on every run start: plain SQL (navi_project.hotsql), compared only with itself.
+        rows = tuple(hotsql.values(f"SELECT name, enabled, updated_at FROM {hotsql.table(UserTool)} ORDER BY name"))
     except Exception:  # no table yet: files alone decide
         rows = ()
     return files, rows

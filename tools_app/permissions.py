@@ -40,11 +40,16 @@ def user_has_host_tools(user_id: int | None) -> bool:
         return False
     from django.contrib.auth import get_user_model
 
+    from navi_project import hotsql
+
+    User = get_user_model()
     try:
-        user = get_user_model().objects.filter(pk=user_id, is_active=True).first()
+        found = hotsql.select(User, "id = %s AND is_active = %s", [hotsql.prep(User, "id", user_id), True])
     except (ValueError, TypeError):
         return False
-    return bool(user and user.has_perm(PERMISSION))
+    # An active superuser has every permission (answered without the permission tables); anyone
+    # else goes through the auth backends, groups included.
+    return bool(found and found[0].has_perm(PERMISSION))
 
 
 auser_has_host_tools = sync_to_async(user_has_host_tools)

@@ -1,0 +1,115 @@
+"""The statements every run makes, written once as SQL instead of built by the ORM each time.
+
+A run start and a stream make ~25 small queries (claim, session and context, guard, the user's
+row, the answer's partial saves, the release). On the 2-vCPU VM Django spends 0.5-1 ms of Python
+compiling each one (joins, converters, model state) for a statement SQLite answers in 0.04 ms:
+that was most of the 15 ms between "send" and the LLM call, and, under load, most of the one
+database thread's CPU, holding the GIL while streams in flight waited (bench/README "hot path").
+
+These helpers keep what the ORM does for values (`get_db_prep_save` in, the backend's and the
+field's converters out, `Model.from_db`), so rows come back as the same model instances with the
+same Python values on SQLite and PostgreSQL. Sync, like the ORM: call them from a thread
+(`sync_to_async`), never on the event loop. Anything not on the hot path uses the ORM.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any, Sequence
+
+from django.db import connection
+from django.db.models import Model
+from django.utils import timezone
+
+
+def table(model: type[Model]) -> str:
+    return connection.ops.quote_name(model._meta.db_table)
+
+
+def column(model: type[Model], field: str) -> str:
+    return connection.ops.quote_name(model._meta.get_field(field).column)
+
+
+def prep(model: type[Model], field: str, value: Any) -> Any:
+    """`value` as the database stores it in `field` (UUID hex on SQLite, JSON text, datetimes)."""
+    return model._meta.get_field(field).get_db_prep_save(value, connection)
+
+
+def execute(sql: str, params: Sequence[Any] = ()) -> int:
+    """Run one statement; the number of rows it changed."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount
+
+
+def values(sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+    """Rows of plain values, unconverted (ids, counts, text)."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def select(model: type[Model], where: str, params: Sequence[Any] = (), *, tail: str = "") -> list[Model]:
+    """Model instances of every row of `model` matching `where` (SQL over its columns), as the
+    ORM would build them. `tail`: ORDER BY / LIMIT."""
+    names, columns, converters = _shape(model, connection.vendor)
+    sql = f"SELECT {columns} FROM {table(model)} WHERE {where} {tail}"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    out = []
+    for row in rows:
+        row = list(row)
+        for i, convs, expression in converters:
+            value = row[i]
+            for convert in convs:
+                value = convert(value, expression, connection)
+            row[i] = value
+        out.append(model.from_db(connection.alias, names, row))
+    return out
+
+
+def insert(model: type[Model], **fields: Any) -> Any:
+    """Insert one row (fields not given take their model default); its primary key."""
+    meta = model._meta
+    given, cols, params = dict(fields), [], []
+    for field in meta.concrete_fields:
+        if field.primary_key and field.name not in given and field.attname not in given and not field.has_default():
+            continue  # an auto-incremented id
+        if field.attname in given:
+            value = given.pop(field.attname)
+        elif field.name in given:
+            value = given.pop(field.name)
+        elif getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False):
+            value = timezone.now()
+        else:
+            value = field.get_default()  # as Model(): the default, else "" or None
+        cols.append(connection.ops.quote_name(field.column))
+        params.append(field.get_db_prep_save(value, connection))
+    if given:
+        raise TypeError(f"{model.__name__} has no field(s) {', '.join(given)}")
+    sql = f"INSERT INTO {table(model)} ({', '.join(cols)}) VALUES ({', '.join(['%s'] * len(cols))})"
+    pk = meta.pk
+    with connection.cursor() as cursor:
+        if connection.features.can_return_columns_from_insert:
+            cursor.execute(sql + f" RETURNING {connection.ops.quote_name(pk.column)}", params)
+            return cursor.fetchone()[0]
+        cursor.execute(sql, params)
+        return cursor.lastrowid
+
+
+@lru_cache(maxsize=64)
+def _shape(model: type[Model], vendor: str) -> tuple[list[str], str, list[tuple]]:
+    """(attnames, the SELECT column list, [(index, converters, column expression)]) of a model:
+    the converters the ORM's compiler would apply to each column (datetimes, JSON, booleans and
+    UUIDs on SQLite; JSON on PostgreSQL)."""
+    fields = model._meta.concrete_fields
+    names = [f.attname for f in fields]
+    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    converters = []
+    for i, field in enumerate(fields):
+        expression = field.get_col(model._meta.db_table)
+        convs = connection.ops.get_db_converters(expression) + expression.get_db_converters(connection)
+        if convs:
+            converters.append((i, tuple(convs), expression))
+    return names, columns, converters
