@@ -69,7 +69,7 @@ def select(model: type[Model], where: str, params: Sequence[Any] = (), *, tail: 
     return out
 
 
-def insert(model: type[Model], **fields: Any) -> Any:
+def insert(model: type[Model], /, **fields: Any) -> Any:
     """Insert one row (fields not given take their model default); its primary key."""
     meta = model._meta
     given, cols, params = dict(fields), [], []

@@ -10,6 +10,8 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
+from navi_project import hotsql
+
 PERMISSION = "tools_app.run_host_tools"
 HOST_TOOLS = frozenset(
     {"terminal", "code_exec", "ssh_exec", "write_tool", "delete_tool", "reload_tools", "test_tool"}
@@ -39,8 +41,6 @@ def user_has_host_tools(user_id: int | None) -> bool:
     if user_id is None:
         return False
     from django.contrib.auth import get_user_model
-
-    from navi_project import hotsql
 
     User = get_user_model()
     try:
