@@ -45,63 +45,44 @@ async def stoppable(stream: AsyncIterator[T], stop: asyncio.Event | None) -> Asy
     """Iterate `stream`, raising Stopped as soon as `stop` is set, even while waiting for the
     next item (a model that has not sent a byte yet). The stream is closed either way.
 
-    The stream is read by one task of its own (closed by cancelling it, undisturbed by anyone
-    else's cancel) into a short queue; a stop wakes the reader from an empty queue. This runs
-    once per streamed delta: a race of two new tasks per item cost ~50 us of CPU each."""
-    if stop is None:
-        try:
+    The items are read in the caller's task: a stop cancels that task only while it waits for
+    the stream (the cancel unwinds the stream, which closes its connection), and the cancel
+    becomes Stopped. One watcher per stream, nothing per item: a reader task of its own cost a
+    trip through the event loop for every delta, which under load (runs starting beside the
+    stream) is where a delta waited longest."""
+    try:
+        if stop is None:
             async for item in stream:
                 yield item
+            return
+        task, waiting, woken = asyncio.current_task(), False, False
+
+        def wake(_: asyncio.Future) -> None:
+            nonlocal woken
+            if waiting and not woken:
+                woken = True
+                task.cancel()  # interrupts only the wait for the next item below
+
+        watcher = asyncio.ensure_future(stop.wait())
+        watcher.add_done_callback(wake)
+        try:
+            while True:
+                if stop.is_set():
+                    raise Stopped
+                waiting = True
+                try:
+                    item = await anext(stream)
+                except StopAsyncIteration:
+                    return
+                except asyncio.CancelledError:
+                    if woken and task.uncancel() == 0:
+                        raise Stopped from None
+                    raise
+                finally:
+                    waiting = False
+                yield item
         finally:
-            with contextlib.suppress(Exception):
-                await stream.aclose()
-        return
-    queue: asyncio.Queue = asyncio.Queue(maxsize=READ_AHEAD)
-    reader = asyncio.create_task(_read(stream, queue))
-    task, waiting, woken = asyncio.current_task(), False, False
-
-    def wake(_: asyncio.Future) -> None:
-        nonlocal woken
-        if waiting and not woken:
-            woken = True
-            task.cancel()  # interrupts only the queue.get below
-
-    watcher = asyncio.ensure_future(stop.wait())
-    watcher.add_done_callback(wake)
-    try:
-        while True:
-            if stop.is_set():
-                raise Stopped
-            waiting = True
-            try:
-                item, error = await queue.get()
-            except asyncio.CancelledError:
-                if woken and task.uncancel() == 0:
-                    raise Stopped from None
-                raise
-            finally:
-                waiting = False
-            if item is _END:
-                if error is not None:
-                    raise error
-                return
-            yield item
-    finally:
-        watcher.cancel()
-        await _cancel(reader)  # closes the stream (the reader's own cleanup)
-
-
-READ_AHEAD = 64
-_END = object()
-
-
-async def _read(stream: AsyncIterator[T], queue: asyncio.Queue) -> None:
-    try:
-        async for item in stream:
-            await queue.put((item, None))
-        await queue.put((_END, None))
-    except Exception as exc:
-        await queue.put((_END, exc))
+            watcher.cancel()
     finally:
         aclose = getattr(stream, "aclose", None)
         if aclose is not None:

@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import httpx
 import ollama
 import pytest
 
 from agent.llm import ndjson
-from agent.llm.ollama_backend import _merged
+from agent.llm.ollama_backend import UnreadableReply, _merged, base_url
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _chunked(*pieces: bytes) -> bytes:
@@ -171,3 +177,47 @@ class TestMerging:
     def test_a_line_that_is_not_an_object_is_a_protocol_error(self):
         with pytest.raises(httpx.RemoteProtocolError):
             list(_merged([b"[1, 2]"]))
+
+    @pytest.mark.parametrize("line", [
+        {"message": "text", "done": True},
+        {"message": {"content": 5}, "done": True},
+        {"message": {"tool_calls": {"function": {}}}},
+        {"message": {"tool_calls": [{"function": {"name": 3, "arguments": {}}}]}},
+        {"message": {"content": ""}, "done": "yes"},
+        {"message": {"content": ""}, "done": True, "eval_count": "many"},
+    ])
+    def test_a_final_or_tool_line_of_the_wrong_shape_is_unreadable(self, line):
+        # What the client's pydantic model refused is refused here too, without importing it.
+        with pytest.raises(UnreadableReply):
+            list(_merged([json.dumps(line).encode()]))
+
+
+class TestWithoutTheOfficialClient:
+    """A plain chat never needs the `ollama` client (its import was ~250 ms of the boot)."""
+
+    @pytest.mark.parametrize("host", [
+        None, "", "1.2.3.4", ":56789", "1.2.3.4:56789", "http://1.2.3.4", "https://1.2.3.4:56789", "example.com/",
+        "example.com:56789/path/", "https://example.com:56789/path", "[0001:002:003:0004::1]",
+        "[0001:002:003:0004::1]:56789/path/", "https://[0001:002:003:0004::1]",
+    ])
+    def test_ollama_host_means_what_it_means_to_the_client(self, host):
+        from ollama._client import _parse_host
+
+        assert base_url(host) == _parse_host(host)
+
+    def test_the_server_starts_without_importing_it(self, tmp_path):
+        code = (
+            "import os, sys\n"
+            "os.environ['DJANGO_SETTINGS_MODULE'] = 'navi_project.settings'\n"
+            "import navi_project.serve\n"
+            "from django.core.asgi import get_asgi_application\n"
+            "get_asgi_application()\n"
+            "import agent.consumers, agent.registry\n"
+            "agent.registry.get_agent()\n"
+            "print(sorted(m for m in ('ollama', 'pydantic', 'asyncssh') if m in sys.modules))\n"
+        )
+        env = dict(os.environ, DATA_DIR=str(tmp_path), DATABASE_URL=f"sqlite:///{tmp_path}/db.sqlite3")
+        env.pop("DJANGO_SETTINGS_MODULE", None)
+        out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert out.stdout.strip().splitlines()[-1] == "[]"

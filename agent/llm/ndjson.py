@@ -21,11 +21,15 @@ from typing import AsyncIterator
 from urllib.parse import urlsplit
 
 import httpx
-import ollama
+
+from navi_project.lazy import lazy_module
+
+ollama = lazy_module("ollama")  # only its ResponseError, for an error status
 
 READ_SIZE = 256 * 1024
 MAX_HEAD = 64 * 1024
 MAX_ERROR_BODY = 1024 * 1024
+MAX_JSON_BODY = 16 * 1024 * 1024
 CONNECT_TIMEOUT_S = 5.0
 _ssl_context: ssl.SSLContext | None = None
 
@@ -151,8 +155,11 @@ async def _read(reader: asyncio.StreamReader, timeout: float) -> bytes:
         raise httpx.ReadTimeout(f"nothing received for {timeout:g} s") from None
 
 
-async def post_lines(url: str, payload: dict, headers: dict[str, str], read_timeout: float) -> AsyncIterator[list[bytes]]:
-    """POST `payload` as JSON and yield the reply's non-empty lines, all that one read brought."""
+async def post_lines(
+    url: str, payload: dict, headers: dict[str, str], read_timeout: float, keep_newlines: bool = False
+) -> AsyncIterator[list[bytes]]:
+    """POST `payload` as JSON and yield the reply's non-empty lines, all that one read brought
+    (`keep_newlines`: every piece of the body as it came, for a body read whole)."""
     host, port, tls, request = _request("POST", url, json.dumps(payload).encode(), headers)
     try:
         async with asyncio.timeout(CONNECT_TIMEOUT_S):
@@ -175,13 +182,24 @@ async def post_lines(url: str, payload: dict, headers: dict[str, str], read_time
             raise Redirected(fields["location"])
         if status != 200:
             raise ollama.ResponseError(await _error_text(reader, decoder, read_timeout), status)
-        async for lines in _lines(reader, decoder, read_timeout):
+        async for lines in _lines(reader, decoder, read_timeout, keep_newlines):
             yield lines
     finally:
         writer.transport.abort()  # Connection: close; aborting also stops generation at once
 
 
-async def _lines(reader: asyncio.StreamReader, decoder, timeout: float) -> AsyncIterator[list[bytes]]:
+async def post_json(url: str, payload: dict, headers: dict[str, str], read_timeout: float, limit: int = MAX_JSON_BODY) -> object:
+    """POST `payload` as JSON and return the reply's JSON body (a short, non-streamed reply,
+    e.g. /api/show); errors as for `post_lines`, a body over `limit` bytes as ValueError."""
+    body = b""
+    async for lines in post_lines(url, payload, headers, read_timeout, keep_newlines=True):
+        body += b"".join(lines)
+        if len(body) > limit:
+            raise ValueError(f"the reply is larger than {limit} bytes")
+    return json.loads(body)
+
+
+async def _lines(reader: asyncio.StreamReader, decoder, timeout: float, raw: bool = False) -> AsyncIterator[list[bytes]]:
     pending = b""
     while not decoder.done:
         try:
@@ -193,6 +211,10 @@ async def _lines(reader: asyncio.StreamReader, decoder, timeout: float) -> Async
                 break  # a reply delimited by the server closing
             raise httpx.RemoteProtocolError("the server closed the connection mid-reply")
         pending += decoder.feed(data)
+        if raw:
+            pending, piece = b"", pending
+            yield [piece]
+            continue
         if b"\n" in pending:
             *complete, pending = pending.split(b"\n")
             lines = [line for line in complete if line.strip()]

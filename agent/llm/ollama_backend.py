@@ -1,25 +1,34 @@
-"""Ollama backend on the official `ollama` AsyncClient (streaming /api/chat)."""
+"""Ollama backend: /api/chat streamed through the lean reader (agent.llm.ndjson), the official
+`ollama` AsyncClient for what the reader does not do (images, a proxy, a redirect, listing).
+
+The client (its pydantic models: ~250 ms) is imported the first time one of those needs it,
+not when the server starts: a plain chat never does (bench/README "boot")."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import ipaddress
 import itertools
 import json
 import os
+import sys
 import time
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Iterator
 
 import httpx
-import ollama
-import pydantic
 from django.conf import settings
 
 from agent.messages import ChatMessage, LLMChunk, ToolCall
+from navi_project.lazy import lazy_module
 
 from . import ndjson
 from .base import ClientCache, LLMBackend, LLMError, LLMIncomplete, LLMModelMissing, LLMUnreachable, overflow_error
 
+ollama = lazy_module("ollama")
+pydantic = lazy_module("pydantic")
 _ids = itertools.count(1)
 _RAW_ARGS = "__navi_raw_arguments__"  # carries string arguments through the client's dict-only model
 MODEL_INFO_TTL_S = 600.0
@@ -54,8 +63,12 @@ def _normalise_tool_calls(part: dict) -> None:
     """Some Ollama versions send `arguments` as a JSON string, which the client's model rejects
     (ollama/ollama-python#484) and which would end the whole stream. Valid JSON becomes the
     object; anything else is kept as the raw string so the registry reports it to the model."""
-    for call in (part.get("message") or {}).get("tool_calls") or []:
-        fn = call.get("function") or {}
+    msg = part.get("message")
+    calls = msg.get("tool_calls") if type(msg) is dict else None
+    for call in calls if type(calls) is list else ():
+        fn = call.get("function") if type(call) is dict else None
+        if type(fn) is not dict:
+            continue  # the reader of the line says what is wrong with it
         args = fn.get("arguments")
         if args is None:
             fn["arguments"] = {}
@@ -114,9 +127,88 @@ def _merged(batch: list[bytes]) -> Iterator[LLMChunk]:
         if err := part.get("error"):
             raise ollama.ResponseError(err)
         _normalise_tool_calls(part)
-        yield OllamaBackend._chunk(ollama.ChatResponse(**part))
+        yield _read_chunk(part)
     if pending is not None:
         yield pending
+
+
+class UnreadableReply(Exception):
+    """A reply line whose fields are not of the types Ollama's API gives them."""
+
+
+def _read_chunk(part: dict) -> LLMChunk:
+    """A line that is not a plain delta (tool calls, the final line), checked field by field
+    as the client's model would (without importing it)."""
+    msg = part.get("message") or {}
+    if type(msg) is not dict:
+        raise UnreadableReply("message is not an object")
+    content, thinking, raw_calls = msg.get("content") or "", msg.get("thinking") or "", msg.get("tool_calls") or []
+    if type(content) is not str or type(thinking) is not str:
+        raise UnreadableReply("message content or thinking is not text")
+    if type(raw_calls) is not list:
+        raise UnreadableReply("tool_calls is not a list")
+    calls = []
+    for call in raw_calls:
+        fn = call.get("function") if type(call) is dict else None
+        if type(fn) is not dict or type(fn.get("name")) is not str or type(fn.get("arguments")) is not dict:
+            raise UnreadableReply("a tool call has no function name and arguments")
+        args = dict(fn["arguments"])
+        if set(args) == {_RAW_ARGS}:
+            args = args[_RAW_ARGS]  # malformed JSON: the registry tells the model so
+        calls.append(ToolCall(id=f"call_{next(_ids)}", name=fn["name"], arguments=args))
+    chunk = LLMChunk(content=content, thinking=thinking, tool_calls=calls)
+    done = part.get("done")
+    if done not in (None, True, False):
+        raise UnreadableReply("done is not true or false")
+    if done:
+        reason, prompt, completion = part.get("done_reason"), part.get("prompt_eval_count"), part.get("eval_count")
+        if reason is not None and type(reason) is not str:
+            raise UnreadableReply("done_reason is not text")
+        if any(v is not None and (type(v) is not int or v < 0) for v in (prompt, completion)):
+            raise UnreadableReply("a token count is not a whole number")
+        chunk.done = True
+        chunk.finish_reason = "tool_calls" if calls else (reason or "stop")
+        chunk.prompt_tokens = prompt or 0
+        chunk.completion_tokens = completion or 0
+    return chunk
+
+
+def base_url(host: str | None) -> str:
+    """OLLAMA_HOST as the official client reads it ("host", "host:port", "[v6]:port", with or
+    without scheme and path): the URL both paths talk to."""
+    host, port = host or "", 11434
+    scheme, _, hostport = host.partition("://")
+    if not hostport:
+        scheme, hostport = "http", host
+    elif scheme == "http":
+        port = 80
+    elif scheme == "https":
+        port = 443
+    split = urllib.parse.urlsplit(f"{scheme}://{hostport}")
+    name = split.hostname or "127.0.0.1"
+    port = split.port or port
+    try:
+        if isinstance(ipaddress.ip_address(name), ipaddress.IPv6Address):
+            name = f"[{name}]"
+    except ValueError:
+        pass
+    path = split.path.strip("/")
+    return f"{scheme}://{name}:{port}/{path}" if path else f"{scheme}://{name}:{port}"
+
+
+def _headers() -> dict[str, str]:
+    """What the official client sends: JSON both ways, OLLAMA_API_KEY as a Bearer token."""
+    headers = {"content-type": "application/json", "accept": "application/json", "user-agent": "navi"}
+    if api_key := os.getenv("OLLAMA_API_KEY"):
+        headers["authorization"] = f"Bearer {api_key}"
+    return headers
+
+
+def _raised_by(exc: BaseException, module: str, name: str) -> bool:
+    """isinstance(exc, module.name), without importing a module that is not loaded (then it
+    raised nothing)."""
+    loaded = sys.modules.get(module)
+    return loaded is not None and isinstance(exc, getattr(loaded, name))
 
 
 def _part(line: bytes) -> dict:
@@ -129,31 +221,36 @@ def _part(line: bytes) -> dict:
     return part
 
 
-class _Client(ollama.AsyncClient):
-    """The official client, with tool-call arguments normalised before validation (streams)."""
+@functools.cache
+def _client_class() -> type:
+    """The official client, with tool-call arguments normalised before validation (streams);
+    the class is made (and the client imported) the first time a client is needed."""
 
-    async def _request(self, cls, *args, stream: bool = False, **kwargs):
-        if not stream:
-            return await super()._request(cls, *args, stream=False, **kwargs)
+    class Client(ollama.AsyncClient):
+        async def _request(self, cls, *args, stream: bool = False, **kwargs):
+            if not stream:
+                return await super()._request(cls, *args, stream=False, **kwargs)
 
-        async def inner():
-            async with self._client.stream(*args, **kwargs) as r:
-                try:
-                    r.raise_for_status()
-                except httpx.HTTPStatusError as e:
-                    await e.response.aread()
-                    raise ollama.ResponseError(e.response.text, e.response.status_code) from None
-                async for line in r.aiter_lines():
-                    part = json.loads(line)
-                    if err := part.get("error"):
-                        raise ollama.ResponseError(err)
-                    if cls is ollama.ChatResponse and _plain_delta(part):
-                        yield part  # read as is by OllamaBackend._chunk: no model to validate per delta
-                        continue
-                    _normalise_tool_calls(part)
-                    yield cls(**part)
+            async def inner():
+                async with self._client.stream(*args, **kwargs) as r:
+                    try:
+                        r.raise_for_status()
+                    except httpx.HTTPStatusError as e:
+                        await e.response.aread()
+                        raise ollama.ResponseError(e.response.text, e.response.status_code) from None
+                    async for line in r.aiter_lines():
+                        part = json.loads(line)
+                        if err := part.get("error"):
+                            raise ollama.ResponseError(err)
+                        if cls is ollama.ChatResponse and _plain_delta(part):
+                            yield part  # read as is by OllamaBackend._chunk: no model to validate per delta
+                            continue
+                        _normalise_tool_calls(part)
+                        yield cls(**part)
 
-        return inner()
+            return inner()
+
+    return Client
 
 
 @dataclass
@@ -190,11 +287,12 @@ class OllamaBackend(LLMBackend):
     def host(self) -> str:
         return (self._host or settings.OLLAMA_HOST).rstrip("/")
 
-    def _client(self) -> ollama.AsyncClient:
+    def _client(self):
+        """The official AsyncClient (imported on first use)."""
         timeout = settings.LLM_TIMEOUT_S
         return self._clients.get(
             (self.host, timeout),
-            lambda: _Client(host=self.host, timeout=httpx.Timeout(timeout, connect=5.0)),
+            lambda: _client_class()(host=self.host, timeout=httpx.Timeout(timeout, connect=5.0)),
         )
 
     async def model_info(self, model: str) -> ModelInfo:
@@ -207,16 +305,34 @@ class OllamaBackend(LLMBackend):
         if info is not None and time.monotonic() - info.fetched < MODEL_INFO_TTL_S:
             return info
         try:
-            shown = await self._client().show(model)
-        except (ollama.ResponseError, httpx.HTTPError, ConnectionError, pydantic.ValidationError):
-            return ModelInfo()
-        info = ModelInfo(capabilities=shown.capabilities, fetched=time.monotonic())
-        for name, value in (shown.modelinfo or {}).items():
+            capabilities, modelinfo = await self._show(model)
+        except Exception as exc:
+            if isinstance(exc, (httpx.HTTPError, ConnectionError, ValueError)) or _raised_by(exc, "ollama", "ResponseError") \
+                    or _raised_by(exc, "pydantic", "ValidationError"):
+                return ModelInfo()
+            raise
+        info = ModelInfo(capabilities=capabilities, fetched=time.monotonic())
+        for name, value in modelinfo.items():
             if name.endswith(".context_length") and isinstance(value, int) and value > 0:
                 info.context_length = value
                 break
         self._model_info[key] = info
         return info
+
+    async def _show(self, model: str) -> tuple[list[str] | None, dict]:
+        """(capabilities, modelinfo) from /api/show; ValueError when the reply is not that."""
+        if not _lean_path_fits([]):  # a proxy: the client's transport
+            shown = await self._client().show(model)
+            return shown.capabilities, dict(shown.modelinfo or {})
+        shown = await ndjson.post_json(f"{base_url(self.host)}/api/show", {"model": model}, _headers(), settings.LLM_TIMEOUT_S)
+        if type(shown) is not dict:
+            raise ValueError("/api/show did not answer with an object")
+        capabilities, modelinfo = shown.get("capabilities"), shown.get("model_info") or {}
+        if capabilities is not None and not (type(capabilities) is list and all(type(c) is str for c in capabilities)):
+            raise ValueError("capabilities is not a list of names")
+        if type(modelinfo) is not dict:
+            raise ValueError("model_info is not an object")
+        return capabilities, modelinfo
 
     async def _stream(
         self,
@@ -258,11 +374,8 @@ class OllamaBackend(LLMBackend):
     async def _lean_stream(self, request: dict[str, Any]) -> AsyncIterator[LLMChunk]:
         """The reply through agent.llm.ndjson: every line one socket read brought is handled at
         once, and consecutive text (or thinking) deltas among them become one chunk."""
-        client = self._client()._client
         payload = {k: v for k, v in request.items() if v is not None}
-        lines = ndjson.post_lines(
-            f"{str(client.base_url).rstrip('/')}/api/chat", payload, dict(client.headers), settings.LLM_TIMEOUT_S
-        )
+        lines = ndjson.post_lines(f"{base_url(self.host)}/api/chat", payload, _headers(), settings.LLM_TIMEOUT_S)
         try:
             async for batch in lines:
                 for chunk in _merged(batch):
@@ -275,30 +388,41 @@ class OllamaBackend(LLMBackend):
         """Client and transport failures as LLM errors saying what to do."""
         try:
             yield
-        except (ConnectionError, httpx.ConnectError, httpx.ConnectTimeout):
-            raise LLMUnreachable(
+        except Exception as exc:  # not a stop or a close (BaseException): those pass as they are
+            mapped = await self._mapped(exc, model)
+            if mapped is None:
+                raise
+            raise mapped from None
+
+    async def _mapped(self, exc: Exception, model: str) -> LLMError | None:
+        if isinstance(exc, (ConnectionError, httpx.ConnectError, httpx.ConnectTimeout)):
+            return LLMUnreachable(
                 f"cannot reach Ollama at {self.host} — is `ollama serve` running? "
                 "Set OLLAMA_HOST if it runs elsewhere."
-            ) from None
-        except ollama.ResponseError as exc:
-            raise await self._response_error(exc, model) from None
-        except httpx.ReadTimeout:
-            raise LLMError(
+            )
+        if _raised_by(exc, "ollama", "ResponseError"):
+            return await self._response_error(exc, model)
+        if isinstance(exc, httpx.ReadTimeout):
+            return LLMError(
                 f"Ollama at {self.host} sent nothing for {settings.LLM_TIMEOUT_S:g} s (LLM_TIMEOUT_S); "
                 "it may be busy with another request or loading the model",
                 mid_answer=True,
-            ) from None
-        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
-            raise LLMError(
+            )
+        if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):
+            return LLMError(
                 f"the connection to Ollama at {self.host} dropped mid-answer ({type(exc).__name__})", mid_answer=True
-            ) from None
-        except pydantic.ValidationError as exc:
-            raise LLMError(
+            )
+        if isinstance(exc, UnreadableReply):
+            return LLMError(f"Ollama sent a reply the client could not read ({exc}); try again, or update Ollama")
+        if _raised_by(exc, "pydantic", "ValidationError"):
+            return LLMError(
                 f"Ollama sent a reply the client could not read ({exc.error_count()} problem(s), e.g. "
                 f"{exc.errors()[0]['msg']}); try again, or update Ollama"
-            ) from None
+            )
+        return None
 
-    async def _response_error(self, exc: ollama.ResponseError, model: str) -> LLMError:
+    async def _response_error(self, exc, model: str) -> LLMError:
+        """An HTTP error status, or an error line in the stream (ollama.ResponseError)."""
         if exc.status_code == 404:
             return LLMModelMissing(await self._missing_model_message(model))
         overflow = overflow_error(str(exc.error), f"Ollama at {self.host}")

@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import asyncssh
 from django.conf import settings
 
+from navi_project.lazy import lazy_module
 from tools_app.base import Tool, ToolResult
 from tools_app.context import current_session_id
 
+asyncssh = lazy_module("asyncssh")  # ~130 ms of boot for one tool (navi_project.lazy)
 log = logging.getLogger(__name__)
 
 SSH_IDLE_S = 300.0  # a pooled connection unused this long is closed
