@@ -221,3 +221,77 @@ class TestWithoutTheOfficialClient:
         out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr[-2000:]
         assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+class KeepAliveServer:
+    """Answers every request on a connection with one chunked line; counts connections.
+    `close_idle`: hang up right after each reply (as a server's idle timeout would) without
+    saying so in the headers. `drop_second`: a connection's second request is read, then the
+    connection closed unanswered (the server's idle timeout firing as the request came)."""
+
+    def __init__(self, close_idle: bool = False, drop_second: bool = False) -> None:
+        self.close_idle, self.drop_second = close_idle, drop_second
+        self.connections = 0
+        self.requests = 0
+
+    async def __aenter__(self) -> "KeepAliveServer":
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/api/chat"
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        served = 0
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(next(l.split(b":")[1] for l in head.split(b"\r\n") if l.lower().startswith(b"content-length")))
+                await reader.readexactly(length)
+                if self.drop_second and served == 1:
+                    break
+                served += 1
+                self.requests += 1
+                writer.write(OK_CHUNKED + _chunked(b'{"n": %d}\n' % self.requests))
+                await writer.drain()
+                if self.close_idle:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+class TestKeptConnections:
+    async def test_a_reply_read_to_its_end_leaves_the_connection_for_the_next_request(self):
+        async with KeepAliveServer() as server:
+            first, second = await collect(server.url), await collect(server.url)
+        assert (first, second) == ([[b'{"n": 1}']], [[b'{"n": 2}']])
+        assert server.connections == 1
+
+    async def test_a_kept_connection_the_server_closed_is_replaced_without_an_error(self):
+        async with KeepAliveServer(close_idle=True) as server:
+            assert await collect(server.url) == [[b'{"n": 1}']]
+            assert await collect(server.url) == [[b'{"n": 2}']]
+        assert server.connections == 2 and server.requests == 2
+
+    async def test_a_kept_connection_closed_as_the_request_came_is_retried_once_on_a_new_one(self):
+        async with KeepAliveServer(drop_second=True) as server:
+            assert await collect(server.url) == [[b'{"n": 1}']]
+            assert await collect(server.url) == [[b'{"n": 2}']]  # dropped once, answered on a new connection
+        assert server.connections == 2 and server.requests == 2
+
+    async def test_a_new_connection_that_closes_unanswered_is_an_error_not_a_retry(self):
+        async with RawServer([None]) as server:
+            with pytest.raises(httpx.RemoteProtocolError):
+                await collect(server.url)
+
+    async def test_a_reply_closed_early_is_not_kept(self):
+        script = [OK_CHUNKED + _chunked(b'{"a": 1}\n', b'{"b": 2}\n'), "hold"]
+        async with RawServer(script) as server:
+            lines = ndjson.post_lines(server.url, {}, {}, 10.0)
+            assert await anext(lines) == [b'{"a": 1}', b'{"b": 2}']
+            await lines.aclose()  # the terminating chunk was never read
+            await asyncio.wait_for(server.client_gone.wait(), 10)

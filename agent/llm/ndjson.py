@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
+import time
+import weakref
 from typing import AsyncIterator
 from urllib.parse import urlsplit
 
@@ -119,7 +121,7 @@ def _request(method: str, url: str, body: bytes, headers: dict[str, str]) -> tup
     for name, value in headers.items():
         if name.lower() not in ("host", "content-length", "connection", "transfer-encoding", "accept-encoding"):
             lines.append(f"{name}: {value}")
-    lines += [f"Content-Length: {len(body)}", "Connection: close", "", ""]
+    lines += [f"Content-Length: {len(body)}", "", ""]  # HTTP/1.1: the connection may be kept
     return parts.hostname, port, tls, "\r\n".join(lines).encode("latin-1") + body
 
 
@@ -159,24 +161,24 @@ async def post_lines(
     url: str, payload: dict, headers: dict[str, str], read_timeout: float, keep_newlines: bool = False
 ) -> AsyncIterator[list[bytes]]:
     """POST `payload` as JSON and yield the reply's non-empty lines, all that one read brought
-    (`keep_newlines`: every piece of the body as it came, for a body read whole)."""
+    (`keep_newlines`: every piece of the body as it came, for a body read whole).
+
+    A reply read to its end leaves its connection open for the next request to the same server
+    (a new TCP connection was ~1 ms of the time before the model saw a message); a reply closed
+    early aborts its connection, which is how the server learns to stop generating."""
     host, port, tls, request = _request("POST", url, json.dumps(payload).encode(), headers)
+    key = (host, port, tls)
+    kept = _idle_connection(key)
+    reader, writer = kept or await _connect(host, port, tls)
+    keep = False
     try:
-        async with asyncio.timeout(CONNECT_TIMEOUT_S):
-            reader, writer = await asyncio.open_connection(
-                host, port, ssl=_tls() if tls else None, limit=MAX_HEAD
-            )
-    except (OSError, TimeoutError) as exc:
-        raise httpx.ConnectError(f"{type(exc).__name__}: {exc}") from None
-    try:
-        writer.write(request)
         try:
-            async with asyncio.timeout(read_timeout):
-                status, fields = _head((await reader.readuntil(b"\r\n\r\n"))[:-4])
-        except TimeoutError:
-            raise httpx.ReadTimeout(f"no reply head within {read_timeout:g} s") from None
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError) as exc:
-            raise httpx.RemoteProtocolError(f"the server closed or garbled the reply head ({type(exc).__name__})") from None
+            status, fields = await _send(reader, writer, request, read_timeout, kept is not None)
+        except _StaleConnection:
+            # The server closed a kept connection as we sent on it: it never saw the request.
+            writer.transport.abort()
+            reader, writer = await _connect(host, port, tls)
+            status, fields = await _send(reader, writer, request, read_timeout, False)
         decoder = _body_decoder(fields)
         if 300 <= status < 400 and "location" in fields:
             raise Redirected(fields["location"])
@@ -184,8 +186,66 @@ async def post_lines(
             raise ollama.ResponseError(await _error_text(reader, decoder, read_timeout), status)
         async for lines in _lines(reader, decoder, read_timeout, keep_newlines):
             yield lines
+        keep = decoder.done and "close" not in fields.get("connection", "").lower() and not reader.at_eof()
     finally:
-        writer.transport.abort()  # Connection: close; aborting also stops generation at once
+        if keep:
+            _keep(key, reader, writer)
+        else:
+            writer.transport.abort()  # also stops generation at once
+
+
+class _StaleConnection(Exception):
+    """A kept connection turned out closed before any byte of the reply."""
+
+
+async def _connect(host: str, port: int, tls: bool) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    try:
+        async with asyncio.timeout(CONNECT_TIMEOUT_S):
+            reader, writer = await asyncio.open_connection(host, port, ssl=_tls() if tls else None, limit=MAX_HEAD)
+    except (OSError, TimeoutError) as exc:
+        raise httpx.ConnectError(f"{type(exc).__name__}: {exc}") from None
+    return reader, writer
+
+
+async def _send(reader, writer, request: bytes, read_timeout: float, kept: bool) -> tuple[int, dict[str, str]]:
+    """Send the request and read the reply's head; on a `kept` connection that the server had
+    closed meanwhile, _StaleConnection, so the caller tries once on a new one."""
+    try:
+        writer.write(request)
+        async with asyncio.timeout(read_timeout):
+            return _head((await reader.readuntil(b"\r\n\r\n"))[:-4])
+    except TimeoutError:
+        raise httpx.ReadTimeout(f"no reply head within {read_timeout:g} s") from None
+    except (asyncio.IncompleteReadError, ConnectionError) as exc:
+        if kept and (not isinstance(exc, asyncio.IncompleteReadError) or not exc.partial):
+            raise _StaleConnection from None
+        raise httpx.RemoteProtocolError(f"the server closed or garbled the reply head ({type(exc).__name__})") from None
+    except asyncio.LimitOverrunError as exc:
+        raise httpx.RemoteProtocolError(f"the server closed or garbled the reply head ({type(exc).__name__})") from None
+
+
+# Connections kept after a complete reply: per event loop, per (host, port, tls), newest last.
+_pools: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict]" = weakref.WeakKeyDictionary()
+KEEP_IDLE_S = 30.0
+KEEP_MAX = 16
+
+
+def _keep(key: tuple, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    idle = _pools.setdefault(asyncio.get_running_loop(), {}).setdefault(key, [])
+    idle.append((time.monotonic(), reader, writer))
+    while len(idle) > KEEP_MAX:
+        idle.pop(0)[2].transport.abort()
+
+
+def _idle_connection(key: tuple) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+    """The newest kept connection to `key` still open and not idle too long, if any."""
+    idle = _pools.get(asyncio.get_running_loop(), {}).get(key) or []
+    while idle:
+        since, reader, writer = idle.pop()
+        if time.monotonic() - since < KEEP_IDLE_S and not reader.at_eof() and not writer.transport.is_closing():
+            return reader, writer
+        writer.transport.abort()
+    return None
 
 
 async def post_json(url: str, payload: dict, headers: dict[str, str], read_timeout: float, limit: int = MAX_JSON_BODY) -> object:
