@@ -70,11 +70,16 @@ class Agent:
 
     # --- entry points -----------------------------------------------------------------
     async def run_stream(
-        self, session_id: str, user_message: str, images: list[str] | None = None, *, planning: bool = True
+        self, session_id: str, user_message: str, images: list[str] | None = None, *, planning: bool = True,
+        begun: tuple | BaseException | None = None,
     ) -> AsyncIterator[AgentEvent]:
-        """Stream one turn of a persisted session."""
-        message = ChatMessage(role="user", content=user_message, images=list(images or []))
-        conv, guard = await sync_to_async(self._begin)(session_id, message, current_run_id.get())
+        """Stream one turn of a persisted session. `begun`: what `begin_turn` returned (or
+        raised) for this turn in the caller's own thread hop (the run manager's claim)."""
+        if begun is None:
+            begun = await sync_to_async(self.begin_turn)(session_id, user_message, images, current_run_id.get())
+        if isinstance(begun, BaseException):
+            raise begun
+        conv, guard = begun
         current_session_id.set(conv.id)
         current_chat_session_id.set(conv.id)
         current_user_id.set(conv.owner_id)
@@ -92,11 +97,14 @@ class Agent:
         async for event in self._loop(conv, profile, backend, limit=limit):
             yield event
 
-    def _begin(self, session_id: str, message: ChatMessage, run_id: str) -> tuple[DBConversation, RunGuard]:
-        """The start of a turn in one thread hop (each hop cost 2-3 ms while other runs stream):
-        the session and its context, the run's guard, the user's message committed before any
-        LLM call (a crash or an unreachable model never loses it), the user tools written or
-        toggled elsewhere since the last run, and the memory summary for the first call."""
+    def begin_turn(
+        self, session_id: str, user_message: str, images: list[str] | None, run_id: str
+    ) -> tuple[DBConversation, RunGuard]:
+        """The start of a turn, sync, for one thread hop (each hop cost 2-3 ms while other runs
+        stream): the session and its context, the run's guard, the user's message committed
+        before any LLM call (a crash or an unreachable model never loses it), the user tools
+        written or toggled elsewhere since the last run, and the memory summary for the first call."""
+        message = ChatMessage(role="user", content=user_message, images=list(images or []))
         conv = DBConversation.load(session_id)
         guard = RunGuard.load(conv.owner_id, conv.id, run_id)
         conv.add_now(message)

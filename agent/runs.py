@@ -61,6 +61,7 @@ class Run:
     answered: bool = False  # stream_end sent; only post-turn workers may still run
     context_tokens: int = 0
     rewound: dict | None = None  # the history_rewound frame of an edit or regenerate
+    publishing: bool = False  # the publisher task has frames in hand
 
 
 async def claim_run(session_id: str, run_id: str) -> bool:
@@ -135,7 +136,12 @@ class RunManager:
         the edit or regenerate is refused (nothing changed then)."""
         session_id = str(session_id)
         run = Run(run_id=uuid.uuid4().hex, session_id=session_id)
-        if not await claim_run(session_id, run.run_id) and not await self._claim_after_answer(session_id, run.run_id):
+        begun = None
+        if mode == "message":  # the claim and the turn's start in one thread hop
+            claimed, begun = await sync_to_async(self._claim_and_begin)(session_id, run.run_id, content, images)
+        else:
+            claimed = await claim_run(session_id, run.run_id)
+        if not claimed and not await self._claim_after_answer(session_id, run.run_id):
             raise RunActive("a run is already active in this session; wait for it to finish or press Stop")
         if mode != "message":
             # Under the claim: no other run can append rows while the history is rewritten.
@@ -150,11 +156,25 @@ class RunManager:
         await self.layer.group_add(control_group(session_id), self.channel)
         self.active[session_id] = run
         self.by_id[run.run_id] = run
-        run.task = asyncio.create_task(self._drive(run, content, images, planning), name=f"run-{run.run_id}")
+        run.task = asyncio.create_task(self._drive(run, content, images, planning, begun), name=f"run-{run.run_id}")
         self._tasks.add(run.task)
         run.task.add_done_callback(self._tasks.discard)
         metrics.run_started()
         return run
+
+    def _claim_and_begin(self, session_id: str, run_id: str, content: str, images) -> tuple[bool, object]:
+        """(claimed, what the agent's `begin_turn` returned or raised): a turn's start costs one
+        thread hop, not two. Without the claim nothing is begun; an agent without `begin_turn`
+        begins in its run."""
+        if not _claim(session_id, run_id):
+            return False, None
+        begin = getattr(self.agent, "begin_turn", None)
+        if begin is None:
+            return True, None
+        try:
+            return True, begin(session_id, content, images, run_id)
+        except Exception as exc:  # raised in the run, where it is reported as before
+            return True, exc
 
     async def _claim_after_answer(self, session_id: str, run_id: str) -> bool:
         """The client may send as soon as it sees the run's last frame (stream_end, error or
@@ -172,17 +192,19 @@ class RunManager:
                 return True
         return False
 
-    async def _drive(self, run: Run, content: str, images: list[str] | None, planning: bool) -> None:
+    async def _drive(self, run: Run, content: str, images: list[str] | None, planning: bool, begun=None) -> None:
         current_stop_event.set(run.stop_event)
         current_run_id.set(run.run_id)
         bind_run(run.run_id, run.session_id)  # every log line of the run carries its ids
         heartbeat = asyncio.create_task(self._heartbeat(run))
-        outbox: asyncio.Queue = metrics.RelayQueue()  # observes the relay lag
+        outbox = metrics.RelayQueue()  # observes the relay lag
         publisher = asyncio.create_task(self._publisher(run, outbox))
         if run.rewound:
             outbox.put_nowait(run.rewound)
         try:
-            async for event in self.agent.run_stream(run.session_id, content, images, planning=planning):
+            stream = (self.agent.run_stream(run.session_id, content, images, planning=planning, begun=begun)
+                      if begun is not None else self.agent.run_stream(run.session_id, content, images, planning=planning))
+            async for event in stream:
                 frame = to_frame(event)
                 if frame["type"] == "stream_end":
                     run.answered = True
@@ -192,7 +214,7 @@ class RunManager:
                     run.error, run.error_code = frame["message"], frame.get("code", "internal")
                 elif frame["type"] == "stream_stopped":
                     run.stopped = True
-                outbox.put_nowait(frame)
+                await self._emit(run, outbox, frame)
         except Exception as exc:
             log.exception("run %s failed", run.run_id)
             run.error = f"the run failed: {type(exc).__name__}: {exc}. The session is intact; send the message again."
@@ -210,21 +232,35 @@ class RunManager:
             run.done.set()
             self._later(KEEP_FINISHED_S, lambda: self._forget(run))
 
+    async def _emit(self, run: Run, outbox: metrics.RelayQueue, frame: dict) -> None:
+        """Publish `frame` at once when nothing is waiting to go out before it (the usual case:
+        one trip through the event loop less per delta than handing it to the publisher), else
+        queue it behind the others for the publisher, which merges waiting deltas."""
+        if run.publishing or not outbox.empty():
+            outbox.put_nowait(frame)
+            return
+        outbox.observe_direct()
+        await self._publish_logged(run, frame)
+
     async def _publisher(self, run: Run, outbox: asyncio.Queue) -> None:
-        """Publish the run's frames in order. When the relay falls behind the model, the deltas
-        already waiting are merged into one frame, so lag stays bounded and nothing is lost;
-        with no backlog every delta goes out on its own, without added latency."""
+        """Publish the queued frames in order. When the relay falls behind the model, the deltas
+        already waiting are merged into one frame, so lag stays bounded and nothing is lost."""
         while True:
+            run.publishing = False
             batch = [await outbox.get()]
+            run.publishing = True
             while not outbox.empty():
                 batch.append(outbox.get_nowait())
             for frame in merge_deltas(batch):
                 if frame is None:
                     return
-                try:
-                    await self.publish(run, frame)
-                except Exception:
-                    log.exception("run %s: publishing a %s frame failed", run.run_id, frame.get("type"))
+                await self._publish_logged(run, frame)
+
+    async def _publish_logged(self, run: Run, frame: dict) -> None:
+        try:
+            await self.publish(run, frame)
+        except Exception:
+            log.exception("run %s: publishing a %s frame failed", run.run_id, frame.get("type"))
 
     async def publish(self, run: Run, frame: dict) -> None:
         """Number the frame, keep it for replays and send it; nobody changes it after this (the

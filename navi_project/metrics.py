@@ -121,6 +121,11 @@ class RelayQueue(asyncio.Queue):
             RELAY_LAG.observe(time.monotonic() - put_at)
         return item
 
+    @staticmethod
+    def observe_direct() -> None:
+        """A frame published without waiting in the queue (nothing was before it)."""
+        RELAY_LAG.observe(0.0)
+
 
 # --- exposition -----------------------------------------------------------------------------
 def exposition() -> bytes:

@@ -230,6 +230,34 @@ class TestFrames:
         await comm.disconnect()
 
 
+    async def test_a_turn_start_that_fails_under_the_claim_ends_the_run_with_an_error(
+        self, llm, session, owner_token, no_planning, monkeypatch
+    ):
+        # The claim and the turn's start share one thread hop; what fails there is reported by
+        # the run (error frame) and the claim is released, so the next message runs.
+        from agent.registry import get_agent
+
+        agent = get_agent()
+        original = agent.begin_turn
+        calls = []
+
+        def failing(*args):
+            calls.append(args)
+            if len(calls) == 1:
+                raise RuntimeError("the summary table is gone")
+            return original(*args)
+
+        monkeypatch.setattr(agent, "begin_turn", failing)
+        llm.script(Turn(content="Back again."))
+        comm = await send_message(session, owner_token, "first")
+        frames = await receive_until(comm, last_type="error")
+        assert frames[-1]["type"] == "error" and "the summary table is gone" in frames[-1]["message"]
+        await comm.send_json_to({"type": "message", "content": "second"})
+        frames = await receive_until(comm)
+        assert frames[-1]["content"] == "Back again." and len(calls) == 2
+        await comm.disconnect()
+
+
 class TestReconnect:
     async def test_a_socket_joining_mid_run_gets_every_frame_exactly_once(self, llm, session, owner_token, no_planning):
         text = "".join(f"w{i} " for i in range(60))
