@@ -24,7 +24,25 @@ def _chunked(*pieces: bytes) -> bytes:
     return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
 
 
-class RawServer:
+class _TcpServer:
+    """A local server on a free port; `url` is its /api/chat."""
+
+    async def __aenter__(self):
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/api/chat"
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.server.close()
+
+    @staticmethod
+    async def _read_request(reader: asyncio.StreamReader) -> bytes:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(next(l.split(b":")[1] for l in head.split(b"\r\n") if l.lower().startswith(b"content-length")))
+        return head + await reader.readexactly(length)
+
+
+class RawServer(_TcpServer):
     """Accepts one connection, reads the request, then plays `script`: bytes to send, floats to
     sleep, None to close. What the client sent and whether it hung up are recorded."""
 
@@ -33,18 +51,8 @@ class RawServer:
         self.request = b""
         self.client_gone = asyncio.Event()
 
-    async def __aenter__(self) -> "RawServer":
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.url = f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/api/chat"
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        self.server.close()
-
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = int(next(l.split(b":")[1] for l in head.split(b"\r\n") if l.lower().startswith(b"content-length")))
-        self.request = head + await reader.readexactly(length)
+        self.request = await self._read_request(reader)
         try:
             for step in self.script:
                 if step is None:
@@ -223,7 +231,7 @@ class TestWithoutTheOfficialClient:
         assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
-class KeepAliveServer:
+class KeepAliveServer(_TcpServer):
     """Answers every request on a connection with one chunked line; counts connections.
     `close_idle`: hang up right after each reply (as a server's idle timeout would) without
     saying so in the headers. `drop_second`: a connection's second request is read, then the
@@ -234,22 +242,12 @@ class KeepAliveServer:
         self.connections = 0
         self.requests = 0
 
-    async def __aenter__(self) -> "KeepAliveServer":
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.url = f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/api/chat"
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        self.server.close()
-
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         served = 0
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = int(next(l.split(b":")[1] for l in head.split(b"\r\n") if l.lower().startswith(b"content-length")))
-                await reader.readexactly(length)
+                await self._read_request(reader)
                 if self.drop_second and served == 1:
                     break
                 served += 1
