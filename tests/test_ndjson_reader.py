@@ -237,8 +237,9 @@ class KeepAliveServer(_TcpServer):
     saying so in the headers. `drop_second`: a connection's second request is read, then the
     connection closed unanswered (the server's idle timeout firing as the request came)."""
 
-    def __init__(self, close_idle: bool = False, drop_second: bool = False) -> None:
+    def __init__(self, close_idle: bool = False, drop_second: bool = False, forge: bytes = b"", forge_late: bool = False) -> None:
         self.close_idle, self.drop_second = close_idle, drop_second
+        self.forge, self.forge_late = forge, forge_late  # bytes written after the first reply
         self.connections = 0
         self.requests = 0
 
@@ -253,6 +254,11 @@ class KeepAliveServer(_TcpServer):
                 served += 1
                 self.requests += 1
                 writer.write(OK_CHUNKED + _chunked(b'{"n": %d}\n' % self.requests))
+                if self.forge and served == 1:
+                    if self.forge_late:
+                        await writer.drain()
+                        await asyncio.sleep(0.05)
+                    writer.write(self.forge)
                 await writer.drain()
                 if self.close_idle:
                     break
@@ -280,6 +286,17 @@ class TestKeptConnections:
             assert await collect(server.url) == [[b'{"n": 1}']]
             assert await collect(server.url) == [[b'{"n": 2}']]  # dropped once, answered on a new connection
         assert server.connections == 2 and server.requests == 2
+
+    @pytest.mark.parametrize("late", [False, True])
+    async def test_bytes_past_a_reply_never_become_the_next_reply(self, late):
+        # A server that writes more than its reply, with it or later while the connection is
+        # idle: the next request must get its own answer, on a new connection.
+        async with KeepAliveServer(forge=b"HTTP/1.1 200 OK\r\nContent-Length: 14\r\n\r\n{\"forged\": 1}\n",
+                                   forge_late=late) as server:
+            assert await collect(server.url) == [[b'{"n": 1}']]
+            await asyncio.sleep(0.2)  # late bytes have arrived
+            assert await collect(server.url) == [[b'{"n": 2}']]
+        assert server.connections == 2
 
     async def test_a_new_connection_that_closes_unanswered_is_an_error_not_a_retry(self):
         async with RawServer([None]) as server:

@@ -99,11 +99,13 @@ class _Sized:
     def __init__(self, length: int | None) -> None:
         self.left = length
         self.done = length == 0
+        self.buf = b""  # bytes past the body (a server that sent more than it said)
 
     def feed(self, data: bytes) -> bytes:
         if self.left is None:
             return data
-        data = data[: self.left]
+        data, extra = data[: self.left], data[self.left :]
+        self.buf += extra
         self.left -= len(data)
         self.done = self.left == 0
         return data
@@ -186,7 +188,10 @@ async def post_lines(
             raise ollama.ResponseError(await _error_text(reader, decoder, read_timeout), status)
         async for lines in _lines(reader, decoder, read_timeout, keep_newlines):
             yield lines
-        keep = decoder.done and "close" not in fields.get("connection", "").lower() and not reader.at_eof()
+        # Kept only when the reply ended exactly where it said: bytes past it would be read
+        # as the next request's reply.
+        keep = (decoder.done and not decoder.buf and "close" not in fields.get("connection", "").lower()
+                and not reader.at_eof())
     finally:
         if keep:
             _keep(key, reader, writer)
@@ -242,7 +247,8 @@ def _idle_connection(key: tuple) -> tuple[asyncio.StreamReader, asyncio.StreamWr
     idle = _pools.get(asyncio.get_running_loop(), {}).get(key) or []
     while idle:
         since, reader, writer = idle.pop()
-        if time.monotonic() - since < KEEP_IDLE_S and not reader.at_eof() and not writer.transport.is_closing():
+        unasked = len(getattr(reader, "_buffer", b""))  # the server sent something while idle
+        if time.monotonic() - since < KEEP_IDLE_S and not unasked and not reader.at_eof() and not writer.transport.is_closing():
             return reader, writer
         writer.transport.abort()
     return None
