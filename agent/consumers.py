@@ -4,6 +4,11 @@ It forwards the frames of the session's runs (group `session.<id>`) exactly once
 on connect (or a `resume` frame) it asks the owning process for the run's buffered frames,
 holds live frames until that replay arrives, then delivers by `seq`, dropping duplicates and
 repairing gaps from the buffer.
+
+With the single-process layer the socket attaches itself to its channel, so a run's frames
+reach `run_event` in the run's own task, not through the socket's queue and task; frames are
+then delivered from two tasks (the run's, and the socket's for replays), so delivery holds
+`self.relaying` to keep its order.
 """
 
 from __future__ import annotations
@@ -98,6 +103,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         self.cursor: dict[str, int] = {}  # run id -> last seq sent to this socket
         self.pending: list[dict] = []
         self.awaiting: str | None = None  # a replay request is out (its token)
+        self.relaying = asyncio.Lock()  # one delivery at a time (see the module's docstring)
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.accept()
@@ -112,21 +118,29 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         self.group = frames_group(session_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
+        attach = getattr(self.channel_layer, "attach", None)
+        if attach is not None:  # after accept: a frame may be written as soon as it is attached
+            attach(self.channel_name, self.run_event)
         metrics.websocket_opened()
         query = parse_qs(self.scope.get("query_string", b"").decode())
         run_id = (query.get("run_id") or [""])[0]
         after = (query.get("after_seq") or ["0"])[0]
         if run_id:
-            self.cursor[run_id] = int(after) if after.isdigit() else 0
-            await self._request_replay(run_id, self.cursor[run_id], announce=True)
+            async with self.relaying:
+                self.cursor[run_id] = int(after) if after.isdigit() else 0
+                await self._request_replay(run_id, self.cursor[run_id], announce=True)
         else:
             active = await active_run_id(session_id)
             if active:
-                await self._request_replay(active, 0)
+                async with self.relaying:
+                    await self._request_replay(active, 0)
 
     async def disconnect(self, code: int) -> None:
         if self.session_id:
             metrics.websocket_closed()
+            detach = getattr(self.channel_layer, "detach", None)
+            if detach is not None:
+                detach(self.channel_name)
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     @database_sync_to_async
@@ -173,8 +187,9 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
             after = content.get("after_seq", 0)
             if not isinstance(run_id, str) or not isinstance(after, int) or after < 0:
                 raise FrameError('resume needs {"run_id": str, "after_seq": int >= 0}')
-            self.cursor[run_id] = after
-            await self._request_replay(run_id, after, announce=True)
+            async with self.relaying:
+                self.cursor[run_id] = after
+                await self._request_replay(run_id, after, announce=True)
         elif kind == "edit":
             await self._edit(content)
         elif kind == "regenerate":
@@ -230,23 +245,24 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
     # --- frames from the channel layer -------------------------------------------------------
     async def run_event(self, event: dict) -> None:
         frame = event["frame"]
-        if "run_id" not in frame:
-            # Not part of a run (e.g. memory_saved from background extraction): no seq to order
-            # or replay, so deliver it as is.
-            await self.send(text_data=json.dumps(frame))
-            return
-        if self.awaiting is not None:
-            self.pending.append(frame)
-            return
-        await self._deliver(frame)
+        async with self.relaying:
+            if "run_id" not in frame:
+                # Not part of a run (e.g. memory_saved from background extraction): no seq to
+                # order or replay, so deliver it as is.
+                await self.send(text_data=json.dumps(frame))
+            elif self.awaiting is not None:
+                self.pending.append(frame)
+            else:
+                await self._deliver(frame)
 
     async def run_replay(self, event: dict) -> None:
-        if self.awaiting is None:
-            return
-        self.awaiting = None
-        for frame in event["frames"]:
-            await self._deliver(frame, repairing=True)
-        await self._flush_pending()
+        async with self.relaying:
+            if self.awaiting is None:
+                return
+            self.awaiting = None
+            for frame in event["frames"]:
+                await self._deliver(frame, repairing=True)
+            await self._flush_pending()
 
     async def run_replay_timeout(self, event: dict) -> None:
         if self.awaiting != event["token"]:
@@ -255,14 +271,19 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         if run_id and (attempt < REPLAY_ATTEMPTS or await active_run_id(self.session_id) == run_id):
             # The owner may only be slow (a busy worker): ask again rather than deliver with a
             # gap or tell the client the run is gone.
-            await self._request_replay(run_id, self.cursor.get(run_id, 0), bool(event.get("announce")), attempt + 1)
+            async with self.relaying:
+                if self.awaiting == event["token"]:
+                    await self._request_replay(run_id, self.cursor.get(run_id, 0), bool(event.get("announce")), attempt + 1)
             return
         # No process has that run any more (finished long ago, or its worker died): say so,
         # so the client reloads the history instead of waiting, then deliver what we hold.
-        self.awaiting = None
-        if event.get("announce"):
-            await self.send_json({"type": "resume_unavailable", "run_id": event.get("run_id", "")})
-        await self._flush_pending(accept_gaps=True)  # nobody can fill them any more
+        async with self.relaying:
+            if self.awaiting != event["token"]:
+                return
+            self.awaiting = None
+            if event.get("announce"):
+                await self.send_json({"type": "resume_unavailable", "run_id": event.get("run_id", "")})
+            await self._flush_pending(accept_gaps=True)  # nobody can fill them any more
 
     async def _flush_pending(self, accept_gaps: bool = False) -> None:
         pending, self.pending = sorted(self.pending, key=lambda f: f["seq"]), []

@@ -7,16 +7,26 @@ a large share of the server's CPU per delta. Here the scan runs at most once a s
 send puts the message straight into each member's queue, and the message is copied once per
 send (members never mutate it), or not at all for a run's frames, which nobody changes once
 published (agent.runs numbers a frame before it sends it). Expiry and capacity behave as before.
+
+A socket in this process may also `attach` itself to its channel: a run's frame sent to one of
+its groups is then handed to the socket by the sender's own task (`await receiver(message)`)
+instead of waiting in a queue for the socket's task to wake, take it and dispatch it. That was
+two trips through the event loop and a task per message, for every delta of every stream.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+import weakref
 from copy import deepcopy
+from typing import Awaitable, Callable
 
 from channels.exceptions import ChannelFull
 from channels.layers import InMemoryChannelLayer
+
+log = logging.getLogger(__name__)
 
 CLEAN_INTERVAL_S = 1.0  # expiry is 60 s: a second of slack in noticing it changes nothing
 
@@ -32,6 +42,25 @@ def _copy(message: dict) -> dict:
 
 class NaviInMemoryChannelLayer(InMemoryChannelLayer):
     _cleaned_at = 0.0
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # channel -> (the receiver, weakly: a socket that ends without detaching is not kept
+        # alive by it; the event loop it runs on)
+        self._attached: dict[str, tuple[weakref.WeakMethod, asyncio.AbstractEventLoop]] = {}
+
+    def attach(self, channel: str, receiver: Callable[[dict], Awaitable[None]]) -> None:
+        """Hand `channel`'s run frames sent to its groups (type run.event) to `receiver` (a
+        bound async method) in the sending task, when it sends from the receiver's event loop;
+        anything else still queues. The receiver keeps its own order (agent.consumers)."""
+        self._attached[channel] = (weakref.WeakMethod(receiver), asyncio.get_running_loop())
+
+    def detach(self, channel: str) -> None:
+        self._attached.pop(channel, None)
+
+    async def flush(self) -> None:
+        self._attached.clear()
+        await super().flush()
 
     def _clean_expired(self) -> None:
         now = time.monotonic()
@@ -63,7 +92,20 @@ class NaviInMemoryChannelLayer(InMemoryChannelLayer):
         if not members:
             return
         copy, expires = _copy(message), time.time() + self.expiry
+        attached = self._attached if message.get("type") in IMMUTABLE else None
+        loop = asyncio.get_running_loop()
         for channel in list(members):
+            if attached and channel in attached:
+                ref, receiver_loop = attached[channel]
+                receiver = ref()
+                if receiver is None:
+                    attached.pop(channel, None)
+                elif receiver_loop is loop:
+                    try:
+                        await receiver(copy)
+                    except Exception:  # one socket's failure is not the sender's (a run's)
+                        log.exception("delivering a frame to %s failed", channel)
+                    continue
             try:
                 self._put(channel, copy, expires)
             except ChannelFull:
