@@ -93,6 +93,16 @@ class TestChunkedDecoding:
             ndjson._Chunked().feed(b"zz\r\nhello\r\n")
         with pytest.raises(httpx.RemoteProtocolError):
             ndjson._Chunked().feed(b"2\r\nhiXX")
+        with pytest.raises(httpx.RemoteProtocolError):  # whole at once, the short way
+            ndjson._Chunked().feed(b"2\r\nhiXX\r\n")
+        with pytest.raises(httpx.RemoteProtocolError):  # a negative size would never end
+            ndjson._Chunked().feed(b"-5\r\nhello\r\n")
+
+    def test_many_whole_chunks_in_one_read(self):
+        lines = [b'{"n": %d}\n' % i for i in range(50)]
+        wire = b"".join(b"%x\r\n%s\r\n" % (len(line), line) for line in lines) + b"0\r\n\r\n"
+        decoder = ndjson._Chunked()
+        assert decoder.feed(wire) == b"".join(lines) and decoder.done and decoder.buf == b""
 
 
 class TestReading:
@@ -111,6 +121,38 @@ class TestReading:
         async with RawServer([wire]) as server:
             batches = await collect(server.url)
         assert len(batches) == 1 and len(batches[0]) == 50
+
+    async def test_lines_faster_than_the_pace_are_read_together(self):
+        lines = [b'{"n": %d}' % i for i in range(40)]
+        script = [OK_CHUNKED]
+        for line in lines:
+            script += [_chunked(line + b"\n")[:-5], 0.002]  # a line every ~2 ms
+        script.append(b"0\r\n\r\n")
+        async with RawServer(script) as server:
+            batches = [b async for b in ndjson.post_lines(server.url, {}, {}, 10.0, pace=0.05)]
+        assert [l for batch in batches for l in batch] == lines
+        assert len(batches) <= 6  # ~80 ms of lines at most every 50 ms (one at once, the rest held)
+
+    async def test_a_line_after_a_pause_is_not_held_back(self):
+        script = [OK_CHUNKED, _chunked(b'{"a": 1}\n')[:-5], 1.0, _chunked(b'{"b": 2}\n')]
+        async with RawServer(script) as server:
+            got = []
+            async for batch in ndjson.post_lines(server.url, {}, {}, 10.0, pace=0.5):
+                got.append((asyncio.get_running_loop().time(), batch))
+        assert [b for _, b in got] == [[b'{"a": 1}'], [b'{"b": 2}']]
+        # The second line came 1.0 s after the first, past the pace: read at once, not held
+        # another 0.5 s.
+        assert got[1][0] - got[0][0] < 1.35
+
+    async def test_a_stop_while_lines_are_held_hangs_up(self):
+        script = [OK_CHUNKED + _chunked(b'{"a": 1}\n')[:-5], 0.05, _chunked(b'{"b": 2}\n')[:-5], "hold"]
+        async with RawServer(script) as server:
+            lines = ndjson.post_lines(server.url, {}, {}, 10.0, pace=30.0)
+            assert await anext(lines) == [b'{"a": 1}']
+            with pytest.raises(TimeoutError):  # held for the pace: the stop cancels the wait
+                await asyncio.wait_for(anext(lines), 0.3)
+            await lines.aclose()
+            await asyncio.wait_for(server.client_gone.wait(), 10)
 
     async def test_a_sized_and_a_close_delimited_reply(self):
         body = b'{"x": 1}\n{"y": 2}'  # the last line without its newline

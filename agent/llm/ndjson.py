@@ -57,7 +57,7 @@ class _Chunked:
         self.done = False
 
     def feed(self, data: bytes) -> bytes:
-        buf, i, out = self.buf + data, 0, []
+        buf, i, out = (self.buf + data if self.buf else data), 0, []
         while not self.done:
             if self.state == "data":
                 piece = buf[i : i + self.left]
@@ -85,10 +85,18 @@ class _Chunked:
                     self.done = not line  # trailer fields until an empty line
                     continue
                 try:
-                    self.left = int(line.split(b";", 1)[0].strip(), 16)
+                    size = int(line.split(b";", 1)[0].strip(), 16)
+                    if size < 0:
+                        raise ValueError
                 except ValueError:
                     raise httpx.RemoteProtocolError(f"malformed chunked reply (chunk size {line[:20]!r})") from None
-                self.state = "data" if self.left else "trailer"
+                if not size:
+                    self.state = "trailer"
+                elif buf[i + size : i + size + 2] == b"\r\n":  # the whole chunk is here (the usual case)
+                    out.append(buf[i : i + size])
+                    i += size + 2
+                else:
+                    self.left, self.state = size, "data"
         self.buf = buf[i:]
         return b"".join(out)
 
@@ -152,6 +160,8 @@ def _body_decoder(fields: dict[str, str]):
 
 
 async def _read(reader: asyncio.StreamReader, timeout: float) -> bytes:
+    if getattr(reader, "_buffer", None):  # already here: no timer to arm and cancel
+        return await reader.read(READ_SIZE)
     try:
         async with asyncio.timeout(timeout):
             return await reader.read(READ_SIZE)
@@ -160,10 +170,12 @@ async def _read(reader: asyncio.StreamReader, timeout: float) -> bytes:
 
 
 async def post_lines(
-    url: str, payload: dict, headers: dict[str, str], read_timeout: float, keep_newlines: bool = False
+    url: str, payload: dict, headers: dict[str, str], read_timeout: float, keep_newlines: bool = False,
+    pace: float = 0.0,
 ) -> AsyncIterator[list[bytes]]:
     """POST `payload` as JSON and yield the reply's non-empty lines, all that one read brought
-    (`keep_newlines`: every piece of the body as it came, for a body read whole).
+    (`keep_newlines`: every piece of the body as it came, for a body read whole). With `pace`,
+    batches are yielded at most that many seconds apart (see `_lines`).
 
     A reply read to its end leaves its connection open for the next request to the same server
     (a new TCP connection was ~1 ms of the time before the model saw a message); a reply closed
@@ -186,7 +198,7 @@ async def post_lines(
             raise Redirected(fields["location"])
         if status != 200:
             raise ollama.ResponseError(await _error_text(reader, decoder, read_timeout), status)
-        async for lines in _lines(reader, decoder, read_timeout, keep_newlines):
+        async for lines in _lines(reader, decoder, read_timeout, keep_newlines, pace):
             yield lines
         # Kept only when the reply ended exactly where it said: bytes past it would be read
         # as the next request's reply.
@@ -265,9 +277,25 @@ async def post_json(url: str, payload: dict, headers: dict[str, str], read_timeo
     return json.loads(body)
 
 
-async def _lines(reader: asyncio.StreamReader, decoder, timeout: float, raw: bool = False) -> AsyncIterator[list[bytes]]:
-    pending = b""
+async def _lines(
+    reader: asyncio.StreamReader, decoder, timeout: float, raw: bool = False, pace: float = 0.0
+) -> AsyncIterator[list[bytes]]:
+    """The reply's lines, a batch per read. With `pace`, a read that would follow the previous
+    batch sooner than `pace` seconds waits out the rest first: a line that comes after a pause
+    goes on at once, while lines that come faster than that are read, and relayed, together
+    instead of costing a wake-up, a frame and a socket write each."""
+    pending, loop, last = b"", asyncio.get_running_loop(), None
     while not decoder.done:
+        if last is not None and (wait := last + pace - loop.time()) > 0:
+            transport = reader._transport
+            if transport.is_reading():
+                transport.pause_reading()  # the lines wait in the kernel: one read takes them all
+                try:
+                    await asyncio.sleep(wait)
+                finally:
+                    transport.resume_reading()
+            else:
+                await asyncio.sleep(wait)
         try:
             data = await _read(reader, timeout)
         except ConnectionError as exc:
@@ -285,6 +313,8 @@ async def _lines(reader: asyncio.StreamReader, decoder, timeout: float, raw: boo
             *complete, pending = pending.split(b"\n")
             lines = [line for line in complete if line.strip()]
             if lines:
+                if pace:
+                    last = loop.time()
                 yield lines
     if pending.strip():
         yield [pending]
