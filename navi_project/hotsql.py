@@ -17,34 +17,44 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any, Sequence
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Model
 from django.utils import timezone
 
+# Each `django.db.connection.<attribute>` is a lookup through asgiref's context-local storage
+# (~3-6 us here): the helpers below take the connection once per call, and what depends only
+# on the model (table and column names, an INSERT's shape) is worked out once per process.
 
+
+def _db():
+    return connections[DEFAULT_DB_ALIAS]
+
+
+@lru_cache(maxsize=None)
 def table(model: type[Model]) -> str:
-    return connection.ops.quote_name(model._meta.db_table)
+    return _db().ops.quote_name(model._meta.db_table)
 
 
+@lru_cache(maxsize=None)
 def column(model: type[Model], field: str) -> str:
-    return connection.ops.quote_name(model._meta.get_field(field).column)
+    return _db().ops.quote_name(model._meta.get_field(field).column)
 
 
 def prep(model: type[Model], field: str, value: Any) -> Any:
     """`value` as the database stores it in `field` (UUID hex on SQLite, JSON text, datetimes)."""
-    return model._meta.get_field(field).get_db_prep_save(value, connection)
+    return model._meta.get_field(field).get_db_prep_save(value, _db())
 
 
 def execute(sql: str, params: Sequence[Any] = ()) -> int:
     """Run one statement; the number of rows it changed."""
-    with connection.cursor() as cursor:
+    with _db().cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.rowcount
 
 
 def values(sql: str, params: Sequence[Any] = ()) -> list[tuple]:
     """Rows of plain values, unconverted (ids, counts, text)."""
-    with connection.cursor() as cursor:
+    with _db().cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()
 
@@ -52,9 +62,10 @@ def values(sql: str, params: Sequence[Any] = ()) -> list[tuple]:
 def select(model: type[Model], where: str, params: Sequence[Any] = (), *, tail: str = "") -> list[Model]:
     """Model instances of every row of `model` matching `where` (SQL over its columns), as the
     ORM would build them. `tail`: ORDER BY / LIMIT."""
-    names, columns, converters = _shape(model, connection.vendor)
+    db = _db()
+    names, columns, converters = _shape(model, db.vendor)
     sql = f"SELECT {columns} FROM {table(model)} WHERE {where} {tail}"
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     out = []
@@ -63,39 +74,50 @@ def select(model: type[Model], where: str, params: Sequence[Any] = (), *, tail: 
         for i, convs, expression in converters:
             value = row[i]
             for convert in convs:
-                value = convert(value, expression, connection)
+                value = convert(value, expression, db)
             row[i] = value
-        out.append(model.from_db(connection.alias, names, row))
+        out.append(model.from_db(db.alias, names, row))
     return out
 
 
 def insert(model: type[Model], /, **fields: Any) -> Any:
     """Insert one row (fields not given take their model default); its primary key."""
-    meta = model._meta
-    given, cols, params = dict(fields), [], []
-    for field in meta.concrete_fields:
-        if field.primary_key and field.name not in given and field.attname not in given and not field.has_default():
-            continue  # an auto-incremented id
-        if field.attname in given:
-            value = given.pop(field.attname)
-        elif field.name in given:
-            value = given.pop(field.name)
-        elif getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False):
+    db = _db()
+    sql, plan = _insert_plan(model, frozenset(fields), db.vendor)
+    params = []
+    for field, key, default in plan:
+        if key is not None:
+            value = fields[key]
+        elif default == "now":
             value = timezone.now()
         else:
             value = field.get_default()  # as Model(): the default, else "" or None
-        cols.append(connection.ops.quote_name(field.column))
-        params.append(field.get_db_prep_save(value, connection))
-    if given:
-        raise TypeError(f"{model.__name__} has no field(s) {', '.join(given)}")
-    sql = f"INSERT INTO {table(model)} ({', '.join(cols)}) VALUES ({', '.join(['%s'] * len(cols))})"
-    pk = meta.pk
-    with connection.cursor() as cursor:
-        if connection.features.can_return_columns_from_insert:
-            cursor.execute(sql + f" RETURNING {connection.ops.quote_name(pk.column)}", params)
+        params.append(field.get_db_prep_save(value, db))
+    with db.cursor() as cursor:
+        if db.features.can_return_columns_from_insert:
+            cursor.execute(sql + f" RETURNING {db.ops.quote_name(model._meta.pk.column)}", params)
             return cursor.fetchone()[0]
         cursor.execute(sql, params)
         return cursor.lastrowid
+
+
+@lru_cache(maxsize=64)
+def _insert_plan(model: type[Model], given: frozenset[str], vendor: str) -> tuple[str, list[tuple]]:
+    """(the INSERT without RETURNING, [(field, the keyword giving its value or None, "now" when
+    it is auto_now(_add))]) for one set of given keywords."""
+    left, cols, plan = set(given), [], []
+    for field in model._meta.concrete_fields:
+        if field.primary_key and field.name not in given and field.attname not in given and not field.has_default():
+            continue  # an auto-incremented id
+        key = field.attname if field.attname in given else field.name if field.name in given else None
+        left.discard(key)
+        auto = key is None and (getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False))
+        plan.append((field, key, "now" if auto else None))
+        cols.append(_db().ops.quote_name(field.column))
+    if left:
+        raise TypeError(f"{model.__name__} has no field(s) {', '.join(sorted(left))}")
+    sql = f"INSERT INTO {table(model)} ({', '.join(cols)}) VALUES ({', '.join(['%s'] * len(cols))})"
+    return sql, plan
 
 
 @lru_cache(maxsize=64)
@@ -103,13 +125,14 @@ def _shape(model: type[Model], vendor: str) -> tuple[list[str], str, list[tuple]
     """(attnames, the SELECT column list, [(index, converters, column expression)]) of a model:
     the converters the ORM's compiler would apply to each column (datetimes, JSON, booleans and
     UUIDs on SQLite; JSON on PostgreSQL)."""
+    db = _db()
     fields = model._meta.concrete_fields
     names = [f.attname for f in fields]
-    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    columns = ", ".join(db.ops.quote_name(f.column) for f in fields)
     converters = []
     for i, field in enumerate(fields):
         expression = field.get_col(model._meta.db_table)
-        convs = connection.ops.get_db_converters(expression) + expression.get_db_converters(connection)
+        convs = db.ops.get_db_converters(expression) + expression.get_db_converters(db)
         if convs:
             converters.append((i, tuple(convs), expression))
     return names, columns, converters
