@@ -1,7 +1,9 @@
 """Full-text search over a user's chats (`GET /sessions?q=`): titles and displayed messages.
 
 SQLite: two FTS5 tables kept in sync by triggers — message text (only in_display user and
-assistant rows, rowid = message id) and session titles. PostgreSQL: full-text search with a
+assistant rows, rowid = message id; not an answer while it streams: a `partial` row is indexed
+once it is complete or interrupted, instead of again at every save of a growing answer, ~0.5 ms
+each) and session titles. PostgreSQL: full-text search with a
 GIN index on the message text (migration 0002), snippets cut in Python. Other databases: LIKE. Every term is reduced to
 its word characters and quoted, so FTS syntax in the query (`"`, `*`, `NEAR(`) is plain text.
 
@@ -30,7 +32,7 @@ TITLE_WEIGHT = 3.0  # a title match counts three times a message match
 # Match markers: private-use characters, replaced by <mark> tags after escaping.
 _START, _STOP = "\ue000", "\ue001"
 _WORD = re.compile(r"\w+", re.UNICODE)
-_INDEXED = "new.in_display AND new.role IN ('user', 'assistant') AND new.content != ''"
+_INDEXED = "new.in_display AND new.role IN ('user', 'assistant') AND new.content != '' AND new.status != 'partial'"
 
 _TRIGGERS = {
     "message_fts_ai": f"""CREATE TRIGGER IF NOT EXISTS message_fts_ai AFTER INSERT ON {MESSAGE_TABLE}
@@ -41,7 +43,8 @@ _TRIGGERS = {
         DELETE FROM {MESSAGE_FTS} WHERE rowid = old.id;
     END""",
     "message_fts_au": f"""CREATE TRIGGER IF NOT EXISTS message_fts_au
-        AFTER UPDATE OF content, in_display, role ON {MESSAGE_TABLE} BEGIN
+        AFTER UPDATE OF content, in_display, role, status ON {MESSAGE_TABLE}
+        WHEN NOT (old.status = 'partial' AND new.status = 'partial') BEGIN
         DELETE FROM {MESSAGE_FTS} WHERE rowid = old.id;
         INSERT INTO {MESSAGE_FTS}(rowid, content, session_id)
             SELECT new.id, new.content, new.session_id WHERE {_INDEXED};
@@ -84,6 +87,18 @@ def ensure_search_index(conn=connection) -> None:
             cur.execute(_TRIGGERS[name])
         if missing:
             _refill(cur)
+
+
+def reinstall_message_triggers(conn=connection) -> None:
+    """Replace the message triggers with the current ones (migration 0004: streaming rows are
+    no longer indexed) and drop the index entries of rows that are streaming now."""
+    if conn.vendor != "sqlite":
+        return
+    with conn.cursor() as cur:
+        for name in ("message_fts_ai", "message_fts_au"):
+            cur.execute(f"DROP TRIGGER IF EXISTS {name}")
+            cur.execute(_TRIGGERS[name])
+        cur.execute(f"DELETE FROM {MESSAGE_FTS} WHERE rowid IN (SELECT id FROM {MESSAGE_TABLE} WHERE status = 'partial')")
 
 
 def _refill(cur) -> None:
@@ -211,6 +226,7 @@ def _search_postgres(owner_id: int, terms: list[str], limit: int) -> tuple[list[
     vector = SearchVector("content", config="simple")  # the expression of the GIN index (0002)
     rows = (
         Message.objects.filter(session__owner_id=owner_id, in_display=True, role__in=("user", "assistant"))
+        .exclude(status=Message.Status.PARTIAL)
         .annotate(document=vector)
         .filter(document=query)
         .annotate(rank=SearchRank(vector, query))
@@ -244,6 +260,7 @@ def _search_like(owner_id: int, terms: list[str], limit: int) -> tuple[list[Hit]
         cond &= Q(content__icontains=t)
     rows = (
         Message.objects.filter(cond, session__owner_id=owner_id, in_display=True, role__in=("user", "assistant"))
+        .exclude(status=Message.Status.PARTIAL)
         .order_by("session_id", "-seq")
         .values_list("session_id", "id", "content")[:5000]
     )

@@ -76,6 +76,20 @@ class TestSearch:
             cur.execute(f"SELECT count(*) FROM {search.MESSAGE_FTS}")
             assert cur.fetchone()[0] == 0
 
+    def test_an_answer_is_found_once_it_stops_streaming(self, owner, owner_client):
+        session = _chat(owner, "", "tell me about herons")
+        answer = Message.objects.create(session=session, seq=2, role="assistant", content="egrets and", status="partial")
+        assert _search(owner_client, "egrets") == []  # still streaming: not indexed yet
+        Message.objects.filter(pk=answer.pk).update(content="egrets and bitterns")  # a partial save
+        assert _search(owner_client, "bitterns") == []
+        Message.objects.filter(pk=answer.pk).update(content="egrets and bitterns, storks", status="complete")
+        assert len(_search(owner_client, "storks")) == 1
+        stopped = Message.objects.create(session=session, seq=3, role="assistant", content="cormorant", status="partial")
+        Message.objects.filter(pk=stopped.pk).update(status="interrupted")  # a run stopped mid-answer
+        assert len(_search(owner_client, "cormorant")) == 1
+        Message.objects.filter(pk=stopped.pk).update(content="shag", status="partial")  # never happens, but stays true
+        assert _search(owner_client, "cormorant") == [] and _search(owner_client, "shag") == []
+
     def test_it_is_per_user(self, owner, owner_client, other_user):
         _chat(other_user, "private plans", "private plans of mallory")
         assert _search(owner_client, "private") == []
@@ -120,6 +134,20 @@ class TestSearch:
 
     def test_anonymous_is_401(self, anon_client):
         assert anon_client.get("/sessions?q=x").status_code == 401
+
+    @pytest.mark.skipif(connection.vendor != "sqlite", reason="the FTS5 index is SQLite's")
+    def test_upgrading_drops_streaming_rows_from_an_older_index(self, owner, owner_client):
+        session = _chat(owner, "", "question about lichens")
+        answer = Message.objects.create(session=session, seq=2, role="assistant", content="x", status="partial")
+        with connection.cursor() as cur:  # as the triggers before migration 0004 left it
+            cur.execute(f"INSERT INTO {search.MESSAGE_FTS}(rowid, content, session_id) VALUES (%s, 'mosses', %s)",
+                        [answer.pk, session.id.hex])
+        assert len(_search(owner_client, "mosses")) == 1
+        search.reinstall_message_triggers(connection)
+        assert _search(owner_client, "mosses") == []
+        assert len(_search(owner_client, "lichens")) == 1  # the rest of the index is kept
+        Message.objects.filter(pk=answer.pk).update(content="mosses", status="complete")
+        assert len(_search(owner_client, "mosses")) == 1
 
     @pytest.mark.skipif(connection.vendor != "sqlite", reason="the FTS5 index is SQLite's")
     def test_a_lost_index_is_rebuilt(self, owner, owner_client):
