@@ -133,6 +133,23 @@ class TestReading:
         assert [l for batch in batches for l in batch] == lines
         assert len(batches) <= 6  # ~80 ms of lines at most every 50 ms (one at once, the rest held)
 
+    async def test_a_model_slower_than_the_pace_never_waits_on_a_timer(self, monkeypatch):
+        holds = []
+        real_hold = ndjson._hold
+
+        async def counted(reader, seconds):
+            holds.append(seconds)
+            await real_hold(reader, seconds)
+
+        monkeypatch.setattr(ndjson, "_hold", counted)
+        script = [OK_CHUNKED]
+        for i in range(6):
+            script += [_chunked(b'{"n": %d}\n' % i)[:-5], 0.12]  # a line every 120 ms
+        script.append(b"0\r\n\r\n")
+        async with RawServer(script) as server:
+            batches = [b async for b in ndjson.post_lines(server.url, {}, {}, 10.0, pace=0.05)]
+        assert len(batches) == 6 and holds == []  # each line read as it came, no timer between
+
     async def test_a_line_after_a_pause_is_not_held_back(self):
         script = [OK_CHUNKED, _chunked(b'{"a": 1}\n')[:-5], 1.0, _chunked(b'{"b": 2}\n')]
         async with RawServer(script) as server:
@@ -145,10 +162,12 @@ class TestReading:
         assert got[1][0] - got[0][0] < 1.35
 
     async def test_a_stop_while_lines_are_held_hangs_up(self):
-        script = [OK_CHUNKED + _chunked(b'{"a": 1}\n')[:-5], 0.05, _chunked(b'{"b": 2}\n')[:-5], "hold"]
+        b, c = _chunked(b'{"b": 2}\n')[:-5], _chunked(b'{"c": 3}\n')[:-5]
+        script = [OK_CHUNKED + _chunked(b'{"a": 1}\n')[:-5], 0.05, b, 0.05, c, "hold"]
         async with RawServer(script) as server:
             lines = ndjson.post_lines(server.url, {}, {}, 10.0, pace=30.0)
             assert await anext(lines) == [b'{"a": 1}']
+            assert await anext(lines) == [b'{"b": 2}']  # sooner than the pace: the next read waits
             with pytest.raises(TimeoutError):  # held for the pace: the stop cancels the wait
                 await asyncio.wait_for(anext(lines), 0.3)
             await lines.aclose()

@@ -280,26 +280,26 @@ async def post_json(url: str, payload: dict, headers: dict[str, str], read_timeo
 async def _lines(
     reader: asyncio.StreamReader, decoder, timeout: float, raw: bool = False, pace: float = 0.0
 ) -> AsyncIterator[list[bytes]]:
-    """The reply's lines, a batch per read. With `pace`, a read that would follow the previous
-    batch sooner than `pace` seconds waits out the rest first: a line that comes after a pause
-    goes on at once, while lines that come faster than that are read, and relayed, together
-    instead of costing a wake-up, a frame and a socket write each."""
-    pending, loop, last = b"", asyncio.get_running_loop(), None
+    """The reply's lines, a batch per read.
+
+    With `pace`: while lines come sooner than `pace` seconds after the batch before them, the
+    socket is left unread until `pace` has passed (`_hold`), so the lines that came meanwhile
+    are read, and relayed, together: one wake-up, frame and socket write for all of them. A line
+    that comes later than that is read the moment it arrives, and a stream that slows down is
+    read that way again: a model slower than `pace` per token never waits on a timer."""
+    pending, loop = b"", asyncio.get_running_loop()
+    last, holding = None, False  # when the last batch went out; whether lines come faster than pace
     while not decoder.done:
-        if last is not None and (wait := last + pace - loop.time()) > 0:
-            transport = reader._transport
-            if transport.is_reading():
-                transport.pause_reading()  # the lines wait in the kernel: one read takes them all
-                try:
-                    await asyncio.sleep(wait)
-                finally:
-                    transport.resume_reading()
-            else:
-                await asyncio.sleep(wait)
+        if holding and (wait := last + pace - loop.time()) > 0:
+            await _hold(reader, wait)
+        asked = loop.time()
         try:
             data = await _read(reader, timeout)
         except ConnectionError as exc:
             raise httpx.ReadError(f"{type(exc).__name__}: {exc}") from None
+        if pace and last is not None:
+            now = loop.time()
+            holding = now - asked < pace / 2 if holding else now - last < pace
         if not data:
             if isinstance(decoder, _Sized) and decoder.left is None:
                 break  # a reply delimited by the server closing
@@ -313,11 +313,25 @@ async def _lines(
             *complete, pending = pending.split(b"\n")
             lines = [line for line in complete if line.strip()]
             if lines:
-                if pace:
-                    last = loop.time()
+                last = loop.time()
                 yield lines
     if pending.strip():
         yield [pending]
+
+
+async def _hold(reader: asyncio.StreamReader, seconds: float) -> None:
+    """Wait with the socket unread: what arrives meanwhile stays in the kernel, where the next
+    read takes all of it, instead of waking the loop for every line."""
+    transport = reader._transport
+    if not transport.is_reading():  # paused already (a full buffer)
+        await asyncio.sleep(seconds)
+        return
+    transport.pause_reading()
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        if not transport.is_closing():
+            transport.resume_reading()
 
 
 async def _error_text(reader: asyncio.StreamReader, decoder, timeout: float) -> str:
