@@ -164,8 +164,29 @@ class LeanWebSocketProtocol(WebSocketProtocol):
     def sendData(self, data: bytes, sync: bool = False, chopsize: int | None = None) -> None:
         if chopsize or sync or self.send_queue or self.state != self.STATE_OPEN:
             return super().sendData(data, sync, chopsize)
-        self.transport.write(data)
+        write_now(self.transport, data)
         self.trafficStats.outgoingOctetsWireLevel += len(data)
+
+
+def write_now(transport, data: bytes) -> None:
+    """Send `data` at once when nothing is queued before it on a plain TCP transport, as
+    asyncio's transports do; what the socket does not take (and everything else: TLS, a
+    backlog, a closing connection) goes through `transport.write`, which queues it in order.
+    Twisted's own write only queues: the bytes left on the next turn of the loop, after two
+    epoll_ctl calls and a writable event, once for every frame of a stream."""
+    if (
+        getattr(transport, "TLS", True)
+        or not transport.connected
+        or transport.disconnecting
+        or transport._writeDisconnected
+        or transport._tempDataBuffer
+        or transport.offset != len(transport.dataBuffer)
+    ):
+        transport.write(data)
+        return
+    sent = transport.writeSomeData(data)
+    if isinstance(sent, BaseException) or sent < len(data):  # a lost connection: Twisted's to notice
+        transport.write(data if isinstance(sent, BaseException) else data[sent:])
 
 
 class LeanWebSocketFactory(WebSocketFactory):

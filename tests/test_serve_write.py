@@ -1,0 +1,100 @@
+"""navi_project.serve.write_now: a WebSocket frame goes out in the same turn of the loop when
+nothing is queued before it; anything else keeps Twisted's queue and order. Against real Twisted
+TCP connections (a socket pair), plus the cases a socket pair cannot stage."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from twisted.internet import tcp
+
+from navi_project.serve import write_now
+
+
+class _Protocol:
+    def makeConnection(self, transport):
+        self.transport = transport
+
+    def connectionLost(self, reason):
+        pass
+
+
+@pytest.fixture
+def pair():
+    """(a Twisted server transport over one end, the other end as a plain socket)."""
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    theirs.settimeout(5)
+    transport = tcp.Server(ours, _Protocol(), ("127.0.0.1", 1), None, 1, None)
+    transport.startWriting = transport.stopWriting = lambda: None  # no reactor in these tests
+    yield transport, theirs
+    ours.close()
+    theirs.close()
+
+
+def test_nothing_queued_goes_out_at_once(pair):
+    transport, peer = pair
+    write_now(transport, b"frame one")
+    assert peer.recv(100) == b"frame one"  # no reactor turn was needed
+    assert transport._tempDataBuffer == [] and transport.dataBuffer == b""
+
+
+def test_a_backlog_keeps_the_order(pair):
+    transport, peer = pair
+    transport.write(b"queued first|")  # waiting for the reactor
+    write_now(transport, b"then this")
+    assert transport._tempDataBuffer == [b"queued first|", b"then this"]
+    transport.doWrite()
+    assert peer.recv(100) == b"queued first|then this"
+
+
+def test_what_the_socket_does_not_take_is_queued_after_what_it_took(pair):
+    transport, peer = pair
+    big = bytes(range(256)) * 40_000  # ~10 MB: more than a socket buffer holds
+    write_now(transport, big)
+    assert 0 < len(big) - transport._tempDataLen < len(big)  # sent in part, the rest queued
+    write_now(transport, b"next frame")  # must wait behind the rest
+    received = bytearray()
+    while len(received) < len(big) + 10:
+        if transport._tempDataBuffer or transport.offset < len(transport.dataBuffer):
+            transport.doWrite()
+        received += peer.recv(1 << 20)
+    assert bytes(received) == big + b"next frame"
+
+
+class _Fake:
+    TLS = False
+    connected = 1
+    disconnecting = False
+    _writeDisconnected = False
+    offset = 0
+    dataBuffer = b""
+
+    def __init__(self, sends):
+        self._tempDataBuffer = []
+        self.sends, self.sent, self.queued = sends, [], []
+
+    def writeSomeData(self, data):
+        self.sent.append(bytes(data))
+        return self.sends
+
+    def write(self, data):
+        self.queued.append(bytes(data))
+
+
+@pytest.mark.parametrize("change", [{"TLS": True}, {"disconnecting": True}, {"_writeDisconnected": True}, {"connected": 0}])
+def test_tls_and_closing_connections_go_through_twisted(change):
+    transport = _Fake(sends=99)
+    for name, value in change.items():
+        setattr(transport, name, value)
+    write_now(transport, b"frame")
+    assert transport.sent == [] and transport.queued == [b"frame"]
+
+
+def test_a_lost_connection_is_left_for_twisted_to_notice():
+    from twisted.internet.main import CONNECTION_LOST
+
+    transport = _Fake(sends=CONNECTION_LOST)
+    write_now(transport, b"frame")
+    assert transport.queued == [b"frame"]  # its write path reports the loss and closes
