@@ -105,6 +105,12 @@ class TestChunkedDecoding:
         assert decoder.feed(wire) == b"".join(lines) and decoder.done and decoder.buf == b""
 
 
+def test_the_request_body_is_json_even_where_orjson_refuses():
+    assert json.loads(ndjson._body({"text": "héllo ✓", "t": 0.7, "tools": [{"a": None}]})) == {
+        "text": "héllo ✓", "t": 0.7, "tools": [{"a": None}]}
+    assert json.loads(ndjson._body({1: "int key", "big": 2**70})) == {"1": "int key", "big": 2**70}
+
+
 class TestReading:
     async def test_lines_split_across_chunks_and_reads_come_out_whole_and_in_order(self):
         lines = [json.dumps({"message": {"content": c}}).encode() for c in "abcdef"]
