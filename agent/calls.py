@@ -8,6 +8,7 @@ twice in a row (the model is told to answer without it) and counts per-model rel
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,15 +41,24 @@ def fit_request(context: list[ChatMessage], tools: list, profile, limit: int, qu
     core = [t for t in chosen if t.name in toolselect.CORE or t.name in keep]
     attempts += [(core, True), ([], True)]
     for offered, compact in attempts:
-        schemas = toolselect.schemas(offered, compact_form=compact) or None
-        needed = context_tokens + window.estimate_schemas(schemas)
+        schemas, schema_tokens = _schemas(tuple(offered), compact)
+        needed = context_tokens + schema_tokens
         if needed + room <= limit:
-            return Request(offered, schemas, needed)
+            return Request(offered, list(schemas) if schemas else None, needed)
     raise DoesNotFit(
         f"this conversation (about {context_tokens} tokens) no longer fits the model's context window of "
         f"{limit} tokens, even without tools. Start a new chat, or use a model with a larger window "
         "(the profile's context_window, or the server's context size)."
     )
+
+
+@functools.lru_cache(maxsize=64)
+def _schemas(tools: tuple, compact: bool) -> tuple[list[dict[str, Any]], int]:
+    """(the tools' schemas, their token estimate): built and measured once per set of Tool
+    objects (a reloaded user tool is a new object), not before every call (~0.3 ms of the time
+    between "send" and the request)."""
+    schemas = toolselect.schemas(list(tools), compact_form=compact)
+    return schemas, window.estimate_schemas(schemas or None)
 
 
 def normalise_arguments(arguments: Any, repair: bool) -> Any:
