@@ -104,6 +104,10 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         self.pending: list[dict] = []
         self.awaiting: str | None = None  # a replay request is out (its token)
         self.relaying = asyncio.Lock()  # one delivery at a time (see the module's docstring)
+        # Navi's own server hands over a direct frame writer (navi_project.serve.WRITE_TEXT, not
+        # imported: importing serve installs the reactor), so frames skip the ASGI send chain;
+        # under any other server they go through `send`.
+        self.write_text = (self.scope.get("extensions") or {}).get("navi.write_text")
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.accept()
@@ -249,7 +253,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
             if "run_id" not in frame:
                 # Not part of a run (e.g. memory_saved from background extraction): no seq to
                 # order or replay, so deliver it as is.
-                await self.send(text_data=json.dumps(frame))
+                await self._send_frame(frame)
             elif self.awaiting is not None:
                 self.pending.append(frame)
             else:
@@ -303,7 +307,13 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
                 await self._request_replay(run_id, last)
             return
         self.cursor[run_id] = seq
-        await self.send(text_data=json.dumps(frame))
+        await self._send_frame(frame)
+
+    async def _send_frame(self, frame: dict) -> None:
+        if self.write_text is not None:
+            self.write_text(json.dumps(frame))
+        else:
+            await self.send(text_data=json.dumps(frame))
 
     async def _request_replay(self, run_id: str, after_seq: int, announce: bool = False, attempt: int = 1) -> None:
         """Ask the run's owner for its frames after `after_seq`; `announce` = tell the client

@@ -167,6 +167,15 @@ class LeanWebSocketProtocol(WebSocketProtocol):
         write_now(self.transport, data)
         self.trafficStats.outgoingOctetsWireLevel += len(data)
 
+    def write_text(self, text: str) -> None:
+        """A text frame written now, as daphne writes an application's `websocket.send` once
+        it reaches the protocol; dropped once the socket is no longer open, as daphne drops
+        a reply to a closed connection. Given to the application in its scope (WRITE_TEXT) so
+        a run's frames skip the ASGI send chain (Channels' wrappers, daphne's reply checks):
+        ~0.1-0.2 ms a frame here."""
+        if self.state == self.STATE_OPEN:
+            self.sendMessage(text.encode("utf8"), False)
+
 
 def write_now(transport, data: bytes) -> None:
     """Send `data` at once when nothing is queued before it on a plain TCP transport, as
@@ -193,7 +202,15 @@ class LeanWebSocketFactory(WebSocketFactory):
     protocol = LeanWebSocketProtocol
 
 
+WRITE_TEXT = "navi.write_text"  # scope["extensions"][WRITE_TEXT]: LeanWebSocketProtocol.write_text
+
+
 class LimitedServer(daphne_server.Server):
+    def create_application(self, protocol, scope):
+        if isinstance(protocol, LeanWebSocketProtocol):
+            scope.setdefault("extensions", {})[WRITE_TEXT] = protocol.write_text
+        return super().create_application(protocol, scope)
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         from django.conf import settings

@@ -98,3 +98,34 @@ def test_a_lost_connection_is_left_for_twisted_to_notice():
     transport = _Fake(sends=CONNECTION_LOST)
     write_now(transport, b"frame")
     assert transport.queued == [b"frame"]  # its write path reports the loss and closes
+
+
+async def test_a_websocket_scope_carries_the_direct_frame_writer():
+    from navi_project import serve
+
+    seen = {}
+
+    async def app(scope, receive, send):
+        seen.update(scope)
+
+    server = object.__new__(serve.LimitedServer)
+    server.application = app
+    protocol = object.__new__(serve.LeanWebSocketProtocol)
+    server.connections = {protocol: {}}
+    server.create_application(protocol, {"type": "websocket", "path": "/ws/sessions/x"})
+    await server.connections[protocol]["application_instance"]
+    assert seen["extensions"][serve.WRITE_TEXT] == protocol.write_text
+    assert serve.WRITE_TEXT == "navi.write_text"  # the name agent.consumers looks up
+
+
+def test_the_direct_writer_sends_only_on_an_open_socket():
+    from navi_project.serve import LeanWebSocketProtocol
+
+    protocol = object.__new__(LeanWebSocketProtocol)
+    sent = []
+    protocol.sendMessage = lambda payload, binary: sent.append((payload, binary))
+    protocol.state = LeanWebSocketProtocol.STATE_OPEN
+    protocol.write_text('{"type": "stream_delta", "delta": "é"}')
+    protocol.state = LeanWebSocketProtocol.STATE_CLOSED
+    protocol.write_text('{"type": "late"}')  # after the close: dropped, as daphne drops it
+    assert sent == [('{"type": "stream_delta", "delta": "é"}'.encode(), False)]
