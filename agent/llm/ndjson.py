@@ -60,6 +60,18 @@ class _Chunked:
     def feed(self, data: bytes) -> bytes:
         buf, i, out = (self.buf + data if self.buf else data), 0, []
         while not self.done:
+            if self.state == "size":
+                # Whole chunks one after another (a streamed reply: a chunk per line), tightly;
+                # anything else (extensions, a split chunk, the last chunk) the long way below.
+                while (end := buf.find(b"\r\n", i)) >= 0:
+                    try:
+                        size = int(buf[i:end], 16)
+                    except ValueError:
+                        break
+                    if size <= 0 or buf[end + 2 + size : end + 4 + size] != b"\r\n":
+                        break
+                    out.append(buf[end + 2 : end + 2 + size])
+                    i = end + 4 + size
             if self.state == "data":
                 piece = buf[i : i + self.left]
                 out.append(piece)
@@ -91,13 +103,10 @@ class _Chunked:
                         raise ValueError
                 except ValueError:
                     raise httpx.RemoteProtocolError(f"malformed chunked reply (chunk size {line[:20]!r})") from None
-                if not size:
-                    self.state = "trailer"
-                elif buf[i + size : i + size + 2] == b"\r\n":  # the whole chunk is here (the usual case)
-                    out.append(buf[i : i + size])
-                    i += size + 2
-                else:
+                if size:
                     self.left, self.state = size, "data"
+                else:
+                    self.state = "trailer"
         self.buf = buf[i:]
         return b"".join(out)
 

@@ -115,9 +115,15 @@ def _merged(batch: list[bytes]) -> Iterator[LLMChunk]:
     pending: LLMChunk | None = None
     for line in batch:
         part = _part(line)
-        if _plain_delta(part):
-            msg = part["message"]
-            content, thinking = msg.get("content") or "", msg.get("thinking") or ""
+        msg = part.get("message")
+        # _plain_delta, inline: this runs for every line of every stream
+        if (
+            type(msg) is dict
+            and not part.get("done")
+            and not msg.get("tool_calls")
+            and type(content := msg.get("content") or "") is str
+            and type(thinking := msg.get("thinking") or "") is str
+        ):
             if pending is not None and ((not thinking and not pending.thinking) or (not content and not pending.content)):
                 pending.content += content
                 pending.thinking += thinking
