@@ -448,3 +448,36 @@ class TestSlowReplay:
         frame = json.loads(await comm.receive_from(timeout=TIMEOUT * REPLAY_ATTEMPTS))
         assert frame["type"] == "resume_unavailable"
         await comm.disconnect()
+
+
+class TestTwoDeliverers:
+    async def test_a_live_frame_waits_for_a_replay_that_is_still_being_written(self):
+        """With the single-process layer a run's frames arrive in the run's own task while a
+        replay is written by the socket's task: a live frame must queue behind the replay, not
+        slip between its frames (which would look like a gap and stall the stream)."""
+        from agent.consumers import SessionConsumer
+        from navi_project.inmemory_layer import NaviInMemoryChannelLayer
+
+        consumer = SessionConsumer()
+        consumer.channel_layer = NaviInMemoryChannelLayer()
+        consumer.channel_name = await consumer.channel_layer.new_channel()
+        consumer.session_id, consumer.write_text = str(uuid.uuid4()), None
+        consumer.cursor, consumer.pending, consumer.awaiting = {}, [], "token"
+        consumer.relaying = asyncio.Lock()
+        written, slow = [], asyncio.Event()
+
+        async def send(text_data=None, **_):
+            written.append(json.loads(text_data)["seq"])
+            if len(written) == 1:
+                await slow.wait()  # a slow socket write in the middle of the replay
+
+        consumer.send = send
+        frames = [{"type": "stream_delta", "delta": str(i), "run_id": "r", "seq": i} for i in (1, 2, 3)]
+        replay = asyncio.create_task(consumer.run_replay({"frames": frames[:2]}))
+        await asyncio.sleep(0.05)
+        live = asyncio.create_task(consumer.run_event({"frame": frames[2]}))
+        await asyncio.sleep(0.05)
+        assert written == [1]  # the live frame waits
+        slow.set()
+        await asyncio.wait_for(asyncio.gather(replay, live), 10)
+        assert written == [1, 2, 3] and consumer.pending == [] and consumer.awaiting is None
