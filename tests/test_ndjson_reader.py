@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import ssl
 import subprocess
 import sys
 from pathlib import Path
@@ -140,21 +141,113 @@ class TestReading:
         assert len(batches) <= 6  # ~80 ms of lines at most every 50 ms (one at once, the rest held)
 
     async def test_a_model_slower_than_the_pace_never_waits_on_a_timer(self, monkeypatch):
-        holds = []
-        real_hold = ndjson._hold
+        waits = []
+        real_hold, real_read = ndjson._hold, ndjson._Ticks.read
 
-        async def counted(reader, seconds):
-            holds.append(seconds)
+        async def counted_hold(reader, seconds):
+            waits.append(("hold", seconds))
             await real_hold(reader, seconds)
 
-        monkeypatch.setattr(ndjson, "_hold", counted)
+        def counted_read(ticks, fd, quiet_at):
+            waits.append(("tick", fd))
+            return real_read(ticks, fd, quiet_at)
+
+        monkeypatch.setattr(ndjson, "_hold", counted_hold)
+        monkeypatch.setattr(ndjson._Ticks, "read", counted_read)
         script = [OK_CHUNKED]
         for i in range(6):
             script += [_chunked(b'{"n": %d}\n' % i)[:-5], 0.12]  # a line every 120 ms
         script.append(b"0\r\n\r\n")
         async with RawServer(script) as server:
             batches = [b async for b in ndjson.post_lines(server.url, {}, {}, 10.0, pace=0.05)]
-        assert len(batches) == 6 and holds == []  # each line read as it came, no timer between
+        assert len(batches) == 6 and waits == []  # each line read as it came, no tick or timer
+
+    async def test_fast_streams_are_read_together_on_shared_ticks(self, monkeypatch):
+        """Two streams at full speed: once found fast, both are read on the same ticks, a tick
+        waking the process once for both."""
+        pace, ticked = 0.05, []
+        real_tick = ndjson._Ticks._tick
+
+        def counted_tick(ticks):
+            ticked.append(len(ticks.waiting))
+            real_tick(ticks)
+
+        monkeypatch.setattr(ndjson._Ticks, "_tick", counted_tick)
+        loop = asyncio.get_running_loop()
+
+        def script():
+            steps = [OK_CHUNKED]
+            for i in range(60):
+                steps += [_chunked(b'{"n": %d}\n' % i)[:-5], 0.005]  # ~300 ms of lines
+            return steps + [b"0\r\n\r\n"]
+
+        async def read(url):
+            return [(loop.time(), batch) async for batch in ndjson.post_lines(url, {}, {}, 10.0, pace=pace)]
+
+        async with RawServer(script()) as one, RawServer(script()) as two:
+            first, second = await asyncio.gather(read(one.url), read(two.url))
+        for got in (first, second):
+            assert [l for _, batch in got for l in batch] == [b'{"n": %d}' % i for i in range(60)]
+            assert len(got) <= 10  # ~300 ms at one batch a tick, not one a line
+        assert max(ticked) == 2  # one tick read both streams
+        assert len(ticked) <= 12
+
+    async def test_a_fast_stream_that_goes_quiet_is_read_as_lines_come_again(self):
+        lines = [_chunked(b'{"n": %d}\n' % i)[:-5] for i in range(5)]
+        script = [OK_CHUNKED, lines[0], 0.002, lines[1], 0.002, lines[2], 0.002, lines[3], 1.0, lines[4], b"0\r\n\r\n"]
+        async with RawServer(script) as server:
+            loop, got = asyncio.get_running_loop(), []
+            async for batch in ndjson.post_lines(server.url, {}, {}, 10.0, pace=0.05):
+                got.append((loop.time(), batch))
+        assert [l for _, b in got for l in b] == [b'{"n": %d}' % i for i in range(5)]
+        # The last line came 1 s after the others, long after the stream went quiet: it is read
+        # when it arrives, not on a tick (which it would meet at most 50 ms later).
+        last_gap = got[-1][0] - got[-2][0]
+        assert 0.9 < last_gap < 1.2
+
+    async def test_a_server_that_closes_between_ticks_is_a_protocol_error(self):
+        lines = [_chunked(b'{"n": %d}\n' % i)[:-5] for i in range(4)]
+        script = [OK_CHUNKED, lines[0], 0.002, lines[1], 0.002, lines[2], 0.002, lines[3], None]
+        async with RawServer(script) as server:
+            got = []
+            with pytest.raises(httpx.RemoteProtocolError):
+                async for batch in ndjson.post_lines(server.url, {}, {}, 10.0, pace=0.05):
+                    got += batch
+        assert got == [b'{"n": %d}' % i for i in range(4)]
+
+    async def test_a_stream_over_tls_is_held_by_a_timer_not_read_on_ticks(self, tmp_path, monkeypatch):
+        cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+             "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+            check=True, capture_output=True, timeout=60,
+        )
+        server_side = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        server_side.load_cert_chain(cert, key)
+        client_side = ssl.create_default_context(cafile=str(cert))
+        monkeypatch.setattr(ndjson, "_ssl_context", client_side)
+        ticked, held = [], []
+        real_read, real_hold = ndjson._Ticks.read, ndjson._hold
+        monkeypatch.setattr(ndjson._Ticks, "read", lambda *a: ticked.append(a) or real_read(*a))
+
+        async def counted_hold(reader, seconds):
+            held.append(seconds)
+            await real_hold(reader, seconds)
+
+        monkeypatch.setattr(ndjson, "_hold", counted_hold)
+        script = [OK_CHUNKED]
+        for i in range(20):
+            script += [_chunked(b'{"n": %d}\n' % i)[:-5], 0.003]
+        script.append(b"0\r\n\r\n")
+        server = RawServer(script)
+        listening = await asyncio.start_server(server._serve, "127.0.0.1", 0, ssl=server_side)
+        try:
+            url = f"https://127.0.0.1:{listening.sockets[0].getsockname()[1]}/api/chat"
+            batches = [b async for b in ndjson.post_lines(url, {}, {}, 10.0, pace=0.05)]
+        finally:
+            listening.close()
+        assert [l for b in batches for l in b] == [b'{"n": %d}' % i for i in range(20)]
+        assert ticked == [] and held  # TLS bytes are never read past the TLS layer
 
     async def test_a_line_after_a_pause_is_not_held_back(self):
         script = [OK_CHUNKED, _chunked(b'{"a": 1}\n')[:-5], 1.0, _chunked(b'{"b": 2}\n')]

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import os
 import ssl
 import time
 import weakref
@@ -303,40 +305,130 @@ async def _lines(
     """The reply's lines, a batch per read.
 
     With `pace`: while lines come sooner than `pace` seconds after the batch before them, the
-    socket is left unread until `pace` has passed (`_hold`), so the lines that came meanwhile
-    are read, and relayed, together: one wake-up, frame and socket write for all of them. A line
-    that comes later than that is read the moment it arrives, and a stream that slows down is
-    read that way again: a model slower than `pace` per token never waits on a timer."""
+    stream is "fast" and its socket is left unread between the pace's ticks, so the lines that
+    came meanwhile are read, and relayed, together: one frame and socket write for all of them.
+    On a plain TCP connection a fast stream is read on the ticks every fast stream of the event
+    loop shares (`_Ticks`): one wake-up of the process reads them all, and a stream with nothing
+    new costs no wake-up at all. A stream quiet for QUIET_TICKS ticks is read the moment a line
+    arrives again, as is every line of a model slower than `pace` per token: it never waits on
+    a tick. Over TLS the socket is left unread until `pace` has passed since the last batch
+    (`_hold`)."""
     pending, loop = b"", asyncio.get_running_loop()
-    last, holding = None, False  # when the last batch went out; whether lines come faster than pace
-    while not decoder.done:
-        if holding and (wait := last + pace - loop.time()) > 0:
-            await _hold(reader, wait)
-        asked = loop.time()
-        try:
-            data = await _read(reader, timeout)
-        except ConnectionError as exc:
-            raise httpx.ReadError(f"{type(exc).__name__}: {exc}") from None
-        if pace and last is not None:
-            now = loop.time()
-            holding = now - asked < pace / 2 if holding else now - last < pace
-        if not data:
-            if isinstance(decoder, _Sized) and decoder.left is None:
-                break  # a reply delimited by the server closing
-            raise httpx.RemoteProtocolError("the server closed the connection mid-reply")
-        pending += decoder.feed(data)
-        if raw:
-            pending, piece = b"", pending
-            yield [piece]
-            continue
-        if b"\n" in pending:
-            *complete, pending = pending.split(b"\n")
-            lines = [line for line in complete if line.strip()]
-            if lines:
-                last = loop.time()
-                yield lines
+    last, fast = None, False  # when the last batch went out; whether lines come faster than pace
+    fd = _plain_fd(reader) if pace else None
+    ticks, paused = (_Ticks.of(loop, pace) if fd is not None else None), False
+    try:
+        while not decoder.done:
+            data = None
+            if fast and ticks is not None and not reader._buffer and not reader.at_eof():
+                if not paused:
+                    reader._transport.pause_reading()
+                    paused = True
+                data = await ticks.read(fd, last + QUIET_TICKS * pace)
+                fast = data is not None  # None: quiet for a while, so read as lines come
+            elif fast and ticks is None and (wait := last + pace - loop.time()) > 0:
+                await _hold(reader, wait)
+            if data is None:
+                if paused:
+                    paused = False
+                    reader._transport.resume_reading()
+                asked = loop.time()
+                try:
+                    data = await _read(reader, timeout)
+                except ConnectionError as exc:
+                    raise httpx.ReadError(f"{type(exc).__name__}: {exc}") from None
+                if pace and last is not None:
+                    now = loop.time()
+                    fast = now - asked < pace / 2 if fast else now - last < pace
+            if not data:
+                if isinstance(decoder, _Sized) and decoder.left is None:
+                    break  # a reply delimited by the server closing
+                raise httpx.RemoteProtocolError("the server closed the connection mid-reply")
+            pending += decoder.feed(data)
+            if raw:
+                pending, piece = b"", pending
+                yield [piece]
+                continue
+            if b"\n" in pending:
+                *complete, pending = pending.split(b"\n")
+                lines = [line for line in complete if line.strip()]
+                if lines:
+                    last = loop.time()
+                    yield lines
+    finally:
+        if paused and not reader._transport.is_closing():
+            reader._transport.resume_reading()  # a kept connection reads as any other
     if pending.strip():
         yield [pending]
+
+
+QUIET_TICKS = 6  # a fast stream with nothing new for this many ticks is read as lines come again
+TICK_READ_SIZE = 64 * 1024  # os.read allocates what it may read: a tick's lines are a few KiB
+
+
+def _plain_fd(reader: asyncio.StreamReader) -> int | None:
+    """The socket's descriptor when the reply comes over plain TCP (not TLS), else None."""
+    transport = reader._transport
+    if transport.get_extra_info("sslcontext") is not None:
+        return None
+    sock = transport.get_extra_info("socket")
+    return sock.fileno() if sock is not None else None
+
+
+class _Ticks:
+    """The pace's ticks of one event loop, shared by its fast streams.
+
+    A waiting stream's transport is paused (its socket out of the loop's selector), so lines
+    arriving between ticks wake nobody. On each tick one callback reads every waiting socket
+    without blocking and wakes only the streams that got something: twenty streams at full
+    speed cost one wake-up of the process per tick, not one per stream and read. Ticks fall on
+    multiples of the pace of the loop's clock, so every stream waits on the same ones."""
+
+    _of: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[float, _Ticks]]" = weakref.WeakKeyDictionary()
+
+    @classmethod
+    def of(cls, loop: asyncio.AbstractEventLoop, pace: float) -> "_Ticks":
+        by_pace = cls._of.setdefault(loop, {})
+        if pace not in by_pace:
+            by_pace[pace] = cls(loop, pace)
+        return by_pace[pace]
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, pace: float) -> None:
+        self.loop, self.pace = loop, pace
+        self.waiting: dict[int, tuple[asyncio.Future, float]] = {}
+        self.handle: asyncio.TimerHandle | None = None
+
+    def read(self, fd: int, quiet_at: float) -> asyncio.Future:
+        """What the socket `fd` holds at the next tick that finds something: bytes (b"" when the
+        server closed it), or None once a tick at or after `quiet_at` found nothing."""
+        future = self.loop.create_future()
+        self.waiting[fd] = (future, quiet_at)
+        if self.handle is None:
+            self._schedule()
+        return future
+
+    def _schedule(self) -> None:
+        self.handle = self.loop.call_at((math.floor(self.loop.time() / self.pace) + 1) * self.pace, self._tick)
+
+    def _tick(self) -> None:
+        self.handle, now = None, self.loop.time()
+        waiting, self.waiting = self.waiting, {}
+        for fd, (future, quiet_at) in waiting.items():
+            if future.done():  # cancelled: a stop, or the stream was closed
+                continue
+            try:
+                data = os.read(fd, TICK_READ_SIZE)
+            except (BlockingIOError, InterruptedError):
+                if now >= quiet_at:
+                    future.set_result(None)
+                else:
+                    self.waiting[fd] = (future, quiet_at)
+            except OSError as exc:  # a reset connection: what a read in the loop raises
+                future.set_exception(httpx.ReadError(f"{type(exc).__name__}: {exc}"))
+            else:
+                future.set_result(data)
+        if self.waiting:
+            self._schedule()
 
 
 async def _hold(reader: asyncio.StreamReader, seconds: float) -> None:
