@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import ssl
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import ollama
 import pytest
 
 from agent.llm import ndjson
-from agent.llm.ollama_backend import UnreadableReply, _merged, base_url
+from agent.llm.ollama_backend import UnreadableReply, _merged, _plain_run, base_url
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -104,6 +105,17 @@ class TestChunkedDecoding:
         wire = b"".join(b"%x\r\n%s\r\n" % (len(line), line) for line in lines) + b"0\r\n\r\n"
         decoder = ndjson._Chunked()
         assert decoder.feed(wire) == b"".join(lines) and decoder.done and decoder.buf == b""
+
+
+    def test_whole_chunks_split_anywhere_and_crlf_inside_data_decode_as_written(self):
+        # A chunk whose data holds CRLF (as pieces that look like chunk headers) must not be
+        # taken for several chunks, whether it comes whole or in pieces.
+        pieces = [b'{"n": 1}\n', b"a\r\n1\r\nb\r\n", b"2\r\n\r\n", b"\r\n", b'{"n": 2}\n'] * 3
+        wire = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
+        for size in (1, 3, 8, 13, 40, len(wire)):
+            decoder = ndjson._Chunked()
+            out = b"".join(decoder.feed(wire[i : i + size]) for i in range(0, len(wire), size))
+            assert out == b"".join(pieces) and decoder.done, size
 
 
 def test_the_request_body_is_json_even_where_orjson_refuses():
@@ -358,6 +370,66 @@ class TestMerging:
         # What the client's pydantic model refused is refused here too, without importing it.
         with pytest.raises(UnreadableReply):
             list(_merged([json.dumps(line).encode()]))
+
+
+def _ollama_line(ascii_only: bool = True, **message) -> bytes:
+    """A delta line as Ollama writes it: compact, fields in its order."""
+    line = {"model": "qwen3:4b", "created_at": "2026-11-23T10:00:00.123456789Z",
+            "message": {"role": "assistant", **message}, "done": False}
+    return json.dumps(line, separators=(",", ":"), ensure_ascii=ascii_only).encode()
+
+
+class TestPlainRuns:
+    """A batch of nothing but text (or thinking) deltas is read in one pass; what it gives must
+    be what reading each line gives."""
+
+    TRICKY = ['"', "\\", "\\\"", "\n", "\t", "\x00", "\x1f", "é", "日本", "😀", "</script>", "&<>", "\u2028", " ", ""]
+
+    def test_random_texts_come_out_exactly_as_written(self):
+        rng = random.Random(14)
+        for ascii_only in (True, False):
+            for _ in range(200):
+                texts = ["".join(rng.choice(self.TRICKY + ["a", "b"]) for _ in range(rng.randint(0, 4)))
+                         for _ in range(rng.randint(2, 30))]
+                lines = [_ollama_line(ascii_only, content=t) for t in texts]
+                assert ndjson_plain(lines) == "".join(texts)  # read in one pass...
+                chunks = list(_merged(lines))  # ...and what the stream gives
+                assert [(c.content, c.thinking) for c in chunks] == [("".join(texts), "")]
+
+    def test_a_thinking_run_is_one_thinking_chunk(self):
+        texts = ["Let", " me", " think \"hard\"", " 😀"]
+        chunks = list(_merged([_ollama_line(content="", thinking=t) for t in texts]))
+        assert [(c.content, c.thinking) for c in chunks] == [("", "".join(texts))]
+
+    def test_the_fast_reading_takes_only_lines_it_fully_understands(self):
+        plain = [_ollama_line(content=t) for t in ("a", "b")]
+        others = [
+            _ollama_line(content="", thinking="t"),  # thinking among text: two chunks, in order
+            _ollama_line(content="c", images=None),  # a field it does not know
+            _ollama_line(content="", tool_calls=[{"function": {"name": "todo", "arguments": {}}}]),
+            json.dumps({"model": "m", "created_at": "x", "message": {"role": "assistant", "content": "c"},
+                        "done": False}).encode(),  # spaces after separators
+        ]
+        assert ndjson_plain(plain) == "ab"
+        for other in others:
+            assert ndjson_plain(plain + [other]) is None
+        chunks = list(_merged(plain + [others[0]]))
+        assert [(c.content, c.thinking) for c in chunks] == [("ab", ""), ("", "t")]
+
+    @pytest.mark.parametrize("bad", [
+        b'{"model":"m","created_at":"t","message":{"role":"assistant","content":"\\x"},"done":false}',  # bad escape
+        b'{"model":"m","created_at":"t","message":{"role":"assistant","content":"\x01"},"done":false}',  # raw control
+        b'{"model":"m","created_at":"t","message":{"role":"assistant","content":"\xff"},"done":false}',  # not UTF-8
+        b'{"model":"m","created_at":"t","message":{"role":"assistant","content":"a"},"done":false}}',  # trailing
+    ])
+    def test_a_line_json_refuses_is_still_a_protocol_error(self, bad):
+        with pytest.raises(httpx.RemoteProtocolError):
+            list(_merged([_ollama_line(content="fine"), bad]))
+
+
+def ndjson_plain(batch: list[bytes]) -> str | None:
+    run = _plain_run(batch)
+    return None if run is None else run.content
 
 
 class TestWithoutTheOfficialClient:

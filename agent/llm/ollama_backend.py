@@ -12,6 +12,7 @@ import ipaddress
 import itertools
 import json
 import os
+import re
 import sys
 import time
 import urllib.parse
@@ -111,9 +112,35 @@ def _lean_path_fits(messages: list[ChatMessage]) -> bool:
 _PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 
 
+# A line of plain text (or thinking) exactly as Ollama writes it, its text the JSON string in
+# group 1. Nothing in a line is allowed but what these say: any other line is read field by field.
+_JSON_TEXT = rb'"[^"\\\n]*(?:\\.[^"\\\n]*)*"'
+_LINE_HEAD = rb'^\{"model":"[^"\\\n]*","created_at":"[^"\\\n]*","message":\{"role":"assistant",'
+_CONTENT_LINE = re.compile(_LINE_HEAD + rb'"content":(' + _JSON_TEXT + rb')\},"done":false\}$', re.MULTILINE)
+_THINKING_LINE = re.compile(_LINE_HEAD + rb'"content":"","thinking":(' + _JSON_TEXT + rb')\},"done":false\}$', re.MULTILINE)
+
+
+def _plain_run(batch: list[bytes]) -> LLMChunk | None:
+    """A batch of nothing but text deltas (or nothing but thinking ones), as one chunk: a
+    regular expression and one JSON array read in C, not a dict per line (~2.7 -> ~0.8 us a
+    line on the bench VM). None for any other batch, or a text JSON would not read."""
+    thinking = b'"thinking":' in batch[0]
+    texts = (_THINKING_LINE if thinking else _CONTENT_LINE).findall(b"\n".join(batch))
+    if len(texts) != len(batch):  # each match is one whole line: so every line matched
+        return None
+    try:
+        text = "".join(orjson.loads(b"[" + b",".join(texts) + b"]"))
+    except orjson.JSONDecodeError:
+        return None
+    return LLMChunk(thinking=text) if thinking else LLMChunk(content=text)
+
+
 def _merged(batch: list[bytes]) -> Iterator[LLMChunk]:
     """The chunks of one batch of reply lines, runs of plain deltas of one kind merged; what
     came before an error line is yielded before the error is raised."""
+    if len(batch) > 1 and (run := _plain_run(batch)) is not None:
+        yield run
+        return
     pending: LLMChunk | None = None
     for line in batch:
         part = _part(line)
