@@ -4,6 +4,7 @@ TCP connections (a socket pair), plus the cases a socket pair cannot stage."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 
 import pytest
@@ -129,3 +130,52 @@ def test_the_direct_writer_sends_only_on_an_open_socket():
     protocol.state = LeanWebSocketProtocol.STATE_CLOSED
     protocol.write_text('{"type": "late"}')  # after the close: dropped, as daphne drops it
     assert sent == [('{"type": "stream_delta", "delta": "é"}'.encode(), False)]
+
+
+def _lean_protocol(transport):
+    """A LeanWebSocketProtocol on `transport`, open, without a handshake."""
+    from collections import deque
+    from types import SimpleNamespace
+
+    from navi_project.serve import LeanWebSocketProtocol
+
+    protocol = object.__new__(LeanWebSocketProtocol)
+    protocol.transport, protocol.peer, protocol.logOctets = transport, "tcp:127.0.0.1:1", False
+    protocol.state, protocol.send_queue = LeanWebSocketProtocol.STATE_OPEN, deque()
+    protocol.trafficStats = SimpleNamespace(outgoingOctetsWireLevel=0, preopenOutgoingOctetsWireLevel=0)
+    return protocol
+
+
+async def test_frames_of_one_turn_leave_together_at_its_end(pair):
+    transport, peer = pair
+    protocol = _lean_protocol(transport)
+    peer.setblocking(False)
+    protocol.sendData(b"one|")
+    protocol.sendData(b"two|")
+    with pytest.raises(BlockingIOError):
+        peer.recv(100)  # nothing yet: the turn is not over
+    await asyncio.sleep(0)
+    assert peer.recv(100) == b"one|two|"  # in order, in one write
+    assert protocol.trafficStats.outgoingOctetsWireLevel == 8
+
+
+async def test_a_write_that_goes_through_autobahn_comes_after_the_bunched_ones(pair):
+    transport, peer = pair
+    protocol = _lean_protocol(transport)
+    protocol.sendData(b"bunched|")
+    protocol.state = protocol.STATE_CLOSING  # e.g. the close frame's write: autobahn's path
+    protocol.sendData(b"close")
+    transport.doWrite()  # what autobahn queued with Twisted
+    await asyncio.sleep(0)
+    assert peer.recv(100) == b"bunched|close"
+
+
+async def test_a_socket_gone_before_the_turn_ends_drops_its_frames_quietly(pair):
+    transport, peer = pair
+    protocol = _lean_protocol(transport)
+    sent = _lean_protocol(_Fake(sends=99))
+    protocol.sendData(b"lost")
+    sent.sendData(b"kept")
+    transport.connected = 0  # the client went away
+    await asyncio.sleep(0)
+    assert sent.transport.sent == [b"kept"]  # the other socket's frames still went out
