@@ -22,11 +22,12 @@ import uuid
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
+from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.db import connection
 
 from agent import approvals
-from agent.runs import RunActive, active_run_id, control_group, frames_group, get_run_manager
+from agent.runs import RunActive, active_run_id, control_group, frames_group, get_run_manager, live_run_id
 from navi_project import hotsql, metrics
 from sessions_app.history import HistoryError
 from sessions_app.models import Session
@@ -79,12 +80,15 @@ def check_content(text: object, *, has_images: bool) -> str:
 
 # Channel-layer messages whose handlers never touch the database.
 _NO_DB_MESSAGES = frozenset({"run.event", "run.replay"})
+# The socket's own events: Channels closes old database connections before each (a thread hop).
+_SOCKET_MESSAGES = frozenset({"websocket.connect", "websocket.receive", "websocket.disconnect"})
 
 
 def _persistent_sqlite() -> bool:
     """Channels closes old database connections (a thread hop) before every message. A kept
-    SQLite connection (CONN_MAX_AGE None) is never old, so a client frame needs no hop before
-    its own work: it was one of the hops between "send" and the LLM call."""
+    SQLite connection (CONN_MAX_AGE None) is never old, so a socket's connect, frames and
+    disconnect need no hop before their own work: one was between "send" and the LLM call,
+    two more in every socket's life."""
     return connection.vendor == "sqlite" and connection.settings_dict.get("CONN_MAX_AGE") is None
 
 
@@ -93,7 +97,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         """Relay run frames without Channels' per-message `close_old_connections` thread hop,
         which capped a stream at ~2 000 frames/s; everything else goes the usual way."""
         kind = message.get("type")
-        if kind in _NO_DB_MESSAGES or (kind == "websocket.receive" and _persistent_sqlite()):
+        if kind in _NO_DB_MESSAGES or (kind in _SOCKET_MESSAGES and _persistent_sqlite()):
             await getattr(self, kind.replace(".", "_"))(message)
             return
         await super().dispatch(message)
@@ -113,7 +117,9 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
             await self.accept()
             await self.close(code=4401)
             return
-        session_id = await self._owned_session_id(user, self.scope["url_route"]["kwargs"]["session_id"])
+        query = parse_qs(self.scope.get("query_string", b"").decode())
+        run_id = (query.get("run_id") or [""])[0]
+        session_id, active = await self._owned_session(user, self.scope["url_route"]["kwargs"]["session_id"], not run_id)
         if session_id is None:
             await self.accept()
             await self.close(code=4004)
@@ -126,18 +132,24 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         if attach is not None:  # after accept: a frame may be written as soon as it is attached
             attach(self.channel_name, self.run_event)
         metrics.websocket_opened()
-        query = parse_qs(self.scope.get("query_string", b"").decode())
-        run_id = (query.get("run_id") or [""])[0]
         after = (query.get("after_seq") or ["0"])[0]
         if run_id:
             async with self.relaying:
                 self.cursor[run_id] = int(after) if after.isdigit() else 0
                 await self._request_replay(run_id, self.cursor[run_id], announce=True)
-        else:
-            active = await active_run_id(session_id)
-            if active:
-                async with self.relaying:
-                    await self._request_replay(active, 0)
+        elif active:
+            async with self.relaying:
+                await self._request_replay(active, 0)
+
+    async def websocket_disconnect(self, message: dict) -> None:
+        """Channels' own, without its closing of old database connections (a thread hop) after
+        `disconnect` when the kept SQLite connection cannot be old (`_persistent_sqlite`)."""
+        if not _persistent_sqlite():
+            return await super().websocket_disconnect(message)
+        for group in self.groups:
+            await self.channel_layer.group_discard(group, self.channel_name)
+        await self.disconnect(message["code"])
+        raise StopConsumer()
 
     async def disconnect(self, code: int) -> None:
         if self.session_id:
@@ -148,17 +160,17 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     @database_sync_to_async
-    def _owned_session_id(self, user, raw: str) -> str | None:
-        """The session's id if `user` owns it (every socket asks: hot-path SQL)."""
+    def _owned_session(self, user, raw: str, with_run: bool) -> tuple[str | None, str | None]:
+        """(the session's id if `user` owns it, else None; with `with_run`, the id of its live
+        run, if any): one query, one thread hop for every socket that connects."""
         try:
             sid = uuid.UUID(str(raw))
         except ValueError:
-            return None
-        found = hotsql.values(
-            f"SELECT id FROM {hotsql.table(Session)} WHERE id = %s AND owner_id = %s",
-            [hotsql.prep(Session, "id", sid), user.pk],
-        )
-        return str(sid) if found else None
+            return None, None
+        found = hotsql.select(Session, "id = %s AND owner_id = %s", [hotsql.prep(Session, "id", sid), user.pk])
+        if not found:
+            return None, None
+        return str(sid), (live_run_id(found[0]) if with_run else None)
 
     # --- client frames ---------------------------------------------------------------------
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:

@@ -90,16 +90,22 @@ def _claim(session_id: str, run_id: str) -> bool:
 
 async def active_run_id(session_id: str) -> str | None:
     """The id of the session's live run (in any process), or None."""
-    return await sync_to_async(_active_run_id)(session_id)  # every socket asks on connect
+    return await sync_to_async(active_run_id_now)(session_id)
 
 
-def _active_run_id(session_id: str) -> str | None:
+def active_run_id_now(session_id: str) -> str | None:
+    """`active_run_id` in the calling thread (sync)."""
     found = hotsql.select(Session, "id = %s", [hotsql.prep(Session, "id", session_id)])
-    if not found or not found[0].active_run_id or found[0].active_run_heartbeat is None:
+    return live_run_id(found[0]) if found else None
+
+
+def live_run_id(session: Session) -> str | None:
+    """The id of the run holding the session's claim, unless the claim has lapsed."""
+    if not session.active_run_id or session.active_run_heartbeat is None:
         return None
-    if found[0].active_run_heartbeat < timezone.now() - CLAIM_TTL:
+    if session.active_run_heartbeat < timezone.now() - CLAIM_TTL:
         return None
-    return found[0].active_run_id
+    return session.active_run_id
 
 
 class RunManager:

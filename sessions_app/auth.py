@@ -97,20 +97,24 @@ def api_login_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpR
 
 
 class WebSocketTokenAuthMiddleware:
-    """Channels middleware: a Bearer header in the handshake wins over the session cookie."""
+    """Channels middleware: a Bearer header in the handshake decides the user alone (a bad
+    token is anonymous, whatever cookie comes with it), so a script's socket costs one lookup;
+    without one, the session cookie decides, through Channels' own stack."""
 
     def __init__(self, inner):
         self.inner = inner
+        self.by_cookie = AuthMiddlewareStack(inner)
 
     async def __call__(self, scope, receive, send):
         headers = dict(scope.get("headers") or [])
         raw = _bearer(headers.get(b"authorization", b"").decode("latin-1") or None)
-        if raw is not None:
-            user = await sync_to_async(user_for_token)(raw)
-            scope = dict(scope, user=user or AnonymousUser(), navi_token_auth=user is not None)
+        if raw is None:
+            return await self.by_cookie(scope, receive, send)
+        user = await sync_to_async(user_for_token)(raw)
+        scope = dict(scope, user=user or AnonymousUser(), navi_token_auth=user is not None)
         return await self.inner(scope, receive, send)
 
 
 def WebSocketAuthStack(inner):  # noqa: N802 - named like Channels' AuthMiddlewareStack
-    """Cookie session auth, then Bearer token auth (which overrides the cookie user)."""
-    return AuthMiddlewareStack(WebSocketTokenAuthMiddleware(inner))
+    """Bearer token auth, else cookie session auth."""
+    return WebSocketTokenAuthMiddleware(inner)

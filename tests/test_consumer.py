@@ -158,6 +158,39 @@ class TestHandshake:
         else:
             assert await closed_with(comm) == 4403
 
+    async def test_a_bearer_header_decides_alone_whatever_cookie_comes_with_it(self, session, owner, other_user, client):
+        from sessions_app.models import ApiToken
+
+        cookie = await self._cookie(client, owner)  # the session's owner, by cookie
+        _, other_token = await asyncio.to_thread(ApiToken.issue, other_user)
+        # Another user's token: that user (who does not own the session), not the cookie's.
+        assert await closed_with(connect(session.id, token=other_token, cookie=cookie)) == 4004
+        # A token that is no token: anonymous, the owner's cookie notwithstanding.
+        comm = connect(session.id, token="not-a-real-token", cookie=cookie, origin="http://localhost:8000", host="localhost:8000")
+        assert await closed_with(comm) == 4401
+
+    async def test_a_token_socket_costs_two_thread_hops_to_open_and_none_to_close(self, session, owner_token, monkeypatch):
+        import asgiref.sync
+
+        from agent import consumers
+
+        monkeypatch.setattr(consumers, "_persistent_sqlite", lambda: True)  # as `make run` serves
+
+        hops = []
+        real = asgiref.sync.SyncToAsync.__call__
+
+        async def counted(self, *args, **kwargs):
+            hops.append(getattr(self.func, "__name__", repr(self.func)))
+            return await real(self, *args, **kwargs)
+
+        monkeypatch.setattr(asgiref.sync.SyncToAsync, "__call__", counted)
+        comm = connect(session.id, token=owner_token)
+        assert (await comm.connect(timeout=TIMEOUT))[0]
+        await comm.send_json_to({"type": "ping"})
+        assert await comm.receive_json_from(timeout=TIMEOUT) == {"type": "pong"}
+        await comm.disconnect()
+        assert hops == ["user_for_token", "_owned_session"]  # the token; the session and its live run
+
     async def test_unknown_and_foreign_sessions_are_closed_with_4004(self, session, other_user):
         from sessions_app.models import ApiToken
 
