@@ -23,8 +23,9 @@ The hot-path table (the figures a user feels), each next to the bare client in t
       of 5 rounds, the order of the two sides alternating. Server CPU per delta relayed: the
       Navi process's own CPU time (/proc/<pid>/stat, every thread) over the Navi half of each
       round, divided by the deltas it relayed.
-  (f) 20 streams paced 50 ms per delta while 20 new runs start beside them: delivery lag p99 of
-      the paced streams (receive time - the time the server wrote the delta).
+  (f) 20 streams paced 50 ms per delta while 20 new runs start beside them (from a client
+      process of their own): delivery lag p99 of the paced streams (receive time - the time the
+      server wrote the delta).
   (g) idle RSS of the Navi process and its boot time (start -> first /health 200).
 """
 
@@ -341,21 +342,37 @@ async def part_e(navi, host: str, rounds: int, sessions: int) -> dict:
     return figures
 
 
-async def part_f(navi, host: str, tap: Path, sessions: int, starts: int) -> dict:
+async def part_f(navi, host: str, tap: Path, sessions: int, starts: int, tag: str = "") -> dict:
+    """The new runs start from a process of their own, as they would from other people's
+    browsers: a client starting twenty runs (or making twenty ollama clients, 50 ms of CPU
+    each) would otherwise stall this process's own reading, and the lag measured would be the
+    bench client's, on both sides."""
     async def scenario(side: str) -> list[float]:
-        paced = [f"bench-f-paced {side} #{j}" for j in range(sessions)]
-        started = [f"bench-f-start {side} #{j}" for j in range(starts)]
+        paced = [f"bench-f-paced {side}{tag} #{j}" for j in range(sessions)]
+        started = [f"bench-f-start {side}{tag} #{j}" for j in range(starts)]
         if side == "navi":
             sids = [await asyncio.to_thread(navi.create_session) for _ in paced + started]
-
-            def go(i, key):
-                return navi_stream(navi, sids[i], key, wall=True)
+            streams = [asyncio.create_task(navi_stream(navi, sid, key, wall=True)) for sid, key in zip(sids, paced)]
+            job = {"side": side, "starts": [[navi.ws_url(sid), key] for sid, key in zip(sids[sessions:], started)],
+                   "headers": navi.headers}
         else:
-            def go(i, key):
-                return bare_stream(host, key, wall=True)
-        streams = [asyncio.create_task(go(i, key)) for i, key in enumerate(paced)]
+            streams = [asyncio.create_task(bare_stream(host, key, wall=True)) for key in paced]
+            job = {"side": side, "host": host, "starts": started}
+        starter = await asyncio.create_subprocess_exec(
+            sys.executable, __file__, "--starter", cwd=ROOT,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        )
+        starter.stdin.write(json.dumps(job).encode() + b"\n")
+        await starter.stdin.drain()
+        if (await starter.stdout.readline()).strip() != b"ready":
+            raise RuntimeError("the starter process did not start")
         await asyncio.sleep(0.5)  # the paced streams are flowing: now the new runs start
-        await asyncio.gather(*(go(sessions + i, key) for i, key in enumerate(started)))
+        starter.stdin.write(b"go\n")
+        await starter.stdin.drain()
+        done = (await starter.stdout.readline()).strip()
+        await starter.wait()
+        if done != b"done":
+            raise RuntimeError(f"the starter process failed: {done!r}")
         results = await asyncio.gather(*streams)
         emitted = {k: r["times"] for k, r in (await tap_records(tap, paced)).items()}
         lags: list[float] = []
@@ -375,6 +392,33 @@ async def part_f(navi, host: str, tap: Path, sessions: int, starts: int) -> dict
     print(f"    bare ollama clients {pct(bare, 50):6.1f} / {figures['bare']:6.1f} / {max(bare):6.1f}")
     print(f"    through Navi        {pct(through, 50):6.1f} / {figures['navi']:6.1f} / {max(through):6.1f}")
     return figures
+
+
+async def starter() -> None:
+    """Part (f)'s other clients: reads its job, says ready, and on "go" starts every run at once
+    and streams each to its end."""
+    import websockets
+
+    lines = asyncio.StreamReader()
+    loop = asyncio.get_running_loop()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(lines), sys.stdin)
+    job = json.loads(await lines.readline())
+
+    async def navi_run(url: str, key: str) -> None:
+        async with websockets.connect(url, additional_headers=job["headers"], max_size=None, max_queue=None) as ws:
+            await ws.send(json.dumps({"type": "message", "content": key}))
+            while (frame := json.loads(await asyncio.wait_for(ws.recv(), 120)))["type"] not in ("stream_end", "stream_stopped", "error"):
+                pass
+            if frame["type"] != "stream_end":
+                raise RuntimeError(f"run ended with {frame}")
+
+    print("ready", flush=True)
+    await lines.readline()
+    if job["side"] == "navi":
+        await asyncio.gather(*(navi_run(url, key) for url, key in job["starts"]))
+    else:
+        await asyncio.gather(*(bare_stream(job["host"], key) for key in job["starts"]))
+    print("done", flush=True)
 
 
 def print_table(boot: dict, d: dict, e: dict, f: dict) -> None:
@@ -432,6 +476,8 @@ async def main(quick: bool, only_table: bool) -> None:
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--serve-llm":
         serve_llm(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) > 1 and sys.argv[1] == "--starter":
+        asyncio.run(starter())
     else:
         parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
         parser.add_argument("--quick", action="store_true", help="fewer rounds and sessions (a smoke run)")
