@@ -204,6 +204,54 @@ class TestReading:
         assert max(ticked) == 2  # one tick read both streams
         assert len(ticked) <= 12
 
+    async def test_many_fast_streams_are_read_on_ticks_two_paces_apart(self, monkeypatch):
+        """A busy loop (BUSY_STREAMS fast streams, here 2) reads them every second pace: fewer,
+        fuller frames; every line still arrives, in order."""
+        monkeypatch.setattr(ndjson, "BUSY_STREAMS", 2)
+        pace, ticks = 0.05, []
+        real_tick = ndjson._Ticks._tick
+
+        def timed_tick(t):
+            ticks.append((t.loop.time(), t.streams))
+            real_tick(t)
+
+        monkeypatch.setattr(ndjson._Ticks, "_tick", timed_tick)
+
+        def script():
+            steps = [OK_CHUNKED]
+            for i in range(80):
+                steps += [_chunked(b'{"n": %d}\n' % i)[:-5], 0.005]  # ~400 ms of lines
+            return steps + [b"0\r\n\r\n"]
+
+        async def read(url):
+            return [batch async for batch in ndjson.post_lines(url, {}, {}, 10.0, pace=pace)]
+
+        async with RawServer(script()) as one, RawServer(script()) as two:
+            got = await asyncio.gather(read(one.url), read(two.url))
+        for batches in got:
+            assert [l for batch in batches for l in batch] == [b'{"n": %d}' % i for i in range(80)]
+        # (the first busy tick may have been scheduled while one stream alone was fast)
+        busy = [at for at, streams in ticks if streams >= 2][1:]
+        assert len(busy) >= 2
+        # ticks of the busy loop fall on multiples of two paces
+        assert all(abs(at / (2 * pace) - round(at / (2 * pace))) < 0.2 for at in busy)
+        gaps = [b - a for a, b in zip(busy, busy[1:])]
+        assert min(gaps) > 1.5 * pace
+
+    async def test_one_fast_stream_is_read_every_pace(self, monkeypatch):
+        pace, ticks = 0.05, []
+        real_tick = ndjson._Ticks._tick
+        monkeypatch.setattr(ndjson._Ticks, "_tick", lambda t: ticks.append(t.loop.time()) or real_tick(t))
+        script = [OK_CHUNKED]
+        for i in range(80):
+            script += [_chunked(b'{"n": %d}\n' % i)[:-5], 0.005]
+        script.append(b"0\r\n\r\n")
+        async with RawServer(script) as server:
+            batches = [b async for b in ndjson.post_lines(server.url, {}, {}, 10.0, pace=pace)]
+        assert [l for b in batches for l in b] == [b'{"n": %d}' % i for i in range(80)]
+        gaps = [b - a for a, b in zip(ticks, ticks[1:])]
+        assert gaps and min(gaps) < 1.5 * pace  # not slowed down: a single stream keeps the pace
+
     async def test_a_fast_stream_that_goes_quiet_is_read_as_lines_come_again(self):
         lines = [_chunked(b'{"n": %d}\n' % i)[:-5] for i in range(5)]
         script = [OK_CHUNKED, lines[0], 0.002, lines[1], 0.002, lines[2], 0.002, lines[3], 1.0, lines[4], b"0\r\n\r\n"]

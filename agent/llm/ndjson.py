@@ -347,6 +347,7 @@ async def _lines(
                 if not paused:
                     reader._transport.pause_reading()
                     paused = True
+                    ticks.streams += 1
                 data = await ticks.read(fd, last + QUIET_TICKS * pace)
                 fast = data is not None  # None: quiet for a while, so read as lines come
             elif fast and ticks is None and (wait := last + pace - loop.time()) > 0:
@@ -354,6 +355,7 @@ async def _lines(
             if data is None:
                 if paused:
                     paused = False
+                    ticks.streams -= 1
                     reader._transport.resume_reading()
                 asked = loop.time()
                 try:
@@ -379,13 +381,20 @@ async def _lines(
                     last = loop.time()
                     yield lines
     finally:
-        if paused and not reader._transport.is_closing():
-            reader._transport.resume_reading()  # a kept connection reads as any other
+        if paused:
+            ticks.streams -= 1
+            if not reader._transport.is_closing():
+                reader._transport.resume_reading()  # a kept connection reads as any other
     if pending.strip():
         yield [pending]
 
 
-QUIET_TICKS = 6  # a fast stream with nothing new for this many ticks is read as lines come again
+QUIET_TICKS = 6  # a fast stream with nothing new for this many paces is read as lines come again
+# This many fast streams on one loop (a busy server) make its ticks two paces apart: each frame
+# costs the same CPU whatever it carries (a read, a parse, a WebSocket write), so under load
+# fewer, fuller frames keep CPU per delta down (bench/README, fifth session: 20 streams, 16 ms ->
+# 32 ms: ~34 -> ~18 us of server CPU per delta); 30 frames a second still reads as smooth text.
+BUSY_STREAMS = 8
 TICK_READ_SIZE = 64 * 1024  # os.read allocates what it may read: a tick's lines are a few KiB
 
 
@@ -405,7 +414,8 @@ class _Ticks:
     arriving between ticks wake nobody. On each tick one callback reads every waiting socket
     without blocking and wakes only the streams that got something: twenty streams at full
     speed cost one wake-up of the process per tick, not one per stream and read. Ticks fall on
-    multiples of the pace of the loop's clock, so every stream waits on the same ones."""
+    multiples of the interval on the loop's clock, so every stream waits on the same ones; the
+    interval is the pace, or twice it while BUSY_STREAMS or more streams are fast."""
 
     _of: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[float, _Ticks]]" = weakref.WeakKeyDictionary()
 
@@ -420,6 +430,7 @@ class _Ticks:
         self.loop, self.pace = loop, pace
         self.waiting: dict[int, tuple[asyncio.Future, float]] = {}
         self.handle: asyncio.TimerHandle | None = None
+        self.streams = 0  # fast streams of the loop (read on these ticks), waiting now or not
 
     def read(self, fd: int, quiet_at: float) -> asyncio.Future:
         """What the socket `fd` holds at the next tick that finds something: bytes (b"" when the
@@ -430,8 +441,12 @@ class _Ticks:
             self._schedule()
         return future
 
+    def interval(self) -> float:
+        return self.pace * 2 if self.streams >= BUSY_STREAMS else self.pace
+
     def _schedule(self) -> None:
-        self.handle = self.loop.call_at((math.floor(self.loop.time() / self.pace) + 1) * self.pace, self._tick)
+        interval = self.interval()
+        self.handle = self.loop.call_at((math.floor(self.loop.time() / interval) + 1) * interval, self._tick)
 
     def _tick(self) -> None:
         self.handle, now = None, self.loop.time()
