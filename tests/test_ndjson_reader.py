@@ -502,7 +502,7 @@ class TestWithoutTheOfficialClient:
             "get_asgi_application()\n"
             "import agent.consumers, agent.registry\n"
             "agent.registry.get_agent()\n"
-            "print(sorted(m for m in ('ollama', 'pydantic', 'asyncssh') if m in sys.modules))\n"
+            "print(sorted(m for m in ('ollama', 'pydantic', 'asyncssh', 'jsonschema', 'PIL.Image') if m in sys.modules))\n"
         )
         env = dict(os.environ, DATA_DIR=str(tmp_path), DATABASE_URL=f"sqlite:///{tmp_path}/db.sqlite3")
         env.pop("DJANGO_SETTINGS_MODULE", None)
