@@ -25,7 +25,7 @@ from sessions_app.models import Message, Session
 
 log = logging.getLogger(__name__)
 
-FLUSH_INTERVAL_S = 0.5  # partial answers reach the database at least this often
+FLUSH_INTERVAL_S = 1.0  # partial answers reach the database at least this often (a crash loses at most this much)
 
 
 def row_to_message(row: Message) -> ChatMessage:

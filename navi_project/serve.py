@@ -18,6 +18,10 @@ import sys
 from io import BytesIO
 
 from daphne import server as daphne_server  # first: installs the asyncio reactor
+
+# isort: split
+import txaio
+from autobahn.websocket import protocol as autobahn_protocol
 from daphne.cli import CommandLineInterface
 from daphne.http_protocol import HTTPFactory, WebRequest
 from daphne.ws_protocol import WebSocketFactory, WebSocketProtocol
@@ -170,6 +174,18 @@ class LeanWebSocketProtocol(WebSocketProtocol):
 
     _bunch: list[bytes] | None = None  # frames written this turn, not yet on the socket
 
+    def _connectionMade(self) -> None:
+        # autobahn pretty-prints its ~40 settings for a debug line at every connection, logged
+        # or not (~0.5 ms of CPU a socket on the bench VM, on the loop while other runs stream):
+        # with its debug lines off, that formatting is skipped.
+        if self.log.debug is not txaio.tx._no_op:
+            return super()._connectionMade()
+        autobahn_protocol.pformat = _unformatted
+        try:
+            super()._connectionMade()
+        finally:
+            autobahn_protocol.pformat = _pformat
+
     def sendData(self, data: bytes, sync: bool = False, chopsize: int | None = None) -> None:
         if chopsize or sync or self.send_queue or self.state != self.STATE_OPEN:
             self.write_bunch()
@@ -194,6 +210,13 @@ class LeanWebSocketProtocol(WebSocketProtocol):
         ~0.1-0.2 ms a frame here."""
         if self.state == self.STATE_OPEN:
             self.sendMessage(text.encode("utf8"), False)
+
+
+_pformat = autobahn_protocol.pformat
+
+
+def _unformatted(obj) -> str:
+    return "(not formatted: debug logging is off)"
 
 
 def write_now(transport, data: bytes) -> None:

@@ -179,3 +179,30 @@ async def test_a_socket_gone_before_the_turn_ends_drops_its_frames_quietly(pair)
     transport.connected = 0  # the client went away
     await asyncio.sleep(0)
     assert sent.transport.sent == [b"kept"]  # the other socket's frames still went out
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_autobahn_formats_its_settings_only_for_a_debug_log_that_is_on(monkeypatch, debug):
+    """autobahn pretty-prints its settings for a debug line at every connection: skipped while
+    its debug lines are off, kept when they are on; its pformat is restored either way."""
+    from types import SimpleNamespace
+
+    import txaio
+    from autobahn.websocket import protocol as autobahn_protocol
+
+    from navi_project.serve import LeanWebSocketProtocol
+
+    formatted = []
+
+    def connection_made(self):
+        formatted.append(autobahn_protocol.pformat([("openHandshakeTimeout", 5)]))
+        raise RuntimeError("the handshake set-up failed")
+
+    monkeypatch.setattr(autobahn_protocol.WebSocketServerProtocol, "_connectionMade", connection_made)
+    original = autobahn_protocol.pformat
+    protocol = object.__new__(LeanWebSocketProtocol)
+    protocol.log = SimpleNamespace(debug=(lambda *a, **k: None) if debug else txaio.tx._no_op)
+    with pytest.raises(RuntimeError):
+        protocol._connectionMade()
+    assert ("openHandshakeTimeout" in formatted[0]) is debug
+    assert autobahn_protocol.pformat is original
