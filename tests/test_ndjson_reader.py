@@ -204,10 +204,11 @@ class TestReading:
         assert max(ticked) == 2  # one tick read both streams
         assert len(ticked) <= 12
 
-    async def test_many_fast_streams_are_read_on_ticks_two_paces_apart(self, monkeypatch):
-        """A busy loop (BUSY_STREAMS fast streams, here 2) reads them every second pace: fewer,
+    @pytest.mark.parametrize("steps, times", [(((2, 2),), 2), (((2, 3), (1, 2)), 3)])
+    async def test_many_fast_streams_are_read_on_ticks_paces_apart(self, monkeypatch, steps, times):
+        """A busy loop (here 2 fast streams) reads them every `times` paces (BUSY_STEPS): fewer,
         fuller frames; every line still arrives, in order."""
-        monkeypatch.setattr(ndjson, "BUSY_STREAMS", 2)
+        monkeypatch.setattr(ndjson, "BUSY_STEPS", steps)
         pace, ticks = 0.05, []
         real_tick = ndjson._Ticks._tick
 
@@ -219,8 +220,8 @@ class TestReading:
 
         def script():
             steps = [OK_CHUNKED]
-            for i in range(80):
-                steps += [_chunked(b'{"n": %d}\n' % i)[:-5], 0.005]  # ~400 ms of lines
+            for i in range(160):
+                steps += [_chunked(b'{"n": %d}\n' % i)[:-5], 0.005]  # ~800 ms of lines
             return steps + [b"0\r\n\r\n"]
 
         async def read(url):
@@ -229,14 +230,14 @@ class TestReading:
         async with RawServer(script()) as one, RawServer(script()) as two:
             got = await asyncio.gather(read(one.url), read(two.url))
         for batches in got:
-            assert [l for batch in batches for l in batch] == [b'{"n": %d}' % i for i in range(80)]
+            assert [l for batch in batches for l in batch] == [b'{"n": %d}' % i for i in range(160)]
         # (the first busy tick may have been scheduled while one stream alone was fast)
         busy = [at for at, streams in ticks if streams >= 2][1:]
         assert len(busy) >= 2
-        # ticks of the busy loop fall on multiples of two paces
-        assert all(abs(at / (2 * pace) - round(at / (2 * pace))) < 0.2 for at in busy)
+        # ticks of the busy loop fall on multiples of `times` paces
+        assert all(abs(at / (times * pace) - round(at / (times * pace))) < 0.2 for at in busy)
         gaps = [b - a for a, b in zip(busy, busy[1:])]
-        assert min(gaps) > 1.5 * pace
+        assert min(gaps) > (times - 0.5) * pace
 
     async def test_one_fast_stream_is_read_every_pace(self, monkeypatch):
         pace, ticks = 0.05, []

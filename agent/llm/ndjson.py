@@ -390,11 +390,13 @@ async def _lines(
 
 
 QUIET_TICKS = 6  # a fast stream with nothing new for this many paces is read as lines come again
-# This many fast streams on one loop (a busy server) make its ticks two paces apart: each frame
-# costs the same CPU whatever it carries (a read, a parse, a WebSocket write), so under load
-# fewer, fuller frames keep CPU per delta down (bench/README, fifth session: 20 streams, 16 ms ->
-# 32 ms: ~34 -> ~18 us of server CPU per delta); 30 frames a second still reads as smooth text.
-BUSY_STREAMS = 8
+# A busy loop reads its fast streams on ticks further apart: (streams at once, pace multiple).
+# Each frame costs about the same CPU whatever it carries (a read, a parse, a WebSocket write,
+# a wake-up of the client), so under load fewer, fuller frames keep the server's CPU per delta
+# down (bench/README, fifth session: 20 streams, 16 -> 32 -> 48 ms: ~34 -> ~16 -> ~13 us of
+# CPU per delta). One or a few streams keep the pace (60 frames a second); 8 at once get 30,
+# 16 or more 20, which still reads as smooth text.
+BUSY_STEPS = ((16, 3), (8, 2))
 TICK_READ_SIZE = 64 * 1024  # os.read allocates what it may read: a tick's lines are a few KiB
 
 
@@ -415,7 +417,7 @@ class _Ticks:
     without blocking and wakes only the streams that got something: twenty streams at full
     speed cost one wake-up of the process per tick, not one per stream and read. Ticks fall on
     multiples of the interval on the loop's clock, so every stream waits on the same ones; the
-    interval is the pace, or twice it while BUSY_STREAMS or more streams are fast."""
+    interval is the pace, or a multiple of it while many streams are fast (BUSY_STEPS)."""
 
     _of: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[float, _Ticks]]" = weakref.WeakKeyDictionary()
 
@@ -442,7 +444,10 @@ class _Ticks:
         return future
 
     def interval(self) -> float:
-        return self.pace * 2 if self.streams >= BUSY_STREAMS else self.pace
+        for streams, times in BUSY_STEPS:
+            if self.streams >= streams:
+                return self.pace * times
+        return self.pace
 
     def _schedule(self) -> None:
         interval = self.interval()
