@@ -253,6 +253,35 @@ class TestReading:
         gaps = [b - a for a, b in zip(ticks, ticks[1:])]
         assert gaps and min(gaps) < 1.5 * pace  # not slowed down: a single stream keeps the pace
 
+    async def test_a_stream_that_slows_down_leaves_the_ticks(self, monkeypatch):
+        """Fast lines, then one every 80 ms (slower than the 50 ms pace, never quiet for
+        QUIET_TICKS): once a tick finds a single line, the rest are read as they come, not held
+        until the next tick. (A paced stream whose lines piled up during a stall of the server
+        looked fast and stayed on the ticks: ~30 ms added to every later line.)"""
+        pace, tick_reads = 0.05, []
+        real_read = ndjson._Ticks.read
+
+        def counted_read(ticks, fd, quiet_at):
+            tick_reads.append(ticks.loop.time())
+            return real_read(ticks, fd, quiet_at)
+
+        monkeypatch.setattr(ndjson._Ticks, "read", counted_read)
+        script = [OK_CHUNKED]
+        for i in range(30):
+            script += [_chunked(b'{"n": %d}\n' % i)[:-5], 0.005]
+        for i in range(30, 40):
+            script += [0.08, _chunked(b'{"n": %d}\n' % i)[:-5]]
+        script.append(b"0\r\n\r\n")
+        loop, got = asyncio.get_running_loop(), []
+        async with RawServer(script) as server:
+            async for batch in ndjson.post_lines(server.url, {}, {}, 10.0, pace=pace):
+                got.append((loop.time(), batch))
+        assert [l for _, b in got for l in b] == [b'{"n": %d}' % i for i in range(40)]
+        slow_start = next(t for t, b in got if b'{"n": 31}' in b)
+        assert len([t for t in tick_reads if t > slow_start]) <= 1
+        slow = [t for t, b in got if any(l in b for l in (b'{"n": %d}' % i for i in range(32, 40)))]
+        assert len(slow) == 8  # one batch a line: read as each came
+
     async def test_a_fast_stream_that_goes_quiet_is_read_as_lines_come_again(self):
         lines = [_chunked(b'{"n": %d}\n' % i)[:-5] for i in range(5)]
         script = [OK_CHUNKED, lines[0], 0.002, lines[1], 0.002, lines[2], 0.002, lines[3], 1.0, lines[4], b"0\r\n\r\n"]

@@ -206,3 +206,19 @@ def test_autobahn_formats_its_settings_only_for_a_debug_log_that_is_on(monkeypat
         protocol._connectionMade()
     assert ("openHandshakeTimeout" in formatted[0]) is debug
     assert autobahn_protocol.pformat is original
+
+
+def test_a_full_collection_no_longer_walks_what_the_start_loaded():
+    import gc
+
+    from navi_project.serve import freeze_startup_objects
+
+    loaded = {"a long-lived object": [1, 2, 3]}
+    try:
+        freeze_startup_objects()
+        assert gc.get_freeze_count() > 0
+        assert not any(o is loaded for o in gc.get_objects())  # out of every generation
+        later = {"made after the start": []}
+        assert any(o is later for o in gc.get_objects())  # collected as usual
+    finally:
+        gc.unfreeze()

@@ -334,22 +334,23 @@ async def _lines(
     loop shares (`_Ticks`): one wake-up of the process reads them all, and a stream with nothing
     new costs no wake-up at all. A stream quiet for QUIET_TICKS ticks is read the moment a line
     arrives again, as is every line of a model slower than `pace` per token: it never waits on
-    a tick. Over TLS the socket is left unread until `pace` has passed since the last batch
-    (`_hold`)."""
+    a tick (and a tick that finds a single line takes the stream off the ticks). Over TLS the
+    socket is left unread until `pace` has passed since the last batch (`_hold`)."""
     pending, loop = b"", asyncio.get_running_loop()
     last, fast = None, False  # when the last batch went out; whether lines come faster than pace
+    seen = None  # when the last batch arrived, if read as it came (a tick's batch: unknown)
     fd = _plain_fd(reader) if pace else None
     ticks, paused = (_Ticks.of(loop, pace) if fd is not None else None), False
     try:
         while not decoder.done:
-            data = None
+            data, ticked = None, False
             if fast and ticks is not None and not reader._buffer and not reader.at_eof():
                 if not paused:
                     reader._transport.pause_reading()
                     paused = True
                     ticks.streams += 1
                 data = await ticks.read(fd, last + QUIET_TICKS * pace)
-                fast = data is not None  # None: quiet for a while, so read as lines come
+                fast = ticked = data is not None  # None: quiet for a while, so read as lines come
             elif fast and ticks is None and (wait := last + pace - loop.time()) > 0:
                 await _hold(reader, wait)
             if data is None:
@@ -362,9 +363,9 @@ async def _lines(
                     data = await _read(reader, timeout)
                 except ConnectionError as exc:
                     raise httpx.ReadError(f"{type(exc).__name__}: {exc}") from None
-                if pace and last is not None:
+                if pace and seen is not None:
                     now = loop.time()
-                    fast = now - asked < pace / 2 if fast else now - last < pace
+                    fast = now - asked < pace / 2 if fast else now - seen < pace
             if not data:
                 if isinstance(decoder, _Sized) and decoder.left is None:
                     break  # a reply delimited by the server closing
@@ -377,8 +378,15 @@ async def _lines(
             if b"\n" in pending:
                 *complete, pending = pending.split(b"\n")
                 lines = [line for line in complete if line.strip()]
+                if ticked and len(lines) < 2:
+                    # One line a tick is a slow stream (e.g. one that looked fast only because a
+                    # stall of this process let its lines pile up): its lines are read as they
+                    # come again, not held for the next tick, until two of them come sooner
+                    # than the pace (a tick's line may have waited there: not a measure).
+                    fast = False
                 if lines:
                     last = loop.time()
+                    seen = None if ticked else last
                     yield lines
     finally:
         if paused:
