@@ -150,6 +150,12 @@ class DBConversation(Conversation):
         return msg
 
     def _add_row(self, msg: ChatMessage, display: bool, status: str, context: bool) -> None:
+        # One transaction, one commit (SQLite: one write of the WAL) for the three statements;
+        # also what keeps two writers from taking the same seq.
+        with transaction.atomic():
+            self._add_row_now(msg, display, status, context)
+
+    def _add_row_now(self, msg: ChatMessage, display: bool, status: str, context: bool) -> None:
         sid = hotsql.prep(Session, "id", self.session.pk)
         last = hotsql.values(f"SELECT MAX(seq) FROM {hotsql.table(Message)} WHERE session_id = %s", [sid])[0][0]
         msg.db_id = hotsql.insert(
