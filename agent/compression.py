@@ -107,10 +107,14 @@ class CompressionWorker(Worker):
 
     name = "compression"
 
+    def wanted(self, ctx: WorkerContext) -> bool:
+        # A server that refused a prompt as too long told us its real window (agent.llm.base).
+        max_tokens = min(ctx.max_tokens, context_window(ctx.backend.name, ctx.profile.resolved_model()))
+        return should_compress(ctx.token_count, max_tokens) and getattr(ctx.conversation, "persistent", False)
+
     async def run(self, ctx: WorkerContext) -> WorkerResult:
         conv = ctx.conversation
         model = ctx.profile.resolved_model()
-        # A server that refused a prompt as too long told us its real window (agent.llm.base).
         max_tokens = min(ctx.max_tokens, context_window(ctx.backend.name, model))
         if not should_compress(ctx.token_count, max_tokens) or not getattr(conv, "persistent", False):
             return WorkerResult()

@@ -69,6 +69,9 @@ class TitleWorker(Worker):
 
     name = "title"
 
+    def wanted(self, ctx: WorkerContext) -> bool:
+        return settings.CHAT_TITLES == "model" and getattr(ctx.conversation, "persistent", False)
+
     async def run(self, ctx: WorkerContext) -> WorkerResult:
         conv = ctx.conversation
         if settings.CHAT_TITLES != "model" or not getattr(conv, "persistent", False):

@@ -192,3 +192,42 @@ class TestTriggers:
         settings.CONTEXT_COMPRESSION_ENABLED = False
         await Session.objects.filter(pk=session.pk).aupdate(context_token_count=8000)
         assert "context_compressed" not in [e.type for e in await self._run(session, "again")]
+
+
+class TestWorkersNotWanted:
+    """A worker with nothing to do (compression below its threshold) is never started: no task,
+    no trip through the event loop before the LLM call."""
+
+    async def test_an_unwanted_worker_is_not_run_and_a_wanted_one_is(self):
+        from types import SimpleNamespace
+
+        from agent import workers
+        from agent.compression import CompressionWorker
+
+        ran = []
+
+        class Probe(workers.Worker):
+            name = "probe"
+
+            def __init__(self, want: bool) -> None:
+                self.want = want
+
+            def wanted(self, ctx):
+                return self.want
+
+            async def run(self, ctx):
+                ran.append(self.want)
+                return workers.WorkerResult()
+
+        profile = SimpleNamespace(resolved_model=lambda: "m")
+        conv = SimpleNamespace(persistent=True)
+        backend = SimpleNamespace(name="ollama")
+        low = workers.WorkerContext(conv, profile, backend, token_count=10, max_tokens=1000, phase="pre")
+        full = workers.WorkerContext(conv, profile, backend, token_count=990, max_tokens=1000, phase="pre")
+        await workers.run_workers([Probe(False), Probe(True)], low)
+        assert ran == [True]
+        assert not CompressionWorker().wanted(low)
+        assert CompressionWorker().wanted(full)
+        assert not CompressionWorker().wanted(
+            workers.WorkerContext(SimpleNamespace(persistent=False), profile, backend, 990, 1000, "pre")
+        )
