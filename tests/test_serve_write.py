@@ -214,11 +214,14 @@ def test_a_full_collection_no_longer_walks_what_the_start_loaded():
     from navi_project.serve import freeze_startup_objects
 
     loaded = {"a long-lived object": [1, 2, 3]}
+    threshold = gc.get_threshold()
     try:
         freeze_startup_objects()
         assert gc.get_freeze_count() > 0
+        assert gc.get_threshold()[2] == 100 and gc.get_threshold()[:2] == threshold[:2]
         assert not any(o is loaded for o in gc.get_objects())  # out of every generation
         later = {"made after the start": []}
         assert any(o is later for o in gc.get_objects())  # collected as usual
     finally:
         gc.unfreeze()
+        gc.set_threshold(*threshold)
