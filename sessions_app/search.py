@@ -53,11 +53,15 @@ _TRIGGERS = {
         WHEN new.title != '' BEGIN
         INSERT INTO {TITLE_FTS}(title, session_id) VALUES (new.title, new.id);
     END""",
+    # session_id is not indexed in an FTS5 table: a DELETE by it reads every title. A session with
+    # no title has no row there, so the first title (set with the first message) reads nothing
+    # (`old.title != ''` is decided before the scan).
     "session_fts_ad": f"""CREATE TRIGGER IF NOT EXISTS session_fts_ad AFTER DELETE ON {SESSION_TABLE} BEGIN
-        DELETE FROM {TITLE_FTS} WHERE session_id = old.id;
+        DELETE FROM {TITLE_FTS} WHERE old.title != '' AND session_id = old.id;
     END""",
-    "session_fts_au": f"""CREATE TRIGGER IF NOT EXISTS session_fts_au AFTER UPDATE OF title ON {SESSION_TABLE} BEGIN
-        DELETE FROM {TITLE_FTS} WHERE session_id = old.id;
+    "session_fts_au": f"""CREATE TRIGGER IF NOT EXISTS session_fts_au AFTER UPDATE OF title ON {SESSION_TABLE}
+        WHEN old.title IS NOT new.title BEGIN
+        DELETE FROM {TITLE_FTS} WHERE old.title != '' AND session_id = old.id;
         INSERT INTO {TITLE_FTS}(title, session_id) SELECT new.title, new.id WHERE new.title != '';
     END""",
 }
@@ -99,6 +103,17 @@ def reinstall_message_triggers(conn=connection) -> None:
             cur.execute(f"DROP TRIGGER IF EXISTS {name}")
             cur.execute(_TRIGGERS[name])
         cur.execute(f"DELETE FROM {MESSAGE_FTS} WHERE rowid IN (SELECT id FROM {MESSAGE_TABLE} WHERE status = 'partial')")
+
+
+def reinstall_session_triggers(conn=connection) -> None:
+    """Replace the title triggers with the current ones (migration 0005: a first title no longer
+    reads every indexed title)."""
+    if conn.vendor != "sqlite":
+        return
+    with conn.cursor() as cur:
+        for name in ("session_fts_ad", "session_fts_au"):
+            cur.execute(f"DROP TRIGGER IF EXISTS {name}")
+            cur.execute(_TRIGGERS[name])
 
 
 def _refill(cur) -> None:

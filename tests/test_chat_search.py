@@ -149,6 +149,29 @@ class TestSearch:
         Message.objects.filter(pk=answer.pk).update(content="mosses", status="complete")
         assert len(_search(owner_client, "mosses")) == 1
 
+    def test_a_title_is_indexed_once_through_first_title_renames_and_delete(self, owner, owner_client):
+        session = _chat(owner, "")  # a new chat: no title yet
+        Session.objects.filter(pk=session.pk).update(title="first words about ferns")
+        Session.objects.filter(pk=session.pk).update(title="first words about ferns")  # unchanged
+        assert len(_search(owner_client, "ferns")) == 1
+        Session.objects.filter(pk=session.pk).update(title="now about orchids")
+        assert _search(owner_client, "ferns") == [] and len(_search(owner_client, "orchids")) == 1
+        Session.objects.filter(pk=session.pk).update(title="")
+        assert _search(owner_client, "orchids") == []
+        Session.objects.filter(pk=session.pk).update(title="back to mosses")
+        owner_client.delete(f"/sessions/{session.id}")
+        assert _search(owner_client, "mosses") == []
+        if connection.vendor == "sqlite":
+            with connection.cursor() as cur:
+                cur.execute(f"SELECT count(*) FROM {search.TITLE_FTS}")
+                assert cur.fetchone()[0] == 0
+
+    @pytest.mark.skipif(connection.vendor != "sqlite", reason="the FTS5 index is SQLite's")
+    def test_upgrading_keeps_the_title_index(self, owner, owner_client):
+        _chat(owner, "Kept title about lichens")
+        search.reinstall_session_triggers(connection)  # migration 0005
+        assert len(_search(owner_client, "lichens")) == 1
+
     @pytest.mark.skipif(connection.vendor != "sqlite", reason="the FTS5 index is SQLite's")
     def test_a_lost_index_is_rebuilt(self, owner, owner_client):
         _chat(owner, "Kept title", "kept words")
