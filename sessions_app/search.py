@@ -99,9 +99,7 @@ def reinstall_message_triggers(conn=connection) -> None:
     if conn.vendor != "sqlite":
         return
     with conn.cursor() as cur:
-        for name in ("message_fts_ai", "message_fts_au"):
-            cur.execute(f"DROP TRIGGER IF EXISTS {name}")
-            cur.execute(_TRIGGERS[name])
+        _replace_triggers(cur, "message_fts_ai", "message_fts_au")
         cur.execute(f"DELETE FROM {MESSAGE_FTS} WHERE rowid IN (SELECT id FROM {MESSAGE_TABLE} WHERE status = 'partial')")
 
 
@@ -111,9 +109,13 @@ def reinstall_session_triggers(conn=connection) -> None:
     if conn.vendor != "sqlite":
         return
     with conn.cursor() as cur:
-        for name in ("session_fts_ad", "session_fts_au"):
-            cur.execute(f"DROP TRIGGER IF EXISTS {name}")
-            cur.execute(_TRIGGERS[name])
+        _replace_triggers(cur, "session_fts_ad", "session_fts_au")
+
+
+def _replace_triggers(cur, *names: str) -> None:
+    for name in names:
+        cur.execute(f"DROP TRIGGER IF EXISTS {name}")
+        cur.execute(_TRIGGERS[name])
 
 
 def _refill(cur) -> None:

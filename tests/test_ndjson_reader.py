@@ -26,6 +26,14 @@ def _chunked(*pieces: bytes) -> bytes:
     return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
 
 
+def _line_script(lines: int, gap: float = 0.005) -> list:
+    """A chunked reply of `lines` lines {"n": i}, one every `gap` seconds (RawServer steps)."""
+    steps: list = [OK_CHUNKED]
+    for i in range(lines):
+        steps += [_chunked(b'{"n": %d}\n' % i)[:-5], gap]
+    return steps + [b"0\r\n\r\n"]
+
+
 class _TcpServer:
     """A local server on a free port; `url` is its /api/chat."""
 
@@ -187,16 +195,10 @@ class TestReading:
         monkeypatch.setattr(ndjson._Ticks, "_tick", counted_tick)
         loop = asyncio.get_running_loop()
 
-        def script():
-            steps = [OK_CHUNKED]
-            for i in range(60):
-                steps += [_chunked(b'{"n": %d}\n' % i)[:-5], 0.005]  # ~300 ms of lines
-            return steps + [b"0\r\n\r\n"]
-
         async def read(url):
             return [(loop.time(), batch) async for batch in ndjson.post_lines(url, {}, {}, 10.0, pace=pace)]
 
-        async with RawServer(script()) as one, RawServer(script()) as two:
+        async with RawServer(_line_script(60)) as one, RawServer(_line_script(60)) as two:  # ~300 ms
             first, second = await asyncio.gather(read(one.url), read(two.url))
         for got in (first, second):
             assert [l for _, batch in got for l in batch] == [b'{"n": %d}' % i for i in range(60)]
@@ -218,16 +220,10 @@ class TestReading:
 
         monkeypatch.setattr(ndjson._Ticks, "_tick", timed_tick)
 
-        def script():
-            steps = [OK_CHUNKED]
-            for i in range(160):
-                steps += [_chunked(b'{"n": %d}\n' % i)[:-5], 0.005]  # ~800 ms of lines
-            return steps + [b"0\r\n\r\n"]
-
         async def read(url):
             return [batch async for batch in ndjson.post_lines(url, {}, {}, 10.0, pace=pace)]
 
-        async with RawServer(script()) as one, RawServer(script()) as two:
+        async with RawServer(_line_script(160)) as one, RawServer(_line_script(160)) as two:  # ~800 ms
             got = await asyncio.gather(read(one.url), read(two.url))
         for batches in got:
             assert [l for batch in batches for l in batch] == [b'{"n": %d}' % i for i in range(160)]
@@ -243,11 +239,7 @@ class TestReading:
         pace, ticks = 0.05, []
         real_tick = ndjson._Ticks._tick
         monkeypatch.setattr(ndjson._Ticks, "_tick", lambda t: ticks.append(t.loop.time()) or real_tick(t))
-        script = [OK_CHUNKED]
-        for i in range(80):
-            script += [_chunked(b'{"n": %d}\n' % i)[:-5], 0.005]
-        script.append(b"0\r\n\r\n")
-        async with RawServer(script) as server:
+        async with RawServer(_line_script(80)) as server:
             batches = [b async for b in ndjson.post_lines(server.url, {}, {}, 10.0, pace=pace)]
         assert [l for b in batches for l in b] == [b'{"n": %d}' % i for i in range(80)]
         gaps = [b - a for a, b in zip(ticks, ticks[1:])]
