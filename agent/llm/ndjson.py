@@ -378,11 +378,12 @@ async def _lines(
             if b"\n" in pending:
                 *complete, pending = pending.split(b"\n")
                 lines = [line for line in complete if line.strip()]
-                if ticked and len(lines) < 2:
-                    # One line a tick is a slow stream (e.g. one that looked fast only because a
-                    # stall of this process let its lines pile up): its lines are read as they
-                    # come again, not held for the next tick, until two of them come sooner
-                    # than the pace (a tick's line may have waited there: not a measure).
+                if ticked and len(lines) < 2 and loop.time() - last >= pace:
+                    # One line in a pace or more is a slow stream (e.g. one that looked fast only
+                    # because a stall of this process let its lines pile up): its lines are read
+                    # as they come again, not held for the next tick, until two of them come
+                    # sooner than the pace (a tick's line may have waited there: not a measure).
+                    # (The first tick after going fast may come at once: one line says nothing.)
                     fast = False
                 if lines:
                     last = loop.time()
