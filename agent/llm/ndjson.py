@@ -343,11 +343,11 @@ async def _lines(
     ticks, paused = (_Ticks.of(loop, pace) if fd is not None else None), False
     try:
         while not decoder.done:
-            data, ticked = None, False
+            data, ticked, first_tick = None, False, False
             if fast and ticks is not None and not reader._buffer and not reader.at_eof():
                 if not paused:
                     reader._transport.pause_reading()
-                    paused = True
+                    paused = first_tick = True
                     ticks.streams += 1
                 data = await ticks.read(fd, last + QUIET_TICKS * pace)
                 fast = ticked = data is not None  # None: quiet for a while, so read as lines come
@@ -378,12 +378,12 @@ async def _lines(
             if b"\n" in pending:
                 *complete, pending = pending.split(b"\n")
                 lines = [line for line in complete if line.strip()]
-                if ticked and len(lines) < 2 and loop.time() - last >= pace:
+                if ticked and len(lines) < 2 and not first_tick:
                     # One line in a pace or more is a slow stream (e.g. one that looked fast only
                     # because a stall of this process let its lines pile up): its lines are read
                     # as they come again, not held for the next tick, until two of them come
                     # sooner than the pace (a tick's line may have waited there: not a measure).
-                    # (The first tick after going fast may come at once: one line says nothing.)
+                    # (The first tick after going fast may come at once: its one line says nothing.)
                     fast = False
                 if lines:
                     last = loop.time()
