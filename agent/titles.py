@@ -10,12 +10,14 @@ from __future__ import annotations
 import logging
 import re
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from agent.events import SessionTitled
 from agent.llm import LLMError
 from agent.messages import ChatMessage
 from agent.workers import Worker, WorkerContext, WorkerResult, post_turn_workers
+from navi_project import hotsql
 from navi_project.llm_purpose import llm_purpose
 from sessions_app.models import Session
 
@@ -25,6 +27,10 @@ TITLE_PROMPT = """Give this conversation a short title of 2 to 6 words, in the l
 Answer with the title only: no quotes, no "Title:", no final punctuation."""
 MAX_TITLE_CHARS = 60
 MAX_REPLY_CHARS = 160  # the reply is cut here: the stream is closed, the model stops generating
+# The call's own cap, so the model stops by itself: a title of 60 characters is ~15 tokens. A
+# reply that ends there is read to its end and its connection is kept for the next call (a
+# stream closed early aborts its connection, and the next call connects anew).
+MAX_TITLE_TOKENS = 48
 _INPUT_CHARS = 800
 
 
@@ -50,7 +56,9 @@ async def ask_for_title(backend, model: str, user_text: str, answer: str) -> str
     messages = [ChatMessage(role="system", content=TITLE_PROMPT), ChatMessage(role="user", content=conversation)]
     reply = ""
     with llm_purpose("title"):
-        stream = backend.stream_complete(messages, None, model=model, temperature=0.2, think=False)
+        stream = backend.stream_complete(
+            messages, None, model=model, temperature=0.2, think=False, max_tokens=MAX_TITLE_TOKENS
+        )
         try:
             async for chunk in stream:
                 reply += chunk.content
@@ -70,14 +78,15 @@ class TitleWorker(Worker):
     name = "title"
 
     def wanted(self, ctx: WorkerContext) -> bool:
-        return settings.CHAT_TITLES == "model" and getattr(ctx.conversation, "persistent", False)
+        """Only in a chat whose title nobody chose when the turn began (the session row loaded
+        with it: no query). A rename during the turn still wins: the UPDATE is conditional."""
+        conv = ctx.conversation
+        return (settings.CHAT_TITLES == "model" and getattr(conv, "persistent", False)
+                and getattr(getattr(conv, "session", None), "title_source", "") == "")
 
     async def run(self, ctx: WorkerContext) -> WorkerResult:
         conv = ctx.conversation
-        if settings.CHAT_TITLES != "model" or not getattr(conv, "persistent", False):
-            return WorkerResult()
-        source = await Session.objects.filter(pk=conv.id).values_list("title_source", flat=True).afirst()
-        if source != "":
+        if not self.wanted(ctx):
             return WorkerResult()
         first = next((m for m in conv.context if m.role == "user" and not m.is_summary), None)
         answer = next((m for m in reversed(conv.context) if m.role == "assistant" and m.content), None)
@@ -88,8 +97,16 @@ class TitleWorker(Worker):
         )
         if not title:
             return WorkerResult()
-        updated = await Session.objects.filter(pk=conv.id, title_source="").aupdate(title=title, title_source="model")
+        updated = await sync_to_async(_store_title)(conv.id, title)
         return WorkerResult(events=[SessionTitled(title=title)] if updated else [])
+
+
+def _store_title(session_id: str, title: str) -> int:
+    """The model's title, unless someone chose one meanwhile (hot-path SQL: after every first answer)."""
+    return hotsql.execute(
+        f"UPDATE {hotsql.table(Session)} SET title = %s, title_source = %s WHERE id = %s AND title_source = %s",
+        [title, "model", hotsql.prep(Session, "id", session_id), ""],
+    )
 
 
 _worker = TitleWorker()

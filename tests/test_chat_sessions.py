@@ -9,6 +9,7 @@ import json
 import pytest
 from django.test import AsyncClient
 
+from agent import titles
 from agent.models import Profile
 from sessions_app.models import Message, Session, SessionFile, UserSettings
 from tests.llm_server import Turn
@@ -131,6 +132,8 @@ class TestGeneratedTitle:
         assert titled["run_id"] == frames[-1]["run_id"] and titled["seq"] == frames[-1]["seq"] + 1
         title_request = llm.requests[1]
         assert title_request["think"] is False and "title" in title_request["messages"][0]["content"]
+        # capped, so a rambling model stops by itself
+        assert title_request["options"]["num_predict"] == titles.MAX_TITLE_TOKENS
         await _released(session)
         stored = await Session.objects.aget(pk=session.pk)
         assert (stored.title, stored.title_source) == ("Trip to Rome", "model")
@@ -149,6 +152,21 @@ class TestGeneratedTitle:
         await _released(session)
         assert len(llm.requests) == 1
         assert (await Session.objects.aget(pk=session.pk)).title == "My own"
+        await comm.disconnect()
+
+    async def test_a_rename_during_the_answer_wins_over_the_model(self, llm, session, owner_token, no_planning):
+        llm.script(Turn(content="a slow answer", chunk_size=2, delay=0.05), Turn(content="Model title"))
+        comm = await _socket(session, owner_token)
+        await comm.send_json_to({"type": "message", "content": "hello"})
+        while json.loads(await comm.receive_from(timeout=TIMEOUT))["type"] != "stream_delta":
+            pass
+        await Session.objects.filter(pk=session.pk).aupdate(title="Mine", title_source="user")
+        frames = await receive_until(comm)
+        await _released(session)
+        assert not any(f["type"] == "session_titled" for f in frames)
+        assert await comm.receive_nothing(timeout=0.3)
+        stored = await Session.objects.aget(pk=session.pk)
+        assert (stored.title, stored.title_source) == ("Mine", "user")
         await comm.disconnect()
 
     async def test_the_first_words_stay_when_the_title_call_fails(self, llm, session, owner_token, no_planning):
