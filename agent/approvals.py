@@ -18,7 +18,6 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.utils import timezone
@@ -27,6 +26,7 @@ from agent import policy
 from agent.groups import control_group
 from agent.models import SessionToolGrant, ToolCallRecord
 from navi_project import hotsql
+from navi_project.hop import db_hop
 from tools_app.permissions import is_host_call, offered_without_permission, refusal, user_has_host_tools
 
 Decision = ToolCallRecord.Decision
@@ -86,7 +86,7 @@ class RunGuard:
 
     @classmethod
     async def for_run(cls, user_id: int | None, session_id: str | None, run_id: str = "") -> "RunGuard":
-        return await sync_to_async(cls.load)(user_id, session_id, run_id)  # one thread hop
+        return await db_hop(cls.load, user_id, session_id, run_id)  # one thread hop
 
     @classmethod
     def load(cls, user_id: int | None, session_id: str | None, run_id: str) -> "RunGuard":

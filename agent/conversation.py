@@ -12,7 +12,6 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from asgiref.sync import sync_to_async
 from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
@@ -21,6 +20,7 @@ from agent import clock
 from agent.messages import ChatMessage, ToolCall
 from agent.models import Profile
 from navi_project import hotsql
+from navi_project.hop import db_hop
 from sessions_app.models import Message, Session
 
 log = logging.getLogger(__name__)
@@ -117,7 +117,7 @@ class DBConversation(Conversation):
 
     @classmethod
     async def open(cls, session_id: str) -> "DBConversation":
-        return await sync_to_async(cls.load)(session_id)  # one thread hop, not one per query
+        return await db_hop(cls.load, session_id)  # one thread hop, not one per query
 
     @classmethod
     def load(cls, session_id: str) -> "DBConversation":
@@ -140,7 +140,7 @@ class DBConversation(Conversation):
         self, msg: ChatMessage, *, display: bool = True, status: str = "complete", context: bool = True
     ) -> ChatMessage:
         """Append a row; `context=False` rows are shown but never sent to the model (plans)."""
-        return await sync_to_async(self.add_now)(msg, display=display, status=status, context=context)
+        return await db_hop(self.add_now, msg, display=display, status=status, context=context)
 
     def add_now(self, msg: ChatMessage, *, display: bool = True, status: str = "complete", context: bool = True) -> ChatMessage:
         """`add` in the calling thread (sync; three queries)."""
@@ -201,12 +201,12 @@ class DBConversation(Conversation):
         if state.pending is not None:
             await asyncio.shield(state.pending)
         state.last = now
-        await sync_to_async(_save_row)(msg.db_id, _row_fields(msg, status))
+        await db_hop(_save_row, msg.db_id, _row_fields(msg, status))
 
     @staticmethod
     async def _save_partial(row_id: int, fields: dict) -> None:
         try:
-            await sync_to_async(_save_row)(row_id, fields)
+            await db_hop(_save_row, row_id, fields)
         except Exception:  # the next flush or the final save writes it again
             log.warning("saving the partial answer %s failed", row_id, exc_info=True)
 
@@ -220,7 +220,8 @@ class DBConversation(Conversation):
 
     async def set_token_count(self, tokens: int) -> None:
         self.token_count = tokens
-        await sync_to_async(hotsql.execute)(
+        await db_hop(
+            hotsql.execute,
             f"UPDATE {hotsql.table(Session)} SET context_token_count = %s, last_active = %s WHERE id = %s",
             [tokens, hotsql.prep(Session, "last_active", timezone.now()), hotsql.prep(Session, "id", self.session.pk)],
         )
@@ -233,7 +234,7 @@ class DBConversation(Conversation):
         """
         kept_ids = [m.db_id for m in new_context if m.db_id is not None]
         summaries = [m for m in new_context if m.is_summary and m.db_id is None]
-        await sync_to_async(self._apply_compression_rows)(kept_ids, summaries)
+        await db_hop(self._apply_compression_rows, kept_ids, summaries)
         self.context = list(new_context)
         self.token_count = 0
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import logging
 
-from asgiref.sync import sync_to_async
-
 from agent.models import LLMCall
 from navi_project import hotsql, metrics
+from navi_project.hop import db_hop
 from tools_app.context import current_chat_session_id, current_run_id
 
 log = logging.getLogger(__name__)
@@ -30,7 +29,7 @@ async def observe(call: dict) -> None:
         outcome=call["outcome"][:16],
     )
     try:
-        await sync_to_async(hotsql.insert)(LLMCall, **fields)  # on every call: hot-path SQL
+        await db_hop(hotsql.insert, LLMCall, **fields)  # on every call: hot-path SQL
     except Exception:  # a deleted session, a locked database: bookkeeping only
         log.info("LLM call not recorded", exc_info=True)
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 import logging
 from typing import AsyncIterator
 
-from asgiref.sync import sync_to_async
-
 from agent import planning, prompts, workers
 from agent.approvals import RunGuard, current_guard
 from agent.calls import CallTracker, DoesNotFit, fit_request
@@ -43,6 +41,7 @@ from agent.tool_step import run_tool
 from agent.turns import Setup, Turn, TurnFailed, stream_turn
 from agent.window import effective_window
 from memory_app.services import get_summary
+from navi_project.hop import db_hop
 from tools_app.context import (
     current_chat_session_id,
     current_event_sink,
@@ -76,7 +75,7 @@ class Agent:
         """Stream one turn of a persisted session. `begun`: what `begin_turn` returned (or
         raised) for this turn in the caller's own thread hop (the run manager's claim)."""
         if begun is None:
-            begun = await sync_to_async(self.begin_turn)(session_id, user_message, images, current_run_id.get())
+            begun = await db_hop(self.begin_turn, session_id, user_message, images, current_run_id.get())
         if isinstance(begun, BaseException):
             raise begun
         conv, guard = begun

@@ -18,7 +18,6 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db.models import Q
@@ -29,6 +28,7 @@ from agent.events import ErrorEvent, to_frame
 from agent.groups import control_group, frames_group, run_event
 from agent.registry import get_agent
 from navi_project import hotsql, metrics
+from navi_project.hop import db_hop
 from navi_project.logs import bind_run
 from sessions_app import history
 from sessions_app.models import Message, Session
@@ -65,7 +65,7 @@ class Run:
 
 
 async def claim_run(session_id: str, run_id: str) -> bool:
-    return await sync_to_async(_claim)(session_id, run_id)  # one thread hop for both updates
+    return await db_hop(_claim, session_id, run_id)  # one thread hop for both updates
 
 
 def _claim(session_id: str, run_id: str) -> bool:
@@ -90,7 +90,7 @@ def _claim(session_id: str, run_id: str) -> bool:
 
 async def active_run_id(session_id: str) -> str | None:
     """The id of the session's live run (in any process), or None."""
-    return await sync_to_async(active_run_id_now)(session_id)
+    return await db_hop(active_run_id_now, session_id)
 
 
 def active_run_id_now(session_id: str) -> str | None:
@@ -144,7 +144,7 @@ class RunManager:
         run = Run(run_id=uuid.uuid4().hex, session_id=session_id)
         begun = None
         if mode == "message":  # the claim and the turn's start in one thread hop
-            claimed, begun = await sync_to_async(self._claim_and_begin)(session_id, run.run_id, content, images)
+            claimed, begun = await db_hop(self._claim_and_begin, session_id, run.run_id, content, images)
         else:
             claimed = await claim_run(session_id, run.run_id)
         if not claimed and not await self._claim_after_answer(session_id, run.run_id):
@@ -152,7 +152,7 @@ class RunManager:
         if mode != "message":
             # Under the claim: no other run can append rows while the history is rewritten.
             try:
-                replayed, images, removed = await sync_to_async(_rewind)(session_id, mode, message_id, images)
+                replayed, images, removed = await db_hop(_rewind, session_id, mode, message_id, images)
             except Exception:
                 await _release(session_id, run.run_id)
                 raise
@@ -280,7 +280,8 @@ class RunManager:
     async def _heartbeat(self, run: Run) -> None:
         while True:
             await asyncio.sleep(HEARTBEAT_S)
-            await sync_to_async(hotsql.execute)(
+            await db_hop(
+                hotsql.execute,
                 f"UPDATE {hotsql.table(Session)} SET active_run_heartbeat = %s WHERE id = %s AND active_run_id = %s",
                 [hotsql.prep(Session, "active_run_heartbeat", timezone.now()), hotsql.prep(Session, "id", run.session_id), run.run_id],
             )
@@ -374,7 +375,7 @@ class RunManager:
 
 
 async def _release(session_id: str, run_id: str) -> None:
-    await sync_to_async(_release_now)(session_id, run_id)
+    await db_hop(_release_now, session_id, run_id)
 
 
 def _release_now(session_id: str, run_id: str) -> None:
@@ -402,9 +403,9 @@ async def _record_outcome(run: Run) -> None:
 
     try:
         if run.error:
-            await sync_to_async(history.add_marker)(run.session_id, "error", run.error)
+            await db_hop(history.add_marker, run.session_id, "error", run.error)
         elif run.stopped and not run.answered:
-            await sync_to_async(history.add_marker)(run.session_id, "stopped", history.STOPPED_TEXT)
+            await db_hop(history.add_marker, run.session_id, "stopped", history.STOPPED_TEXT)
     except Exception:
         log.exception("run %s: recording its outcome failed", run.run_id)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import re
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from agent.events import SessionTitled
@@ -18,6 +17,7 @@ from agent.llm import LLMError
 from agent.messages import ChatMessage
 from agent.workers import Worker, WorkerContext, WorkerResult, post_turn_workers
 from navi_project import hotsql
+from navi_project.hop import db_hop
 from navi_project.llm_purpose import llm_purpose
 from sessions_app.models import Session
 
@@ -97,7 +97,7 @@ class TitleWorker(Worker):
         )
         if not title:
             return WorkerResult()
-        updated = await sync_to_async(_store_title)(conv.id, title)
+        updated = await db_hop(_store_title, conv.id, title)
         return WorkerResult(events=[SessionTitled(title=title)] if updated else [])
 
 
