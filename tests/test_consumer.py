@@ -184,6 +184,15 @@ class TestHandshake:
             return await real(self, *args, **kwargs)
 
         monkeypatch.setattr(asgiref.sync.SyncToAsync, "__call__", counted)
+        from sessions_app import auth
+
+        real_hop = auth.db_hop
+
+        async def counted_hop(func, *args, **kwargs):  # the hot path's own hop (navi_project.hop)
+            hops.append(func.__name__)
+            return await real_hop(func, *args, **kwargs)
+
+        monkeypatch.setattr(auth, "db_hop", counted_hop)
         comm = connect(session.id, token=owner_token)
         assert (await comm.connect(timeout=TIMEOUT))[0]
         await comm.send_json_to({"type": "ping"})

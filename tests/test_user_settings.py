@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
 from django.test import Client
@@ -77,6 +78,22 @@ class TestTokens:
         response = owner_client.delete(f"/settings/tokens/{created['id']}")
         assert response.status_code == 200 and _json(response) == {"ok": True, "id": created["id"]}
         assert anon_client.get("/sessions", HTTP_AUTHORIZATION=f"Bearer {raw}").status_code == 401
+
+    def test_last_used_is_kept_to_the_minute(self, anon_client, owner_token):
+        token = ApiToken.objects.get(token_hash=hash_token(owner_token))
+        auth = {"HTTP_AUTHORIZATION": f"Bearer {owner_token}"}
+        assert anon_client.get("/sessions", **auth).status_code == 200
+        first = ApiToken.objects.get(pk=token.pk).last_used
+        assert first is not None
+        assert anon_client.get("/sessions", **auth).status_code == 200
+        assert ApiToken.objects.get(pk=token.pk).last_used == first  # within the minute: no write
+        ApiToken.objects.filter(pk=token.pk).update(last_used=first - timedelta(minutes=2))
+        assert anon_client.get("/sessions", **auth).status_code == 200
+        assert ApiToken.objects.get(pk=token.pk).last_used > first - timedelta(seconds=5)
+        # a clock set back (a time in the future) is corrected, not kept
+        ApiToken.objects.filter(pk=token.pk).update(last_used=first + timedelta(days=1))
+        assert anon_client.get("/sessions", **auth).status_code == 200
+        assert ApiToken.objects.get(pk=token.pk).last_used < first + timedelta(minutes=5)
 
     def test_a_token_can_manage_tokens(self, anon_client, owner_token):
         auth = {"HTTP_AUTHORIZATION": f"Bearer {owner_token}"}
