@@ -348,10 +348,27 @@ def load_user_tools() -> LoadResult:
         return pool.submit(_load_closing_db).result()
 
 
+def _file_states(directory: Path) -> list[tuple[str, int, int]]:
+    """(name, mtime, size) of the files `tool_files` lists, by one scandir: pathlib's glob and
+    a stat per file took ~65 of the fingerprint's ~115 us, on every run start."""
+    try:
+        entries = os.scandir(directory)
+    except OSError:  # no folder (yet): no user tools
+        return []
+    states = []
+    with entries:
+        for entry in entries:
+            name = entry.name
+            if name.endswith(".py") and not name.startswith(("_", ".")) and entry.is_file():
+                info = entry.stat()
+                states.append((name, info.st_mtime_ns, info.st_size))
+    return states
+
+
 def fingerprint() -> tuple:
     """What user tools look like now (files and UserTool rows): another worker's write_tool,
     delete or an admin enable/disable changes it, so each process knows to reload."""
-    files = tuple(sorted((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in tool_files()))
+    files = tuple(sorted(_file_states(tools_dir())))
     try:
         # Read on every run start: plain SQL (navi_project.hotsql), compared only with itself.
         rows = tuple(hotsql.values(f"SELECT name, enabled, updated_at FROM {hotsql.table(UserTool)} ORDER BY name"))
