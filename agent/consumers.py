@@ -29,6 +29,7 @@ from django.db import connection
 from agent import approvals
 from agent.runs import RunActive, active_run_id, control_group, frames_group, get_run_manager, live_run_id
 from navi_project import hotsql, metrics
+from navi_project.hop import db_hop
 from sessions_app.history import HistoryError
 from sessions_app.models import Session
 from sessions_app.uploads import describe_uploaded_files
@@ -119,7 +120,11 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
             return
         query = parse_qs(self.scope.get("query_string", b"").decode())
         run_id = (query.get("run_id") or [""])[0]
-        session_id, active = await self._owned_session(user, self.scope["url_route"]["kwargs"]["session_id"], not run_id)
+        raw = self.scope["url_route"]["kwargs"]["session_id"]
+        if _persistent_sqlite():  # nothing to close before or after: the hot path's own hop
+            session_id, active = await db_hop(self._owned_session_now, user, raw, not run_id)
+        else:
+            session_id, active = await database_sync_to_async(self._owned_session_now)(user, raw, not run_id)
         if session_id is None:
             await self.accept()
             await self.close(code=4004)
@@ -159,8 +164,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
                 detach(self.channel_name)
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
-    @database_sync_to_async
-    def _owned_session(self, user, raw: str, with_run: bool) -> tuple[str | None, str | None]:
+    def _owned_session_now(self, user, raw: str, with_run: bool) -> tuple[str | None, str | None]:
         """(the session's id if `user` owns it, else None; with `with_run`, the id of its live
         run, if any): one query, one thread hop for every socket that connects."""
         try:

@@ -193,12 +193,13 @@ class TestHandshake:
             return await real_hop(func, *args, **kwargs)
 
         monkeypatch.setattr(auth, "db_hop", counted_hop)
+        monkeypatch.setattr(consumers, "db_hop", counted_hop)
         comm = connect(session.id, token=owner_token)
         assert (await comm.connect(timeout=TIMEOUT))[0]
         await comm.send_json_to({"type": "ping"})
         assert await comm.receive_json_from(timeout=TIMEOUT) == {"type": "pong"}
         await comm.disconnect()
-        assert hops == ["user_for_token", "_owned_session"]  # the token; the session and its live run
+        assert hops == ["user_for_token", "_owned_session_now"]  # the token; the session and its live run
 
     async def test_unknown_and_foreign_sessions_are_closed_with_4004(self, session, other_user):
         from sessions_app.models import ApiToken
