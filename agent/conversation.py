@@ -72,10 +72,15 @@ class Conversation:
     async def update(self, msg: ChatMessage, *, status: str, force: bool = True) -> None:
         """Persist the current content of a streamed message (no-op in memory)."""
 
-    async def save_streaming(self, msg: ChatMessage, *, status: str = "complete", force: bool = True) -> None:
-        """Save the answer being streamed; in memory only the finished (or interrupted) one counts."""
+    async def save_streaming(
+        self, msg: ChatMessage, *, status: str = "complete", force: bool = True, tokens: int | None = None
+    ) -> None:
+        """Save the answer being streamed; in memory only the finished (or interrupted) one counts.
+        `tokens`: the context's size after this call, stored with it (`set_token_count`)."""
         if status != "partial":
             await self.add(msg, status=status)
+        if tokens is not None:
+            self.token_count = tokens
 
     def last_request(self) -> str:
         """The user's latest message: what tool selection ranks the tools against."""
@@ -184,10 +189,11 @@ class DBConversation(Conversation):
         else:
             hotsql.execute(f"UPDATE {hotsql.table(Session)} SET last_active = %s WHERE id = %s", [now, sid])
 
-    async def update(self, msg: ChatMessage, *, status: str, force: bool = True) -> None:
+    async def update(self, msg: ChatMessage, *, status: str, force: bool = True, tokens: int | None = None) -> None:
         """Save the message's current content. A throttled partial save (`force=False`) runs
         beside the stream, so a busy database never holds up the deltas; a forced save waits
-        for it first, so the rows end in the right state."""
+        for it first, so the rows end in the right state (and stores `tokens`, if given, in the
+        same thread hop)."""
         if msg.db_id is None:
             return
         state = self._flush.setdefault(msg.db_id, _FlushState())
@@ -201,7 +207,15 @@ class DBConversation(Conversation):
         if state.pending is not None:
             await asyncio.shield(state.pending)
         state.last = now
-        await db_hop(_save_row, msg.db_id, _row_fields(msg, status))
+        if tokens is None:
+            await db_hop(_save_row, msg.db_id, _row_fields(msg, status))
+        else:
+            self.token_count = tokens
+            await db_hop(self._save_counted_now, msg.db_id, _row_fields(msg, status), tokens)
+
+    def _save_counted_now(self, row_id: int, fields: dict, tokens: int) -> None:
+        _save_row(row_id, fields)
+        self._count_now(tokens)
 
     @staticmethod
     async def _save_partial(row_id: int, fields: dict) -> None:
@@ -210,18 +224,31 @@ class DBConversation(Conversation):
         except Exception:  # the next flush or the final save writes it again
             log.warning("saving the partial answer %s failed", row_id, exc_info=True)
 
-    async def save_streaming(self, msg: ChatMessage, *, status: str = "complete", force: bool = True) -> None:
+    async def save_streaming(
+        self, msg: ChatMessage, *, status: str = "complete", force: bool = True, tokens: int | None = None
+    ) -> None:
         """The answer being streamed: its first save adds the row, later ones update it (partial
-        updates at most every FLUSH_INTERVAL_S unless `force`)."""
+        updates at most every FLUSH_INTERVAL_S unless `force`). A call's final save stores the
+        context's size (`tokens`) in the same thread hop: it was a hop of its own after every call."""
         if msg.db_id is None:
-            await self.add(msg, status=status)
+            if tokens is None:
+                await self.add(msg, status=status)
+            else:
+                self.token_count = tokens
+                await db_hop(self._add_counted_now, msg, status, tokens)
         else:
-            await self.update(msg, status=status, force=force)
+            await self.update(msg, status=status, force=force, tokens=tokens)
+
+    def _add_counted_now(self, msg: ChatMessage, status: str, tokens: int) -> None:
+        self.add_now(msg, status=status)
+        self._count_now(tokens)
 
     async def set_token_count(self, tokens: int) -> None:
         self.token_count = tokens
-        await db_hop(
-            hotsql.execute,
+        await db_hop(self._count_now, tokens)
+
+    def _count_now(self, tokens: int) -> None:
+        hotsql.execute(
             f"UPDATE {hotsql.table(Session)} SET context_token_count = %s, last_active = %s WHERE id = %s",
             [tokens, hotsql.prep(Session, "last_active", timezone.now()), hotsql.prep(Session, "id", self.session.pk)],
         )

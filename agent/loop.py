@@ -203,7 +203,6 @@ class Agent:
             # A tool-calling turn: the whole reasoning block closes the live thinking display.
             if turn.message.thinking:
                 yield TurnThinking(thinking=turn.message.thinking)
-            await conv.set_token_count(turn.tokens)
             async for event in self._run_calls(conv, setup, turn.calls, offer, is_subagent):
                 yield event
             if await conv.current_profile_id() != setup.profile.id:
@@ -224,8 +223,8 @@ class Agent:
         await setup.tracker.flush()
 
     async def _answer(self, conv: Conversation, setup: Setup, turn: Turn, is_subagent: bool):
-        """A turn without tool calls is the answer: stream_end, then the post-turn workers."""
-        await conv.set_token_count(turn.tokens)
+        """A turn without tool calls is the answer (saved with the context's size by
+        stream_turn): stream_end, then the post-turn workers."""
         if is_subagent and turn.message.thinking:
             yield TurnThinking(thinking=turn.message.thinking)
         yield StreamEnd(turn.message.content, turn.tokens, setup.limit)

@@ -91,7 +91,7 @@ async def stream_turn(
     if turn.thinking_open and not turn.calls:
         yield ThinkingEnd()
     turn.message.tool_calls = list(turn.calls)
-    await conv.save_streaming(turn.message)
+    await conv.save_streaming(turn.message, tokens=turn.tokens)  # the context's size with it: one hop
 
 
 async def _receive(stream, conv: Conversation, turn: Turn, text_filter: CallTextFilter | None):

@@ -87,6 +87,16 @@ class TestSequences:
         assert saved.thinking == "The owner greets me."
         assert (await Session.objects.aget(pk=session.pk)).context_token_count == 15
 
+    async def test_an_answer_saved_in_parts_ends_complete_with_the_contexts_size(self, llm, session, no_planning, monkeypatch):
+        from agent import conversation
+
+        monkeypatch.setattr(conversation, "FLUSH_INTERVAL_S", 0.0)  # a partial save at every delta
+        llm.script(Turn(content="one two three four", chunk_size=4, delay=0.02))
+        frames = await frames_of(session.id, "count")
+        assert frames[-1]["type"] == "stream_end" and frames[-1]["context_tokens"] == 15
+        assert await rows(session) == [("user", "count", "complete"), ("assistant", "one two three four", "complete")]
+        assert (await Session.objects.aget(pk=session.pk)).context_token_count == 15
+
     async def test_planning_and_tools(self, llm, session):
         llm.add_rule(Rule(system=PLANNING, match="", turns=[Turn(content="1. Write the list\n2. Read it back")]))
         llm.add_rule(
