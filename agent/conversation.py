@@ -69,7 +69,7 @@ class Conversation:
             self.context.append(msg)
         return msg
 
-    async def update(self, msg: ChatMessage, *, status: str, force: bool = True) -> None:
+    async def update(self, msg: ChatMessage, *, status: str, force: bool = True, tokens: int | None = None) -> None:
         """Persist the current content of a streamed message (no-op in memory)."""
 
     async def save_streaming(
