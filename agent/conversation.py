@@ -125,14 +125,15 @@ class DBConversation(Conversation):
         return await db_hop(cls.load, session_id)  # one thread hop, not one per query
 
     @classmethod
-    def load(cls, session_id: str) -> "DBConversation":
+    def load(cls, session_id: str, session: Session | None = None) -> "DBConversation":
         """The session with its profile and context rows (sync: for one thread hop of several
-        steps; hot-path SQL, navi_project.hotsql)."""
+        steps; hot-path SQL, navi_project.hotsql). `session`: its row, when the caller just read it."""
         sid = hotsql.prep(Session, "id", session_id)
-        found = hotsql.select(Session, "id = %s", [sid])
-        if not found:
-            raise Session.DoesNotExist(f"no session {session_id}")
-        session = found[0]
+        if session is None:
+            found = hotsql.select(Session, "id = %s", [sid])
+            if not found:
+                raise Session.DoesNotExist(f"no session {session_id}")
+            session = found[0]
         profiles = hotsql.select(Profile, "id = %s", [session.profile_id])
         if profiles:  # the loop needs it next
             session.profile = profiles[0]

@@ -97,14 +97,15 @@ class Agent:
             yield event
 
     def begin_turn(
-        self, session_id: str, user_message: str, images: list[str] | None, run_id: str
+        self, session_id: str, user_message: str, images: list[str] | None, run_id: str, session=None
     ) -> tuple[DBConversation, RunGuard]:
         """The start of a turn, sync, for one thread hop (each hop cost 2-3 ms while other runs
         stream): the session and its context, the run's guard, the user's message committed
         before any LLM call (a crash or an unreachable model never loses it), the user tools
-        written or toggled elsewhere since the last run, and the memory summary for the first call."""
+        written or toggled elsewhere since the last run, and the memory summary for the first call.
+        `session`: its row as the run's claim just read it, if it did."""
         message = ChatMessage(role="user", content=user_message, images=list(images or []))
-        conv = DBConversation.load(session_id)
+        conv = DBConversation.load(session_id, session=session)
         guard = RunGuard.load(conv.owner_id, conv.id, run_id)
         conv.add_now(message)
         self.tools.refresh_user_tools_now()

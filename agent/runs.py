@@ -66,19 +66,24 @@ class Run:
 
 
 async def claim_run(session_id: str, run_id: str) -> bool:
-    return await db_hop(_claim, session_id, run_id)  # one thread hop for both updates
+    return bool(await db_hop(_claim, session_id, run_id))  # one thread hop for both updates
 
 
-def _claim(session_id: str, run_id: str) -> bool:
+def _claim(session_id: str, run_id: str) -> Session | bool:
+    """The session as claimed for `run_id` (its row, read by the claim's own UPDATE where the
+    database can return it, else True), or False when another live run holds it."""
     now = timezone.now()
     sid = hotsql.prep(Session, "id", session_id)
-    updated = hotsql.execute(
-        f"UPDATE {hotsql.table(Session)} SET active_run_id = %s, active_run_heartbeat = %s"
-        " WHERE id = %s AND (active_run_id = '' OR active_run_heartbeat < %s)",
-        [run_id, hotsql.prep(Session, "active_run_heartbeat", now), sid,
-         hotsql.prep(Session, "active_run_heartbeat", now - CLAIM_TTL)],
-    )
-    if updated != 1:
+    assignments = "active_run_id = %s, active_run_heartbeat = %s"
+    where = "id = %s AND (active_run_id = '' OR active_run_heartbeat < %s)"
+    params = [run_id, hotsql.prep(Session, "active_run_heartbeat", now), sid,
+              hotsql.prep(Session, "active_run_heartbeat", now - CLAIM_TTL)]
+    rows = hotsql.update_returning(Session, assignments, where, params)
+    if rows is None:
+        claimed: Session | bool = hotsql.execute(f"UPDATE {hotsql.table(Session)} SET {assignments} WHERE {where}", params) == 1
+    else:
+        claimed = rows[0] if rows else False
+    if not claimed:
         return False
     # We hold the claim, so no run of this session is alive: a `partial` row left by a dead
     # worker (crash in a multi-worker setup, voided by TTL) is interrupted, not streaming.
@@ -86,7 +91,7 @@ def _claim(session_id: str, run_id: str) -> bool:
         f"UPDATE {hotsql.table(Message)} SET status = %s WHERE session_id = %s AND status = %s",
         [Message.Status.INTERRUPTED.value, sid, Message.Status.PARTIAL.value],
     )
-    return True
+    return claimed
 
 
 async def active_run_id(session_id: str) -> str | None:
@@ -174,13 +179,14 @@ class RunManager:
         """(claimed, what the agent's `begin_turn` returned or raised): a turn's start costs one
         thread hop, not two. Without the claim nothing is begun; an agent without `begin_turn`
         begins in its run."""
-        if not _claim(session_id, run_id):
+        claimed = _claim(session_id, run_id)
+        if not claimed:
             return False, None
         begin = getattr(self.agent, "begin_turn", None)
         if begin is None:
             return True, None
-        try:
-            return True, begin(session_id, content, images, run_id)
+        try:  # the session row the claim read: the turn does not read it again
+            return True, begin(session_id, content, images, run_id, session=claimed if isinstance(claimed, Session) else None)
         except Exception as exc:  # raised in the run, where it is reported as before
             return True, exc
 

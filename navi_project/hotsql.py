@@ -98,6 +98,24 @@ def select(model: type[Model], where: str, params: Sequence[Any] = (), *, tail: 
     sql = f"SELECT {columns} FROM {table(model)} WHERE {where} {tail}"
     with _cursor(db, sql, params) as cursor:
         rows = cursor.fetchall()
+    return _built(model, db, names, converters, rows)
+
+
+def update_returning(model: type[Model], assignments: str, where: str, params: Sequence[Any] = ()) -> list[Model] | None:
+    """`UPDATE <model> SET <assignments> WHERE <where>` in one statement that also returns the
+    changed rows, as `select` would read them right after; None where the database cannot
+    return rows from an UPDATE (SQLite before 3.35): run it with `execute` then."""
+    db = _db()
+    if not db.features.can_return_columns_from_insert:  # the same SQLite versions as for UPDATE
+        return None
+    names, columns, converters = _shape(model, db.vendor)
+    sql = f"UPDATE {table(model)} SET {assignments} WHERE {where} RETURNING {columns}"
+    with _cursor(db, sql, params) as cursor:
+        rows = cursor.fetchall()
+    return _built(model, db, names, converters, rows)
+
+
+def _built(model: type[Model], db, names: list[str], converters: list[tuple], rows: list[tuple]) -> list[Model]:
     out = []
     for row in rows:
         row = list(row)

@@ -284,11 +284,11 @@ class TestFrames:
         original = agent.begin_turn
         calls = []
 
-        def failing(*args):
+        def failing(*args, **kwargs):
             calls.append(args)
             if len(calls) == 1:
                 raise RuntimeError("the summary table is gone")
-            return original(*args)
+            return original(*args, **kwargs)
 
         monkeypatch.setattr(agent, "begin_turn", failing)
         llm.script(Turn(content="Back again."))

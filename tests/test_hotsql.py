@@ -65,3 +65,28 @@ def test_a_broken_transaction_refuses_further_statements_like_the_orm(session):
             hotsql.insert(Message, session_id=session.pk, seq=1, role="user", content="b")
         with pytest.raises(TransactionManagementError):
             hotsql.values(f"SELECT COUNT(*) FROM {hotsql.table(LLMCall)}")
+
+
+def test_an_update_returns_the_rows_it_changed_as_a_select_would_read_them(session):
+    sid = hotsql.prep(Session, "id", session.pk)
+    [row] = hotsql.update_returning(Session, "title = %s, pinned = %s", "id = %s", ["Renamed", True, sid])
+    [selected] = hotsql.select(Session, "id = %s", [sid])
+    for field in Session._meta.concrete_fields:
+        assert getattr(row, field.attname) == getattr(selected, field.attname), field.name
+    assert row.title == "Renamed" and row.pinned is True
+    assert hotsql.update_returning(Session, "title = %s", "id = %s AND title = %s", ["x", sid, "not it"]) == []
+
+
+def test_a_run_claim_reads_the_session_it_claims_and_works_without_returning(session, monkeypatch):
+    from django.db import connection
+
+    from agent.runs import _claim
+
+    claimed = _claim(str(session.pk), "run-1")
+    assert isinstance(claimed, Session) and claimed.pk == session.pk and claimed.active_run_id == "run-1"
+    assert _claim(str(session.pk), "run-2") is False  # held by a live run
+    Session.objects.filter(pk=session.pk).update(active_run_id="")
+    monkeypatch.setattr(connection.features, "can_return_columns_from_insert", False)  # SQLite < 3.35
+    assert hotsql.update_returning(Session, "title = %s", "id = %s", ["x", hotsql.prep(Session, "id", session.pk)]) is None
+    assert _claim(str(session.pk), "run-3") is True
+    assert Session.objects.get(pk=session.pk).active_run_id == "run-3"
