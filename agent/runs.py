@@ -423,8 +423,9 @@ class _StartGate:
     """At most PER_TURN runs take their first step (the context, the request: ~1 ms on the event
     loop each) in one turn of the event loop; the rest wait, in order, for a later turn, after
     the I/O polled in between. Twenty runs started at once held every stream in flight for
-    ~20 ms in one turn; now the streams' deltas go out between the starts (bench/README: part
-    (f) p99 ~17 -> ~13 ms). A start on a quiet server passes at once, without a turn."""
+    ~20 ms in one turn; now the streams' deltas go out between the starts (bench/README, sixth
+    session: part (f) alone, p99 median ~17 -> ~13 ms). A start on a quiet server passes at
+    once, without a turn."""
 
     PER_TURN = 2
 
