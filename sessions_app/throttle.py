@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+import unicodedata
 from datetime import timedelta
 from typing import Any, Callable
 
@@ -25,10 +26,18 @@ def _window() -> timedelta:
     return timedelta(minutes=settings.LOGIN_FAILURE_WINDOW_MINUTES)
 
 
+def throttle_username(raw: object) -> str:
+    """The name a login is counted under: NFKC-normalised as Django's login form and
+    `normalize_username` do, stripped as the form field does, then case-folded. So 'Owner',
+    ' owner ' and the fullwidth 'ｏｗｎｅｒ' (all of which Django may resolve to one account) share
+    one count."""
+    name = unicodedata.normalize("NFKC", str(raw)).strip().casefold()
+    return unicodedata.normalize("NFKC", name)[:150]
+
+
 def _attempt_key(request: HttpRequest) -> tuple[str, str]:
-    """(username, ip) of a login POST. Lower-cased so 'Owner' and 'owner' share a count."""
-    username = str(request.POST.get("username", "")).strip().lower()[:150]
-    return username, request.META.get("REMOTE_ADDR", "")[:64]
+    """(username, ip) of a login POST."""
+    return throttle_username(request.POST.get("username", "")), request.META.get("REMOTE_ADDR", "")[:64]
 
 
 def _lockout_seconds(attempt: LoginAttempt) -> int | None:
@@ -69,7 +78,7 @@ def login_throttled(view: Callable[..., HttpResponse]) -> Callable[..., HttpResp
             attempt.delete()  # a refused attempt is not a failure: it does not extend the lock
             return _too_many(request, wait)
         response = view(request, *args, **kwargs)
-        if request.user.is_authenticated and request.user.get_username().lower() == username:
+        if request.user.is_authenticated and throttle_username(request.user.get_username()) == username:
             LoginAttempt.objects.filter(username=username, ip=ip).delete()
         return response
 

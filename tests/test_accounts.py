@@ -55,6 +55,23 @@ class TestLoginThrottling:
         LoginAttempt.objects.bulk_create([LoginAttempt(username="owner", ip="10.0.0.1") for _ in range(2)])
         assert _login(Client(), "owner", "wrong").status_code == 429  # rows written by "another worker"
 
+    @pytest.mark.parametrize("alias", ["ｏｗｎｅｒ", "ｏwner", " OWNER ", "Ｏｗｎｅｒ", "owner\u00a0"])
+    def test_a_look_alike_spelling_shares_the_lock(self, owner, alias):
+        """Six wrong passwords for 'owner', then the right one under a Unicode look-alike that
+        Django's login form normalises (NFKC) to the same account: still locked."""
+        client = Client()
+        for _ in range(5):
+            _login(client, "owner", "wrong")
+        assert _login(client, "owner", "wrong").status_code == 429
+        response = _login(Client(), alias, PASSWORD)
+        assert response.status_code == 429
+        assert "_auth_user_id" not in client.session
+
+    def test_look_alike_failures_count_towards_the_real_name(self, owner):
+        for alias in ["ｏｗｎｅｒ", "OWNER", "ｏwner", " owner", "Owner"]:
+            assert _login(Client(), alias, "wrong").status_code == 200
+        assert _login(Client(), "owner", PASSWORD).status_code == 429
+
     def test_a_successful_login_clears_the_failures(self, owner):
         for _ in range(4):
             _login(Client(), "owner", "wrong")
