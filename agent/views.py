@@ -16,7 +16,7 @@ from agent.llm import LLMModelMissing, LLMUnreachable
 from agent.models import Profile
 from agent.registry import get_agent
 from agent.runs import RunActive, get_run_manager
-from navi_project.http import json_view
+from navi_project.http import json_error, json_view
 from sessions_app.auth import api_login_required, unauthenticated_response
 from sessions_app.history import HistoryError
 from sessions_app.models import Session
@@ -67,9 +67,13 @@ def tools(request: HttpRequest) -> JsonResponse:
 
 
 async def reliability(request: HttpRequest) -> HttpResponse:
-    """How well each model calls tools (ModelReliability counters), for /debug."""
-    if await _user(request) is None:
+    """How well each model calls tools (ModelReliability counters), for /debug. The counters
+    add up every user's runs, so only staff read them."""
+    user = await _user(request)
+    if user is None:
         return unauthenticated_response()
+    if not user.is_staff:
+        return json_error("the reliability counters cover every user's runs, so only staff can read them; ask the owner, or see the admin", 403)
 
     return JsonResponse({"models": await counters.table()})
 

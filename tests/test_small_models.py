@@ -365,3 +365,6 @@ class TestDebugFigures:
         assert (await client.get(f"/agents/llm_calls/{session.id}")).status_code == 401
         models = (await client.get("/agents/reliability", headers={"Authorization": f"Bearer {owner_token}"})).json()["models"]
         assert models[0]["native_calls"] == 1 and models[0]["model"] == "gemma4:e2b-it-q8_0"
+        # The counters add up every user's runs: a plain user (mallory) is refused them.
+        refused = await client.get("/agents/reliability", headers={"Authorization": f"Bearer {other_token}"})
+        assert refused.status_code == 403 and "only staff" in refused.json()["error"]

@@ -190,17 +190,32 @@ export function statusBadge(status) {
   return el("div", `status-badge ${status}`, text);
 }
 
+// A published file's link must stay on this server: "//evil.example/x" and "/\\evil.example" start
+// with "/" too, so the URL is resolved and its origin and path checked, not its first character.
+export function ownFileUrl(url) {
+  if (typeof url !== "string" || !url.startsWith("/")) return null;
+  let parsed;
+  try {
+    parsed = new URL(url, location.origin);
+  } catch {
+    return null;
+  }
+  if (parsed.origin !== location.origin || !parsed.pathname.startsWith("/sessions/")) return null;
+  return parsed.pathname + parsed.search;
+}
+
 export function publishedFile(frame) {
   const box = el("div", "published");
-  if ((frame.mime || "").startsWith("image/") && frame.url.startsWith("/")) {
+  const url = ownFileUrl(frame.url);
+  if ((frame.mime || "").startsWith("image/") && url) {
     const img = el("img");
     img.alt = frame.name;
-    img.src = frame.url;
+    img.src = url;
     box.append(img);
   }
   const link = el("a", "file-link");
   link.append(fileIcon(), document.createTextNode(` ${frame.name}`));
-  if ((frame.url || "").startsWith("/")) link.href = frame.url;
+  if (url) link.href = url;
   link.target = "_blank";
   link.rel = "noopener";
   box.append(link);

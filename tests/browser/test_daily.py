@@ -528,3 +528,34 @@ def test_axe_finds_no_serious_violations(browser, navi, live_llm, login_state, s
         context.close()
     bad = {k: v for k, v in found.items() if v}
     assert not bad, json.dumps(bad, indent=1)
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["//evil.example/x.png", "/\\evil.example/x.png", "https://evil.example/x", "javascript:alert(1)", "/login/?next=x"],
+)
+def test_a_published_file_never_links_off_the_server(page, navi, url):
+    """A file card's URL comes from a frame a hostile page may have steered: only this server's
+    /sessions/ paths become links or images."""
+    open_chat(page, navi)
+    html = page.evaluate(
+        """async (url) => {
+            const { publishedFile } = await import('/static/js/cards.js');
+            const box = publishedFile({ name: 'x.png', mime: 'image/png', url });
+            return { href: box.querySelector('a').getAttribute('href'), img: box.querySelectorAll('img').length };
+        }""",
+        url,
+    )
+    assert html == {"href": None, "img": 0}
+
+
+def test_a_published_file_on_the_server_is_linked(page, navi):
+    open_chat(page, navi)
+    html = page.evaluate(
+        """async () => {
+            const { publishedFile } = await import('/static/js/cards.js');
+            const box = publishedFile({ name: 'x.png', mime: 'image/png', url: '/sessions/abc/files/x.png' });
+            return { href: box.querySelector('a').getAttribute('href'), img: box.querySelector('img').getAttribute('src') };
+        }"""
+    )
+    assert html == {"href": "/sessions/abc/files/x.png", "img": "/sessions/abc/files/x.png"}
