@@ -48,12 +48,15 @@ def sessions(request: HttpRequest) -> JsonResponse:
 
     data = parse_json_body(request)
     profile = _profile_from(data.get("profile_id"), request.user)
-    force_new = data.get("new", False)
-    if not isinstance(force_new, bool):
+    reuse = data.get("reuse_empty", False)
+    if not isinstance(reuse, bool):
+        raise ApiError('"reuse_empty" must be true or false', 400)
+    if not isinstance(data.get("new", False), bool):  # the old flag: creating is now the default
         raise ApiError('"new" must be true or false', 400)
-    session = None if force_new else _empty_newest_session(request.user)
+    # A script that asks for 20 sessions gets 20. Only the page's "New chat" sends reuse_empty:
+    # clicked twice, it gives the same empty chat instead of piling them up.
+    session = _empty_newest_session(request.user) if reuse else None
     if session is not None:
-        # An empty chat is reused instead of piling up: "New chat" twice gives the same one.
         if session.profile_id != profile.pk:
             session.profile = profile
             session.save(update_fields=["profile"])

@@ -258,32 +258,41 @@ class TestHistoryAfterReload:
 
 @pytest.mark.django_db
 class TestEmptyChatReuse:
-    def test_the_newest_empty_chat_is_reused(self, owner_client, owner):
-        first = owner_client.post("/sessions", {}, content_type="application/json")
+    REUSE = {"reuse_empty": True}
+
+    def test_a_plain_post_always_creates_a_session(self, owner_client, owner):
+        """A script creating 20 sessions to run 20 tasks in parallel gets 20 sessions."""
+        ids = set()
+        for _ in range(20):
+            response = owner_client.post("/sessions", {}, content_type="application/json")
+            assert response.status_code == 201
+            ids.add(_json(response)["session_id"])
+        assert len(ids) == 20 and Session.objects.filter(owner=owner).count() == 20
+
+    def test_reuse_empty_returns_the_newest_empty_chat(self, owner_client, owner):
+        first = owner_client.post("/sessions", self.REUSE, content_type="application/json")
         assert first.status_code == 201
-        again = owner_client.post("/sessions", {}, content_type="application/json")
+        again = owner_client.post("/sessions", self.REUSE, content_type="application/json")
         assert again.status_code == 200
         assert _json(again) == _json(first)
         Message.objects.create(session_id=_json(first)["session_id"], seq=1, role="user", content="hi")
-        third = owner_client.post("/sessions", {}, content_type="application/json")
+        third = owner_client.post("/sessions", self.REUSE, content_type="application/json")
         assert third.status_code == 201 and _json(third)["session_id"] != _json(first)["session_id"]
         assert Session.objects.filter(owner=owner).count() == 2
 
-    def test_new_true_forces_a_new_chat(self, owner_client, owner):
-        owner_client.post("/sessions", {}, content_type="application/json")
-        response = owner_client.post("/sessions", {"new": True}, content_type="application/json")
-        assert response.status_code == 201
-        assert Session.objects.filter(owner=owner).count() == 2
+    def test_bad_flags_are_refused(self, owner_client, owner):
+        assert owner_client.post("/sessions", {"reuse_empty": "yes"}, content_type="application/json").status_code == 400
         assert owner_client.post("/sessions", {"new": "yes"}, content_type="application/json").status_code == 400
+        assert not Session.objects.filter(owner=owner).exists()
 
     def test_reuse_takes_the_requested_profile(self, owner_client):
-        owner_client.post("/sessions", {}, content_type="application/json")
-        response = owner_client.post("/sessions", {"profile_id": "server_admin"}, content_type="application/json")
+        owner_client.post("/sessions", self.REUSE, content_type="application/json")
+        response = owner_client.post("/sessions", {**self.REUSE, "profile_id": "server_admin"}, content_type="application/json")
         assert response.status_code == 200 and _json(response)["profile_id"] == "server_admin"
 
     def test_another_users_empty_chat_is_never_reused(self, owner_client, other_user):
         theirs = Session.objects.create(owner=other_user, profile_id="secretary")
-        response = owner_client.post("/sessions", {}, content_type="application/json")
+        response = owner_client.post("/sessions", self.REUSE, content_type="application/json")
         assert response.status_code == 201 and _json(response)["session_id"] != str(theirs.id)
 
     def test_the_default_profile_setting_applies(self, owner_client, owner):

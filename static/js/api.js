@@ -62,7 +62,8 @@ export const api = {
   saveFact: (id, value) => request("PATCH", `/memory/facts/${id}`, { value }),
   forgetFact: (id) => request("DELETE", `/memory/facts/${id}`),
   session: (id) => request("GET", `/sessions/${id}`),
-  createSession: (profileId) => request("POST", "/sessions", { profile_id: profileId }),
+  // New chat: the newest chat is reused while it is still empty (a script's POST always creates).
+  createSession: (profileId) => request("POST", "/sessions", { profile_id: profileId, reuse_empty: true }),
   rename: (id, title) => request("PATCH", `/sessions/${id}`, { title }),
   pin: (id, pinned) => request("PATCH", `/sessions/${id}/pin`, { pinned }),
   remove: (id) => request("DELETE", `/sessions/${id}`),
