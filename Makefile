@@ -60,8 +60,10 @@ test: install-test vendor bytecode
 
 # The whole suite again on PostgreSQL: against DATABASE_URL when it is set (its user needs
 # CREATEDB), else against a throwaway cluster started from this machine's PostgreSQL binaries.
+# The browser suite is left out: it drives the page, and the REST, WebSocket and live-server tests
+# below it already run every query the page causes on PostgreSQL (CI's time: README "Tests").
 test-postgres: install-test vendor
-	$(PY) -m tests.postgres_cluster
+	$(PY) -m tests.postgres_cluster --ignore=tests/browser
 
 lint: install-test
 	$(VENV)/bin/ruff check .
