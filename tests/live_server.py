@@ -217,6 +217,6 @@ class LiveNavi:
 
     def create_session(self, profile_id: str = "secretary") -> str:
         with self.api() as client:
-            response = client.post("/sessions", json={"profile_id": profile_id, "new": True})
+            response = client.post("/sessions", json={"profile_id": profile_id})
             response.raise_for_status()
             return response.json()["session_id"]

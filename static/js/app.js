@@ -12,6 +12,7 @@ const $ = (sel) => document.querySelector(sel);
 const state = {
   sessionId: null, socket: null, ready: false, buffer: [], maxContext: 0, frames: [],
   session: null, profiles: [], prefs: { notify_when_done: false },
+  unsent: null, // a message sent while the chat's history was still loading: sent once it is drawn
 };
 
 function toast(message) {
@@ -132,15 +133,22 @@ const chat = new ChatView($("#scroller"), {
 const composer = new Composer($("#composer"), {
   getSession: () => state.sessionId,
   onSend(content, images, files) {
-    if (!state.socket) return false;
-    chat.addUserMessage(content, images, files);
+    if (!state.socket || state.unsent) return false;
     composer.setRunning(true);
-    state.socket.send({ type: "message", content, images, files });
+    // Drawing the history replaces the list: a message typed before it is drawn waits for it,
+    // or its bubble would be wiped (and the run's replay would not bring it back).
+    if (state.ready) sendMessage({ content, images, files });
+    else state.unsent = { sessionId: state.sessionId, content, images, files };
     return true;
   },
   onStop: stopRun,
   onError: toast,
 });
+
+function sendMessage({ content, images, files }) {
+  chat.addUserMessage(content, images, files);
+  state.socket.send({ type: "message", content, images, files });
+}
 
 function stopRun() {
   if (!state.sessionId || !composer.running) return;
@@ -179,8 +187,15 @@ function receive(frame) {
 
 async function openSession(id) {
   if (state.socket) state.socket.close();
+  if (state.unsent && state.unsent.sessionId !== id) {
+    // Sent to a chat that was left before it finished loading: give the text back, don't lose it.
+    const input = $("#input");
+    if (!input.value) input.value = state.unsent.content;
+    state.unsent = null;
+  }
   state.sessionId = id;
   state.ready = false;
+  document.body.dataset.ready = "0";
   state.buffer = [];
   state.maxContext = 0;
   composer.setRunning(false);
@@ -206,6 +221,9 @@ async function openSession(id) {
   chat.loadHistory(session.messages);
   state.ready = true;
   for (const frame of state.buffer.splice(0)) chat.frame(frame);
+  const unsent = state.unsent;
+  state.unsent = null;
+  if (unsent) sendMessage(unsent);
   document.body.dataset.ready = "1";
 }
 

@@ -230,6 +230,34 @@ def test_a_dropped_socket_resumes_from_the_last_seq(page, navi, live_llm):
     assert page.evaluate("window.navi.socket.attempt") == 0
 
 
+def test_a_message_sent_while_the_history_loads_keeps_its_bubble(page, navi, live_llm):
+    """The flake of issue #30: the test typed before the chat's history was drawn, and drawing it
+    wiped the bubble of the message already sent. Hold the history request, send, release it."""
+    live_llm.add_rule(DIRECT)
+    live_llm.add_rule(Rule(match="early bird", turns=[Turn(content="catches the worm")]))
+    sid = navi.create_session()
+    held = []
+    history = re.compile(rf"/sessions/{sid}$")
+    page.route(history, lambda route: held.append(route))
+    page.goto(f"{navi.url}/#{sid}")
+    page.wait_for_function("id => window.navi && window.navi.socket.sessionId === id && window.navi.socket.ws.readyState === 1", arg=sid)
+    for _ in range(200):  # the route handler runs while Playwright processes events
+        if held:
+            break
+        page.wait_for_timeout(25)
+    assert held, "the history request was not made"
+    assert page.evaluate("document.body.dataset.ready") != "1", "ready must not be claimed before the history is drawn"
+    response = held[0].fetch()  # the history as it is before the message: it arrives after the send
+    send(page, "early bird")
+    held[0].fulfill(response=response)
+    page.unroute(history)
+    expect(page.locator(".group.user", has_text="early bird")).to_have_count(1)
+    expect(last_turn(page).locator(".bubble.assistant")).to_have_text("catches the worm")
+    page.reload()
+    page.wait_for_selector("body[data-ready='1']")
+    expect(page.locator(".group.user", has_text="early bird")).to_have_count(1)
+
+
 def test_a_second_tab_shows_a_run_started_in_the_first(page, navi, live_llm):
     live_llm.add_rule(DIRECT)
     live_llm.add_rule(Rule(match="two tabs", turns=[Turn(content=COUNT, chunk_size=6, delay=0.03)]))
