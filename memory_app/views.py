@@ -1,4 +1,4 @@
-"""JSON endpoints of the memory page: the signed-in user's facts and summary, edit, forget.
+"""JSON endpoints of the memory page: the signed-in user's facts and summary, add, edit, forget.
 
 Every change rebuilds the summary (services.refresh_summary): it is injected into every run,
 so a fact the owner corrected or deleted must leave it at once.
@@ -39,17 +39,56 @@ def _get_fact_for_user(request: HttpRequest, fact_id: str) -> MemoryFact:
     return fact
 
 
+MAX_FACTS_PER_USER = 2000  # the page lists them all; the summary prompt takes the newest 400
+
+
+def _summary_json(owner_id: int) -> dict:
+    """The summary and when it changed: the page shows both after every change."""
+    summary = MemorySummary.objects.filter(owner_id=owner_id).first()
+    return {
+        "summary": summary.content if summary else "",
+        "summary_updated_at": summary.updated_at.isoformat() if summary else None,
+    }
+
+
 @api_login_required
-@json_view("GET")
+@json_view("GET", "POST")
 def memory(request: HttpRequest) -> JsonResponse:
-    summary = MemorySummary.objects.filter(owner=request.user).first()
-    return JsonResponse(
-        {
-            "facts": [_fact_json(f) for f in services.all_facts(request.user.pk)],
-            "summary": summary.content if summary else "",
-            "summary_updated_at": summary.updated_at.isoformat() if summary else None,
-        }
-    )
+    if request.method == "POST":
+        return _add_fact(request)
+    return JsonResponse({"facts": [_fact_json(f) for f in services.all_facts(request.user.pk)], **_summary_json(request.user.pk)})
+
+
+def _add_fact(request: HttpRequest) -> JsonResponse:
+    """POST /memory {category, key, value}: a fact the owner tells Navi directly. An existing
+    (category, key) is a 409, not an overwrite: the page edits that one instead."""
+    data = parse_json_body(request, allow_empty=False)
+    unknown = set(data) - {"category", "key", "value"}
+    missing = [name for name in ("category", "key", "value") if name not in data]
+    if unknown or missing:
+        raise ApiError("send category, key and value (all three, nothing else)", 400)
+    category, key, value = _label(data, "category", CATEGORY_MAX), _label(data, "key", KEY_MAX), _value(data)
+    owner_id = request.user.pk
+    if MemoryFact.objects.filter(owner_id=owner_id, category=category, key=key).exists():
+        raise ApiError(f"you already have a fact '{category}: {key}'; edit or delete that one", 409)
+    if MemoryFact.objects.filter(owner_id=owner_id).count() >= MAX_FACTS_PER_USER:
+        raise ApiError(f"you already have {MAX_FACTS_PER_USER} facts; forget some first", 400)
+    try:
+        with transaction.atomic():
+            fact = MemoryFact.objects.create(owner_id=owner_id, category=category, key=key, value=value)
+    except IntegrityError:  # the same fact added at the same moment elsewhere
+        raise ApiError(f"you already have a fact '{category}: {key}'; edit or delete that one", 409) from None
+    services.refresh_summary(owner_id)
+    return JsonResponse({"fact": _fact_json(fact), **_summary_json(owner_id)}, status=201)
+
+
+def _value(data: dict) -> str:
+    value = data["value"]
+    if not isinstance(value, str) or not value.strip():
+        raise ApiError("value must be non-empty text", 400)
+    if len(value) > VALUE_MAX:
+        raise ApiError(f"value is limited to {VALUE_MAX} characters", 400)
+    return " ".join(value.split())
 
 
 def _label(data: dict, name: str, limit: int) -> str:
@@ -68,7 +107,8 @@ def memory_fact(request: HttpRequest, fact_id: str) -> JsonResponse:
     fact = _get_fact_for_user(request, fact_id)
     if request.method == "DELETE":
         fact.delete()
-        return JsonResponse({"ok": True, "id": int(fact_id), "summary": services.refresh_summary(request.user.pk)})
+        services.refresh_summary(request.user.pk)
+        return JsonResponse({"ok": True, "id": int(fact_id), **_summary_json(request.user.pk)})
 
     data = parse_json_body(request, allow_empty=False)
     unknown = set(data) - {"category", "key", "value"}
@@ -79,16 +119,12 @@ def memory_fact(request: HttpRequest, fact_id: str) -> JsonResponse:
     if "key" in data:
         fact.key = _label(data, "key", KEY_MAX)
     if "value" in data:
-        value = data["value"]
-        if not isinstance(value, str) or not value.strip():
-            raise ApiError("value must be non-empty text", 400)
-        if len(value) > VALUE_MAX:
-            raise ApiError(f"value is limited to {VALUE_MAX} characters", 400)
-        fact.value = " ".join(value.split())
+        fact.value = _value(data)
     fact.updated_at = timezone.now()
     try:
         with transaction.atomic():
             fact.save(update_fields=["category", "key", "value", "updated_at"])
     except IntegrityError:
         raise ApiError(f"you already have a fact '{fact.category}: {fact.key}'; edit or delete that one", 409) from None
-    return JsonResponse({"fact": _fact_json(fact), "summary": services.refresh_summary(request.user.pk)})
+    services.refresh_summary(request.user.pk)
+    return JsonResponse({"fact": _fact_json(fact), **_summary_json(request.user.pk)})

@@ -97,7 +97,48 @@ class TestMemoryEndpoints:
         csrf = Client(enforce_csrf_checks=True)
         csrf.force_login(owner)
         assert csrf.delete(f"/memory/facts/{fact.id}").status_code == 403
-        assert owner_client.post("/memory").status_code == 405
+        assert csrf.post("/memory", {"category": "a", "key": "x", "value": "y"}, content_type="application/json").status_code == 403
+        assert anon_client.post("/memory", {"category": "a", "key": "x", "value": "y"}, content_type="application/json").status_code == 401
+        assert owner_client.put("/memory").status_code == 405
+
+    def test_post_adds_a_fact_and_the_summary_follows(self, owner, other_user, owner_client):
+        set_summary(owner.id, "old words")
+        before = MemorySummary.objects.get(owner=owner).updated_at
+        response = owner_client.post("/memory", {"category": "Preferences", "key": "Tea", "value": "green,  no sugar"}, content_type="application/json")
+        assert response.status_code == 201
+        body = _json(response)
+        assert (body["fact"]["category"], body["fact"]["key"], body["fact"]["value"]) == ("preferences", "tea", "green, no sugar")
+        assert "green, no sugar" in body["summary"] and body["summary"] == get_summary(owner.id)
+        assert body["summary_updated_at"] > before.isoformat()
+        assert not MemoryFact.objects.filter(owner=other_user).exists()
+
+    @pytest.mark.parametrize(
+        "body,status",
+        [
+            ({"category": "preferences", "key": "tea", "value": "black"}, 409),  # exists: edit it instead
+            ({"category": "", "key": "x", "value": "y"}, 400),
+            ({"category": "a", "key": "x"}, 400),
+            ({"category": "a", "key": "x", "value": "y", "owner": 1}, 400),
+            ({"category": "a", "key": "x", "value": "y" * 2001}, 400),
+            ({"category": "a", "key": ["x"], "value": "y"}, 400),
+            ("[]", 400),
+        ],
+    )
+    def test_bad_additions_save_nothing(self, owner, owner_client, body, status):
+        upsert_fact(owner.id, "preferences", "tea", "green")
+        payload = body if isinstance(body, str) else json.dumps(body)
+        response = owner_client.post("/memory", payload, content_type="application/json")
+        assert response.status_code == status and "error" in _json(response)
+        assert list(MemoryFact.objects.values_list("key", "value")) == [("tea", "green")]
+
+    def test_patch_and_delete_say_when_the_summary_changed(self, owner, owner_client):
+        fact = upsert_fact(owner.id, "people", "dog", "Rex").fact
+        set_summary(owner.id, "x")
+        before = MemorySummary.objects.get(owner=owner).updated_at.isoformat()
+        patched = _json(owner_client.patch(f"/memory/facts/{fact.id}", {"value": "Max"}, content_type="application/json"))
+        assert patched["summary_updated_at"] > before
+        deleted = _json(owner_client.delete(f"/memory/facts/{fact.id}"))
+        assert deleted["summary_updated_at"] >= patched["summary_updated_at"]
 
 
 @pytest.mark.django_db(transaction=True)

@@ -59,6 +59,7 @@ export const api = {
   createToken: (name) => request("POST", "/settings/tokens", { name }),
   revokeToken: (id) => request("DELETE", `/settings/tokens/${id}`),
   memory: () => request("GET", "/memory"),
+  addFact: (category, key, value) => request("POST", "/memory", { category, key, value }),
   saveFact: (id, value) => request("PATCH", `/memory/facts/${id}`, { value }),
   forgetFact: (id) => request("DELETE", `/memory/facts/${id}`),
   session: (id) => request("GET", `/sessions/${id}`),

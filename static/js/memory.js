@@ -1,5 +1,5 @@
 // The memory page: the facts Navi keeps about you (edit the value, forget) and the summary
-// built from them (GET /memory, PATCH/DELETE /memory/facts/<id>).
+// built from them (GET/POST /memory, PATCH/DELETE /memory/facts/<id>).
 import { api } from "./api.js";
 import { el } from "./cards.js";
 import { $, toast, when } from "./pagekit.js";
@@ -29,7 +29,7 @@ function factItem(fact) {
     try {
       const result = await api.saveFact(fact.id, input.value.trim());
       fact.value = result.fact.value;
-      showSummary(result.summary);
+      showSummary(result.summary, result.summary_updated_at);
       save.textContent = "Saved";
       setTimeout(() => (save.textContent = "Save"), 1500);
     } catch (err) {
@@ -44,7 +44,7 @@ function factItem(fact) {
     try {
       const result = await api.forgetFact(fact.id);
       li.remove();
-      showSummary(result.summary);
+      showSummary(result.summary, result.summary_updated_at);
       $("#facts-empty").hidden = !!$("#facts").children.length;
     } catch (err) {
       toast(`Could not forget: ${err.message}`);
@@ -56,7 +56,27 @@ function factItem(fact) {
   return li;
 }
 
+function setUpAddForm() {
+  const form = $("#add-fact");
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const [category, key, value] = ["category", "key", "value"].map((n) => form.elements[n].value.trim());
+    try {
+      const result = await api.addFact(category, key, value);
+      const item = factItem(result.fact);
+      $("#facts").append(item);
+      $("#facts-empty").hidden = true;
+      showSummary(result.summary, result.summary_updated_at);
+      form.reset();
+      form.elements.category.focus();
+    } catch (err) {
+      toast(`Could not add: ${err.message}`);
+    }
+  });
+}
+
 async function start() {
+  setUpAddForm();
   try {
     const memory = await api.memory();
     showSummary(memory.summary, memory.summary_updated_at);

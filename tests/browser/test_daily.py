@@ -448,6 +448,20 @@ def test_settings_theme_tokens_and_memory_page(page, navi):
     screenshot(page, "daily-11-memory")
     fact.locator("button.forget").click()
     expect(page.locator(".fact")).to_have_count(0)
+    # Add a fact by keyboard: it is listed, kept, and in the summary with a fresh date.
+    page.evaluate("document.querySelector('#summary-date').textContent = 'stale'")
+    form = page.locator("#add-fact")
+    form.locator("input[name=category]").fill("people")
+    form.locator("input[name=key]").fill("sister")
+    form.locator("input[name=value]").fill("Anna")
+    form.locator("input[name=value]").press("Enter")
+    expect(page.locator(".fact", has_text="sister").locator("input")).to_have_value("Anna")
+    expect(page.locator("#summary")).to_contain_text("sister = Anna")
+    expect(page.locator("#summary-date")).to_have_text(re.compile(r"^Updated "))
+    expect(form.locator("input[name=category]")).to_be_focused()
+    screenshot(page, "daily-11-memory-added")
+    with navi.api() as client:
+        assert [(f["key"], f["value"]) for f in client.get("/memory").json()["facts"]] == [("sister", "Anna")]
     with navi.api() as client:
         client.patch("/settings", json={"theme": "system"})
     page.evaluate("localStorage.removeItem('navi-theme')")
