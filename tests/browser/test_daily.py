@@ -483,7 +483,36 @@ def axe_serious(page) -> list:
         ".filter(v => ['serious', 'critical'].includes(v.impact))"
         ".map(v => ({id: v.id, impact: v.impact, nodes: v.nodes.slice(0, 3).map(n => n.target.join(' ') + ' ' + (n.failureSummary || '').slice(0, 200))}))"
     )
+    # axe does not look at ::placeholder text: measure it the same way (WCAG ratio, 4.5:1).
+    faint = page.evaluate(PLACEHOLDER_CONTRAST)
+    if faint:
+        result.append({"id": "placeholder-contrast", "impact": "serious", "nodes": faint[:3]})
     return result
+
+
+PLACEHOLDER_CONTRAST = """() => {
+  const rgba = (c) => { const m = c.match(/[\\d.]+/g).map(Number); return [m[0], m[1], m[2], m.length > 3 ? m[3] : 1]; };
+  const lum = ([r, g, b]) => { const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+    return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b); };
+  const background = (node) => {
+    for (let n = node; n; n = n.parentElement) {
+      const c = rgba(getComputedStyle(n).backgroundColor);
+      if (c[3] > 0) return c;
+    }
+    return [255, 255, 255, 1];
+  };
+  const out = [];
+  for (const input of document.querySelectorAll('input[placeholder], textarea[placeholder]')) {
+    if (!input.offsetParent) continue;
+    const bg = background(input);
+    const fg = rgba(getComputedStyle(input, '::placeholder').color);
+    const mix = fg.slice(0, 3).map((v, i) => v * fg[3] + bg[i] * (1 - fg[3]));
+    const [a, b] = [lum(mix), lum(bg)].sort((x, y) => y - x);
+    const ratio = (a + 0.05) / (b + 0.05);
+    if (ratio < 4.5) out.push(`#${input.id || input.name} placeholder ${ratio.toFixed(2)}:1`);
+  }
+  return out;
+}"""
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
