@@ -4,6 +4,7 @@
 import { api } from "./api.js";
 import { ChatView } from "./chat.js";
 import { Composer } from "./composer.js";
+import { closeMenusOn } from "./menus.js";
 import { Sidebar } from "./sidebar.js";
 import { SessionSocket } from "./ws.js";
 import { applyTheme } from "./theme.js";
@@ -294,6 +295,7 @@ async function start() {
   $("#menu").addEventListener("click", () => setMenu(!document.body.classList.contains("sidebar-open")));
   $("#backdrop").addEventListener("click", () => setMenu(false));
   $("#session-profile").addEventListener("change", (e) => switchProfile(e.target.value));
+  closeMenusOn();
   document.addEventListener("keydown", (e) => {
     if (e.key !== "Escape" || e.defaultPrevented) return;
     // Esc in a field (renaming a chat, searching, a select) belongs to that field.

@@ -191,6 +191,17 @@ def test_export_downloads_and_import_opens_the_copy(page, navi, live_llm, tmp_pa
         page.click("#export-md")
     assert md.value.suggested_filename.endswith(".md")
     assert "export me please" in open(md.value.path(), encoding="utf-8").read()
+    menu = page.locator("details.export")
+    expect(menu).not_to_have_attribute("open", "")  # closed after the download
+    page.click("details.export summary")
+    expect(menu).to_have_attribute("open", "")
+    page.keyboard.press("Escape")
+    expect(menu).not_to_have_attribute("open", "")
+    expect(page.locator("details.export summary")).to_be_focused()
+    page.click("details.export summary")
+    page.click("#scroller")  # outside
+    expect(menu).not_to_have_attribute("open", "")
+    page.click("details.export summary")
     with page.expect_download() as js:
         page.click("#export-json")
     path = tmp_path / "chat.json"
