@@ -14,6 +14,8 @@ function readAsDataURL(file) {
   });
 }
 
+const TOUCH = window.matchMedia("(pointer: coarse)");
+
 export class Composer {
   constructor(form, { getSession, onSend, onStop, onError }) {
     this.form = form;
@@ -147,7 +149,7 @@ export class Composer {
     this.running = running;
     if (!running) this.setStopping(false);
     this.update();
-    if (!running) this.input.focus();
+    if (!running && !TOUCH.matches) this.input.focus(); // on a phone, focus would pop the keyboard up
   }
 
   /** After a click on Stop: the button says so until the run has ended. */

@@ -371,6 +371,22 @@ def test_phone_menu_closes_on_esc_and_backdrop(browser, login_state, navi, live_
         context.close()
 
 
+def test_phone_keeps_the_profile_switch_and_does_not_pop_the_keyboard(browser, login_state, navi, live_llm):
+    context, page = new_page(browser, login_state, viewport={"width": 375, "height": 740}, has_touch=True, is_mobile=True)
+    try:
+        open_chat(page, navi)
+        select = page.locator("#session-profile")
+        expect(select).to_be_visible()
+        box = select.bounding_box()
+        assert box["x"] >= 0 and box["x"] + box["width"] <= 375, box
+        assert page.evaluate("document.activeElement.id") != "input", "focusing the box pops the phone's keyboard up"
+        select.select_option("server_admin")
+        expect(page.locator("#session-profile")).to_have_value("server_admin")
+        screenshot(page, "daily-09-phone-header")
+    finally:
+        context.close()
+
+
 def test_keyboard_reaches_the_attach_buttons_with_a_visible_focus(page, navi):
     open_chat(page, navi)
     page.focus("#input")
