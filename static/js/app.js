@@ -188,6 +188,7 @@ function receive(frame) {
 
 async function openSession(id) {
   if (state.socket) state.socket.close();
+  if (id !== state.sessionId) composer.dropQueue(); // queued for the chat being left
   if (state.unsent && state.unsent.sessionId !== id) {
     // Sent to a chat that was left before it finished loading: give the text back, don't lose it.
     const input = $("#input");

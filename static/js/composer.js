@@ -1,5 +1,6 @@
 // The input area: Enter sends, Shift+Enter is a newline; images (paste or attach) go as base64,
-// other files are uploaded first and referenced by name/path; Stop during a run.
+// other files are uploaded first and referenced by name/path; Stop during a run. The box stays
+// editable during a run: what is sent then waits in a queue (cancellable) until the run ends.
 import { api } from "./api.js";
 import { el, fileChip } from "./cards.js";
 
@@ -15,6 +16,7 @@ function readAsDataURL(file) {
 }
 
 const TOUCH = window.matchMedia("(pointer: coarse)");
+const MAX_QUEUED = 5;
 
 export class Composer {
   constructor(form, { getSession, onSend, onStop, onError }) {
@@ -30,6 +32,8 @@ export class Composer {
     this.files = []; // {name, path, size}
     this.running = false;
     this.busy = false; // an upload is in flight
+    this.queued = []; // {content, images, files} sent during a run, oldest first
+    this.queueList = form.querySelector("#queued");
 
     form.addEventListener("submit", (e) => {
       e.preventDefault();
@@ -135,9 +139,18 @@ export class Composer {
 
   send() {
     const content = this.input.value.trim();
-    if ((!content && !this.images.length) || this.running || this.busy || !this.getSession()) return;
-    const sent = this.onSend(content, this.images, this.files.map((f) => ({ name: f.name, path: f.path })));
-    if (sent === false) return;
+    if ((!content && !this.images.length) || this.busy || !this.getSession()) return;
+    const message = { content, images: this.images, files: this.files.map((f) => ({ name: f.name, path: f.path })) };
+    if (this.running) {
+      if (this.queued.length >= MAX_QUEUED) {
+        this.onError(`${MAX_QUEUED} messages are already waiting; cancel one or wait for the answer`);
+        return;
+      }
+      this.queued.push(message);
+      this.renderQueue();
+    } else if (this.onSend(message.content, message.images, message.files) === false) {
+      return;
+    }
     this.input.value = "";
     this.images = [];
     this.files = [];
@@ -145,9 +158,41 @@ export class Composer {
     this.autosize();
   }
 
+  renderQueue() {
+    this.queueList.replaceChildren(
+      ...this.queued.map((message, i) => {
+        const item = el("li", "queued");
+        const text = message.content || `${message.images.length} image(s)`;
+        const cancel = el("button", "icon remove", "×");
+        cancel.type = "button";
+        cancel.setAttribute("aria-label", `Cancel the queued message: ${text.slice(0, 60)}`);
+        cancel.addEventListener("click", () => {
+          this.queued.splice(i, 1);
+          this.renderQueue();
+          this.input.focus();
+        });
+        item.append(el("span", "label", "Queued"), el("span", "queued-text", text), cancel);
+        return item;
+      }),
+    );
+  }
+
+  /** The chat was left: its queued messages are not sent elsewhere; the first comes back to the box. */
+  dropQueue() {
+    const first = this.queued[0];
+    if (first && !this.input.value) this.input.value = first.content;
+    this.queued = [];
+    this.renderQueue();
+  }
+
   setRunning(running) {
     this.running = running;
     if (!running) this.setStopping(false);
+    if (!running && this.queued.length) {
+      const next = this.queued.shift();
+      this.renderQueue();
+      if (this.onSend(next.content, next.images, next.files) !== false) return; // runs again at once
+    }
     this.update();
     if (!running && !TOUCH.matches) this.input.focus(); // on a phone, focus would pop the keyboard up
   }
@@ -159,7 +204,7 @@ export class Composer {
   }
 
   update() {
-    this.input.disabled = this.running;
+    this.input.disabled = false; // typing (and queueing) during a run is allowed
     this.sendButton.disabled = this.running || this.busy;
     this.stopButton.hidden = !this.running;
     this.sendButton.hidden = this.running;

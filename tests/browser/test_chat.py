@@ -67,7 +67,7 @@ def test_it_streams_an_answer_into_a_new_chat(page, navi, live_llm):
     answer = page.locator(".bubble.assistant").last
     expect(answer).to_contain_text("Nice to meet you.")
     expect(answer.locator("strong")).to_have_text("Nice")
-    expect(page.locator("#input")).to_be_enabled()
+    expect(page.locator("#send")).to_be_visible()
     expect(page.locator("#context-meter .label")).to_contain_text("/ 8,192 tokens")
     expect(page.locator(f"#session-list li[data-id='{sid}'] .session-title")).to_have_text("hello there")
     screenshot(page, "02-streamed-answer")
@@ -185,12 +185,12 @@ def test_stop_mid_stream_keeps_the_partial_text(page, navi, live_llm):
     send(page, "long story")
     turn = last_turn(page)
     expect(turn.locator(".bubble.assistant")).to_contain_text("word word word")
-    expect(page.locator("#input")).to_be_disabled()
+    expect(page.locator("#stop")).to_be_visible()
     with page.expect_request(lambda r: r.url.endswith("/stop") and r.method == "POST") as stop_request:
         page.click("#stop")
     assert stop_request.value.headers.get("x-csrftoken"), "Stop sends the CSRF header"
     expect(turn.locator(".status-badge.stopped")).to_be_visible()
-    expect(page.locator("#input")).to_be_enabled()
+    expect(page.locator("#send")).to_be_visible()
     expect(page.locator("#stop")).to_be_hidden()
     text = turn.locator(".bubble.assistant").inner_text()
     assert text.startswith("word word") and len(text) < len("word " * 400)
@@ -205,7 +205,7 @@ def _assert_single_answer(page, question: str) -> None:
     turn = last_turn(page)
     expect(turn.locator(".bubble.assistant")).to_have_text(COUNT, timeout=20_000)
     expect(turn.locator(".bubble.assistant")).to_have_count(1)
-    expect(page.locator("#input")).to_be_enabled()
+    expect(page.locator("#send")).to_be_visible()
 
 
 def test_reload_mid_stream_continues_the_same_answer_without_duplicates(page, navi, live_llm):
@@ -258,6 +258,35 @@ def test_a_message_sent_while_the_history_loads_keeps_its_bubble(page, navi, liv
     expect(page.locator(".group.user", has_text="early bird")).to_have_count(1)
 
 
+def test_typing_during_a_run_queues_the_message_until_it_ends(page, navi, live_llm):
+    live_llm.add_rule(DIRECT)
+    live_llm.add_rule(Rule(match="slow first", turns=[Turn(content=COUNT, chunk_size=6, delay=0.03)]))
+    live_llm.add_rule(Rule(match="then this", turns=[Turn(content="second answer")]))
+    open_new_chat(page, navi)
+    send(page, "slow first")
+    expect(last_turn(page).locator(".bubble.assistant")).to_contain_text("n3 ")
+    expect(page.locator("#stop")).to_be_visible()
+    page.fill("#input", "never mind this")  # the box stays editable during the run
+    page.press("#input", "Enter")
+    page.fill("#input", "then this")
+    page.press("#input", "Enter")
+    queued = page.locator("#queued li")
+    expect(queued).to_have_count(2)
+    expect(page.locator("#input")).to_have_value("")
+    queued.first.get_by_role("button").click()  # cancel the first
+    expect(queued).to_have_count(1)
+    expect(queued).to_contain_text("then this")
+    screenshot(page, "chat-queued")
+    expect(last_turn(page).locator(".bubble.assistant")).to_have_text("second answer", timeout=20_000)
+    expect(queued).to_have_count(0)
+    expect(page.locator(".group.user")).to_have_count(2)
+    expect(page.locator(".group.user", has_text="never mind this")).to_have_count(0)
+    with navi.api() as client:
+        sid = page.evaluate("location.hash.slice(1)")
+        users = [m["content"] for m in client.get(f"/sessions/{sid}").json()["messages"] if m["role"] == "user"]
+    assert users == ["slow first", "then this"]
+
+
 def test_a_second_tab_shows_a_run_started_in_the_first(page, navi, live_llm):
     live_llm.add_rule(DIRECT)
     live_llm.add_rule(Rule(match="two tabs", turns=[Turn(content=COUNT, chunk_size=6, delay=0.03)]))
@@ -287,7 +316,7 @@ def test_model_output_is_rendered_inert(page, navi, live_llm):
     send(page, "be evil")
     bubble = last_turn(page).locator(".bubble.assistant")
     expect(bubble).to_contain_text("done.")
-    expect(page.locator("#input")).to_be_enabled()
+    expect(page.locator("#send")).to_be_visible()
     assert bubble.locator("img").count() == 0
     assert bubble.locator("script").count() == 0
     hrefs = bubble.locator("a").evaluate_all("as => as.map(a => a.getAttribute('href'))")

@@ -55,7 +55,7 @@ def send(page, text: str) -> None:
 
 def wait_idle_with_ids(page) -> None:
     """The run ended and the page re-fetched the ids of what it saved (Edit needs them)."""
-    expect(page.locator("#input")).to_be_enabled()
+    expect(page.locator("#send")).to_be_visible()
     page.wait_for_function(
         "() => [...document.querySelectorAll('.messages > .group.user')].every((n) => n.dataset.messageId)"
     )
@@ -145,7 +145,7 @@ def test_stop_during_planning_and_esc_while_waiting_for_the_model(page, navi, li
     started = time.monotonic()
     expect(page.locator(".status-badge.stopped")).to_have_text("Stopped.", timeout=3000)
     assert time.monotonic() - started < 1.5
-    expect(page.locator("#input")).to_be_enabled()
+    expect(page.locator("#send")).to_be_visible()
     # No planning: "Waiting for the model… N s" counts up; Esc stops.
     live_llm.add_rule(DIRECT)
     live_llm.add_rule(Rule(match="slow model", turns=[Turn(content="never", hold=30)]))
@@ -329,7 +329,7 @@ def test_reading_aids_math_tasks_code_header_and_jump_to_latest(page, navi, live
     expect(head.locator(".lang")).to_have_text("python")
     expect(head.locator("button.copy")).to_have_text("Copy")
     expect(head).to_have_css("position", "sticky")  # retried: the answer is re-rendered at stream_end
-    expect(page.locator("#input")).to_be_enabled()
+    expect(page.locator("#send")).to_be_visible()
     # Scroll into the middle of the code block: its header is still in view.
     answer.locator(".codeblock pre").evaluate("n => n.scrollIntoView({block: 'center'})")
     box, view = head.bounding_box(), page.locator("#scroller").bounding_box()
@@ -346,7 +346,7 @@ def test_reading_aids_math_tasks_code_header_and_jump_to_latest(page, navi, live
     page.wait_for_function(
         "() => { const s = document.querySelector('#scroller'); return s.scrollHeight - s.scrollTop - s.clientHeight < 150; }"
     )
-    expect(page.locator("#input")).to_be_enabled(timeout=20_000)
+    expect(page.locator("#send")).to_be_visible(timeout=20_000)
     # Favicon: no 404.
     assert page.request.get(f"{navi.url}/favicon.ico").status == 200
 
@@ -418,7 +418,7 @@ def test_image_only_send_new_chat_reuse_and_login_keeps_the_username(page, navi,
     expect(page.locator("#attachments .chip.image img")).to_have_count(1)
     page.click("#send")
     expect(page.locator(".group.user .images img")).to_have_count(1)
-    expect(page.locator("#input")).to_be_enabled()
+    expect(page.locator("#send")).to_be_visible()
     expect(page.locator(".bubble.assistant")).to_have_count(1)
     # New chat twice: the second click reuses the empty chat the first one made.
     page.click("#new-chat")
@@ -573,7 +573,7 @@ def test_axe_finds_no_serious_violations(browser, navi, live_llm, login_state, s
         expect(page.locator(".bubble.assistant.streaming")).to_be_visible()
         found["streaming"] = axe_serious(page)
         page.click("#stop")
-        expect(page.locator("#input")).to_be_enabled()
+        expect(page.locator("#send")).to_be_visible()
         send(page, "use a tool")
         expect(page.locator(".bubble.assistant").last).to_have_text("Tools listed.")
         page.locator("details.tool summary").first.click()
