@@ -19,9 +19,11 @@ const ANSWERS = [
 ];
 
 function isTyping() {
+  // The message box keeps focus during a run (typing then queues): only a draft in it counts.
   const a = document.activeElement;
   if (!a || a.disabled) return false;
-  return a.isContentEditable || ["INPUT", "TEXTAREA", "SELECT"].includes(a.tagName);
+  if (a.isContentEditable || a.tagName === "SELECT") return true;
+  return ["INPUT", "TEXTAREA"].includes(a.tagName) && a.value.trim() !== "";
 }
 
 /**
