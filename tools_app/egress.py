@@ -43,11 +43,15 @@ def host_key(target: str) -> str:
     return f"{host}:{port}"
 
 
+def targets_in(text: str) -> list[str]:
+    """The URLs, and the bare host names outside them (`example.com`, `10.0.0.5:8080`), in a text."""
+    urls = [m.group(0) for m in _URL.finditer(text)]
+    return urls + [m.group(0) for m in _BARE.finditer(_URL.sub(" ", text))]
+
+
 def hosts_in(text: str) -> set[str]:
-    """Every host named in a text: in URLs and as bare names (`example.com`, `10.0.0.5:8080`)."""
-    found = {host_key(m.group(0)) for m in _URL.finditer(text)}
-    found |= {host_key(m.group(0)) for m in _BARE.finditer(_URL.sub(" ", text))}
-    return found - {""}
+    """Every host named in a text, as `host_key`s."""
+    return {host_key(t) for t in targets_in(text)} - {""}
 
 
 def destinations(tool: Any, params: Any) -> list[str]:
@@ -60,7 +64,7 @@ def destinations(tool: Any, params: Any) -> list[str]:
         source = str(args.get("path_or_url") or "").strip()
         return [source] if source.lower().startswith(("http://", "https://")) else []
     if getattr(tool, "network", False) is True:  # a user tool: any host its arguments name
-        return sorted({h for text in _strings(args) for h in hosts_in(text)})
+        return sorted({t for text in _strings(args) for t in targets_in(text)})
     return []
 
 
