@@ -424,3 +424,25 @@ async def test_a_networked_user_tool_asks_before_reaching_a_new_host_after_untru
     [required] = [f for f in frames if f["type"] == "approval_required"]
     assert required["tool"] == "fetcher" and f"{base}/exfil?d=1".removeprefix("http://") in required["reason"]
     assert received == []
+
+
+MODES = '''
+name = "modes"
+description = "says which mode it got"
+parameters = {"type": "object", "properties": {"mode": {"enum": ["draft", "send"]}}, "required": ["mode"]}
+
+
+async def execute(params):
+    return "mode=" + params["mode"]
+'''
+
+
+@needs_sandbox
+async def test_a_user_tools_enum_is_folded_and_an_unknown_value_refused(llm, settings, session):
+    settings.CODE_EXEC_SANDBOX = "bwrap"
+    Path(settings.TOOLS_DIR / "modes.py").write_text(MODES)
+    script(llm, "modes", [("modes", {"mode": " SEND "}), ("modes", {"mode": "broadcast"})])
+    frames = await run(session, "modes")
+    (args, kind, result), (_, bad, refused) = outcomes(frames)
+    assert args == {"mode": "send"} and kind == "ran" and result == "mode=send"
+    assert bad == "bad call" and "'draft', 'send'" in refused
