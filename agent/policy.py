@@ -76,8 +76,8 @@ def ask_reason(tool: str, arguments: Any, *, tainted_by: str = "", by_policy: bo
     what = describe_call(tool, arguments)
     if tainted_by:
         return (
-            f"after reading {tainted_by}, Navi asks before every action on the server for the rest of this "
-            f"run: {tool} {what}"
+            f"after reading {tainted_by}, Navi asks before every action on the server while that content is in "
+            f"this chat's context: {tool} {what}"
         )
     if by_policy:
         return f"this profile's policy asks before {tool}: it {what}"
