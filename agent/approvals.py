@@ -27,6 +27,8 @@ from agent.groups import control_group
 from agent.models import SessionToolGrant, ToolCallRecord
 from navi_project import hotsql
 from navi_project.hop import db_hop
+from sessions_app.models import Message
+from tools_app.egress import hosts_in
 from tools_app.permissions import is_host_call, offered_without_permission, refusal, user_has_host_tools
 
 Decision = ToolCallRecord.Decision
@@ -81,22 +83,41 @@ class RunGuard:
     session_id: str | None  # the chat session (sub-agents share their parent's)
     run_id: str = ""
     can_host: bool = False
-    tainted_by: str = ""  # the first untrusted source that entered this run
     grants: set[str] = field(default_factory=set)
+    # The chat's conversation: untrusted rows in its context taint every run while they stay.
+    conversation: Any = None
+    # Untrusted content a sub-agent read in this run (its own context is gone when it ends).
+    run_taint: str = ""
+    _owner_hosts: set[str] | None = None  # hosts the owner named in this chat, read when needed
 
     @classmethod
     async def for_run(cls, user_id: int | None, session_id: str | None, run_id: str = "") -> "RunGuard":
         return await db_hop(cls.load, user_id, session_id, run_id)  # one thread hop
 
     @classmethod
-    def load(cls, user_id: int | None, session_id: str | None, run_id: str) -> "RunGuard":
+    def load(cls, user_id: int | None, session_id: str | None, run_id: str, conversation: Any = None) -> "RunGuard":
         grants: set[str] = set()
-        if session_id and not session_id.startswith("subagent_"):
+        if _is_chat(session_id):
             grants = {row[0] for row in hotsql.values(
                 f"SELECT tool FROM {hotsql.table(SessionToolGrant)} WHERE session_id = %s",
                 [hotsql.prep(SessionToolGrant, "session", session_id)],
             )}
-        return cls(user_id, session_id, run_id, user_has_host_tools(user_id), grants=grants)
+        return cls(user_id, session_id, run_id, user_has_host_tools(user_id), grants=grants, conversation=conversation)
+
+    @property
+    def tainted_by(self) -> str:
+        """The untrusted source the model still has in view ("" when none)."""
+        if self.run_taint:
+            return self.run_taint
+        return policy.context_taint(self.conversation.context) if self.conversation is not None else ""
+
+    async def known_hosts(self) -> set[str]:
+        """Hosts a request may reach after untrusted content without asking: named by the owner
+        in this chat, or seen in the context before the untrusted content arrived."""
+        if self._owner_hosts is None:
+            self._owner_hosts = await db_hop(_owner_hosts, self.session_id)
+        seen = policy.hosts_before_taint(self.conversation.context) if self.conversation is not None else set()
+        return self._owner_hosts | seen
 
     # --- what the model is offered ----------------------------------------------------------
     def offers(self, tool: str, profile_policy: dict | None) -> bool:
@@ -105,19 +126,33 @@ class RunGuard:
         return self.can_host or offered_without_permission(tool)
 
     # --- one call -------------------------------------------------------------------------
-    async def check(self, tool: str, arguments: Any, profile_id: str, profile_policy: dict | None, *, is_subagent: bool) -> Verdict:
-        """Decide, and record the call. Refusals and `ask` never run the tool until answered."""
-        args = arguments if isinstance(arguments, dict) else {"raw": arguments}
-        record = ToolCallRecord(
+    def _record_for(self, tool: str, arguments: Any, profile_id: str, is_subagent: bool) -> ToolCallRecord:
+        return ToolCallRecord(
             user_id=self.user_id,
             session_id=self.session_id if _is_chat(self.session_id) else None,
             run_id=self.run_id,
             profile_id=profile_id or "",
             tool=tool[:100],
-            arguments=args,
+            arguments=arguments if isinstance(arguments, dict) else {"raw": arguments},
             is_subagent=is_subagent,
         )
+
+    async def refuse_bad_call(self, tool: str, arguments: Any, profile_id: str, problem: str, *, is_subagent: bool) -> None:
+        """Record a call that could not be read or validated: it never reaches the policy or runs."""
+        record = self._record_for(tool, arguments, profile_id, is_subagent)
+        await _record(record, Verdict(record, reason=f"bad call: {problem}"[:2000]), False)
+
+    async def check(
+        self, tool: str, arguments: dict, profile_id: str, profile_policy: dict | None, *, is_subagent: bool,
+        destinations: list[str] | None = None,
+    ) -> Verdict:
+        """Decide on a prepared call (its arguments validated and normalised once, by
+        ToolRegistry.prepare) and record it. Refusals and `ask` never run the tool until answered.
+        `destinations`: the URLs or hosts the call would contact (tools_app.egress)."""
+        record = self._record_for(tool, arguments, profile_id, is_subagent)
         setting = policy.policy_for(profile_policy, tool, arguments)
+        tainted_by = self.tainted_by
+        new_hosts = policy.unknown_hosts(destinations, await self.known_hosts()) if tainted_by and destinations else []
         if is_host_call(tool, arguments) and not self.can_host:
             verdict = Verdict(record, refusal=refusal(tool), reason="no run_host_tools permission")
         elif setting == policy.DENY:
@@ -127,8 +162,10 @@ class RunGuard:
                 "or tell the user the owner can change the policy in the admin (Profiles → tool policy).",
                 reason="the profile's policy denies it",
             )
-        elif self.tainted_by and policy.is_risky(tool, arguments):
-            verdict = Verdict(record, ask=True, reason=policy.ask_reason(tool, arguments, tainted_by=self.tainted_by))
+        elif tainted_by and policy.is_risky(tool, arguments):
+            verdict = Verdict(record, ask=True, reason=policy.ask_reason(tool, arguments, tainted_by=tainted_by))
+        elif new_hosts:  # a request to a new host could carry chat data out (an exfiltration)
+            verdict = Verdict(record, ask=True, reason=policy.exfil_reason(tool, new_hosts, tainted_by))
         elif setting == policy.ASK and tool in self.grants:
             verdict = Verdict(record, run=True, reason="approved for this chat earlier (always in this chat)")
         elif setting == policy.ASK:
@@ -174,8 +211,21 @@ class RunGuard:
         )
 
     def taint(self, source: str) -> None:
-        if not self.tainted_by:
-            self.tainted_by = source
+        """Untrusted content entered a context that is not the chat's (a sub-agent's)."""
+        if not self.run_taint:
+            self.run_taint = source
+
+
+def _owner_hosts(session_id: str | None) -> set[str]:
+    """Hosts named in the owner's own messages of this chat (compressed ones too)."""
+    if not _is_chat(session_id):
+        return set()
+    rows = hotsql.values(
+        f"SELECT content FROM {hotsql.table(Message)} WHERE session_id = %s AND role = %s AND is_summary = %s "
+        "AND in_display = %s",
+        [hotsql.prep(Message, "session", session_id), "user", False, True],
+    )
+    return {host for (content,) in rows for host in hosts_in(content or "")}
 
 
 def _is_chat(session_id: str | None) -> bool:

@@ -16,7 +16,6 @@ from typing import Any
 from agent import reliability, toolselect, window
 from agent.messages import ChatMessage, ToolCall
 from tools_app.base import ToolResult
-from tools_app.repair import ArgumentsUnreadable, parse_lenient
 
 MIN_ANSWER_ROOM = 256  # tokens a reply needs at the very least
 
@@ -59,25 +58,6 @@ def _schemas(tools: tuple, compact: bool) -> tuple[list[dict[str, Any]], int]:
     between "send" and the request)."""
     schemas = toolselect.schemas(list(tools), compact_form=compact)
     return schemas, window.estimate_schemas(schemas or None)
-
-
-def normalise_arguments(arguments: Any, repair: bool) -> Any:
-    """A dict when the arguments can be read (leniently with `repair`), else the raw value: the
-    policy must judge what will really run, not a string it cannot see into."""
-    if isinstance(arguments, dict) or arguments in (None, ""):
-        return arguments or {}
-    if repair:
-        try:
-            return parse_lenient(arguments)[0]
-        except ArgumentsUnreadable:
-            return arguments
-    if isinstance(arguments, str):
-        try:
-            value = json.loads(arguments)
-        except ValueError:
-            return arguments
-        return value if isinstance(value, dict) else arguments
-    return arguments
 
 
 REPEAT_NOTE = (

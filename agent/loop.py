@@ -106,7 +106,7 @@ class Agent:
         `session`: its row as the run's claim just read it, if it did."""
         message = ChatMessage(role="user", content=user_message, images=list(images or []))
         conv = DBConversation.load(session_id, session=session)
-        guard = RunGuard.load(conv.owner_id, conv.id, run_id)
+        guard = RunGuard.load(conv.owner_id, conv.id, run_id, conversation=conv)
         conv.add_now(message)
         self.tools.refresh_user_tools_now()
         conv.memory_ahead = get_summary(conv.owner_id)

@@ -10,7 +10,7 @@ from typing import AsyncIterator
 
 from agent import policy
 from agent.approvals import FRAME_DECISION, RunGuard, Verdict, current_guard
-from agent.calls import CallTracker, normalise_arguments
+from agent.calls import CallTracker
 from agent.conversation import Conversation
 from agent.events import AgentEvent, ApprovalRequired, ApprovalResolved, ToolEvent, ToolStarted
 from agent.messages import ChatMessage, ToolCall
@@ -18,9 +18,10 @@ from agent.models import Profile
 from agent.tool_trace import ToolTrace
 from navi_project import metrics
 from sessions_app.services import session_files_dir
+from tools_app import egress
 from tools_app.base import ToolResult
 from tools_app.context import current_chat_session_id, current_event_sink, current_stop_event
-from tools_app.registry import ToolRegistry
+from tools_app.registry import PreparedCall, ToolRegistry
 from tools_app.workspace import workspace_for
 
 # The tool result the model reads when the owner did not approve a call.
@@ -38,29 +39,40 @@ async def run_tool(
     is_subagent: bool, tracker: CallTracker,
 ) -> AsyncIterator[AgentEvent]:
     """tool_started, approval frames when asked, what the tool emits, then tool_call."""
-    call.arguments = normalise_arguments(call.arguments, profile.repair_arguments)
+    # Read and validated once: the frames, the policy, the permission check and the tool all
+    # see this one normalised object ("Write" is "write" for every one of them).
+    prepared = tools.prepare(call.name, call.arguments, repair=profile.repair_arguments, offered=allowed)
+    call.arguments = prepared.params
     yield ToolStarted(tool=call.name, args=call.arguments, recovered=call.recovered)
     if repeat := tracker.repeat_note(call):
         yield ToolEvent(tool=call.name, args=call.arguments, result=repeat, success=False, recovered=call.recovered)
         await conv.add(ChatMessage(role="tool", content=repeat, tool_call_id=call.id, name=call.name))
         return
     guard = current_guard.get()
-    verdict = None
-    if guard is not None:
-        verdict = await guard.check(call.name, call.arguments, profile.id, profile.tool_policy, is_subagent=is_subagent)
+    verdict, result = None, prepared.problem
+    if result is not None:  # a bad call never reaches the policy and never runs
+        if guard is not None:
+            await guard.refuse_bad_call(call.name, call.arguments, profile.id, result.error or "", is_subagent=is_subagent)
+    elif guard is not None:
+        verdict = await guard.check(
+            call.name, prepared.params, profile.id, profile.tool_policy, is_subagent=is_subagent,
+            destinations=egress.destinations(prepared.tool, prepared.params),
+        )
         if verdict.ask:
             async for event in _ask_owner(guard, verdict, call):
                 yield event
+        if not verdict.run:
+            result = ToolResult(False, error=verdict.refusal)
     started, trace = time.monotonic(), ToolTrace()
-    result = ToolResult(False, error=verdict.refusal) if verdict is not None and not verdict.run else None
+    taint_before = guard.run_taint if guard is not None else ""
     if result is None:
-        async for item in _execute(tools, call, allowed, profile.repair_arguments):
+        async for item in _execute(tools, prepared, allowed):
             if isinstance(item, ToolResult):
                 result = item
             else:
                 trace.note(item)
                 yield item
-    content = _content(call, result, conv, guard) + tracker.after(call, result)
+    content = _content(call, prepared, result, conv, guard, taint_before) + tracker.after(call, result)
     yield ToolEvent(tool=call.name, args=call.arguments, result=content, success=result.success, recovered=call.recovered)
     await conv.add(ChatMessage(role="tool", content=content, tool_call_id=call.id, name=call.name, meta=trace.meta()))
     if verdict is not None and verdict.run:
@@ -83,15 +95,13 @@ async def _ask_owner(guard: RunGuard, verdict: Verdict, call: ToolCall) -> Async
         verdict.refusal = DECLINED.get(decision, DECLINED["denied"]).format(tool=call.name)
 
 
-async def _execute(
-    tools: ToolRegistry, call: ToolCall, allowed: list[str], repair: bool
-) -> AsyncIterator[AgentEvent | ToolResult]:
+async def _execute(tools: ToolRegistry, prepared: PreparedCall, allowed: list[str]) -> AsyncIterator[AgentEvent | ToolResult]:
     """Run the tool as a task, yielding the events it emits, then its ToolResult."""
     stop = current_stop_event.get()
     sink: asyncio.Queue = asyncio.Queue()
     token = current_event_sink.set(sink)
     try:
-        task = asyncio.create_task(tools.call(call.name, call.arguments, allowed, repair=repair))
+        task = asyncio.create_task(tools.run(prepared, allowed))
     finally:
         current_event_sink.reset(token)
     stop_wait = asyncio.create_task(stop.wait()) if stop is not None else None
@@ -117,15 +127,25 @@ async def _execute(
     yield ToolResult(False, error="stopped by the owner before the tool finished") if task.cancelled() else task.result()
 
 
-def _content(call: ToolCall, result: ToolResult, conv: Conversation, guard: RunGuard | None) -> str:
-    """The result as the model reads it; outside data is marked as such and taints the run."""
+def _content(
+    call: ToolCall, prepared: PreparedCall, result: ToolResult, conv: Conversation, guard: RunGuard | None, taint_before: str
+) -> str:
+    """The result as the model reads it; outside data is marked as such. In the chat's context
+    the mark itself keeps the chat tainted; elsewhere (a sub-agent) the run is tainted."""
     content = result.to_message_content()
     if not result.success and not result.output:
         return content
     chat = current_chat_session_id.get()
     uploads = str(session_files_dir(chat)) if chat else None
-    source = policy.untrusted_source(call.name, call.arguments, uploads, str(workspace_for(conv.owner_id)))
+    source = policy.untrusted_source(
+        call.name, call.arguments, uploads, str(workspace_for(conv.owner_id)),
+        network=prepared.tool is not None and egress.reaches_network(prepared.tool),
+    )
+    if not source and guard is not None and guard.run_taint and guard.run_taint != taint_before:
+        # A sub-agent read outside data during this call: its answer is made of that data.
+        source = f"an answer written after reading {guard.run_taint}"
     if source:
         content = policy.wrap_untrusted(content, source)
-        guard.taint(source)
+        if guard is not None and conv is not guard.conversation:
+            guard.taint(source)
     return content

@@ -272,7 +272,7 @@ class TestPermission:
 class TestPolicy:
     async def test_a_denied_tool_is_not_offered_and_refused(self, llm, session, owner_token):
         await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"todo": "deny"})
-        script_tool(llm, "todo please", ("todo", {"action": "list"}), answer="no todo")
+        script_tool(llm, "todo please", ("todo", {"action": "read"}), answer="no todo")
         comm = await start(session, owner_token, "todo please")
         frames = await frames_until(comm, run_ended)
         assert "todo" not in offered(llm.requests[0])
@@ -282,7 +282,7 @@ class TestPolicy:
 
     async def test_allow_runs_host_tools_without_asking_and_ask_asks_for_read_only_ones(self, llm, session, owner_token):
         await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"terminal": "allow", "todo": "ask"})
-        script_tool(llm, "mixed", ("terminal", {"command": "echo free"}), ("todo", {"action": "list"}))
+        script_tool(llm, "mixed", ("terminal", {"command": "echo free"}), ("todo", {"action": "read"}))
         comm = await start(session, owner_token, "mixed")
         frames = await frames_until(comm, of_type("approval_required"))
         assert frames[-1]["tool"] == "todo" and "policy" in frames[-1]["reason"]
@@ -296,7 +296,11 @@ class TestPolicy:
 
         assert policy_for({}, "http_request", {"url": "http://x", "method": "GET"}) == ALLOW
         assert policy_for({}, "http_request", {"url": "http://x"}) == ALLOW
-        assert policy_for({}, "http_request", {"url": "http://x", "method": "head"}) == ALLOW
+        assert policy_for({}, "http_request", {"url": "http://x", "method": "HEAD"}) == ALLOW
+        # The policy judges arguments already normalised (ToolRegistry.prepare); a spelling it
+        # was not given normalised is judged as unsafe, never as "unknown, so harmless".
+        assert policy_for({}, "http_request", {"url": "http://x", "method": "head"}) == ASK
+        assert policy_for({}, "filesystem", {"action": "Write"}) == ASK
         assert policy_for({}, "http_request", {"url": "http://x", "method": "POST"}) == ASK
         assert policy_for({}, "filesystem", {"action": "read"}) == ALLOW
         assert policy_for({}, "filesystem", {"action": "delete"}) == ASK
@@ -331,15 +335,26 @@ class TestUntrustedContent:
         marker = wrapped.split()[2]
         assert wrapped.count(f"[END UNTRUSTED DATA {marker}]") == 1 and wrapped.endswith(f"[END UNTRUSTED DATA {marker}]")
 
-    async def test_the_next_run_starts_clean(self, llm, session, owner_token, page):
+    async def test_the_next_turn_still_asks_and_a_new_chat_starts_clean(self, llm, session, owner_token, owner, page):
+        """The page stays in the model's context after its turn: the mark lasts as long."""
         await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"terminal": "allow"})
         script_tool(llm, "first", ("web_view", {"url": page}), answer="read it")
         comm = await start(session, owner_token, "first")
         await frames_until(comm, run_ended)
-        script_tool(llm, "second", ("terminal", {"command": "echo clean"}))
+        script_tool(llm, "second", ("terminal", {"command": "echo later"}))
         await comm.send_json_to({"type": "message", "content": "second"})
+        required = (await frames_until(comm, of_type("approval_required")))[-1]
+        assert required["tool"] == "terminal" and page in required["reason"]
+        await comm.send_json_to({"type": "approval", "approval_id": required["approval_id"], "decision": "deny"})
+        await frames_until(comm, run_ended)
+        await comm.disconnect()
+
+        fresh = await Session.objects.acreate(owner=owner, profile_id="secretary")
+        script_tool(llm, "third", ("terminal", {"command": "echo clean"}))
+        comm = await start(fresh, owner_token, "third")
         frames = await frames_until(comm, run_ended)
         assert not [f for f in frames if f["type"] == "approval_required"]
+        assert "clean" in [f for f in frames if f["type"] == "tool_call"][0]["result"]
         await comm.disconnect()
 
 
@@ -348,7 +363,9 @@ async def test_every_call_is_audited(llm, session, owner_token, owner):
     comm = await start(session, owner_token, "audit")
     await frames_until(comm, run_ended)
     rows = [r async for r in ToolCallRecord.objects.order_by("id")]
-    assert [(r.tool, r.decision, r.success) for r in rows] == [("todo", "allowed", True), ("no_such_tool", "allowed", False)]
+    # A call that cannot be read or validated never reaches the policy: recorded as refused.
+    assert [(r.tool, r.decision, r.success) for r in rows] == [("todo", "allowed", True), ("no_such_tool", "refused", None)]
+    assert rows[1].reason.startswith("bad call: unknown tool 'no_such_tool'")
     assert rows[0].user_id == owner.pk and rows[0].session_id == session.id and rows[0].run_id
     assert rows[0].arguments == {"action": "set", "tasks": ["a"]} and rows[0].profile_id == "secretary"
     await comm.disconnect()

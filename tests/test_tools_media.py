@@ -271,7 +271,9 @@ async def test_tools_end_to_end_over_websocket(llm, settings, session, owner_tok
     )
     connected, _ = await comm.connect(timeout=10)
     assert connected
-    await comm.send_json_to({"type": "message", "content": "use every tool"})
+    # The owner names the server: after the search results (untrusted), a request to a host
+    # nobody named would ask for approval (an exfiltration through a GET).
+    await comm.send_json_to({"type": "message", "content": f"use every tool on {web_server.base}"})
     frames = []
     while not frames or frames[-1]["type"] not in ("stream_end", "error", "stream_stopped"):
         frames.append(await comm.receive_json_from(timeout=30))

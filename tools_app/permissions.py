@@ -17,7 +17,7 @@ HOST_TOOLS = frozenset(
     {"terminal", "code_exec", "ssh_exec", "write_tool", "delete_tool", "reload_tools", "test_tool"}
 )
 # filesystem actions that change files; reads, lists and searches are not host calls.
-FILESYSTEM_WRITES = frozenset({"write", "append", "delete", "move", "mkdir"})
+FILESYSTEM_READS = frozenset({"read", "list", "search"})
 SAFE_HTTP_METHODS = frozenset({"GET", "HEAD"})
 
 
@@ -28,7 +28,9 @@ def is_host_call(tool: str, arguments: Any) -> bool:
     if tool == "filesystem":
         if not isinstance(arguments, dict):  # unreadable arguments: judge the worst case
             return True
-        return arguments.get("action") in FILESYSTEM_WRITES
+        # Arguments arrive normalised (tools_app.registry.prepare); anything that is not exactly
+        # a read is judged as a change, so no spelling of "write" can pass as harmless.
+        return arguments.get("action") not in FILESYSTEM_READS
     return False
 
 

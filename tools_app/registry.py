@@ -10,6 +10,7 @@ import asyncio
 import difflib
 import json
 import logging
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from asgiref.sync import sync_to_async
@@ -18,7 +19,7 @@ from django.conf import settings
 from navi_project.lazy import lazy_module
 
 from .base import Tool, ToolResult
-from .repair import ArgumentsUnreadable, coerce, example, explain, parse_lenient
+from .repair import ArgumentsUnreadable, coerce, example, explain, fold_enums, parse_lenient
 
 jsonschema = lazy_module("jsonschema")  # ~65 ms of boot; first needed at the first tool call
 
@@ -100,46 +101,49 @@ class ToolRegistry:
         return [self._tools[n] for n in names]
 
     # --- calling -------------------------------------------------------------------------
-    async def call(
-        self, name: str, arguments: Any, allowed: Iterable[str] | None = None, *, repair: bool = False
-    ) -> ToolResult:
-        """Run a tool safely. Never raises (except CancelledError): errors become results.
-
-        With `repair`, almost-valid arguments are fixed first (tools_app.repair) and the result's
-        metadata says so (`repaired`); `problem` names what went wrong for the reliability stats."""
+    def prepare(self, name: str, arguments: Any, *, repair: bool = False, offered: Iterable[str] | None = None) -> PreparedCall:
+        """Read, repair (with `repair`), fold enums and validate a call's arguments, once: the
+        policy, the permission check and the tool all get `params` of the result. A bad call
+        (unknown tool, unreadable arguments, a value no enum allows) carries its `problem`
+        result instead and must never run. `offered`: names listed when the tool is unknown."""
         tool = self._tools.get(name)
-        offered = sorted(allowed if allowed is not None else self._tools)
-        if tool is None or (allowed is not None and name not in set(offered)):
-            close = difflib.get_close_matches(str(name), offered, n=3, cutoff=0.5)
-            hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-            return ToolResult(
-                False,
-                error=f"unknown tool '{name}'.{hint} Available tools: {', '.join(offered)}",
-                metadata={"problem": "unknown_tool"},
-            )
+        if tool is None:
+            names = offered if offered is not None else self._tools
+            return PreparedCall(name, None, _readable(arguments), _unknown(name, names))
+        schema = tool.parameters or {}
         repaired = False
         if repair:
             try:
                 params, repaired = parse_lenient(arguments)
             except ArgumentsUnreadable as exc:
-                return _bad_arguments(name, f"arguments for '{name}' {exc}. {_example_line(tool)}")
-            params, coerced = coerce(params, tool.parameters or {})
+                return PreparedCall(name, tool, arguments, _bad_arguments(f"arguments for '{name}' {exc}. {_example_line(tool)}"))
+            params, coerced = coerce(params, schema)
             repaired = repaired or coerced
         else:
             params, problem = _parse_arguments(arguments)
             if problem:
-                return _bad_arguments(name, f"arguments for '{name}' {problem}")
+                return PreparedCall(name, tool, arguments, _bad_arguments(f"arguments for '{name}' {problem}"))
+        params, folded = fold_enums(params, schema)
         errors = _schema_errors(tool, params)
         if errors:
             if repair:
-                return _bad_arguments(name, explain(name, tool.parameters or {}, errors))
-            problem = "; ".join(_describe(e) for e in errors[:5])
-            return _bad_arguments(
-                name, f"invalid arguments for '{name}': {problem}. Call tool_manual('{name}') for the parameters."
-            )
+                message = explain(name, schema, errors)
+            else:
+                problem = "; ".join(_describe(e) for e in errors[:5])
+                message = f"invalid arguments for '{name}': {problem}. Call tool_manual('{name}') for the parameters."
+            return PreparedCall(name, tool, params, _bad_arguments(message))
+        return PreparedCall(name, tool, params, repaired=repaired or (repair and folded))
+
+    async def run(self, prepared: PreparedCall, allowed: Iterable[str] | None = None) -> ToolResult:
+        """Run a prepared call safely. Never raises (except CancelledError): errors become results."""
+        name, tool = prepared.name, prepared.tool
+        if prepared.problem is not None or tool is None:
+            return prepared.problem or ToolResult(False, error=f"unknown tool '{name}'")
+        if allowed is not None and name not in set(allowed):
+            return _unknown(name, allowed)  # not offered to this run: as if it did not exist
         timeout = tool.timeout if tool.timeout is not None else settings.TOOL_TIMEOUT_S
         try:
-            result = await asyncio.wait_for(tool.execute(params), timeout=timeout)
+            result = await asyncio.wait_for(tool.execute(prepared.params), timeout=timeout)
         except asyncio.TimeoutError:
             return ToolResult(False, error=f"tool '{name}' timed out after {timeout:g} s and was stopped")
         except asyncio.CancelledError:
@@ -149,9 +153,53 @@ class ToolRegistry:
             return ToolResult(False, error=f"tool '{name}' failed: {type(exc).__name__}: {exc}")
         if not isinstance(result, ToolResult):
             result = ToolResult(True, output=str(result))
-        if repaired:
+        if prepared.repaired:
             result.metadata["repaired"] = True
         return result
+
+    async def call(
+        self, name: str, arguments: Any, allowed: Iterable[str] | None = None, *, repair: bool = False
+    ) -> ToolResult:
+        """Prepare and run a call (`prepare`, then `run`). Never raises (except CancelledError).
+
+        With `repair`, almost-valid arguments are fixed first (tools_app.repair) and the result's
+        metadata says so (`repaired`); `problem` names what went wrong for the reliability stats."""
+        if allowed is not None and name not in set(allowed):
+            return _unknown(name, allowed)
+        return await self.run(self.prepare(name, arguments, repair=repair, offered=allowed), allowed)
+
+
+@dataclass
+class PreparedCall:
+    """A call read and validated once (`ToolRegistry.prepare`): what every later step judges."""
+
+    name: str
+    tool: Tool | None
+    params: Any  # the validated dict; for a bad call, the best reading of what was sent
+    problem: ToolResult | None = None  # set for a bad call: its result, and it never runs
+    repaired: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+
+def _unknown(name: str, names: Iterable[str]) -> ToolResult:
+    names = sorted(names)
+    close = difflib.get_close_matches(str(name), names, n=3, cutoff=0.5)
+    hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return ToolResult(
+        False, error=f"unknown tool '{name}'.{hint} Available tools: {', '.join(names)}",
+        metadata={"problem": "unknown_tool"},
+    )
+
+
+def _readable(arguments: Any) -> Any:
+    """The arguments as a dict when they can be read at all (for the record and the frame)."""
+    try:
+        return parse_lenient(arguments)[0]
+    except ArgumentsUnreadable:
+        return arguments
 
 
 def _call_off_loop(fn: Callable[[], Any]) -> Any:
@@ -187,7 +235,7 @@ def _parse_arguments(arguments: Any) -> tuple[dict, str | None]:
     return arguments, None
 
 
-def _bad_arguments(name: str, message: str) -> ToolResult:
+def _bad_arguments(message: str) -> ToolResult:
     return ToolResult(False, error=message, metadata={"problem": "bad_arguments"})
 
 

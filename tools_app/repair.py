@@ -164,11 +164,35 @@ def _scalar(value: Any, kind: str | None, schema: dict) -> tuple[Any, bool]:
         return bool(value), True
     if kind == "string" and isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value), True
-    if kind == "string" and "enum" in schema and isinstance(value, str) and value not in schema["enum"]:
-        folded = {str(e).lower(): e for e in schema["enum"]}
-        if value.strip().lower() in folded:
-            return folded[value.strip().lower()], True
-    return value, False
+    return _enum_value(value, schema)
+
+
+def _enum_value(value: Any, schema: dict) -> tuple[Any, bool]:
+    """A string that matches an enum value but for case and surrounding spaces, as that value."""
+    choices = schema.get("enum") if isinstance(schema, dict) else None
+    if not isinstance(choices, list) or not isinstance(value, str) or value in choices:
+        return value, False
+    matches = [c for c in choices if isinstance(c, str) and c.strip().lower() == value.strip().lower()]
+    return (matches[0], True) if len(matches) == 1 else (value, False)
+
+
+def fold_enums(value: Any, schema: dict) -> tuple[Any, bool]:
+    """`value` with every enum field (nested ones too) folded to its enum value; (value, changed?).
+    Always applied, repair or not: the policy, the permission check and the tool must all read
+    "Write" as "write", or one of them judges a call the other then runs differently."""
+    if not isinstance(schema, dict):
+        return value, False
+    if isinstance(value, dict):
+        props, changed, fixed = schema.get("properties") or {}, False, dict(value)
+        for key, sub in props.items():
+            if key in fixed:
+                fixed[key], did = fold_enums(fixed[key], sub)
+                changed = changed or did
+        return (fixed, True) if changed else (value, False)
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        items = [fold_enums(v, schema["items"]) for v in value]
+        return ([v for v, _ in items], True) if any(did for _, did in items) else (value, False)
+    return _enum_value(value, schema)
 
 
 _BOOLEANS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}

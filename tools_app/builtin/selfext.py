@@ -17,6 +17,7 @@ from tools_app import user_tools
 from tools_app.base import Tool, ToolResult
 from tools_app.loader import read_metadata, run_user_tool
 from tools_app.registry import ToolRegistry, _schema_problem
+from tools_app.repair import fold_enums
 
 _NAME = {"type": "string", "description": "tool name (the file is user_tools/<name>.py)"}
 
@@ -190,6 +191,7 @@ class TestToolTool(_RegistryTool):
             return ToolResult(False, error=f"{path.name} does not load: {meta.get('error')}")
         info = meta["tools"][0]
         probe = SimpleNamespace(name=info["name"], parameters=info.get("parameters") or {})
+        args, _ = fold_enums(args, probe.parameters)  # as a real call of the tool would get them
         problem = _schema_problem(probe, args)
         if problem:
             return ToolResult(False, error=f"params do not match {name}'s parameters: {problem}")

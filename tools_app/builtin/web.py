@@ -218,7 +218,8 @@ class HttpRequestTool(Tool):
     }
 
     async def execute(self, params: dict[str, Any]) -> ToolResult:
-        method = (params.get("method") or "GET").upper()
+        # Already the enum's spelling (ToolRegistry.prepare): the method the policy judged.
+        method = params.get("method") or "GET"
         url = params["url"]
         headers = dict(params.get("headers") or {})
         content = None
