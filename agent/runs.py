@@ -31,6 +31,7 @@ from agent.registry import get_agent
 from navi_project import hotsql, metrics
 from navi_project.hop import db_hop
 from navi_project.logs import bind_run
+from navi_project.redact import server_paths
 from sessions_app import history
 from sessions_app.models import Message, Session
 from tools_app.context import current_run_id, current_stop_event
@@ -232,7 +233,7 @@ class RunManager:
                 await self._emit(run, outbox, frame)
         except Exception as exc:
             log.exception("run %s failed", run.run_id)
-            run.error = f"the run failed: {type(exc).__name__}: {exc}. The session is intact; send the message again."
+            run.error = server_paths(f"the run failed: {type(exc).__name__}: {exc}. The session is intact; send the message again.")
             run.error_code = "internal"
             outbox.put_nowait(to_frame(ErrorEvent(run.error)))
         finally:

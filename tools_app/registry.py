@@ -17,9 +17,11 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from navi_project.lazy import lazy_module
+from navi_project.redact import server_paths
 
 from .base import Tool, ToolResult
 from .repair import ArgumentsUnreadable, coerce, example, explain, fold_enums, parse_lenient
+from .workspace import workspace_for
 
 jsonschema = lazy_module("jsonschema")  # ~65 ms of boot; first needed at the first tool call
 
@@ -135,7 +137,14 @@ class ToolRegistry:
         return PreparedCall(name, tool, params, repaired=repaired or (repair and folded))
 
     async def run(self, prepared: PreparedCall, allowed: Iterable[str] | None = None) -> ToolResult:
-        """Run a prepared call safely. Never raises (except CancelledError): errors become results."""
+        """Run a prepared call safely. Never raises (except CancelledError): errors become results,
+        told without the server's paths or process ids (navi_project.redact)."""
+        result = await self._run(prepared, allowed)
+        if result.error:
+            result.error = server_paths(result.error, own_root=str(workspace_for()))
+        return result
+
+    async def _run(self, prepared: PreparedCall, allowed: Iterable[str] | None) -> ToolResult:
         name, tool = prepared.name, prepared.tool
         if prepared.problem is not None or tool is None:
             return prepared.problem or ToolResult(False, error=f"unknown tool '{name}'")
