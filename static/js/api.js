@@ -62,6 +62,7 @@ export const api = {
   saveFact: (id, value) => request("PATCH", `/memory/facts/${id}`, { value }),
   forgetFact: (id) => request("DELETE", `/memory/facts/${id}`),
   session: (id) => request("GET", `/sessions/${id}`),
+  olderMessages: (id, before) => request("GET", `/sessions/${id}?before=${encodeURIComponent(before)}`),
   createSession: (profileId) => request("POST", "/sessions", { profile_id: profileId }),
   rename: (id, title) => request("PATCH", `/sessions/${id}`, { title }),
   pin: (id, pinned) => request("PATCH", `/sessions/${id}/pin`, { pinned }),
