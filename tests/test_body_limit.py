@@ -104,6 +104,18 @@ class TestAgainstTheServer:
         assert "invalid API token" in error and "navi_token" in error and "/settings" in error
         assert "body" not in error
 
+    def test_a_chunked_signed_in_body_reaches_django_whole(self, navi):
+        # Over 100 kB without a length: Twisted spools it to a file, handed to Django as it is.
+        export = {"format": "navi.session", "version": 1, "session": {"title": "chunked"},
+                  "messages": [{"seq": i, "role": "user", "content": f"m{i} " + "x" * 100} for i in range(1, 3001)]}
+        data = json.dumps(export).encode()
+        pieces = [data[i : i + 50_000] for i in range(0, len(data), 50_000)]
+        body = [b"%x\r\n%s\r\n" % (len(p), p) for p in pieces] + [b"0\r\n\r\n"]
+        result = post(navi.port, "/sessions/import", len(data), {**navi.headers, "Content-Type": "application/json"},
+                      chunked=True, body=iter(body))
+        assert result.status == 201, result.response[-300:]
+        assert json.loads(result.response.split(b"\r\n\r\n", 1)[1])["message_count"] == 3000
+
     def test_an_import_over_its_limit_is_refused_before_the_body_is_read(self, navi):
         # SESSION_IMPORT_MAX_MB is 25 here: a 100 MB export is refused at the headers.
         baseline = rss_bytes(navi.proc.pid)
