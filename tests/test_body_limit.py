@@ -308,6 +308,18 @@ class TestAsgiGuard:
         assert not app.called and sent[0]["status"] == 401
         assert "invalid API token" in json.loads(sent[1]["body"])["error"]
 
+    async def test_a_stale_login_cookie_is_told_to_log_in_again(self):
+        headers = [(b"content-length", str(MB).encode()), (b"cookie", b"sessionid=not-a-live-session")]
+        app, sent = await _through_guard(headers, [b"x" * MB])
+        assert not app.called and sent[0]["status"] == 401
+        assert "log in again" in json.loads(sent[1]["body"])["error"]
+
+    async def test_a_malformed_authorization_header_is_named(self):
+        headers = [(b"content-length", str(MB).encode()), (b"authorization", b"Basic b3duZXI6cHc=")]
+        app, sent = await _through_guard(headers, [b"x" * MB])
+        assert not app.called and sent[0]["status"] == 401
+        assert "malformed Authorization header" in json.loads(sent[1]["body"])["error"]
+
     async def test_a_get_with_a_bad_token_reaches_the_app(self):
         # No body at all: nothing for the guard to judge; Django answers the bad token itself.
         app, sent = await _through_guard([(b"authorization", b"Bearer nope")], [], method="GET")
