@@ -146,6 +146,8 @@ export class ChatView {
     this.onApproval = hooks.onApproval;
     this.onToast = hooks.onToast;
     this.jump = hooks.jumpButton;
+    this.rows = []; // the history rows fetched so far, oldest first
+    this.hasMore = false; // older rows wait on the server
     this.groups = [];
     this.firstRendered = 0;
     this.run = null;
