@@ -12,6 +12,14 @@ the body) while a thread polls /health. Attacks, each on a fresh connection:
   (b) chunked 300 MB, reading client          — refused after the anonymous cap (401)
   (c) chunked 300 MB, deaf client at full speed — keeps sending until the server hangs up
   (d) chunked 300 MB, deaf client at 4 MB/s    — the connection lingers ~2 s: /health meanwhile
+
+and what signed-in uploads cost (issue #26 item 4: one 199 MB upload by a plain user peaked
+the server at 2.75 GB RSS):
+
+  (e) one 199 MB multipart upload by a plain user (Bearer token), then four at once
+  (f) a 199 MB POST /sessions/import (over SESSION_IMPORT_MAX_MB): refused before it is read
+
+`--uploads` runs only (e) and (f).
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.http_flood import RssSampler, post, rss_bytes  # noqa: E402
+from tests.http_flood import RssSampler, multipart_chunks, post, rss_bytes  # noqa: E402
 from tests.live_server import LiveNavi  # noqa: E402
 
 MB = 1024 * 1024
@@ -65,11 +73,65 @@ def attack(navi: LiveNavi, label: str, **kwargs) -> None:
     )
 
 
+UPLOAD = 199 * MB
+BOUNDARY = "navi-bench-boundary"
+
+
+def upload(navi: LiveNavi, token: str, session_id: str) -> tuple[int | None, float]:
+    total, chunks = multipart_chunks(UPLOAD, BOUNDARY)
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": f"multipart/form-data; boundary={BOUNDARY}"}
+    result = post(navi.port, f"/sessions/{session_id}/files", total, headers, body=chunks, timeout=300)
+    return result.status, result.seconds
+
+
+def uploads(navi: LiveNavi, label: str, token: str, sessions: list[str]) -> None:
+    """Upload 199 MB into each session at once; print the server's RSS growth (peak, after)."""
+    baseline = rss_bytes(navi.proc.pid)
+    sampler = RssSampler(navi.proc.pid, every=0.01)
+    sampler.start()
+    results: list[tuple[int | None, float]] = []
+    threads = [threading.Thread(target=lambda s=s: results.append(upload(navi, token, s))) for s in sessions]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    peak = sampler.stop()
+    after = rss_bytes(navi.proc.pid)
+    statuses = sorted(str(status) for status, _ in results)
+    slowest = max(seconds for _, seconds in results)
+    print(
+        f"{label}\n    statuses {', '.join(statuses)}, slowest {slowest:.1f} s; RSS {baseline / MB:.0f} MB -> "
+        f"peak {peak / MB:.0f} MB (+{(peak - baseline) / MB:.1f} MB), after {after / MB:.0f} MB "
+        f"(+{(after - baseline) / MB:.1f} MB)"
+    )
+
+
+def signed_in(navi: LiveNavi) -> None:
+    token = navi.add_user("plain")
+    with httpx.Client(base_url=navi.url, headers={"Authorization": f"Bearer {token}"}, timeout=30) as client:
+        sessions = [client.post("/sessions", json={"new": True}).json()["session_id"] for _ in range(4)]
+    uploads(navi, "(e) one 199 MB upload, plain user", token, sessions[:1])
+    uploads(navi, "(e) four 199 MB uploads at once, plain user", token, sessions)
+    baseline = rss_bytes(navi.proc.pid)
+    sampler = RssSampler(navi.proc.pid, every=0.01)
+    sampler.start()
+    result = post(navi.port, "/sessions/import", UPLOAD, {"Authorization": f"Bearer {token}",
+                                                           "Content-Type": "application/json"})
+    peak = sampler.stop()
+    print(
+        f"(f) 199 MB POST /sessions/import\n    status {result.status}, {result.sent / MB:.1f} MB sent, "
+        f"{result.seconds * 1000:.0f} ms; RSS +{(peak - baseline) / MB:.1f} MB at peak"
+    )
+
+
 def main() -> None:
     with LiveNavi() as navi:
         with httpx.Client(timeout=30) as client:  # warm up: the first requests load code
             for _ in range(5):
                 client.get(f"{navi.url}/health")
+        signed_in(navi)
+        if "--uploads" in sys.argv:
+            return
         attack(navi, "(a) Content-Length 300 MB, reading client")
         attack(navi, "(b) chunked 300 MB, reading client", chunked=True)
         attack(navi, "(c) chunked 300 MB, deaf client, full speed", chunked=True, stop_on_answer=False)

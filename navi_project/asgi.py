@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import os
 
-from django.core.asgi import get_asgi_application
+import django
+
+from navi_project.body_file import BodyFileASGIHandler
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "navi_project.settings")
-django_asgi_app = get_asgi_application()  # populate the app registry before importing consumers
+django.setup(set_prefix=False)  # as get_asgi_application(): the app registry before the consumers
+django_asgi_app = BodyFileASGIHandler()  # reads a body the server spooled to disk in place
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402

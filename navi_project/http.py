@@ -22,6 +22,10 @@ def json_error(message: str, status: int) -> JsonResponse:
     return JsonResponse({"error": message}, status=status)
 
 
+# json.loads recurses once per nesting level: ~100 000 levels of [[[... exhaust the stack.
+NESTED_TOO_DEEP = "request body is JSON nested too deeply to read (thousands of levels); send a flatter object"
+
+
 def parse_json_body(request: HttpRequest, *, allow_empty: bool = True) -> dict[str, Any]:
     """The request body as a JSON object; an empty body is `{}` when allowed.
 
@@ -40,6 +44,8 @@ def parse_json_body(request: HttpRequest, *, allow_empty: bool = True) -> dict[s
         data = json.loads(request.body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ApiError(f"request body is not valid JSON: {exc}", 400) from None
+    except RecursionError:
+        raise ApiError(NESTED_TOO_DEEP, 400) from None
     if not isinstance(data, dict):
         raise ApiError("request body must be a JSON object", 400)
     return data

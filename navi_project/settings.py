@@ -331,9 +331,9 @@ CODE_EXEC_PYTHON = env.str("CODE_EXEC_PYTHON", default="")  # empty: /usr/bin/py
 SESSION_FILES_DIR = _path(env.str("SESSION_FILES_DIR", default="session_files"))
 SESSION_FILES_MAX_SIZE_MB = env.int("SESSION_FILES_MAX_SIZE_MB", default=200)
 SESSION_FILES_TTL_HOURS = env.int("SESSION_FILES_TTL_HOURS", default=24)
-# Request bodies are capped before they are read (sessions_app/bodylimit.py): the upload limit
-# for signed-in requests, and this much for requests without valid credentials (a login form
-# is a few hundred bytes).
+# Request bodies are capped before they are read (sessions_app/bodylimit.py): per path for
+# signed-in requests (uploads, SESSION_IMPORT_MAX_MB, DATA_UPLOAD_MAX_MEMORY_SIZE elsewhere),
+# and this much for requests without credentials (a login form is a few hundred bytes).
 ANONYMOUS_BODY_MAX_KB = env.int("ANONYMOUS_BODY_MAX_KB", default=64)
 
 # --- Chats --------------------------------------------------------------------------------

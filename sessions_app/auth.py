@@ -70,12 +70,13 @@ class BearerTokenMiddleware:
         header = request.headers.get("Authorization")
         raw = _bearer(header)
         if header and raw is None:
-            return JsonResponse({"error": "malformed Authorization header; use 'Bearer <token>'"}, status=401)
+            return JsonResponse({"error": "malformed Authorization header: send 'Authorization: Bearer <token>'"}, status=401)
         if raw is not None:
             user = user_for_token(raw)
             if user is None:
                 return JsonResponse(
-                    {"error": "invalid API token; create one with `python manage.py navi_token <username>`"},
+                    {"error": "invalid API token: create one with `python manage.py navi_token <username>` or on "
+                     "/settings, and send it as 'Authorization: Bearer <token>'"},
                     status=401,
                 )
             request.user = user

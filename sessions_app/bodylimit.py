@@ -1,8 +1,10 @@
 """Request bodies are limited before they are read.
 
-Two caps: `max_body_bytes()` for any request (the upload limit SESSION_FILES_MAX_SIZE_MB plus
-multipart overhead, or DATA_UPLOAD_MAX_MEMORY_SIZE for JSON with images, whichever is larger),
-and `anonymous_body_bytes()` (ANONYMOUS_BODY_MAX_KB) for requests without valid credentials.
+Two caps: `max_body_bytes(path)` for a signed-in request (per path: SESSION_IMPORT_MAX_MB for
+`POST /sessions/import`, SESSION_FILES_MAX_SIZE_MB plus multipart overhead for a session's files,
+DATA_UPLOAD_MAX_MEMORY_SIZE (JSON with images) elsewhere), and `anonymous_body_bytes()`
+(ANONYMOUS_BODY_MAX_KB) for requests without valid credentials (413 over it; 401 naming the
+problem when credentials were sent but are wrong).
 So an anonymous client can make the server read a login form, never a 300 MB upload.
 
 The rules live here; two places apply them before a body is buffered:
@@ -15,7 +17,9 @@ The rules live here; two places apply them before a body is buffered:
 from __future__ import annotations
 
 import json
+import re
 from importlib import import_module
+from urllib.parse import unquote, urlsplit
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -25,43 +29,95 @@ from navi_project import metrics
 
 Refusal = tuple[int, str]  # HTTP status, error message
 MULTIPART_OVERHEAD = 64 * 1024  # headers and boundaries around the file in a multipart body
+MB = 1024 * 1024
+IMPORT_PATH = "/sessions/import"
+_UPLOAD_PATH = re.compile(r"^/sessions/[^/]+/files/?$")
 
 
-def max_body_bytes() -> int:
-    upload = settings.SESSION_FILES_MAX_SIZE_MB * 1024 * 1024 + MULTIPART_OVERHEAD
-    return max(upload, settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+def request_path(raw: bytes | str | None) -> str | None:
+    """The decoded path of a request target (`/a%20b?q=1` → `/a b`), as Django routes it."""
+    if raw is None:
+        return None
+    text = raw.decode("latin-1") if isinstance(raw, bytes) else raw
+    return unquote(urlsplit(text).path)
+
+
+def max_body_bytes(path: str | None = None) -> int:
+    """What a signed-in request to `path` may send: SESSION_IMPORT_MAX_MB for the import, the
+    upload limit for a session's files, DATA_UPLOAD_MAX_MEMORY_SIZE elsewhere (None: the most
+    any path takes)."""
+    upload = settings.SESSION_FILES_MAX_SIZE_MB * MB + MULTIPART_OVERHEAD
+    imports = settings.SESSION_IMPORT_MAX_MB * MB
+    if path is None:
+        return max(upload, imports, settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+    if path.rstrip("/") == IMPORT_PATH:
+        return imports
+    if _UPLOAD_PATH.match(path):
+        return upload
+    return settings.DATA_UPLOAD_MAX_MEMORY_SIZE
 
 
 def anonymous_body_bytes() -> int:
     return settings.ANONYMOUS_BODY_MAX_KB * 1024
 
 
-def too_large() -> Refusal:
+def too_large(path: str | None = None) -> Refusal:
+    if path is not None and path.rstrip("/") == IMPORT_PATH:
+        return 413, (
+            f"the export is larger than {settings.SESSION_IMPORT_MAX_MB} MB (SESSION_IMPORT_MAX_MB); "
+            "raise SESSION_IMPORT_MAX_MB or import a shorter chat"
+        )
+    if path is None or _UPLOAD_PATH.match(path):
+        return 413, (
+            f"file is larger than SESSION_FILES_MAX_SIZE_MB ({settings.SESSION_FILES_MAX_SIZE_MB} MB); "
+            "split or compress it"
+        )
     return 413, (
-        f"request body is larger than the server accepts ({max_body_bytes() // (1024 * 1024)} MB; "
-        "SESSION_FILES_MAX_SIZE_MB); split or compress the file"
+        f"request body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE // MB} MB "
+        "(DATA_UPLOAD_MAX_MEMORY_SIZE); send less at once"
+    )
+
+
+def anonymous_too_large() -> Refusal:
+    """A body over the anonymous cap from a client that sent no credentials at all."""
+    return 413, (
+        f"request body over {settings.ANONYMOUS_BODY_MAX_KB} KB without credentials: "
+        f"log in at {settings.LOGIN_URL} or send 'Authorization: Bearer <token>' to send more"
     )
 
 
 def unauthenticated() -> Refusal:
+    """Kept for callers that only know the credentials were not accepted."""
+    return 401, f"authentication required: log in at {settings.LOGIN_URL} or send 'Authorization: Bearer <token>'"
+
+
+def bad_token() -> Refusal:
     return 401, (
-        f"authentication required for a request body over {settings.ANONYMOUS_BODY_MAX_KB} KB: "
-        f"log in at {settings.LOGIN_URL} or send 'Authorization: Bearer <token>'"
+        "invalid API token: create one with `python manage.py navi_token <username>` or on "
+        "/settings, and send it as 'Authorization: Bearer <token>'"
     )
 
 
-def first_look(length: int | None, credentials_sent: bool) -> tuple[Refusal | None, int | None]:
+def malformed_authorization() -> Refusal:
+    return 401, "malformed Authorization header: send 'Authorization: Bearer <token>'"
+
+
+def expired_login() -> Refusal:
+    return 401, f"your login session is invalid or has expired: log in again at {settings.LOGIN_URL}"
+
+
+def first_look(length: int | None, credentials_sent: bool, path: str | None = None) -> tuple[Refusal | None, int | None]:
     """What the headers alone decide. `length` is the Content-Length (None: chunked).
 
     (refusal, None): answer now. (None, limit): read at most `limit` bytes. (None, None): the
-    credentials must be checked (`authenticated`) before any more of the body is read.
+    credentials must be checked (`check_credentials`) before any more of the body is read.
     """
-    if length is not None and length > max_body_bytes():
-        return too_large(), None
+    if length is not None and length > max_body_bytes(path):
+        return too_large(path), None
     if length is not None and length <= anonymous_body_bytes():
         return None, anonymous_body_bytes()
     if not credentials_sent:
-        return (unauthenticated(), None) if length is not None else (None, anonymous_body_bytes())
+        return (anonymous_too_large(), None) if length is not None else (None, anonymous_body_bytes())
     return None, None
 
 
@@ -74,8 +130,14 @@ def credentials(cookie_header: str | None, authorization: str | None) -> tuple[s
 
 
 def authenticated(session_key: str | None, authorization: str | None) -> bool:
-    """Do these credentials belong to an active user? The Authorization header, when present,
-    decides (as in BearerTokenMiddleware). Uses the ORM: call it off the event loop."""
+    """Do these credentials belong to an active user? Uses the ORM: call it off the event loop."""
+    return check_credentials(session_key, authorization) is None
+
+
+def check_credentials(session_key: str | None, authorization: str | None) -> Refusal | None:
+    """None when these credentials belong to an active user, else the 401 that says what is
+    wrong with them. The Authorization header, when present, decides (as in
+    BearerTokenMiddleware). Uses the ORM: call it off the event loop."""
     from django.contrib.auth import get_user
     from django.db import connections
     from django.http import HttpRequest
@@ -86,12 +148,14 @@ def authenticated(session_key: str | None, authorization: str | None) -> bool:
     try:
         if authorization is not None:
             raw = _bearer(authorization)
-            return raw is not None and user_for_token(raw) is not None
+            if raw is None:
+                return malformed_authorization()
+            return None if user_for_token(raw) is not None else bad_token()
         if session_key is None:
-            return False
+            return unauthenticated()
         request = HttpRequest()
         request.session = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
-        return get_user(request).is_authenticated
+        return None if get_user(request).is_authenticated else expired_login()
     finally:
         connections.close_all()  # this runs in a pool thread: leave no connection behind
 
@@ -105,8 +169,12 @@ def _headers(scope: dict) -> dict[bytes, str]:
 
 
 def _content_length(headers: dict[bytes, str]) -> int | None:
+    """The declared length; 0 for a request with no body at all (neither Content-Length nor
+    Transfer-Encoding, e.g. a GET), None for a chunked body."""
     value = headers.get(b"content-length", "").strip()
-    return int(value) if value.isdigit() else None
+    if value.isdigit():
+        return int(value)
+    return None if b"transfer-encoding" in headers else 0
 
 
 class BodyLimitMiddleware:
@@ -121,13 +189,14 @@ class BodyLimitMiddleware:
             return await self.application(scope, receive, send)
         headers = _headers(scope)
         creds = credentials(headers.get(b"cookie"), headers.get(b"authorization"))
-        refusal, limit = first_look(_content_length(headers), any(creds))
+        path = scope.get("path")
+        refusal, limit = first_look(_content_length(headers), any(creds), path)
         if refusal is None and limit is None:
-            ok = await sync_to_async(authenticated, thread_sensitive=False)(*creds)
-            refusal, limit = (None, max_body_bytes()) if ok else (unauthenticated(), None)
+            refusal = await sync_to_async(check_credentials, thread_sensitive=False)(*creds)
+            limit = max_body_bytes(path)
         if refusal is not None:
             return await _respond(send, refusal)
-        over = too_large() if limit > anonymous_body_bytes() else unauthenticated()
+        over = too_large(path) if limit > anonymous_body_bytes() else anonymous_too_large()
         return await self.application(scope, _limited(receive, send, limit, over), send)
 
 

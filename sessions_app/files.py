@@ -101,7 +101,8 @@ def _too_large() -> ApiError:
 
 
 def _store(folder: Path, name: str, upload) -> Path:
-    """Create the file under a free name (`name`, `stem_1.ext`, ...) atomically and copy into it."""
+    """Create the file under a free name (`name`, `stem_1.ext`, ...) atomically: the upload's
+    temp file linked there, or copied when it cannot be."""
     folder.mkdir(parents=True, exist_ok=True)
     stem, ext = os.path.splitext(name)
     taken = set(SessionFile.objects.filter(session_id=folder.name).values_list("name", flat=True))
@@ -111,14 +112,36 @@ def _store(folder: Path, name: str, upload) -> Path:
             continue
         dest = folder / candidate
         try:
-            fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o640)
+            if not _link(upload, dest):
+                _copy(upload, dest)
         except FileExistsError:
             continue
-        with os.fdopen(fd, "wb") as out:
-            upload.seek(0)
-            shutil.copyfileobj(upload, out, 1024 * 1024)
         return dest
     raise ApiError("too many files with this name in the session; rename the file", 409)
+
+
+def _link(upload, dest: Path) -> bool:
+    """Give the upload's temp file a second name at `dest` (fails if `dest` exists, like
+    O_EXCL): a 200 MB upload is not written to disk once more. False when it cannot be linked
+    (an upload kept in memory, or the temp dir on another filesystem)."""
+    temp = getattr(upload, "temporary_file_path", None)
+    if temp is None:
+        return False
+    try:
+        os.link(temp(), dest, follow_symlinks=False)
+    except FileExistsError:
+        raise
+    except OSError:
+        return False
+    os.chmod(dest, 0o640, follow_symlinks=False)
+    return True
+
+
+def _copy(upload, dest: Path) -> None:
+    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o640)
+    with os.fdopen(fd, "wb") as out:
+        upload.seek(0)
+        shutil.copyfileobj(upload, out, 1024 * 1024)
 
 
 @csrf_exempt  # the upload handler must be set before CSRF reads the body; checked just below

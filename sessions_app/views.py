@@ -11,7 +11,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from navi_project.http import ApiError, json_view, parse_json_body
+from navi_project.http import NESTED_TOO_DEEP, ApiError, json_view, parse_json_body
 
 from . import search, services, transfer
 from .auth import api_login_required
@@ -31,6 +31,42 @@ def _messages(session: Session, **flags: bool) -> list[dict]:
     # Context order: a compression summary (at most one in context) comes first, as the model sees it.
     order = ("-is_summary", "seq") if flags.get("in_context") else ("seq",)
     return [m.as_dict() for m in Message.objects.filter(session=session, **flags).order_by(*order)]
+
+
+PAGE_DEFAULT = 200  # messages in a page of GET /sessions/<id> when no limit is given
+PAGE_MAX = 1000
+
+
+def _page_limit(raw: str | None) -> int:
+    if raw is None:
+        return PAGE_DEFAULT
+    if not raw.isdigit() or not 1 <= int(raw) <= PAGE_MAX:
+        raise ApiError(f"limit must be a whole number from 1 to {PAGE_MAX}, not {raw!r}", 400)
+    return int(raw)
+
+
+def _message_page(request: HttpRequest, session: Session) -> dict:
+    """The displayed messages, oldest first: the newest `limit`, or the `limit` just before the
+    message `before`; `has_more` says whether older ones exist (ask again with
+    `before=<older_than>`). A chat within one page reads as it always did: all its messages."""
+    limit = _page_limit(request.GET.get("limit"))
+    rows = Message.objects.filter(session=session, in_display=True)
+    before = request.GET.get("before")
+    if before is not None:
+        if not before.isdigit():
+            raise ApiError(f"before must be the integer id of a message of this chat, not {before!r}", 400)
+        seq = Message.objects.filter(session=session, pk=int(before)).values_list("seq", flat=True).first()
+        if seq is None:
+            raise ApiError(f"no message {before} in this chat; pass the id of one of its messages as before", 400)
+        rows = rows.filter(seq__lt=seq)
+    page = list(rows.order_by("-seq")[: limit + 1])
+    has_more = len(page) > limit
+    page = page[:limit][::-1]
+    return {
+        "messages": [m.as_dict() for m in page],
+        "has_more": has_more,
+        "older_than": page[0].id if has_more else None,
+    }
 
 
 @api_login_required
@@ -100,7 +136,7 @@ def _empty_newest_session(user) -> Session | None:
 def session_detail(request: HttpRequest, session_id: str) -> JsonResponse:
     session = _get_session_for_user(request, session_id)
     if request.method == "GET":
-        return JsonResponse({**session.as_dict(), "messages": _messages(session, in_display=True)})
+        return JsonResponse({**session.as_dict(), **_message_page(request, session)})
     if request.method == "DELETE":
         services.delete_session(session)
         return JsonResponse({"ok": True, "session_id": str(session_id)})
@@ -163,6 +199,9 @@ def session_import(request: HttpRequest) -> JsonResponse:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ApiError(f"request body is not valid JSON: {exc}", 400) from None
+    except RecursionError:
+        raise ApiError(NESTED_TOO_DEEP, 400) from None
+    del raw  # the parsed export is all that is needed from here on
     try:
         session = transfer.import_json(request.user, data)
     except transfer.ImportError_ as exc:

@@ -240,3 +240,52 @@ class TestImport:
         assert csrf_client.post("/sessions/import", {}, content_type="application/json").status_code == 403
         csrf_client.force_login(owner)
         assert csrf_client.get("/sessions/import").status_code == 405
+
+
+class TestImportLimits:
+    def test_deeply_nested_json_is_400_naming_the_problem(self, owner_client):
+        body = '{"format": "navi.session", "version": 1, "session": {}, "messages": [' + "[" * 100_000 + "]" * 100_000 + "]}"
+        response = owner_client.post("/sessions/import", body, content_type="application/json")
+        assert response.status_code == 400, response.content
+        assert "nested too deeply" in json.loads(response.content)["error"]
+        assert Session.objects.count() == 0
+
+    def test_deeply_nested_json_elsewhere_is_400_too(self, owner_client):
+        body = "[" * 100_000 + "]" * 100_000
+        response = owner_client.patch("/settings", body, content_type="application/json")
+        assert response.status_code == 400 and "nested too deeply" in json.loads(response.content)["error"]
+
+    def test_many_messages_keep_their_order_and_content(self, owner_client, owner):
+        count = 20_000
+        messages = [
+            {
+                "seq": count - i,  # listed newest first: the import orders by seq
+                "role": "user" if i % 2 else "assistant",
+                "content": f"message {count - i} ✓",
+                "tool_calls": [{"name": "terminal", "arguments": {"n": i}}] if i % 1000 == 0 else [],
+                "meta": {"kind": "note"} if i % 777 == 0 else {},
+                "in_display": i % 10 != 3,
+                "created_at": "2026-01-02T03:04:05+00:00",
+            }
+            for i in range(count)
+        ]
+        data = {"format": "navi.session", "version": 1, "session": {"title": "long"}, "messages": messages}
+        response = owner_client.post("/sessions/import", data, content_type="application/json")
+        assert response.status_code == 201, response.content
+        assert json.loads(response.content)["message_count"] == count
+        rows = list(Message.objects.filter(session_id=json.loads(response.content)["session_id"]).order_by("id"))
+        assert [r.seq for r in rows] == list(range(1, count + 1))  # stored in seq order
+        by_seq = {m["seq"]: m for m in messages}
+        for row in rows:
+            sent = by_seq[row.seq]
+            assert (row.content, row.role, row.in_display) == (sent["content"], sent["role"], sent["in_display"])
+            assert row.tool_calls == sent["tool_calls"] and row.meta == sent["meta"]
+            assert row.created_at.isoformat() == "2026-01-02T03:04:05+00:00"
+
+    def test_a_bad_message_deep_in_a_long_import_creates_nothing(self, owner_client):
+        messages = [{"seq": i + 1, "role": "user", "content": "x"} for i in range(5000)]
+        messages[4321]["role"] = "pirate"
+        data = {"format": "navi.session", "version": 1, "session": {}, "messages": messages}
+        response = owner_client.post("/sessions/import", data, content_type="application/json")
+        assert response.status_code == 400 and "messages[4321].role" in json.loads(response.content)["error"]
+        assert Session.objects.count() == 0 and Message.objects.count() == 0

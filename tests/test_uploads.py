@@ -65,6 +65,23 @@ class TestUpload:
         assert body["path"] == str(path) and path.read_bytes() == b"some notes"
         assert SessionFile.objects.get(session=session).name == "notes.txt"
 
+    def test_the_stored_file_outlives_the_upload_temp_file_and_is_not_world_readable(self, owner_client, session, settings, tmp_path):
+        # The temp file is linked into the session folder (same filesystem here), not copied.
+        settings.FILE_UPLOAD_TEMP_DIR = str(tmp_path)
+        data = b"x" * (3 * 1024 * 1024)  # over FILE_UPLOAD_MAX_MEMORY_SIZE: a temp file on disk
+        assert _upload(owner_client, session, "big.txt", data).status_code == 201
+        path = settings.SESSION_FILES_DIR / str(session.pk) / "big.txt"
+        assert path.read_bytes() == data and path.stat().st_mode & 0o777 == 0o640
+        assert not [p for p in tmp_path.iterdir() if p.is_file()]  # the temp name is gone
+
+    def test_a_taken_name_is_not_overwritten_by_a_link(self, owner_client, session, settings):
+        folder = settings.SESSION_FILES_DIR / str(session.pk)
+        folder.mkdir(parents=True)
+        (folder / "a.txt").write_bytes(b"already here")  # on disk, not in the database
+        response = _upload(owner_client, session, "a.txt", b"new")
+        assert response.status_code == 201 and json.loads(response.content)["name"] == "a_1.txt"
+        assert (folder / "a.txt").read_bytes() == b"already here" and (folder / "a_1.txt").read_bytes() == b"new"
+
     def test_a_traversal_name_stays_inside_the_folder(self, owner_client, session, settings):
         response = _upload(owner_client, session, "../../../evil.txt")
         assert response.status_code == 201

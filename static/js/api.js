@@ -63,6 +63,7 @@ export const api = {
   saveFact: (id, value) => request("PATCH", `/memory/facts/${id}`, { value }),
   forgetFact: (id) => request("DELETE", `/memory/facts/${id}`),
   session: (id) => request("GET", `/sessions/${id}`),
+  olderMessages: (id, before) => request("GET", `/sessions/${id}?before=${encodeURIComponent(before)}`),
   // New chat: the newest chat is reused while it is still empty (a script's POST always creates).
   createSession: (profileId) => request("POST", "/sessions", { profile_id: profileId, reuse_empty: true }),
   rename: (id, title) => request("PATCH", `/sessions/${id}`, { title }),

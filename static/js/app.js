@@ -118,6 +118,10 @@ const chat = new ChatView($("#scroller"), {
     return true;
   },
   onToast: toast,
+  loadOlder: (before) => {
+    const id = state.sessionId;
+    return api.olderMessages(id, before).then((page) => (state.sessionId === id ? page : null));
+  },
   onRunEnd: (run, frame) => {
     notifyDone(frame);
     const id = state.sessionId;
@@ -125,7 +129,7 @@ const chat = new ChatView($("#scroller"), {
     api.session(id).then((session) => {
       if (state.sessionId !== id) return;
       showSession(session);
-      if (!chat.run || chat.run.done) chat.assignIds(session.messages);
+      if (!chat.run || chat.run.done) chat.assignIds(session.messages, session.has_more);
     }).catch(() => {});
     sidebar.refresh().then(() => sidebar.select(state.sessionId)).catch(() => {});
   },
@@ -220,7 +224,7 @@ async function openSession(id) {
   if (state.sessionId !== id) return;
   showSession(session);
   setContext(session.context_token_count, 0);
-  chat.loadHistory(session.messages);
+  chat.loadHistory(session.messages, session.has_more);
   state.ready = true;
   for (const frame of state.buffer.splice(0)) chat.frame(frame);
   const unsent = state.unsent;

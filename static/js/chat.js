@@ -1,4 +1,5 @@
-// The conversation view: history from REST (paged: only the newest groups are rendered, older
+// The conversation view: history from REST (paged twice: the server sends the newest messages
+// and older pages on request, and of what is here only the newest groups are rendered, older
 // ones as the reader scrolls up) and live runs from WebSocket frames.
 import { announceApproval, approvalCard, reopenApproval, resolveApproval } from "./approvals.js";
 import { copyText, renderMarkdown } from "./markdown.js";
@@ -145,6 +146,8 @@ export class ChatView {
     this.onApproval = hooks.onApproval;
     this.onToast = hooks.onToast;
     this.jump = hooks.jumpButton;
+    this.rows = []; // the history rows fetched so far, oldest first
+    this.hasMore = false; // older rows wait on the server
     this.groups = [];
     this.firstRendered = 0;
     this.run = null;
@@ -157,6 +160,9 @@ export class ChatView {
     this.observer.observe(this.sentinel);
     scroller.addEventListener("scroll", () => {
       if (this.nearBottom()) this.jump.hidden = true;
+      // At the top with older messages still on the server (a failed fetch, or a page that held
+      // no whole turn): the sentinel stays in view, so the observer would not fire again.
+      if (this.firstRendered === 0 && this.hasMore && scroller.scrollTop < 800) this.fetchOlder();
     }, { passive: true });
     this.jump.addEventListener("click", () => {
       this.scrollToBottom();
@@ -166,8 +172,13 @@ export class ChatView {
   }
 
   // --- history -------------------------------------------------------------------------
-  loadHistory(rows) {
-    this.groups = groupRows(rows);
+  /** rows: the newest page of the chat; hasMore: older messages wait on the server. */
+  loadHistory(rows, hasMore = false) {
+    this.rows = rows;
+    this.hasMore = hasMore;
+    this.historyId = (this.historyId || 0) + 1; // an older page fetched for another chat is dropped
+    this.fetching = false;
+    this.groups = this.grouped();
     this.firstRendered = this.groups.length;
     this.list.replaceChildren();
     this.run = null;
@@ -276,9 +287,54 @@ export class ChatView {
     area.focus();
   }
 
-  /** After a run: learn the ids of what it saved (Edit needs them) without redrawing. */
-  assignIds(rows) {
-    const groups = groupRows(rows);
+  /** The fetched rows as groups. While older rows wait on the server, the rows before the
+   * first user message may answer a message on the older page: they wait for it. */
+  grouped() {
+    if (!this.hasMore) return groupRows(this.rows);
+    const first = this.rows.findIndex((r) => r.role === "user");
+    return groupRows(first < 0 ? [] : this.rows.slice(first));
+  }
+
+  /** The newest page again (after a run): it replaces the rows it overlaps. */
+  mergeNewest(rows, hasMore) {
+    const at = rows.length ? this.rows.findIndex((r) => r.id === rows[0].id) : -1;
+    if (at < 0) {
+      this.rows = rows;
+      this.hasMore = hasMore;
+    } else {
+      this.rows = this.rows.slice(0, at).concat(rows);
+    }
+  }
+
+  /** The page before the oldest fetched row, then render on from where it stopped. */
+  async fetchOlder() {
+    if (this.fetching || !this.hasMore || !this.rows.length || !this.hooks.loadOlder) return;
+    const historyId = this.historyId;
+    this.fetching = true;
+    this.sentinel.textContent = "Loading older messages…";
+    let page;
+    try {
+      page = await this.hooks.loadOlder(this.rows[0].id);
+    } catch {
+      this.sentinel.textContent = "Could not load older messages; scroll to retry.";
+      return;
+    } finally {
+      if (historyId === this.historyId) this.fetching = false;
+    }
+    if (historyId !== this.historyId || !page) return;
+    const before = this.groups.length;
+    this.rows = page.messages.concat(this.rows);
+    this.hasMore = page.has_more;
+    this.groups = this.grouped();
+    this.firstRendered += this.groups.length - before;
+    this.renderOlder();
+  }
+
+  /** After a run: learn the ids of what it saved (Edit needs them) without redrawing.
+   * rows: the newest page of the chat. */
+  assignIds(rows, hasMore = false) {
+    this.mergeNewest(rows, hasMore);
+    const groups = this.grouped();
     const nodes = [...this.list.children].filter((n) => n.classList.contains("group"));
     let g = groups.length - 1;
     for (let n = nodes.length - 1; n >= 0 && g >= 0; n -= 1, g -= 1) {
@@ -312,21 +368,34 @@ export class ChatView {
 
   renderOlder(initial = false) {
     if (this.firstRendered === 0) {
+      if (this.hasMore) {
+        this.fetchOlder();
+        return;
+      }
       this.sentinel.textContent = this.groups.length ? "Start of the conversation" : "";
       return;
     }
     const start = Math.max(0, this.firstRendered - PAGE);
     const fragment = document.createDocumentFragment();
-    for (const group of this.groups.slice(start, this.firstRendered)) fragment.append(this.renderGroup(group));
+    const nodes = this.groups.slice(start, this.firstRendered).map((group) => this.renderGroup(group));
+    // Laid out for real once: a .group off screen counts as its last remembered size (CSS
+    // content-visibility), 120px when it never had one, so the first sight of a prepended group
+    // would move what is on screen. After a frame they are remembered and may be skipped again.
+    for (const node of nodes) node.style.contentVisibility = "visible";
+    fragment.append(...nodes);
+    requestAnimationFrame(() => requestAnimationFrame(() => {
+      for (const node of nodes) node.style.contentVisibility = "";
+    }));
     const before = this.scroller.scrollHeight;
     const top = this.scroller.scrollTop;
     this.list.prepend(fragment);
     this.firstRendered = start;
-    this.sentinel.textContent = start ? "Loading older messages…" : "Start of the conversation";
+    this.sentinel.textContent = start || this.hasMore ? "Loading older messages…" : "Start of the conversation";
     if (!initial) this.scroller.scrollTop = top + (this.scroller.scrollHeight - before);
     // Still near the top (short messages)? Keep filling on the next frame.
     requestAnimationFrame(() => {
-      if (this.firstRendered > 0 && this.scroller.scrollTop < 800 && this.scroller.scrollHeight > this.scroller.clientHeight) {
+      const more = this.firstRendered > 0 || this.hasMore;
+      if (more && this.scroller.scrollTop < 800 && this.scroller.scrollHeight > this.scroller.clientHeight) {
         this.renderOlder();
       }
     });

@@ -464,3 +464,45 @@ def test_profile_switches_and_new_memories_are_shown_as_notices(page, navi, live
     expect(turn.locator(".notice.profile")).to_contain_text("Switched to profile Server Administrator")
     expect(page.locator(".bubble.assistant").last).to_contain_text("switched to admin mode")
     screenshot(page, "14-notices")
+
+
+SHOWN_NUMBERS = """() => [...document.querySelectorAll('#scroller .messages .group')]
+    .map((n) => Number((n.textContent.match(/message (\\d+)/) || [])[1])).filter(Boolean)"""
+# Scroll to the top and say where the group showing "message <n>" is on screen, in one task:
+# before the IntersectionObserver that renders older messages has run.
+TOP_OF_GROUP = """(n) => {
+    const group = [...document.querySelectorAll('#scroller .messages .group')]
+        .find((g) => Number((g.textContent.match(/message (\\d+)/) || [])[1]) === n);
+    return group.getBoundingClientRect().top;
+}"""
+
+
+def test_a_long_chat_opens_at_its_newest_messages_and_scrolling_up_loads_older_ones(page, navi):
+    count = 1000
+    messages = [{"seq": i, "role": "user" if i % 2 else "assistant", "content": f"message {i}"} for i in range(1, count + 1)]
+    export = {"format": "navi.session", "version": 1, "session": {"title": "a long chat"}, "messages": messages}
+    with navi.api() as client:
+        sid = client.post("/sessions/import", json=export).json()["session_id"]
+    history = []
+    page.on("response", lambda r: history.append((r.url, r.json())) if f"/sessions/{sid}" in r.url and r.request.method == "GET" else None)
+    page.goto(f"{navi.url}/#{sid}")
+    page.wait_for_selector("body[data-ready='1']")
+    expect(page.locator("#scroller .messages")).to_contain_text("message 1000")
+    assert len(history[0][1]["messages"]) == 200 and history[0][1]["has_more"]  # one page, not the whole chat
+    shown = page.evaluate(SHOWN_NUMBERS)
+    assert shown[-1] == 1000 and shown[0] > 800 and shown == sorted(set(shown))
+    assert page.evaluate("() => { const s = document.querySelector('#scroller'); return s.scrollHeight - s.scrollTop - s.clientHeight; }") < 5
+
+    # Scroll to the top again and again: older messages are prepended (from the page at hand,
+    # then from older pages fetched with ?before=), and what is on screen stays in place.
+    for _ in range(100):
+        oldest = shown[0]
+        if oldest == 1:
+            break
+        top = page.evaluate(f"(n) => {{ document.querySelector('#scroller').scrollTop = 0; return ({TOP_OF_GROUP})(n); }}", oldest)
+        page.wait_for_function(f"() => ({SHOWN_NUMBERS})()[0] < {oldest}")
+        assert abs(page.evaluate(TOP_OF_GROUP, oldest) - top) < 2, f"the view jumped when messages before {oldest} came"
+        shown = page.evaluate(SHOWN_NUMBERS)
+    assert shown == list(range(1, count + 1))  # every message once, in order
+    assert sum("before=" in url for url, _ in history) == 4 and not history[-1][1]["has_more"]
+    expect(page.locator("#scroller .older")).to_have_text("Start of the conversation")
