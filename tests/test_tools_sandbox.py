@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import socket
 import threading
@@ -242,3 +244,154 @@ def test_code_exec_children_get_no_server_secrets(settings, monkeypatch):
     env = safe_env(settings.NAVI_WORKSPACE)
     assert "OPENAI_API_KEY" not in env and env["HOME"] == str(settings.NAVI_WORKSPACE)
     assert os.environ["OPENAI_API_KEY"] == "sk-secret"
+
+
+# --- the host's kernel settings (issue #26 item 1) --------------------------------------------
+# Each attack is harmless even if it got through: core_pattern gets its own value back, the
+# trigger files are only opened, never written.
+PROBE = r'''
+import errno, json, os
+
+
+def attempt(path, data=None):
+    """Open `path` for writing (and write `data`): the errno's name, or "allowed"."""
+    try:
+        fd = os.open(path, os.O_WRONLY)
+    except OSError as exc:
+        return errno.errorcode[exc.errno]
+    try:
+        if data is not None:
+            os.write(fd, data)
+        return "allowed"
+    except OSError as exc:
+        return errno.errorcode[exc.errno]
+    finally:
+        os.close(fd)
+
+
+def probe():
+    core = open("/proc/sys/kernel/core_pattern", "rb").read()
+    status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+    return {
+        "core_pattern": attempt("/proc/sys/kernel/core_pattern", core),
+        "drop_caches": attempt("/proc/sys/vm/drop_caches"),
+        "sysrq": attempt("/proc/sysrq-trigger"),
+        "sys": attempt("/sys/kernel/mm/transparent_hugepage/enabled"),
+        "uid": os.getuid(),
+        "uid_map": open("/proc/self/uid_map").read().split(),
+        "caps": {k: int(status[k], 16) for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")},
+        "mounts": {m.split()[4]: m.split()[5] for m in open("/proc/self/mountinfo")},
+    }
+'''
+REFUSED = {"EROFS", "EACCES", "EPERM"}
+
+
+def core_pattern() -> str:
+    return open("/proc/sys/kernel/core_pattern").read()
+
+
+def host_uid(uid: int, uid_map: list[str]) -> int:
+    """The uid on the host of `uid` in the process's user namespace (/proc/self/uid_map)."""
+    numbers = [int(n) for n in uid_map]
+    for inside, outside, count in zip(numbers[::3], numbers[1::3], numbers[2::3]):
+        if inside <= uid < inside + count:
+            return outside + uid - inside
+    raise AssertionError(f"uid {uid} is not mapped: {uid_map}")
+
+
+def assert_host_is_out_of_reach(seen: dict) -> None:
+    assert seen["core_pattern"] in REFUSED and seen["drop_caches"] in REFUSED, seen
+    # Kernels without magic SysRq have no trigger file at all.
+    assert seen["sysrq"] in (REFUSED if os.path.exists("/proc/sysrq-trigger") else {"ENOENT"}), seen
+    assert seen["sys"] in REFUSED | {"ENOENT"} and "/sys" not in seen["mounts"], seen
+    assert seen["mounts"]["/proc/sys"].split(",")[0] == "ro"
+    assert host_uid(seen["uid"], seen["uid_map"]) != 0
+    if os.geteuid() == 0:
+        assert host_uid(seen["uid"], seen["uid_map"]) == 65534  # SANDBOX_UID
+    assert not any(seen["caps"].values()), seen["caps"]
+
+
+async def test_code_exec_cannot_write_the_hosts_kernel_settings(settings, small_limits):
+    before = core_pattern()
+    result = await run(PROBE + "print(json.dumps(probe()))")
+    assert result.success, result.output
+    assert_host_is_out_of_reach(json.loads(result.output.split("\n[exit code")[0]))
+    assert core_pattern() == before
+
+
+async def test_a_terminal_command_cannot_write_the_hosts_kernel_settings(settings, small_limits):
+    settings.TERMINAL_ALLOWED_COMMANDS = "*"
+    before = core_pattern()
+    result = await term(
+        "cat /proc/sys/kernel/core_pattern > /proc/sys/kernel/core_pattern; "  # its own value back
+        "(exec 3>>/proc/sys/vm/drop_caches) && echo drop_caches opened; "  # opened, nothing written
+        "(exec 3>>/proc/sysrq-trigger) && echo sysrq opened; "
+        "(exec 3>>/sys/kernel/mm/transparent_hugepage/enabled) && echo sys opened; "
+        "echo uid=$(id -u) map=$(cat /proc/self/uid_map); grep CapEff /proc/self/status"
+    )
+    assert "cannot create /proc/sys/kernel/core_pattern" in result.output, result.output
+    assert "opened" not in result.output and core_pattern() == before
+    uid_line = next(line for line in result.output.splitlines() if line.startswith("uid="))
+    uid, _, uid_map = uid_line.removeprefix("uid=").partition(" map=")
+    assert host_uid(int(uid), uid_map.split()) != 0
+    assert "CapEff:\t0000000000000000" in result.output
+
+
+@pytest.mark.django_db
+async def test_a_plain_users_tool_cannot_write_the_hosts_kernel_settings(settings, small_limits, other_user):
+    from tools_app import loader
+    from tools_app.context import current_user_id
+
+    path = settings.TOOLS_DIR / "probe.py"
+    path.write_text(
+        PROBE + 'name = "probe"\ndescription = "probe"\nparameters = {"type": "object", "properties": {}}\n\n\n'
+        "async def execute(params: dict) -> str:\n    return json.dumps(probe())\n"
+    )
+    [tool], error = await asyncio.to_thread(loader.build_tools, "probe", path, loader.read_metadata(path))
+    assert not error
+    before = core_pattern()
+    token = current_user_id.set(other_user.id)  # mallory: no run_host_tools, user tools allowed
+    try:
+        result = await tool.execute({})
+    finally:
+        current_user_id.reset(token)
+    assert result.success, result.error
+    assert_host_is_out_of_reach(json.loads(result.output))
+    assert core_pattern() == before
+
+
+async def test_files_pass_between_navi_and_the_sandbox_both_ways(settings, small_limits):
+    settings.TERMINAL_ALLOWED_COMMANDS = "*"
+    assert (await fs(action="write", path="in/data.txt", content="from navi")).success
+    code = "import os\nopen('in/data.txt', 'a').write(', code')\nos.mkdir('out')\nopen('out/r.txt', 'w').write('made')"
+    result = await run(code)
+    assert result.success, result.output
+    assert (await term("echo ', terminal' >> in/data.txt")).success
+    assert (await fs(action="read", path="in/data.txt")).output == "from navi, code, terminal\n"
+    assert (await fs(action="read", path="out/r.txt")).output == "made"
+    assert (await fs(action="write", path="out/r.txt", content="changed by navi")).success
+    assert (await fs(action="delete", path="out", recursive=True)).success
+
+
+async def test_handing_the_workspace_over_never_follows_links_out_of_it(settings, small_limits, tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("the workspace is handed to the sandbox user only when the server runs as root")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("root's")
+    ws = settings.NAVI_WORKSPACE
+    (ws / "dirlink").symlink_to(outside)
+    (ws / "filelink").symlink_to(outside / "secret.txt")
+    os.link(outside / "secret.txt", ws / "hardlink.txt")
+    assert (await run("print('hi')")).success
+    assert os.stat(ws).st_uid == 65534
+    for path in (outside, outside / "secret.txt"):
+        assert os.stat(path).st_uid == 0, path
+    assert "Permission denied" in (await run("open('hardlink.txt', 'a').write('x')")).output
+    assert (outside / "secret.txt").read_text() == "root's"
+
+
+async def test_terminal_says_when_a_program_is_missing(settings, small_limits):
+    settings.TERMINAL_ALLOWED_COMMANDS = "navi-no-such-program"
+    result = await term("navi-no-such-program")
+    assert not result.success and "[the program is not installed" in result.output, result.output

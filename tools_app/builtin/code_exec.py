@@ -107,6 +107,7 @@ class CodeExecTool(Tool):
         with tempfile.TemporaryDirectory(prefix="navi-code-") as tmp:
             code_file = Path(tmp) / "main.py"
             code_file.write_text(params["code"], encoding="utf-8")
+            code_file.chmod(0o644)  # as root the program runs as the sandbox user, who must read it
             return await self._run(bwrap, workspace, code_file, limit)
 
     async def _run(self, bwrap: str | None, workspace: Path, code_file: Path, limit: float) -> ToolResult:
