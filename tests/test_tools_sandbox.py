@@ -390,3 +390,15 @@ async def test_terminal_says_when_a_program_is_missing(settings, small_limits):
     settings.TERMINAL_ALLOWED_COMMANDS = "navi-no-such-program"
     result = await term("navi-no-such-program")
     assert not result.success and "[the program is not installed" in result.output, result.output
+
+
+def test_a_tool_file_the_sandbox_user_cannot_read_says_how_to_fix_it(settings, small_limits):
+    if os.geteuid() != 0:
+        pytest.skip("tools run as another user only when the server runs as root")
+    from tools_app import loader
+
+    path = settings.TOOLS_DIR / "private.py"
+    path.write_text('name = "private"\ndescription = "x"\nparameters = {"type": "object"}\n\n\nasync def execute(p):\n    return ""\n')
+    path.chmod(0o600)
+    meta = loader.read_metadata(path)
+    assert not meta["ok"] and "Permission denied" in meta["error"] and "`chmod 644`" in meta["error"], meta
