@@ -402,3 +402,29 @@ def test_a_tool_file_the_sandbox_user_cannot_read_says_how_to_fix_it(settings, s
     path.chmod(0o600)
     meta = loader.read_metadata(path)
     assert not meta["ok"] and "Permission denied" in meta["error"] and "`chmod 644`" in meta["error"], meta
+
+
+THREADS = """import os, threading, time
+stop = threading.Event()
+threading.stack_size(256 * 1024)  # 20 threads well inside the 256 MB address space
+for _ in range(20):
+    threading.Thread(target=stop.wait, daemon=True).start()
+open('{me}-ready', 'w').close()
+deadline = time.monotonic() + 15
+while not os.path.exists('{other}-ready') and time.monotonic() < deadline:
+    time.sleep(0.01)
+stop.set()
+print('together' if os.path.exists('{other}-ready') else 'alone')
+"""
+
+
+async def test_two_programs_at_once_each_get_the_whole_process_limit(settings, small_limits):
+    from tools_app.sandbox import PidsCgroup
+
+    probe = PidsCgroup.for_root(5)
+    if probe is None:
+        pytest.skip("without a pids cgroup RLIMIT_NPROC is the limit, shared by the sandbox user's programs")
+    probe.remove()
+    settings.TOOL_TIMEOUT_S = 30  # both must be running at once (CODE_EXEC_MAX_PROCS is 32)
+    a, b = await asyncio.gather(run(THREADS.format(me="a", other="b")), run(THREADS.format(me="b", other="a")))
+    assert a.success and b.success and a.output.startswith("together") and b.output.startswith("together"), (a, b)
