@@ -325,6 +325,10 @@ SANDBOX_MEMORY_MB = env.int("SANDBOX_MEMORY_MB", default=1024)
 SANDBOX_MAX_FILE_MB = env.int("SANDBOX_MAX_FILE_MB", default=64)
 SANDBOX_MAX_PROCS = env.int("SANDBOX_MAX_PROCS", default=64)
 CODE_EXEC_PYTHON = env.str("CODE_EXEC_PYTHON", default="")  # empty: /usr/bin/python3 (stdlib only)
+# Running as root, sandboxed programs run as this unprivileged host user (never uid 0) and own
+# the workspaces they write; a dedicated account keeps them apart from other `nobody` services.
+SANDBOX_UID = env.int("SANDBOX_UID", default=65534)
+SANDBOX_GID = env.int("SANDBOX_GID", default=65534)
 
 
 # --- Session files ------------------------------------------------------------------------

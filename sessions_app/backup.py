@@ -8,6 +8,10 @@ One `.tar.gz`:
                         transaction (Django's serializer, natural keys for users/permissions)
     session_files/  user_tools/  ssh_hosts.json
 
+Only plain files and folders go in, and restore unpacks nothing else (`backup_members`): a link,
+fifo or device in a folder is left out with a warning naming it, a hard-linked file is stored as
+a plain copy. `navi_backup --verify` test-restores the archive it wrote into a temporary folder.
+
 Both snapshots are consistent while the server writes. PostgreSQL is dumped as JSON rather than
 by `pg_dump` because that needs a pg_dump at least as new as the server on the machine Navi runs
 on, and only restores into PostgreSQL; the JSON dump needs nothing beyond Navi's requirements
@@ -17,6 +21,7 @@ and restores into either database, so a backup also moves an install from SQLite
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -37,6 +42,8 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.utils import timezone
+
+from .backup_members import FolderContents, UnsafeArchive, add_file, folder_contents, folder_info, unpack
 
 FORMAT = "navi.backup"
 VERSION = 1
@@ -79,14 +86,22 @@ def counts() -> dict[str, int]:
 
 
 # --- backup ------------------------------------------------------------------------------------
-def backup(path: Path, say: Callable[[str], None] = print) -> Path:
-    """Write the archive (atomically: a temp file renamed into place); returns its path."""
+def backup(
+    path: Path, say: Callable[[str], None] = print, *, warn: Callable[[str], None] | None = None, verify: bool = False
+) -> Path:
+    """Write the archive (atomically: a temp file renamed into place), test-restore it when
+    `verify`; returns its path. `warn` hears of every path left out."""
+    warn = warn or say
     if path.is_dir():
         path = path / f"navi-backup-{timezone.now():%Y%m%d-%H%M%S}.tar.gz"
     if not path.parent.is_dir():
         raise BackupError(f"the folder {path.parent} does not exist; create it or pick another path")
     places = Places.from_settings()
     vendor = connections[DEFAULT_DB_ALIAS].vendor
+    folders = {name: _contents(folder) for name, folder in _folders(places)}
+    for contents in folders.values():
+        for skipped, reason in contents.skipped:
+            warn(f"warning: left out {skipped}: {reason}; restore accepts only plain files and folders")
     with tempfile.TemporaryDirectory(prefix="navi-backup-") as tmp:
         work = Path(tmp)
         if vendor == "sqlite":
@@ -103,18 +118,31 @@ def backup(path: Path, say: Callable[[str], None] = print) -> Path:
             "database": database.name, "counts": row_counts,
             "source": {"session_files": str(places.session_files), "user_tools": str(places.user_tools)},
             "files": {
-                "session_files": _count_files(places.session_files),
-                "user_tools": _count_files(places.user_tools),
+                **{name: len(contents.files) for name, contents in folders.items()},
                 "ssh_hosts": places.ssh_hosts.is_file(),
             },
         }
         say("==> " + ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in row_counts.items()))
-        _write_archive(path, manifest, database, places, say)
-    say(f"==> backup written: {path} ({path.stat().st_size // 1024} KB)")
+        _write_archive(path, manifest, database, places, folders, say)
+    left_out = sum(len(c.skipped) for c in folders.values())
+    note = f"; {left_out} path(s) left out, see the warnings" if left_out else ""
+    say(f"==> backup written: {path} ({path.stat().st_size // 1024} KB{note})")
+    if verify:
+        verify_archive(path, say)
     return path
 
 
-def _write_archive(path: Path, manifest: dict, database: Path, places: Places, say: Callable[[str], None]) -> None:
+def _folders(places: Places) -> list[tuple[str, Path]]:
+    return [("session_files", places.session_files), ("user_tools", places.user_tools)]
+
+
+def _contents(folder: Path) -> FolderContents:
+    return folder_contents(folder) if folder.is_dir() else FolderContents()
+
+
+def _write_archive(
+    path: Path, manifest: dict, database: Path, places: Places, folders: dict[str, FolderContents], say: Callable[[str], None]
+) -> None:
     """The tar.gz, written to a hidden temp file renamed into place: never a half-written backup."""
     partial = path.with_name(f".{path.name}.partial")
     try:
@@ -122,29 +150,35 @@ def _write_archive(path: Path, manifest: dict, database: Path, places: Places, s
         with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as raw, \
                 tarfile.open(fileobj=raw, mode="w:gz") as tar:
             _add_bytes(tar, "manifest.json", json.dumps(manifest, indent=2).encode())
-            tar.add(database, arcname=database.name)
-            for name, folder in (("session_files", places.session_files), ("user_tools", places.user_tools)):
+            add_file(tar, database, database.name)
+            for name, folder in _folders(places):
                 if folder.is_dir():
                     say(f"==> {name}: {manifest['files'][name]} file(s) from {folder}")
-                    _add_folder(tar, folder, name, say)
+                    _add_folder(tar, folder, name, folders[name], say)
             if places.ssh_hosts.is_file():
                 say(f"==> ssh hosts: {places.ssh_hosts}")
-                tar.add(places.ssh_hosts, arcname="ssh_hosts.json")
+                add_file(tar, places.ssh_hosts, "ssh_hosts.json", follow=True)  # the setting may name a link
         partial.replace(path)
     finally:
         partial.unlink(missing_ok=True)
 
 
-def _add_folder(tar: tarfile.TarFile, folder: Path, arcname: str, say: Callable[[str], None]) -> None:
-    """The folder's files; one deleted meanwhile (an expired upload) is left out, not fatal."""
-    tar.add(folder, arcname=arcname, recursive=False)
-    for item in sorted(folder.rglob("*")):
-        if "__pycache__" in item.parts:
-            continue
+def _add_folder(
+    tar: tarfile.TarFile, folder: Path, arcname: str, contents: FolderContents, say: Callable[[str], None]
+) -> None:
+    """The folder's plain files and folders; one deleted meanwhile (an expired upload) is left
+    out, not fatal, and so is one swapped for a link or fifo since the walk."""
+    tar.addfile(folder_info(arcname, folder.stat().st_mode))
+    for item in contents.folders:
+        with contextlib.suppress(FileNotFoundError):  # gone since the walk: its files are skipped too
+            tar.addfile(folder_info(f"{arcname}/{item.relative_to(folder).as_posix()}", item.lstat().st_mode))
+    for item in contents.files:
         try:
-            tar.add(item, arcname=f"{arcname}/{item.relative_to(folder)}", recursive=False)
+            add_file(tar, item, f"{arcname}/{item.relative_to(folder).as_posix()}")
         except FileNotFoundError:
             say(f"    (skipped {item}: deleted while the backup ran)")
+        except UnsafeArchive as exc:
+            say(f"warning: left out {item}: {exc}")
 
 
 def _sqlite_snapshot(target: Path) -> None:
@@ -196,10 +230,6 @@ def _snapshot_to_json(database: Path, fixture: Path) -> None:
         )
         if done.returncode != 0:
             raise BackupError(f"reading the SQLite snapshot failed ({args[0]}): {done.stderr.strip()[-500:]}")
-
-
-def _count_files(folder: Path) -> int:
-    return sum(1 for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts) if folder.is_dir() else 0
 
 
 def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
@@ -254,9 +284,15 @@ def _copy_files(work: Path, places: Places, force: bool, say: Callable[[str], No
 
 
 def _unpack(path: Path, work: Path) -> dict:
+    """Every member checked, then unpacked into `work`; the manifest, checked."""
     try:
         with tarfile.open(path, "r:gz") as tar:
-            tar.extractall(work, filter="data")  # no absolute paths, no `..`, no device files
+            unpack(tar, work)  # our own checks, not tarfile's filters (which older Pythons lack)
+    except UnsafeArchive as exc:
+        raise BackupError(
+            f"refused {path}: {exc}. Nothing was restored; navi_backup never writes such members, so the "
+            "archive was changed or made by hand: restore another backup"
+        ) from exc
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise BackupError(f"{path} is not a readable backup ({exc}); pass a .tar.gz written by navi_backup") from exc
     try:
@@ -271,6 +307,64 @@ def _unpack(path: Path, work: Path) -> dict:
     if not (work / manifest.get("database", "")).is_file():
         raise BackupError(f"{path} lacks its database file; the archive is damaged: take a new backup")
     return manifest
+
+
+# --- verify ------------------------------------------------------------------------------------
+def verify_archive(path: Path, say: Callable[[str], None] = print) -> None:
+    """Test-restore `path` into a temporary folder with restore's checks, then compare the
+    database and files with the manifest; raises BackupError naming the problem."""
+    with tempfile.TemporaryDirectory(prefix="navi-verify-") as tmp:
+        work = Path(tmp)
+        try:
+            manifest = _unpack(path, work)
+            problems = _database_problems(work, manifest) + _file_problems(work, manifest)
+        except BackupError as exc:
+            raise BackupError(f"verify failed: {exc}") from exc
+    if problems:
+        raise BackupError(
+            f"verify failed: {path} does not match its manifest ({'; '.join(problems)}); do not rely on it: "
+            "take a new backup"
+        )
+    files = sum(n for k, n in manifest["files"].items() if k != "ssh_hosts")
+    say(f"==> verified: {path} unpacks as restore unpacks it; database and {files} file(s) match the manifest")
+
+
+def _database_problems(work: Path, manifest: dict) -> list[str]:
+    database = work / manifest["database"]
+    try:
+        if database.suffix == ".sqlite3":
+            with closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as db:
+                check = db.execute("PRAGMA quick_check").fetchone()[0]
+            if check != "ok":
+                return [f"{database.name} is damaged: {check}"]
+            found = _counts_of_snapshot(database)
+        else:
+            found = _counts_of_fixture(database)
+    except (sqlite3.Error, ValueError, OSError) as exc:
+        return [f"{database.name} cannot be read: {exc}"]
+    expected = manifest.get("counts", {})
+    return [f"{k.replace('_', ' ')}: {found.get(k)} rows, the manifest says {n}" for k, n in expected.items()
+            if found.get(k) != n]
+
+
+def _counts_of_fixture(database: Path) -> dict[str, int]:
+    labels = {model._meta.label_lower: name for name, model in _counted_models().items()}
+    found = dict.fromkeys(labels.values(), 0)
+    for row in json.loads(database.read_text(encoding="utf-8")):
+        if row.get("model") in labels:
+            found[labels[row["model"]]] += 1
+    return found
+
+
+def _file_problems(work: Path, manifest: dict) -> list[str]:
+    problems = []
+    for name in ("session_files", "user_tools"):
+        found = sum(1 for p in (work / name).rglob("*") if p.is_file())
+        if found != manifest["files"].get(name, 0):
+            problems.append(f"{name}: {found} file(s), the manifest says {manifest['files'].get(name, 0)}")
+    if (work / "ssh_hosts.json").is_file() != bool(manifest["files"].get("ssh_hosts")):
+        problems.append("ssh_hosts.json: present and listed differ")
+    return problems
 
 
 def _refuse_non_empty(places: Places, force: bool) -> None:

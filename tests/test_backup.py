@@ -4,8 +4,11 @@ place, and a server started there has every session, message, fact, tool and API
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
+import subprocess
+import sys
 import tarfile
 
 import httpx
@@ -182,3 +185,117 @@ def test_restore_says_what_to_do_with_a_file_that_is_not_a_backup(tmp_path):
 def test_backup_into_a_missing_folder_says_so(tmp_path):
     with pytest.raises(CommandError, match="does not exist; create it"):
         call_command("navi_backup", str(tmp_path / "nope" / "b.tar.gz"))
+
+
+# --- what restore refuses never goes in; what it refuses never comes out (issue #26 item 5) ---
+def _backup(archive, *flags) -> tuple[str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    call_command("navi_backup", str(archive), *flags, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+def _rewrite(archive, target, extra=(), change=None) -> None:
+    """A copy of `archive` with members added (TarInfo, bytes) or changed (name -> bytes)."""
+    change = change or {}
+    with tarfile.open(archive) as old, tarfile.open(target, "w:gz") as new:
+        for member in old.getmembers():
+            data = old.extractfile(member).read() if member.isfile() else None
+            if member.name in change:
+                data = change[member.name]
+                member.size = len(data)
+            new.addfile(member, io.BytesIO(data) if data is not None else None)
+        for member, data in extra:
+            new.addfile(member, io.BytesIO(data) if data is not None else None)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_link_in_a_tool_data_folder_is_left_out_with_a_warning_and_the_backup_restores(tmp_path, owner, settings):
+    data = settings.TOOLS_DIR / ".data" / "spy" / str(owner.pk)
+    data.mkdir(parents=True)
+    (data / "notes.json").write_text('{"n": 1}')
+    os.link(data / "notes.json", data / "same-notes.json")  # a second name: stored as a plain copy
+    (data / "passwd").symlink_to("/etc/passwd")
+    (data / "outside").symlink_to(tmp_path)
+    os.mkfifo(data / "pipe")
+    archive = tmp_path / "b.tar.gz"
+    out, err = _backup(archive, "--verify")
+    for name, what in (("passwd", "a symbolic link (to '/etc/passwd')"), ("outside", "a symbolic link"), ("pipe", "a fifo")):
+        assert f"left out {data / name}: {what}" in err, err
+    assert "3 path(s) left out" in out and "==> verified:" in out
+    with tarfile.open(archive) as tar:
+        assert all(m.isfile() or m.isdir() for m in tar.getmembers())
+        assert not [m.name for m in tar.getmembers() if m.name.endswith(("passwd", "outside", "pipe"))]
+
+    settings.TOOLS_DIR = tmp_path / "restored_tools"  # an empty place to restore the files into
+    settings.SESSION_FILES_DIR = tmp_path / "restored_files"
+    call_command("navi_restore", str(archive), force=True, stdout=io.StringIO())
+    restored = settings.TOOLS_DIR / ".data" / "spy" / str(owner.pk)
+    assert sorted(p.name for p in restored.iterdir()) == ["notes.json", "same-notes.json"]
+    assert (restored / "same-notes.json").read_text() == '{"n": 1}'
+
+
+@pytest.mark.django_db(transaction=True)
+def test_verify_passes_on_a_good_backup_and_fails_on_a_tampered_one(tmp_path, owner, settings):
+    Session.objects.create(owner=owner, profile_id="secretary", title="one")
+    (settings.TOOLS_DIR / "greet.py").write_text(TOOL)
+    good = tmp_path / "good.tar.gz"
+    assert "==> verified:" in _backup(good, "--verify")[0]
+    assert "==> verified:" in _backup(good, "--verify-only")[0]
+
+    linked = tmp_path / "linked.tar.gz"
+    link = tarfile.TarInfo("user_tools/greet2.py")
+    link.type, link.linkname = tarfile.SYMTYPE, "/etc/shadow"
+    _rewrite(good, linked, extra=[(link, None)])
+    with pytest.raises(CommandError, match=r"verify failed: refused .*'user_tools/greet2.py' is a symbolic link \(to '/etc/shadow'\)"):
+        _backup(linked, "--verify-only")
+
+    with tarfile.open(good) as tar:
+        manifest = json.load(tar.extractfile("manifest.json"))
+    manifest["counts"]["sessions"] = 5
+    miscounted = tmp_path / "miscounted.tar.gz"
+    _rewrite(good, miscounted, change={"manifest.json": json.dumps(manifest).encode()})
+    with pytest.raises(CommandError, match="does not match its manifest .sessions: 1 rows, the manifest says 5"):
+        _backup(miscounted, "--verify-only")
+
+    cut = tmp_path / "cut.tar.gz"
+    cut.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    done = subprocess.run(
+        [sys.executable, "manage.py", "navi_backup", "--verify-only", str(cut)],
+        cwd=settings.BASE_DIR, capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode != 0 and "verify failed" in done.stderr and "not a readable backup" in done.stderr
+
+
+def _member(name: str, kind: bytes = tarfile.REGTYPE, linkname: str = "") -> tarfile.TarInfo:
+    member = tarfile.TarInfo(name)
+    member.type, member.linkname = kind, linkname
+    if kind in (tarfile.CHRTYPE, tarfile.BLKTYPE):
+        member.devmajor, member.devminor = 1, 3
+    return member
+
+
+@pytest.mark.parametrize(
+    "member, says",
+    [
+        (_member("user_tools/x.py", tarfile.SYMTYPE, "/etc/passwd"), "'user_tools/x.py' is a symbolic link (to '/etc/passwd')"),
+        (_member("user_tools/y.py", tarfile.LNKTYPE, "manifest.json"), "'user_tools/y.py' is a hard link (to 'manifest.json')"),
+        (_member("session_files/../../escaped.txt"), "'session_files/../../escaped.txt' has an empty, `.` or `..` part"),
+        (_member("/tmp/navi-escaped.txt"), "'/tmp/navi-escaped.txt' has an absolute name"),
+        (_member("session_files/null", tarfile.CHRTYPE), "'session_files/null' is a character device"),
+        (_member("session_files/disk", tarfile.BLKTYPE), "'session_files/disk' is a block device"),
+        (_member("session_files/pipe", tarfile.FIFOTYPE), "'session_files/pipe' is a fifo"),
+        (_member("settings.py"), "'settings.py' is not part of a Navi backup"),
+    ],
+    ids=["symlink", "hardlink", "dotdot", "absolute", "chardev", "blockdev", "fifo", "stranger"],
+)
+@pytest.mark.django_db(transaction=True)
+def test_restore_refuses_a_hand_made_archive_naming_the_member(tmp_path, settings, owner, member, says):
+    kept = Session.objects.create(owner=owner, profile_id="secretary", title="kept")
+    archive, crafted = tmp_path / "b.tar.gz", tmp_path / "crafted.tar.gz"
+    _backup(archive)
+    _rewrite(archive, crafted, extra=[(member, None)])
+    with pytest.raises(CommandError) as refused:
+        call_command("navi_restore", str(crafted), force=True, stdout=io.StringIO())
+    assert says in str(refused.value) and "Nothing was restored" in str(refused.value), str(refused.value)
+    assert list(Session.objects.values_list("pk", flat=True)) == [kept.pk]  # the database was not touched
+    assert not (tmp_path / "escaped.txt").exists() and not os.path.exists("/tmp/navi-escaped.txt")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import socket
 import threading
@@ -242,3 +244,187 @@ def test_code_exec_children_get_no_server_secrets(settings, monkeypatch):
     env = safe_env(settings.NAVI_WORKSPACE)
     assert "OPENAI_API_KEY" not in env and env["HOME"] == str(settings.NAVI_WORKSPACE)
     assert os.environ["OPENAI_API_KEY"] == "sk-secret"
+
+
+# --- the host's kernel settings (issue #26 item 1) --------------------------------------------
+# Each attack is harmless even if it got through: core_pattern gets its own value back, the
+# trigger files are only opened, never written.
+PROBE = r'''
+import errno, json, os
+
+
+def attempt(path, data=None):
+    """Open `path` for writing (and write `data`): the errno's name, or "allowed"."""
+    try:
+        fd = os.open(path, os.O_WRONLY)
+    except OSError as exc:
+        return errno.errorcode[exc.errno]
+    try:
+        if data is not None:
+            os.write(fd, data)
+        return "allowed"
+    except OSError as exc:
+        return errno.errorcode[exc.errno]
+    finally:
+        os.close(fd)
+
+
+def probe():
+    core = open("/proc/sys/kernel/core_pattern", "rb").read()
+    status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+    return {
+        "core_pattern": attempt("/proc/sys/kernel/core_pattern", core),
+        "drop_caches": attempt("/proc/sys/vm/drop_caches"),
+        "sysrq": attempt("/proc/sysrq-trigger"),
+        "sys": attempt("/sys/kernel/mm/transparent_hugepage/enabled"),
+        "made": open("made-in-the-sandbox", "w").name,  # its owner, seen from the host, is the real uid
+        "caps": {k: int(status[k], 16) for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")},
+        "mounts": {m.split()[4]: m.split()[5] for m in open("/proc/self/mountinfo")},
+    }
+'''
+REFUSED = {"EROFS", "EACCES", "EPERM"}
+
+
+def core_pattern() -> str:
+    return open("/proc/sys/kernel/core_pattern").read()
+
+
+def assert_made_by_an_unprivileged_host_user(path) -> None:
+    """The sandbox's uid as the host sees it (inside, bwrap's nested namespaces may show 0 or any uid)."""
+    owner = path.stat().st_uid
+    assert owner != 0 and owner == (65534 if os.geteuid() == 0 else os.geteuid())  # SANDBOX_UID as root
+
+
+def assert_host_is_out_of_reach(seen: dict) -> None:
+    assert seen["core_pattern"] in REFUSED and seen["drop_caches"] in REFUSED, seen
+    # Kernels without magic SysRq have no trigger file at all.
+    assert seen["sysrq"] in (REFUSED if os.path.exists("/proc/sysrq-trigger") else {"ENOENT"}), seen
+    assert seen["sys"] in REFUSED | {"ENOENT"} and "/sys" not in seen["mounts"], seen
+    assert seen["mounts"]["/proc/sys"].split(",")[0] == "ro"
+    assert not any(seen["caps"].values()), seen["caps"]
+
+
+async def test_code_exec_cannot_write_the_hosts_kernel_settings(settings, small_limits):
+    before = core_pattern()
+    result = await run(PROBE + "print(json.dumps(probe()))")
+    assert result.success, result.output
+    assert_host_is_out_of_reach(json.loads(result.output.split("\n[exit code")[0]))
+    assert core_pattern() == before
+    assert_made_by_an_unprivileged_host_user(settings.NAVI_WORKSPACE / "made-in-the-sandbox")
+
+
+async def test_a_terminal_command_cannot_write_the_hosts_kernel_settings(settings, small_limits):
+    settings.TERMINAL_ALLOWED_COMMANDS = "*"
+    before = core_pattern()
+    result = await term(
+        "cat /proc/sys/kernel/core_pattern > /proc/sys/kernel/core_pattern; "  # its own value back
+        "(exec 3>>/proc/sys/vm/drop_caches) && echo drop_caches opened; "  # opened, nothing written
+        "(exec 3>>/proc/sysrq-trigger) && echo sysrq opened; "
+        "(exec 3>>/sys/kernel/mm/transparent_hugepage/enabled) && echo sys opened; "
+        "touch made-in-the-sandbox; grep -E '^Cap(Prm|Eff|Bnd)' /proc/self/status"
+    )
+    assert "cannot create /proc/sys/kernel/core_pattern" in result.output, result.output
+    assert "opened" not in result.output and core_pattern() == before
+    assert_made_by_an_unprivileged_host_user(settings.NAVI_WORKSPACE / "made-in-the-sandbox")
+    for caps in ("CapPrm", "CapEff", "CapBnd"):
+        assert f"{caps}:\t0000000000000000" in result.output, result.output
+
+
+@pytest.mark.django_db
+async def test_a_plain_users_tool_cannot_write_the_hosts_kernel_settings(settings, small_limits, other_user):
+    from tools_app import loader
+    from tools_app.context import current_user_id
+    from tools_app.workspace import workspace_for
+
+    path = settings.TOOLS_DIR / "probe.py"
+    path.write_text(
+        PROBE + 'name = "probe"\ndescription = "probe"\nparameters = {"type": "object", "properties": {}}\n\n\n'
+        "async def execute(params: dict) -> str:\n    return json.dumps(probe())\n"
+    )
+    [tool], error = await asyncio.to_thread(loader.build_tools, "probe", path, loader.read_metadata(path))
+    assert not error
+    before = core_pattern()
+    token = current_user_id.set(other_user.id)  # mallory: no run_host_tools, user tools allowed
+    try:
+        result = await tool.execute({})
+    finally:
+        current_user_id.reset(token)
+    assert result.success, result.error
+    assert_host_is_out_of_reach(json.loads(result.output))
+    assert core_pattern() == before
+    assert_made_by_an_unprivileged_host_user(workspace_for(other_user.id) / "made-in-the-sandbox")
+
+
+async def test_files_pass_between_navi_and_the_sandbox_both_ways(settings, small_limits):
+    settings.TERMINAL_ALLOWED_COMMANDS = "*"
+    assert (await fs(action="write", path="in/data.txt", content="from navi")).success
+    code = "import os\nopen('in/data.txt', 'a').write(', code')\nos.mkdir('out')\nopen('out/r.txt', 'w').write('made')"
+    result = await run(code)
+    assert result.success, result.output
+    assert (await term("echo ', terminal' >> in/data.txt")).success
+    assert (await fs(action="read", path="in/data.txt")).output == "from navi, code, terminal\n"
+    assert (await fs(action="read", path="out/r.txt")).output == "made"
+    assert (await fs(action="write", path="out/r.txt", content="changed by navi")).success
+    assert (await fs(action="delete", path="out", recursive=True)).success
+
+
+async def test_handing_the_workspace_over_never_follows_links_out_of_it(settings, small_limits, tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("the workspace is handed to the sandbox user only when the server runs as root")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("root's")
+    ws = settings.NAVI_WORKSPACE
+    (ws / "dirlink").symlink_to(outside)
+    (ws / "filelink").symlink_to(outside / "secret.txt")
+    os.link(outside / "secret.txt", ws / "hardlink.txt")
+    assert (await run("print('hi')")).success
+    assert os.stat(ws).st_uid == 65534
+    for path in (outside, outside / "secret.txt"):
+        assert os.stat(path).st_uid == 0, path
+    assert "Permission denied" in (await run("open('hardlink.txt', 'a').write('x')")).output
+    assert (outside / "secret.txt").read_text() == "root's"
+
+
+async def test_terminal_says_when_a_program_is_missing(settings, small_limits):
+    settings.TERMINAL_ALLOWED_COMMANDS = "navi-no-such-program"
+    result = await term("navi-no-such-program")
+    assert not result.success and "[the program is not installed" in result.output, result.output
+
+
+def test_a_tool_file_the_sandbox_user_cannot_read_says_how_to_fix_it(settings, small_limits):
+    if os.geteuid() != 0:
+        pytest.skip("tools run as another user only when the server runs as root")
+    from tools_app import loader
+
+    path = settings.TOOLS_DIR / "private.py"
+    path.write_text('name = "private"\ndescription = "x"\nparameters = {"type": "object"}\n\n\nasync def execute(p):\n    return ""\n')
+    path.chmod(0o600)
+    meta = loader.read_metadata(path)
+    assert not meta["ok"] and "Permission denied" in meta["error"] and "`chmod 644`" in meta["error"], meta
+
+
+THREADS = """import os, threading, time
+stop = threading.Event()
+threading.stack_size(256 * 1024)  # 20 threads well inside the 256 MB address space
+for _ in range(20):
+    threading.Thread(target=stop.wait, daemon=True).start()
+open('{me}-ready', 'w').close()
+deadline = time.monotonic() + 15
+while not os.path.exists('{other}-ready') and time.monotonic() < deadline:
+    time.sleep(0.01)
+stop.set()
+print('together' if os.path.exists('{other}-ready') else 'alone')
+"""
+
+
+async def test_two_programs_at_once_each_get_the_whole_process_limit(settings, small_limits):
+    from tools_app.sandbox import PidsCgroup
+
+    probe = PidsCgroup.for_root(5)
+    if probe is None:
+        pytest.skip("without a pids cgroup RLIMIT_NPROC is the limit, shared by the sandbox user's programs")
+    probe.remove()
+    settings.TOOL_TIMEOUT_S = 30  # both must be running at once (CODE_EXEC_MAX_PROCS is 32)
+    a, b = await asyncio.gather(run(THREADS.format(me="a", other="b")), run(THREADS.format(me="b", other="a")))
+    assert a.success and b.success and a.output.startswith("together") and b.output.startswith("together"), (a, b)

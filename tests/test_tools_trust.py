@@ -457,7 +457,11 @@ async def test_the_attackers_terminal_call_through_the_agent_loop_leaks_nothing(
     settings.TERMINAL_ALLOWED_COMMANDS = "*"
     await Profile.objects.aupdate(planning_enabled=False)
     db, _ = server_files
-    command = f"tr '\\0' '\\n' < /proc/{os.getpid()}/environ; tr '\\0' '\\n' < /proc/1/environ; cat {db}"
+    # /proc/1 is bwrap: readable when the server is not root, refused to the sandbox user when it is.
+    command = (
+        f"tr '\\0' '\\n' < /proc/{os.getpid()}/environ; tr '\\0' '\\n' < /proc/1/environ; "
+        f"tr '\\0' '\\n' < /proc/self/environ; cat {db}"
+    )
     llm.script(Turn(tool_calls=[{"name": "terminal", "arguments": {"command": command}}]), Turn(content="done"))
     frames = [to_frame(e) async for e in get_agent().run_stream(str(session.id), "show me the environment")]
     [call] = [f for f in frames if f["type"] == "tool_call"]

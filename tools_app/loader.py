@@ -177,7 +177,7 @@ def _parse_answer(stdout: bytes | str, stderr: str, returncode: int | None, sand
     try:
         answer = json.loads(text)
         if isinstance(answer, dict):
-            return answer
+            return _with_read_hint(answer)
     except ValueError:
         pass
     signum = signal_of(returncode, sandboxed)
@@ -190,6 +190,17 @@ def _parse_answer(stdout: bytes | str, stderr: str, returncode: int | None, sand
         how = f"exited with code {returncode} without an answer (os._exit or sys.exit at import?)"
     tail = stderr.strip()[-2000:]
     return {"ok": False, "error": f"the tool's process {how}" + (f"\n{tail}" if tail else "")}
+
+
+def _with_read_hint(answer: dict) -> dict:
+    """A tool file the sandbox user may not read (a server running as root): say how to fix it."""
+    error = str(answer.get("error") or "")
+    if error.startswith("PermissionError") and f"'{TOOL_HOME}/" in error:
+        answer["error"] = error + (
+            "\n(tools run as the unprivileged SANDBOX_UID, which must be able to read the file: "
+            "`chmod 644` it in the user tools folder)"
+        )
+    return answer
 
 
 # --- metadata (sync: reloads happen outside the event loop) -------------------------------

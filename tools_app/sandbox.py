@@ -1,7 +1,8 @@
 """One way to run a child process for a tool: own process group, wall-clock timeout, capped
 output, and the whole group killed on timeout, on overflow and when the tool task is cancelled
 (Stop). code_exec, terminal and user tools all go through `run_process`, and all three run
-inside the same bubblewrap sandbox built by `bwrap_argv`.
+inside the same bubblewrap sandbox built by `bwrap_argv`, never as host root: a server running
+as root has bwrap build the mounts, then setpriv drops to the unprivileged SANDBOX_UID.
 
 `Limits` adds resource limits: address space, file size and no core dumps through `prlimit`
 (util-linux), and a process cap from a throwaway `pids` cgroup where one is writable (running
@@ -15,6 +16,7 @@ import logging
 import os
 import shutil
 import signal
+import stat
 import sys
 import time
 import uuid
@@ -55,7 +57,8 @@ def missing_bwrap(tool: str) -> str:
     """The refusal when bubblewrap is not installed, with both ways out."""
     return (
         f"{tool} needs bubblewrap (bwrap), which is not installed. Install it with "
-        "`sudo apt-get install bubblewrap`, or set CODE_EXEC_SANDBOX=none in .env to run code_exec, "
+        "`sudo apt-get install bubblewrap` (a server running as root also needs setpriv, from "
+        "`util-linux`), or set CODE_EXEC_SANDBOX=none in .env to run code_exec, "
         "terminal and user tools without a sandbox (unsafe: they can then read and change everything "
         "the server can, its database and secret key included)."
     )
@@ -67,7 +70,23 @@ def sandbox_disabled() -> bool:
 
 
 def bwrap_binary() -> str | None:
-    return shutil.which("bwrap") or ("/usr/bin/bwrap" if os.path.exists("/usr/bin/bwrap") else None)
+    """bwrap, or None when the sandbox cannot run here (as root it also needs setpriv)."""
+    found = shutil.which("bwrap") or ("/usr/bin/bwrap" if os.path.exists("/usr/bin/bwrap") else None)
+    if found and os.geteuid() == 0 and setpriv_binary() is None:
+        log.warning("running as root without setpriv (util-linux): refusing to sandbox tools as host root")
+        return None
+    return found
+
+
+def setpriv_binary() -> str | None:
+    """setpriv inside the sandbox: only a binary under the read-only system folders will do."""
+    found = shutil.which("setpriv", path=SANDBOX_PATH)
+    return found if found and found.startswith(("/usr/", "/bin/", "/sbin/")) else None
+
+
+def sandbox_ids() -> tuple[int, int]:
+    """The host uid and gid sandboxed programs run as when the server runs as root."""
+    return int(getattr(settings, "SANDBOX_UID", 65534)), int(getattr(settings, "SANDBOX_GID", 65534))
 
 
 def sandbox_env(home: str | Path, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -85,6 +104,52 @@ def python_dirs(python: str) -> list[str]:
     return [os.path.realpath(sys.base_prefix)]
 
 
+# Host kernel settings and triggers stay read-only even for a process that could write them
+# (bwrap covers /proc/sys only when it looks writable, and the folder itself never does).
+# /sys is not mounted at all.
+PROC_READ_ONLY = ("--ro-bind", "/proc/sys", "/proc/sys", "--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger")
+# As root, bwrap builds the mounts in privileged mode and starts setpriv with only these
+# capabilities; setpriv becomes the unprivileged sandbox user and drops them before the program
+# runs. DAC_READ_SEARCH lets bwrap (still root) chdir into the workspace the sandbox user owns.
+ROOT_SETUP_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_DAC_READ_SEARCH")
+
+
+def _namespaces(as_root: bool, network: bool) -> list[str]:
+    """New namespaces. A user namespace as root would map the sandbox's uid (whatever --uid says)
+    to host uid 0, the owner of /proc/sys: as root there is none, and setpriv drops to a real
+    unprivileged uid instead. Otherwise bwrap maps the server's own uid."""
+    if not as_root:
+        return ["--unshare-all", "--unshare-user", *(["--share-net"] if network else [])]
+    return ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try", "--share-net" if network else "--unshare-net"]
+
+
+def _drop_root() -> list[str]:
+    """The command that turns the sandbox into the sandbox user, without groups or capabilities."""
+    uid, gid = sandbox_ids()
+    return [
+        str(setpriv_binary()), f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+        "--inh-caps=-all", "--bounding-set=-all", "--",
+    ]
+
+
+def _created_dirs(mounts: Sequence[str], host_mounts: Sequence[str]) -> list[str]:
+    """Folders bwrap makes (mode 0700) on the way to a mount point: they must be 0755 for a
+    sandbox user who is not the root that made them. Mount points and host folders keep theirs."""
+
+    def under(path: str, roots: Sequence[str]) -> bool:
+        return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+    found: list[str] = []
+    for target in mounts:
+        parent = os.path.dirname(target.rstrip("/"))
+        chain = []
+        while parent not in ("", "/") and parent not in mounts and not under(parent, host_mounts):
+            chain.append(parent)
+            parent = os.path.dirname(parent)
+        found += [p for p in reversed(chain) if p not in found]
+    return found
+
+
 def bwrap_argv(
     bwrap: str,
     workspace: str | Path,
@@ -97,31 +162,75 @@ def bwrap_argv(
     tmpfs: Sequence[str] = (),
     env: dict[str, str] | None = None,
 ) -> list[str]:
-    """The bwrap prefix of a sandboxed command: new namespaces (pid, net, ipc...), a fresh /proc,
-    read-only system folders, a private /tmp, the workspace as the only writable folder (a
-    tmpfs that vanishes when `throwaway_workspace`), an empty environment."""
+    """The bwrap prefix of a sandboxed command: new namespaces (pid, net, ipc...), a fresh /proc
+    with /proc/sys read-only, read-only system folders, a private /tmp, the workspace as the only
+    writable folder (a tmpfs that vanishes when `throwaway_workspace`), an empty environment, no
+    capabilities, and never host uid 0 (see `_namespaces`)."""
     workspace = str(workspace)
-    argv = [bwrap, "--die-with-parent", "--new-session", "--unshare-all"]
-    if network:
-        argv.append("--share-net")
-    if os.geteuid() == 0:
-        argv += ["--cap-drop", "ALL"]  # root inside the user namespace gets no capabilities
-    for path in (*SYSTEM_DIRS, *ETC_FILES):
-        argv += ["--ro-bind-try", path, path]
-    for path in python_dirs(python) if python else []:
+    as_root = os.geteuid() == 0
+    if as_root:  # the sandbox user must be able to write what it is given
+        for path in ([] if throwaway_workspace else [workspace]) + [str(source) for source, _ in binds]:
+            hand_over(path)
+    argv = [bwrap, "--die-with-parent", "--new-session", *_namespaces(as_root, network), "--cap-drop", "ALL"]
+    for cap in ROOT_SETUP_CAPS if as_root else ():
+        argv += ["--cap-add", cap]
+    ro = [(p, p) for p in (*SYSTEM_DIRS, *ETC_FILES)]
+    argv += [x for path, _ in ro for x in ("--ro-bind-try", path, path)]
+    extra_ro = [(p, p) for p in (python_dirs(python) if python else [])]
+    for path, _ in extra_ro:
         argv += ["--ro-bind", path, path]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
-    argv += ["--tmpfs", workspace] if throwaway_workspace else ["--bind", workspace, workspace]
+    # As root, bwrap's tmpfs folders belong to root: open them to the sandbox user (only it sees them).
+    shared = (lambda mode: ["--perms", mode]) if as_root else (lambda mode: [])
+    argv += ["--proc", "/proc", *PROC_READ_ONLY, "--dev", "/dev", *shared("1777"), "--tmpfs", "/tmp"]
+    if throwaway_workspace:
+        argv += [*shared("0777"), "--tmpfs", workspace]
+    else:
+        argv += ["--bind", workspace, workspace]
     for path in tmpfs:
-        argv += ["--tmpfs", path]
+        argv += [*shared("0777"), "--tmpfs", path]
     for source, target in binds:
         argv += ["--bind", str(source), target]
     for source, target in ro_binds:  # after the binds: a file may sit inside a bound folder
         argv += ["--ro-bind", str(source), target]
+    host = [t for _, t in (*ro, *extra_ro, *binds)] + ([] if throwaway_workspace else [workspace])
+    mounts = ["/proc", "/dev", "/tmp", workspace, *tmpfs, *(t for _, t in (*extra_ro, *binds, *ro_binds))]
+    for path in _created_dirs(mounts, host) if as_root else ():
+        argv += ["--chmod", "0755", path]
     argv += ["--remount-ro", "/", "--chdir", workspace, "--clearenv"]
     for key, value in sandbox_env(workspace, env).items():
         argv += ["--setenv", key, value]
-    return argv + ["--"]
+    return argv + ["--"] + (_drop_root() if as_root else [])
+
+
+def hand_over(path: str | Path) -> None:
+    """Give `path` and everything in it to the sandbox user (the server runs as root), so the
+    sandbox can change files Navi wrote there. Symlinks are never followed (fwalk, lchown), and a
+    file with other hard links is left alone: it may be a name for a file outside the folder."""
+    uid, gid = sandbox_ids()
+    try:
+        top = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not os.path.isdir(path) or os.path.islink(path):
+        return
+    if (top.st_uid, top.st_gid) != (uid, gid):
+        os.chown(path, uid, gid, follow_symlinks=False)
+    for _, dirs, files, dir_fd in os.fwalk(path, follow_symlinks=False):
+        for name in (*dirs, *files):
+            _chown_entry(name, dir_fd, uid, gid)
+
+
+def _chown_entry(name: str, dir_fd: int, uid: int, gid: int) -> None:
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if (st.st_uid, st.st_gid) == (uid, gid):
+            return
+        if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+            log.warning("not handing %s to the sandbox user: it has other hard links", name)
+            return
+        os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:  # removed meanwhile
+        pass
 
 
 def signal_of(returncode: int | None, sandboxed: bool) -> int | None:

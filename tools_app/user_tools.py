@@ -98,6 +98,7 @@ def check_in_child(name: str, code: str) -> str | None:
     folder = Path(tempfile.mkdtemp(dir=staging))  # concurrent write_tools never share a file
     candidate = folder / f"{name}.py"
     candidate.write_text(code, encoding="utf-8")
+    candidate.chmod(0o644)  # as root the sandbox runs as an unprivileged user, who must read it
     try:
         meta = check_file(candidate)
     finally:
@@ -136,6 +137,7 @@ def save_tool(name: str, code: str) -> Path:
     keep_history(name)
     tmp = path.with_name(f".{name}.py.tmp")
     tmp.write_text(code, encoding="utf-8")
+    tmp.chmod(0o644)  # readable by the sandbox user (tools_app.sandbox) whatever the umask
     tmp.replace(path)
     return path
 

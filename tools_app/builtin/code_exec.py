@@ -34,12 +34,13 @@ from tools_app.workspace import workspace_for
 log = logging.getLogger(__name__)
 
 CODE_PATH = "/run/navi/main.py"
-# Sets the limits, then runs the user's file as __main__. Runs inside the sandbox.
+# Sets the limits, then runs the user's file as __main__. Runs inside the sandbox. procs 0: the
+# pids cgroup counts them instead.
 BOOT = (
     "import resource,runpy,sys\n"
     "mem,procs,fsize=(int(x) for x in sys.argv[1:4])\n"
     "resource.setrlimit(resource.RLIMIT_AS,(mem,mem))\n"
-    "resource.setrlimit(resource.RLIMIT_NPROC,(procs,procs))\n"
+    "procs and resource.setrlimit(resource.RLIMIT_NPROC,(procs,procs))\n"
     "resource.setrlimit(resource.RLIMIT_FSIZE,(fsize,fsize))\n"
     "resource.setrlimit(resource.RLIMIT_CORE,(0,0))\n"
     "path=sys.argv[4]; sys.argv=[path]\n"
@@ -107,6 +108,7 @@ class CodeExecTool(Tool):
         with tempfile.TemporaryDirectory(prefix="navi-code-") as tmp:
             code_file = Path(tmp) / "main.py"
             code_file.write_text(params["code"], encoding="utf-8")
+            code_file.chmod(0o644)  # as root the program runs as the sandbox user, who must read it
             return await self._run(bwrap, workspace, code_file, limit)
 
     async def _run(self, bwrap: str | None, workspace: Path, code_file: Path, limit: float) -> ToolResult:
@@ -117,8 +119,11 @@ class CodeExecTool(Tool):
             argv = [python, "-I", "-c", BOOT, str(memory), str(procs), str(fsize), str(code_file)]
         else:
             prefix = code_exec_argv(bwrap, workspace, code_file, python, bool(getattr(settings, "CODE_EXEC_NETWORK", False)))
-            argv = prefix + [python, "-I", "-c", BOOT, str(memory), str(procs), str(fsize), CODE_PATH]
             cgroup = PidsCgroup.for_root(procs)
+            # As root the program runs as SANDBOX_UID, whose RLIMIT_NPROC would count every
+            # sandbox of every user at once: with a cgroup, that alone caps this program.
+            nproc = 0 if cgroup is not None else procs
+            argv = prefix + [python, "-I", "-c", BOOT, str(memory), str(nproc), str(fsize), CODE_PATH]
             if cgroup is not None:
                 argv = cgroup.wrap(argv)
         env = safe_env(workspace) if bwrap is None else sandbox_env(workspace)

@@ -179,6 +179,6 @@ class TerminalTool(Tool):
         except PermissionError:
             return ToolResult(False, error=f"permission denied running {argv[0]}")
         text = outcome.format()
-        if bwrap is not None and "bwrap: execvp" in outcome.stderr:
+        if bwrap is not None and ("bwrap: execvp" in outcome.stderr or "setpriv: failed to execute" in outcome.stderr):
             text += "\n[the program is not installed, or not in /usr/bin, /bin or /usr/local/bin]"
         return ToolResult(outcome.ok, output=text, error=None if outcome.ok else outcome.describe_exit())
