@@ -67,6 +67,14 @@ class TextDelta(AgentEvent):
 
 
 @dataclass
+class SubagentTextDelta(TextDelta):
+    """A sub-agent's answer text as it streams (shown in its spawn_agent card). A class of its
+    own so the parent's deltas, one per token, carry no extra key."""
+
+    is_subagent: bool = True
+
+
+@dataclass
 class StreamEnd(AgentEvent):
     content: str
     context_tokens: int = 0

@@ -24,6 +24,7 @@ from agent.events import (
     StreamEnd,
     StreamStart,
     StreamStopped,
+    SubagentTextDelta,
     TextDelta,
     ThinkingDelta,
     ThinkingEnd,
@@ -144,7 +145,9 @@ class Agent:
                 problem = "stopped by the owner"
             elif parent_sink is not None and isinstance(event, _SUBAGENT_FORWARDED):
                 parent_sink.put_nowait(mark_subagent(event))
-            elif parent_sink is not None and not isinstance(event, (TextDelta, ThinkingDelta, ThinkingEnd)):
+            elif parent_sink is not None and isinstance(event, TextDelta):
+                parent_sink.put_nowait(SubagentTextDelta(event.delta))  # its card shows the text as it comes
+            elif parent_sink is not None and not isinstance(event, (ThinkingDelta, ThinkingEnd)):
                 parent_sink.put_nowait(event)
         if problem:
             raise RunFailed(f"sub-agent failed: {problem}")

@@ -491,6 +491,7 @@ def merge_deltas(frames: list[dict | None]) -> list[dict | None]:
             and last is not None
             and frame["type"] == last["type"]
             and frame["type"] in ("stream_delta", "thinking_delta")
+            and frame.get("is_subagent") == last.get("is_subagent")  # a sub-agent's text is its card's
         ):
             last["delta"] += frame["delta"]
         else:

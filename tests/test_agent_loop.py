@@ -224,6 +224,10 @@ class TestSequences:
         ]
         spawn = [f for f in frames if f["type"] == "tool_call" and f["tool"] == "spawn_agent"][0]
         assert spawn["result"] == "Cats sleep 16 hours a day." and spawn["success"]
+        # The sub-agent's text streams into its card (marked), the parent's answer stays unmarked.
+        sub_text = "".join(f["delta"] for f in frames if f["type"] == "stream_delta" and f.get("is_subagent"))
+        main_text = "".join(f["delta"] for f in frames if f["type"] == "stream_delta" and "is_subagent" not in f)
+        assert sub_text == "Cats sleep 16 hours a day." and main_text == "Cats sleep a lot."
         # The sub-agent wrote to its own scratchpad scope, not the parent's, and no DB session.
         scopes = [s async for s in ScratchpadSection.objects.values_list("scope", flat=True)]
         assert len(scopes) == 1 and scopes[0].startswith("subagent_") and len(scopes[0]) == len("subagent_") + 12
@@ -421,6 +425,9 @@ class TestPersistenceAndErrors:
             frames.append(to_frame(event))
             if frames[-1]["type"] == "tool_started":
                 asyncio.get_running_loop().call_later(0.3, stop.set)
+        rambled = [f for f in frames if f["type"] == "stream_delta"]
+        assert rambled and all(f["is_subagent"] for f in rambled)  # its text streamed into its card
+        frames = [f for f in frames if f["type"] != "stream_delta"]
         assert types(frames)[-3:] == ["tool_started", "tool_call", "stream_stopped"]
         assert frames[-2]["tool"] == "spawn_agent" and frames[-2]["success"] is False
         assert llm.wait_for_disconnect(timeout=5)  # the sub-agent's LLM stream was closed

@@ -26,6 +26,19 @@ def test_consecutive_deltas_of_one_kind_are_merged_in_order():
     ]
 
 
+def test_a_sub_agents_text_is_never_merged_into_the_answer():
+    frames = [
+        {"type": "stream_delta", "delta": "sub ", "is_subagent": True},
+        {"type": "stream_delta", "delta": "text", "is_subagent": True},
+        {"type": "stream_delta", "delta": "main"},
+        {"type": "stream_delta", "delta": " answer"},
+    ]
+    assert merge_deltas(frames) == [
+        {"type": "stream_delta", "delta": "sub text", "is_subagent": True},
+        {"type": "stream_delta", "delta": "main answer"},
+    ]
+
+
 def test_other_frames_are_never_merged():
     frames = [{"type": "tool_call", "result": "1"}, {"type": "tool_call", "result": "2"}]
     assert merge_deltas(frames) == frames

@@ -548,6 +548,12 @@ export class ChatView {
         run.setPhase("Waiting for the model…");
         break;
       case "stream_delta":
+        if (sub) {
+          // A sub-agent's answer as it streams, in its spawn_agent card (the card's result keeps it).
+          if (!run.subText) run.target(true).append((run.subText = el("div", "subagent-text")));
+          run.subText.textContent += f.delta;
+          break;
+        }
         if (run.thinking) closeThinking(run.thinking.node);
         run.thinking = null;
         if (!run.text) {
@@ -560,6 +566,7 @@ export class ChatView {
         break;
       case "tool_started": {
         this.closeText(run);
+        if (sub) run.subText = null; // the sub-agent's next text goes after this card
         const card = toolCard(f.tool, f.args);
         card.dataset.sub = sub ? "1" : "";
         run.target(sub).append(card);
@@ -573,7 +580,10 @@ export class ChatView {
         if (idx >= 0) [card] = run.pending.splice(idx, 1);
         else run.target(sub).append((card = toolCard(f.tool, f.args)));
         completeToolCard(card, f.result, f.success);
-        if (card === run.spawn) run.spawn = null;
+        if (card === run.spawn) {
+          run.spawn = null;
+          run.subText = null;
+        }
         this.closeText(run);
         if (!sub) run.setPhase("Waiting for the model…");
         break;

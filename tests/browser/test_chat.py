@@ -287,6 +287,24 @@ def test_typing_during_a_run_queues_the_message_until_it_ends(page, navi, live_l
     assert users == ["slow first", "then this"]
 
 
+def test_a_sub_agent_card_shows_its_text_while_it_streams(page, navi, live_llm):
+    live_llm.add_rule(DIRECT)
+    live_llm.add_rule(Rule(match="delegate this", turns=[
+        Turn(tool_calls=[{"name": "spawn_agent", "arguments": {"task": "sub: count for me"}}]),
+        Turn(content="The helper counted."),
+    ]))
+    live_llm.add_rule(Rule(match="sub: count for me", turns=[Turn(content=COUNT, chunk_size=6, delay=0.03)]))
+    open_new_chat(page, navi)
+    send(page, "delegate this")
+    card = page.locator("details.tool[data-tool=spawn_agent]")
+    card.locator("summary").click()
+    live = card.locator(".subagent-text")
+    expect(live).to_contain_text("n5 ")  # while the sub-agent still streams
+    expect(card.locator(".tool-status")).not_to_have_text("ok")
+    expect(last_turn(page).locator(".bubble.assistant")).to_have_text("The helper counted.", timeout=20_000)
+    expect(last_turn(page).locator(".bubble.assistant")).to_have_count(1)  # its text never went to the answer
+
+
 def test_a_second_tab_shows_a_run_started_in_the_first(page, navi, live_llm):
     live_llm.add_rule(DIRECT)
     live_llm.add_rule(Rule(match="two tabs", turns=[Turn(content=COUNT, chunk_size=6, delay=0.03)]))

@@ -146,6 +146,8 @@ class Command(BaseCommand):
                 self.stdout.write(self._style(DIM, "plan:\n" + frame["plan"]))
             elif kind in ("tool_started", "tool_call"):
                 self._print_tool(frame)
+            elif kind == "stream_delta" and frame.get("is_subagent"):
+                self.stdout.write(self._style(DIM, frame["delta"]), ending="")
             elif kind == "stream_delta":
                 self.stdout.write(frame["delta"], ending="")
                 self.stdout.flush()
