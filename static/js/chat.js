@@ -49,6 +49,9 @@ function renderTurnRows(rows) {
   const turn = el("div", "group turn");
   turn.dataset.ids = rows.map((r) => r.id).join(",");
   const cards = new Map();
+  // A stopped turn says "Stopped." once, as it did live, even when a restart also marked its
+  // cut-off answer interrupted.
+  const stopped = rows.some((r) => (r.meta || {}).kind === "stopped");
   for (const row of rows) {
     const meta = row.meta || {};
     if (row.role === "assistant" && row.name === "plan") {
@@ -67,7 +70,7 @@ function renderTurnRows(rows) {
         cards.set(call.id, card);
         turn.append(card);
       }
-      if (row.status === "partial" || row.status === "interrupted") turn.append(statusBadge(row.status));
+      if ((row.status === "partial" || row.status === "interrupted") && !stopped) turn.append(statusBadge(row.status));
     } else if (row.role === "tool") {
       let card = cards.get(row.tool_call_id);
       if (!card) turn.append((card = toolCard(row.name || "tool", {})));

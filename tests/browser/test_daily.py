@@ -277,7 +277,9 @@ EVERY_KIND = {
         {"seq": 7, "role": "user", "content": "fail now"},
         {"seq": 8, "role": "system", "content": "the model is unreachable", "meta": {"kind": "error"}},
         {"seq": 9, "role": "user", "content": "stop now"},
-        {"seq": 10, "role": "system", "content": "Stopped.", "meta": {"kind": "stopped"}},
+        # Stopped by a server restart: the cut-off answer was also marked interrupted at the start.
+        {"seq": 10, "role": "assistant", "content": "I was saying", "status": "interrupted"},
+        {"seq": 11, "role": "system", "content": "Stopped.", "meta": {"kind": "stopped"}},
     ],
 }
 
@@ -302,6 +304,7 @@ def test_history_after_a_reload_shows_every_card_kind(page, navi):
     expect(turns.nth(1).locator(".error-box")).to_contain_text("the model is unreachable")
     expect(turns.nth(1).locator("button.retry")).to_be_hidden()  # only the last turn offers it
     expect(turns.nth(2).locator(".status-badge.stopped")).to_have_text("Stopped.")
+    expect(turns.nth(2).locator(".status-badge")).to_have_count(1)  # one wording, as live
     expect(turns.nth(2).locator("button.retry")).to_be_visible()
     screenshot(page, "daily-06-history")
 
