@@ -244,6 +244,11 @@ export class ChatView {
 
   startEdit(node) {
     if (this.run && !this.run.done) return;
+    if (node.classList.contains("editing")) {
+      node.querySelector(".edit-input")?.focus();
+      return;
+    }
+    this.closeEdit?.(); // one edit at a time: a second Edit closes the first form
     const id = node.dataset.messageId;
     if (!id) {
       this.onToast("This message is still being saved; try again in a moment.");
@@ -257,15 +262,18 @@ export class ChatView {
     area.setAttribute("aria-label", "Edit your message");
     const save = el("button", "primary save", "Save and send");
     save.type = "submit";
-    const cancel = actionButton("Cancel", "cancel", "", () => close());
+    const cancel = actionButton("Cancel", "cancel", "", () => close(true));
     const buttons = el("div", "edit-buttons");
     buttons.append(cancel, save);
     form.append(area, buttons);
-    const close = () => {
+    const close = (focusBack = false) => {
       form.remove();
       bubble.hidden = false;
       node.classList.remove("editing");
+      if (this.closeEdit === close) this.closeEdit = null;
+      if (focusBack) node.querySelector("button.edit")?.focus({ preventScroll: true }); // keyboard users stay put
     };
+    this.closeEdit = close;
     form.addEventListener("submit", (e) => {
       e.preventDefault();
       const content = area.value.trim();
@@ -278,7 +286,7 @@ export class ChatView {
     area.addEventListener("keydown", (e) => {
       if (e.key === "Escape") {
         e.stopPropagation();
-        close();
+        close(true);
       } else if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
         e.preventDefault();
         form.requestSubmit();

@@ -97,6 +97,24 @@ def test_edit_replaces_the_message_and_its_answer(page, navi, live_llm):
     assert [m["content"] for m in api_session(navi, sid)["messages"] if m["role"] == "user"] == ["second question"]
 
 
+def test_one_edit_form_at_a_time_and_esc_returns_to_edit(page, navi, live_llm):
+    live_llm.add_rule(DIRECT)
+    open_chat(page, navi)
+    for text in ("one", "two"):
+        send(page, text)
+        expect(page.locator(".bubble.assistant").last).to_have_text(f"echo: {text}")
+        wait_idle_with_ids(page)
+    users = page.locator(".group.user")
+    users.nth(0).locator("button.edit").click()
+    users.nth(1).locator("button.edit").click()
+    expect(page.locator(".edit-form")).to_have_count(1)
+    expect(users.nth(1).locator(".edit-input")).to_be_focused()
+    expect(users.nth(0).locator(".user-bubble")).to_be_visible()
+    page.keyboard.press("Escape")
+    expect(page.locator(".edit-form")).to_have_count(0)
+    expect(users.nth(1).locator("button.edit")).to_be_focused()
+
+
 def test_regenerate_replaces_the_answer_and_retry_follows_an_error(page, navi, live_llm):
     live_llm.add_rule(DIRECT)
     live_llm.add_rule(Rule(match="tell a joke", turns=[Turn(content="Joke one.")]))
