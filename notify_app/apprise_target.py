@@ -67,19 +67,18 @@ def _network_host(plugin: Any) -> str | None:
 def redact(url: str) -> str:
     """`ntfys://user:pass@ntfy.sh/topic123` → `ntfys://…@ntfy.sh/top***`: scheme and host only.
 
-    Built on Apprise's own privacy form (it masks tokens that sit in the host part, like
-    Telegram's bot token), then user, password, path and query are hidden as well."""
+    Built on Apprise's own reading of the URL: a "host" that is really a token (Telegram's bot
+    id, a cloud ntfy topic) is hidden too; user, password, path and query always are."""
     plugin = _instantiate(url)
-    shown = plugin.url(privacy=True) if plugin is not None else url
     try:
-        parts = urlsplit(shown)
-        netloc = parts.netloc
+        parts = urlsplit(plugin.url(privacy=True) if plugin is not None else url)
+        auth, _, hostport = parts.netloc.rpartition("@")
     except ValueError:
         return "(unreadable URL)"
-    auth, _, hostport = netloc.rpartition("@")
-    host = hostport if ("." in hostport or ":" in hostport) else (hostport[:1] + "***" if hostport else "")
+    if plugin is None or not _network_host(plugin):
+        hostport = hostport[:1] + "***" if hostport else ""
     path = parts.path.strip("/")
-    return f"{parts.scheme}://{'…@' if auth else ''}{host}{'/' + path[:3] + '***' if path else ''}"
+    return f"{parts.scheme}://{'…@' if auth else ''}{hostport}{'/' + path[:3] + '***' if path else ''}"
 
 
 def _secrets(url: str) -> list[str]:
