@@ -263,6 +263,10 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
             raise FrameError(str(exc)) from None
 
     # --- frames from the channel layer -------------------------------------------------------
+    async def presence_ping(self, event: dict) -> None:
+        """Someone asks whether this chat is open (agent.notices): yes, this socket shows it."""
+        await self.channel_layer.send(event["reply_to"], {"type": "run.presence", "ping_id": event["ping_id"]})
+
     async def run_event(self, event: dict) -> None:
         frame = event["frame"]
         async with self.relaying:

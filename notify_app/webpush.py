@@ -103,7 +103,7 @@ class WebPushSender:
             "TTL": str(TTL_S),
             "Content-Encoding": "aes128gcm",
             "Content-Type": "application/octet-stream",
-            "Urgency": "high" if note.tag.startswith("approval") else "normal",
+            "Urgency": "high" if "approval" in note.tag else "normal",  # wakes a sleeping phone
         }
         if topic := re.sub(r"[^A-Za-z0-9_-]", "", note.tag)[:32]:
             headers["Topic"] = topic  # the push service keeps only the newest undelivered one

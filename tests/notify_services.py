@@ -54,7 +54,7 @@ class _Server(ThreadingHTTPServer):
 
 class _Service:
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        self.lock = threading.Condition()
         self.received: list = []
         self.rejected: list[str] = []
         self._httpd = _Server(("127.0.0.1", 0), self._handler())
@@ -69,6 +69,12 @@ class _Service:
     def __exit__(self, *exc) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
+
+    def wait_for(self, count: int, timeout: float = 15.0) -> list:
+        """Block until `count` messages arrived (call it from a thread in async tests)."""
+        with self.lock:
+            self.lock.wait_for(lambda: len(self.received) >= count, timeout)
+            return list(self.received)
 
     def _handler(self):
         service = self
@@ -116,6 +122,7 @@ class PushService(_Service):
         plain = http_ece.decrypt(body, private_key=sub.private_key, auth_secret=sub.auth, version="aes128gcm")
         with self.lock:
             self.received.append({"path": path, "headers": headers, "payload": json.loads(plain)})
+            self.lock.notify_all()
         return 201
 
     def _vapid_problem(self, auth: str, sub: Subscriber) -> str:
@@ -148,4 +155,5 @@ class Receiver(_Service):
     def handle(self, path: str, headers: dict, body: bytes) -> int:
         with self.lock:
             self.received.append({"path": path, "json": json.loads(body or b"{}")})
+            self.lock.notify_all()
         return self.status
