@@ -124,8 +124,15 @@ def approval_waiting(session_id: str, user_id: int | None, tool: str, reason: st
     if str(session_id) in _left_to_caller:
         return
     body = f"'{tool}' waits for your approval" + (f": {reason}" if reason else "")
-    _spawn(_notify_unwatched(str(session_id), user_id, title="Navi needs your approval", body=_preview(body),
-                             tag=f"navi-approval-{session_id}"))
+    _spawn(
+        _notify_unwatched(
+            str(session_id),
+            user_id,
+            title="Navi needs your approval",
+            body=_preview(body),
+            tag=f"navi-approval-{session_id}",
+        )
+    )
 
 
 async def drain() -> None:

@@ -7,8 +7,11 @@ from .models import NotifyTarget
 class NotifyTargetForm(forms.ModelForm):
     """The secret URL is write-only here too: a new one can be typed, the stored one is never shown."""
 
-    url = forms.CharField(required=False, widget=forms.PasswordInput(render_value=False),
-                          help_text="Apprise URL; leave empty to keep the stored one.")
+    url = forms.CharField(
+        required=False,
+        widget=forms.PasswordInput(render_value=False),
+        help_text="Apprise URL; leave empty to keep the stored one.",
+    )
 
     class Meta:
         model = NotifyTarget

@@ -91,7 +91,9 @@ def _secrets(url: str) -> list[str]:
     pieces += parts.path.split("/") + [v for p in parts.query.split("&") for v in p.split("=")[1:]]
     if not _network_host(_instantiate(url)):
         pieces.append(parts.hostname or "")
-    return sorted({unquote(p) for p in pieces if len(p) >= 4} | {p for p in pieces if len(p) >= 4}, key=len, reverse=True)
+    return sorted(
+        {unquote(p) for p in pieces if len(p) >= 4} | {p for p in pieces if len(p) >= 4}, key=len, reverse=True
+    )
 
 
 def scrub(text: str, url: str) -> str:

@@ -26,7 +26,5 @@ def vapid() -> Vapid:
 
 def public_key() -> str:
     """The public key as the browser's `applicationServerKey` wants it: base64url, uncompressed point."""
-    point = vapid().public_key.public_bytes(
-        serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint
-    )
+    point = vapid().public_key.public_bytes(serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint)
     return b64urlencode(point)

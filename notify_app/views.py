@@ -16,8 +16,9 @@ from .senders import SENDERS, BadTarget, Notification, get_sender
 from .vapid import public_key
 
 MAX_TARGETS = 50
-TEST_NOTE = Notification(title="Navi test notification", body="Notifications reach this target.", url="/",
-                         tag="navi-test")
+TEST_NOTE = Notification(
+    title="Navi test notification", body="Notifications reach this target.", url="/", tag="navi-test"
+)
 
 
 def _own_target(request: HttpRequest, target_id: str) -> NotifyTarget:

@@ -98,8 +98,13 @@ class WebPushSender:
         except (BadTarget, WebPushException) as exc:
             raise DeliveryFailed(f"{exc}; remove this target and enable push on the device again") from None
         headers = {
-            **vapid().sign({"sub": settings.VAPID_SUBJECT, "aud": f"{url.scheme}://{url.netloc.decode()}",
-                            "exp": int(time.time()) + 12 * 3600}),
+            **vapid().sign(
+                {
+                    "sub": settings.VAPID_SUBJECT,
+                    "aud": f"{url.scheme}://{url.netloc.decode()}",
+                    "exp": int(time.time()) + 12 * 3600,
+                }
+            ),
             "TTL": str(TTL_S),
             "Content-Encoding": "aes128gcm",
             "Content-Type": "application/octet-stream",
@@ -108,8 +113,9 @@ class WebPushSender:
         if topic := re.sub(r"[^A-Za-z0-9_-]", "", note.tag)[:32]:
             headers["Topic"] = topic  # the push service keeps only the newest undelivered one
         try:
-            result = await netguard.fetch(str(url), "POST", headers=headers, content=body,
-                                          timeout=settings.NOTIFY_TIMEOUT_S, max_bytes=4096)
+            result = await netguard.fetch(
+                str(url), "POST", headers=headers, content=body, timeout=settings.NOTIFY_TIMEOUT_S, max_bytes=4096
+            )
         except netguard.URLRefused as exc:
             raise DeliveryFailed(str(exc)) from None
         except httpx.TimeoutException:

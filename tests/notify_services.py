@@ -45,7 +45,11 @@ class Subscriber:
         point = self.private_key.public_key().public_bytes(
             serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint
         )
-        return {"endpoint": self.endpoint, "expirationTime": None, "keys": {"p256dh": b64url(point), "auth": b64url(self.auth)}}
+        return {
+            "endpoint": self.endpoint,
+            "expirationTime": None,
+            "keys": {"p256dh": b64url(point), "auth": b64url(self.auth)},
+        }
 
 
 class _Server(ThreadingHTTPServer):

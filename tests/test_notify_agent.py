@@ -53,8 +53,12 @@ async def test_an_answer_nobody_watches_is_pushed(llm, session, phone, push):
     llm.script("The report is ready: all 3 servers are up.")
     await _run(session, "check the servers")
     [got] = push.received
-    assert got["payload"] == {"title": "Navi answered", "body": "The report is ready: all 3 servers are up.",
-                              "url": f"/#{session.id}", "tag": f"navi-chat-{session.id}"}
+    assert got["payload"] == {
+        "title": "Navi answered",
+        "body": "The report is ready: all 3 servers are up.",
+        "url": f"/#{session.id}",
+        "tag": f"navi-chat-{session.id}",
+    }
 
 
 async def test_a_chat_open_in_a_tab_gets_no_push(llm, session, phone, push, owner_token):
@@ -69,14 +73,23 @@ async def test_a_chat_open_in_a_tab_gets_no_push(llm, session, phone, push, owne
 
 
 async def test_an_approval_nobody_watches_is_pushed_then_the_answer(llm, session, phone, push, owner):
-    llm.add_rule(Rule(match="disk", turns=[Turn(tool_calls=[{"name": "terminal", "arguments": {"command": "echo ok"}}]),
-                                           Turn(content="Disk is fine.")]))
+    llm.add_rule(
+        Rule(
+            match="disk",
+            turns=[
+                Turn(tool_calls=[{"name": "terminal", "arguments": {"command": "echo ok"}}]),
+                Turn(content="Disk is fine."),
+            ],
+        )
+    )
     run = await get_run_manager().start(str(session.id), "check the disk")
     [approval] = await asyncio.to_thread(push.wait_for, 1)
     assert approval["payload"]["title"] == "Navi needs your approval"
     assert approval["payload"]["body"].startswith("'terminal' waits for your approval")
     assert approval["payload"]["url"] == f"/#{session.id}" and approval["headers"]["Urgency"] == "high"
-    record = await ToolCallRecord.objects.filter(session_id=session.id, decision=ToolCallRecord.Decision.PENDING).afirst()
+    record = await ToolCallRecord.objects.filter(
+        session_id=session.id, decision=ToolCallRecord.Decision.PENDING
+    ).afirst()
     await approvals.answer(str(session.id), record.approval_id, "approve", user_id=owner.id)
     await run.done.wait()
     await notices.drain()

@@ -45,8 +45,16 @@ class TestContract:
         created = _json(response)
         assert created["kind"] == "apprise" and created["label"] == "my phone"
         assert created["address"] == "ntfys://…@ntfy.sh/top***"
-        assert set(created) == {"id", "kind", "label", "address", "created_at", "last_ok_at", "last_error",
-                                "last_error_at"}
+        assert set(created) == {
+            "id",
+            "kind",
+            "label",
+            "address",
+            "created_at",
+            "last_ok_at",
+            "last_error",
+            "last_error_at",
+        }
         assert NotifyTarget.objects.get(pk=created["id"], owner=owner).url == NTFY  # stored whole
         assert _json(owner_client.get("/settings/notify"))["targets"] == [created]
         response = owner_client.delete(f"/settings/notify/{created['id']}")
@@ -70,8 +78,13 @@ class TestContract:
         target = _json(_post(owner_client, {"kind": "webpush", "subscription": browser.subscription()}))
         response = owner_client.post(f"/settings/notify/{target['id']}/test")
         assert response.status_code == 200
-        assert _json(response) == {"target_id": target["id"], "kind": "webpush", "ok": True, "error": "",
-                                   "removed": False}
+        assert _json(response) == {
+            "target_id": target["id"],
+            "kind": "webpush",
+            "ok": True,
+            "error": "",
+            "removed": False,
+        }
         assert push.received[0]["payload"]["title"] == "Navi test notification"
         push.gone.add(browser.endpoint.removeprefix(push.origin))
         outcome = _json(owner_client.post(f"/settings/notify/{target['id']}/test"))
@@ -87,7 +100,10 @@ class TestContract:
         assert outcome["ok"] is False and "500" in outcome["error"]
         [listed] = _json(owner_client.get("/settings/notify"))["targets"]
         assert listed["last_error"] == outcome["error"] and listed["last_error_at"]
-        assert "secret-hook-path" not in json.dumps(listed) and listed["address"] == f"json://127.0.0.1:{failing.port}/sec***"
+        assert (
+            "secret-hook-path" not in json.dumps(listed)
+            and listed["address"] == f"json://127.0.0.1:{failing.port}/sec***"
+        )
 
 
 class TestRedaction:
@@ -95,11 +111,17 @@ class TestRedaction:
         "url,secrets,shown",
         [
             (NTFY, ["hunter2pass", "navibot7", "topic-7f3kq9"], "ntfys://…@ntfy.sh/top***"),
-            ("tgram://123456789:AAHsecretBotToken/987654321", ["AAHsecretBotToken", "123456789", "987654321"],
-             "tgram://1***/987***"),
+            (
+                "tgram://123456789:AAHsecretBotToken/987654321",
+                ["AAHsecretBotToken", "123456789", "987654321"],
+                "tgram://1***/987***",
+            ),
             ("ntfy://private-topic-name", ["private-topic-name"], "ntfys://p***"),
-            ("json://hookuser9:pw1234@hooks.example.org/path/tok3n?x=1", ["pw1234", "tok3n", "hookuser9"],
-             "json://…@hooks.example.org/pat***"),
+            (
+                "json://hookuser9:pw1234@hooks.example.org/path/tok3n?x=1",
+                ["pw1234", "tok3n", "hookuser9"],
+                "json://…@hooks.example.org/pat***",
+            ),
         ],
     )
     def test_the_url_never_comes_back(self, owner_client, admin_client, url, secrets, shown):
@@ -171,17 +193,30 @@ class TestBadInput:
             ({"kind": "fax", "url": "x"}, "'kind' must be one of apprise, webpush"),
             ({"url": NTFY}, "'kind' must be one of"),
             ({"kind": "apprise"}, "'url' must be an Apprise URL"),
-            ({"kind": "apprise", "url": "nosuchservice://abc"}, "Apprise cannot read this URL (scheme 'nosuchservice')"),
+            (
+                {"kind": "apprise", "url": "nosuchservice://abc"},
+                "Apprise cannot read this URL (scheme 'nosuchservice')",
+            ),
             ({"kind": "apprise", "url": NTFY, "label": 5}, "label must be text"),
             ({"kind": "apprise", "url": NTFY, "extra": 1}, "unknown field(s) extra"),
             ({"kind": "webpush"}, "'subscription' is missing"),
-            ({"kind": "webpush", "subscription": {"endpoint": "https://push.example.org/x"}}, "subscription.keys is missing"),
+            (
+                {"kind": "webpush", "subscription": {"endpoint": "https://push.example.org/x"}},
+                "subscription.keys is missing",
+            ),
             ({"kind": "webpush", "subscription": _sub(endpoint=None)}, "subscription.endpoint is missing"),
-            ({"kind": "webpush", "subscription": _sub(endpoint="http://push.example.org/x")}, "must be an https:// URL"),
-            ({"kind": "webpush", "subscription": _sub(keys={"p256dh": "AAAA", "auth": "AAAAAAAAAAAAAAAAAAAAAA"})},
-             "not a P-256 public key"),
-            ({"kind": "webpush", "subscription": _sub(keys={"p256dh": _sub()["keys"]["p256dh"], "auth": "AAAA"})},
-             "auth must be 16 bytes"),
+            (
+                {"kind": "webpush", "subscription": _sub(endpoint="http://push.example.org/x")},
+                "must be an https:// URL",
+            ),
+            (
+                {"kind": "webpush", "subscription": _sub(keys={"p256dh": "AAAA", "auth": "AAAAAAAAAAAAAAAAAAAAAA"})},
+                "not a P-256 public key",
+            ),
+            (
+                {"kind": "webpush", "subscription": _sub(keys={"p256dh": _sub()["keys"]["p256dh"], "auth": "AAAA"})},
+                "auth must be 16 bytes",
+            ),
             ("[1, 2]", "must be a JSON object"),
             ("{nope", "not valid JSON"),
         ],

@@ -46,19 +46,30 @@ def subscribed(push, owner_client):
 
 
 def _notify(user, **kw):
-    return notify_user_sync(user.id, title=kw.get("title", "Answer ready"), body=kw.get("body", "Your report is done"),
-                            url=kw.get("url", "/#f00d"), tag=kw.get("tag", "run-1"))
+    return notify_user_sync(
+        user.id,
+        title=kw.get("title", "Answer ready"),
+        body=kw.get("body", "Your report is done"),
+        url=kw.get("url", "/#f00d"),
+        tag=kw.get("tag", "run-1"),
+    )
 
 
 class TestWebPush:
     def test_a_push_arrives_signed_and_decryptable(self, owner, push, subscribed):
         _browser, target = subscribed
-        results = _notify(owner, title="Approval needed", body="terminal wants to run ls", url="/#abc", tag="approval-7")
+        results = _notify(
+            owner, title="Approval needed", body="terminal wants to run ls", url="/#abc", tag="approval-7"
+        )
         assert results == [{"target_id": target["id"], "kind": "webpush", "ok": True, "error": ""}]
         assert push.rejected == []
         [got] = push.received
-        assert got["payload"] == {"title": "Approval needed", "body": "terminal wants to run ls", "url": "/#abc",
-                                  "tag": "approval-7"}
+        assert got["payload"] == {
+            "title": "Approval needed",
+            "body": "terminal wants to run ls",
+            "url": "/#abc",
+            "tag": "approval-7",
+        }
         assert got["headers"]["Topic"] == "approval-7" and got["headers"]["Urgency"] == "high"
         assert NotifyTarget.objects.get(pk=target["id"]).last_ok_at is not None
 
@@ -167,5 +178,9 @@ class TestNotifyUser:
     def test_a_kind_without_sender_is_an_error_not_a_crash(self, owner):
         target = NotifyTarget.objects.create(owner=owner, kind="carrier-pigeon")
         [result] = _notify(owner)
-        assert result == {"target_id": target.pk, "kind": "carrier-pigeon", "ok": False,
-                          "error": "no sender for 'carrier-pigeon' targets is installed; remove this target"}
+        assert result == {
+            "target_id": target.pk,
+            "kind": "carrier-pigeon",
+            "ok": False,
+            "error": "no sender for 'carrier-pigeon' targets is installed; remove this target",
+        }

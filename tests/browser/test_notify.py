@@ -48,8 +48,11 @@ def services():
 def navi(live_llm, services):
     """This module's server may reach the local push service and receiver over plain http."""
     push, failing = services
-    env = {"OLLAMA_HOST": live_llm.url, "NOTIFY_ALLOW_HTTP_PUSH": "true",
-           "HTTP_ALLOWED_HOSTS": f"127.0.0.1:{push.port},127.0.0.1:{failing.port}"}
+    env = {
+        "OLLAMA_HOST": live_llm.url,
+        "NOTIFY_ALLOW_HTTP_PUSH": "true",
+        "HTTP_ALLOWED_HOSTS": f"127.0.0.1:{push.port},127.0.0.1:{failing.port}",
+    }
     with LiveNavi(env=env) as server:
         yield server
 
@@ -69,7 +72,9 @@ def test_push_and_apprise_from_the_settings_page(browser, navi, login_state, ser
     # 1. The real attempt: permission granted, the worker registered at the root, and the
     # browser's refusal shown as the page's error — nothing reaches the server.
     page.click("#push-enable")
-    expect(page.locator("#push-status")).to_contain_text("Push is off: the browser could not create a push subscription")
+    expect(page.locator("#push-status")).to_contain_text(
+        "Push is off: the browser could not create a push subscription"
+    )
     expect(page.locator("#push-status")).to_contain_text("add an Apprise URL instead")
     scope = page.evaluate("navigator.serviceWorker.getRegistration('/').then((r) => r && r.scope)")
     assert scope == f"{navi.url}/"
