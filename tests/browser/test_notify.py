@@ -1,9 +1,11 @@
-"""The settings page's Notifications section in real headless Chromium.
+"""The settings page's Notifications section and the service worker in real headless Chromium.
 
 Headless Chromium cannot make a push subscription here: `pushManager.subscribe` fails with
 "AbortError: Registration failed - permission denied" even with the notifications permission
 granted (no push service — FCM — behind it, and no network). So the test drives the real
-attempt up to that point and checks the page's error, then gives the page a PushManager whose
+attempt up to that point and checks the page's error; it hands push messages to the registered
+service worker through DevTools (ServiceWorker.deliverPushMessage) and reads the notifications
+it shows; then it gives the page a PushManager whose
 subscribe returns a subscription of the local push service (tests.notify_services), and checks
 that the subscription reaches the server, a test push arrives decrypted, an expired one is
 removed, and the Apprise URL field, its error and the list work — by mouse and keyboard, in
@@ -57,6 +59,39 @@ def navi(live_llm, services):
         yield server
 
 
+SHOWN_NOTIFICATIONS = """async (tag) => {
+  for (let i = 0; i < 100; i++) {  // the worker shows it asynchronously: wait for it, 10 s at most
+    const registration = await navigator.serviceWorker.getRegistration("/");
+    const shown = await registration.getNotifications();
+    if (shown.some((n) => n.tag === tag)) {
+      return shown.map((n) => ({title: n.title, body: n.body, tag: n.tag, url: n.data.url}));
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  return [];
+}"""
+
+
+def _deliver_push(context, page, navi, payload: dict) -> list[dict]:
+    """Hand `payload` to the page's service worker as a push message; the notifications shown."""
+    cdp = context.new_cdp_session(page)
+    registrations: list[dict] = []
+    cdp.on("ServiceWorker.workerRegistrationUpdated", lambda event: registrations.extend(event["registrations"]))
+    cdp.send("ServiceWorker.enable")  # reports the existing registrations, as events
+    for _ in range(50):  # events sent before a reply are handled before it: a round trip is a barrier
+        if registrations:
+            break
+        cdp.send("Runtime.evaluate", {"expression": "1"})
+    [registration_id] = {r["registrationId"] for r in registrations if not r.get("isDeleted")}
+    cdp.send(
+        "ServiceWorker.deliverPushMessage",
+        {"origin": navi.url, "registrationId": registration_id, "data": json.dumps(payload)},
+    )
+    shown = page.evaluate(SHOWN_NOTIFICATIONS, payload["tag"])
+    cdp.detach()
+    return shown
+
+
 def _server_targets(page, navi) -> list[dict]:
     return page.request.get(f"{navi.url}/settings/notify").json()["targets"]
 
@@ -79,6 +114,13 @@ def test_push_and_apprise_from_the_settings_page(browser, navi, login_state, ser
     scope = page.evaluate("navigator.serviceWorker.getRegistration('/').then((r) => r && r.scope)")
     assert scope == f"{navi.url}/"
     assert _server_targets(page, navi) == []
+    # The worker shows a push as a notification (delivered through DevTools, as a push service
+    # would), opening only this site's pages whatever the payload says.
+    assert _deliver_push(
+        context, page, navi, {"title": "Navi answered", "body": "All done.", "url": "/#abc", "tag": "navi-chat-abc"}
+    ) == [{"title": "Navi answered", "body": "All done.", "tag": "navi-chat-abc", "url": f"{navi.url}/#abc"}]
+    shown = _deliver_push(context, page, navi, {"title": "x", "body": "y", "url": "https://evil.example/", "tag": "t2"})
+    assert [n["url"] for n in shown if n["tag"] == "t2"] == [f"{navi.url}/"]
     context.close()
 
     # 2. A PushManager that can subscribe (to the local push service), keyboard only.
