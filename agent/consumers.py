@@ -80,7 +80,7 @@ def check_content(text: object, *, has_images: bool) -> str:
 
 
 # Channel-layer messages whose handlers never touch the database.
-_NO_DB_MESSAGES = frozenset({"run.event", "run.replay"})
+_NO_DB_MESSAGES = frozenset({"run.event", "run.replay", "presence.ping"})
 # The socket's own events: Channels closes old database connections before each (a thread hop).
 _SOCKET_MESSAGES = frozenset({"websocket.connect", "websocket.receive", "websocket.disconnect"})
 
