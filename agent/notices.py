@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import logging
 import uuid
 
@@ -87,15 +88,22 @@ async def _owner_of(session_id: str) -> int | None:
 async def _notify_unwatched(session_id: str, owner_id: int | None, **note: str) -> None:
     try:
         owner_id = owner_id or await _owner_of(session_id)
-        if owner_id is None or not await has_targets(owner_id) or await tab_open(session_id):
+        if owner_id is None or not await has_targets(owner_id):
             return
-        await notify_user(owner_id, url=f"/#{session_id}", **note)
+        if await tab_open(session_id):  # the lines say why a push came or did not
+            log.info("chat %s: %r not notified: a tab shows the chat", session_id, note["title"])
+            return
+        results = await notify_user(owner_id, url=f"/#{session_id}", **note)
+        sent = sum(r["ok"] for r in results)
+        log.info("chat %s: %r notified to %d of %d targets", session_id, note["title"], sent, len(results))
     except Exception:
         log.exception("notifying the owner of chat %s failed", session_id)
 
 
 def _spawn(coro) -> None:
-    task = asyncio.get_running_loop().create_task(coro)
+    # A fresh context: a run started by a REST request carries that request's asgiref
+    # thread-sensitive executor, which is gone once the response is sent (the ORM would fail).
+    task = asyncio.get_running_loop().create_task(coro, context=contextvars.Context())
     _tasks.add(task)
     task.add_done_callback(_tasks.discard)
 
