@@ -25,6 +25,9 @@ from navi_project import netguard
 from .senders import BadTarget, DeliveryFailed, Notification
 
 MAX_URL = 2000
+# Plugins that act on the server machine itself (its desktop, its syslog) or send raw UDP that
+# the connect guard does not see: not notification targets for a user.
+LOCAL_PLUGINS = {"dbus", "glib", "gnome", "macosx", "windows", "syslog", "rsyslog"}
 _local = threading.local()  # .guard: connects are checked in this thread; .refused: why one was not
 _installed = False
 
@@ -54,6 +57,16 @@ def install_connect_guard() -> None:
 
 def _instantiate(url: str):
     return apprise.Apprise.instantiate(url, suppress_exceptions=True)
+
+
+def _local_problem(plugin: Any) -> str:
+    """Why this plugin may not be a target ("" = it may)."""
+    if type(plugin).__module__.rsplit(".", 1)[-1] in LOCAL_PLUGINS:
+        return (
+            f"Apprise's {type(plugin).__module__.rsplit('.', 1)[-1]} plugin notifies the server machine itself "
+            "(or sends unchecked UDP), not you; use a service such as ntfy, Gotify, Telegram, mail or json://"
+        )
+    return ""
 
 
 def _network_host(plugin: Any) -> str | None:
@@ -120,6 +133,8 @@ def _send_blocking(url: str, note: Notification, timeout: float) -> str:
     plugin = _instantiate(url)
     if plugin is None:
         return "Apprise cannot read this URL any more; remove the target and add it again"
+    if problem := _local_problem(plugin):
+        return problem
     plugin.socket_connect_timeout = min(plugin.socket_connect_timeout, timeout)
     plugin.socket_read_timeout = timeout
     records = _ThreadRecords()
@@ -156,6 +171,8 @@ class AppriseSender:
                 f"Apprise cannot read this URL (scheme '{urlsplit(url).scheme or 'none'}'); "
                 "see the Apprise wiki for the URL format of your service"
             )
+        if problem := _local_problem(plugin):
+            raise BadTarget(problem)
         if host := _network_host(plugin):
             port = getattr(plugin, "port", None) or (443 if getattr(plugin, "secure", False) else 80)
             try:

@@ -217,6 +217,8 @@ class TestBadInput:
                 {"kind": "webpush", "subscription": _sub(keys={"p256dh": _sub()["keys"]["p256dh"], "auth": "AAAA"})},
                 "auth must be 16 bytes",
             ),
+            ({"kind": "apprise", "url": "syslog://"}, "plugin notifies the server machine itself"),
+            ({"kind": "apprise", "url": "rsyslog://10.0.0.7/local0"}, "rsyslog plugin notifies the server machine"),
             ("[1, 2]", "must be a JSON object"),
             ("{nope", "not valid JSON"),
         ],

@@ -149,6 +149,11 @@ class TestApprise:
         assert result["ok"] is False and "loopback" in result["error"] and "HTTP_ALLOWED_HOSTS" in result["error"]
         assert receiver.received == []
 
+    def test_a_plugin_acting_on_the_server_itself_is_refused_when_sending(self, owner):
+        NotifyTarget.objects.create(owner=owner, kind="apprise", url="rsyslog://127.0.0.1/local0")
+        [result] = _notify(owner)
+        assert result["ok"] is False and "notifies the server machine itself" in result["error"]
+
 
 class TestNotifyUser:
     def test_every_target_gets_it_and_a_slow_one_is_cut_off(self, owner, push, subscribed, settings):
