@@ -34,14 +34,21 @@ _installed = False
 
 def _guarded(original: Callable[..., socket.socket]) -> Callable[..., socket.socket]:
     def create_connection(address, *args, **kwargs):
-        if getattr(_local, "guard", False):
-            host, port = address[0], int(address[1])
+        if not getattr(_local, "guard", False):
+            return original(address, *args, **kwargs)
+        host, port = address[0], int(address[1])
+        try:
+            checked = netguard.resolve_checked_sync(host, port)
+        except netguard.URLRefused as exc:
+            _local.refused = str(exc)
+            raise ConnectionRefusedError(str(exc)) from None
+        error: OSError | None = None
+        for ip in checked:  # the checked addresses only, in order (IPv6 first may be unreachable)
             try:
-                address = (netguard.resolve_checked_sync(host, port)[0], port, *address[2:])
-            except netguard.URLRefused as exc:
-                _local.refused = str(exc)
-                raise ConnectionRefusedError(str(exc)) from None
-        return original(address, *args, **kwargs)
+                return original((ip, port, *address[2:]), *args, **kwargs)
+            except OSError as exc:
+                error = exc
+        raise error or ConnectionRefusedError(f"could not connect to {host}")
 
     return create_connection
 
@@ -100,7 +107,8 @@ def _secrets(url: str) -> list[str]:
         parts = urlsplit(url)
     except ValueError:
         return [url]
-    pieces = [url, parts.netloc, parts.path, parts.query, parts.username or "", parts.password or ""]
+    auth = parts.netloc.rpartition("@")[0]  # host and port alone may be named; user info may not
+    pieces = [url, auth, parts.path, parts.query, parts.username or "", parts.password or ""]
     pieces += parts.path.split("/") + [v for p in parts.query.split("&") for v in p.split("=")[1:]]
     if not _network_host(_instantiate(url)):
         pieces.append(parts.hostname or "")
