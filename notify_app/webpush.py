@@ -95,7 +95,7 @@ class WebPushSender:
         try:
             url = _parse_endpoint(sub.get("endpoint"))
             body = WebPusher(sub).encode(json.dumps(note.payload()).encode(), "aes128gcm")["body"]
-        except (BadTarget, WebPushException) as exc:
+        except (BadTarget, WebPushException, ValueError, TypeError) as exc:  # a bad row (made in the admin)
             raise DeliveryFailed(f"{exc}; remove this target and enable push on the device again") from None
         headers = {
             **vapid().sign(

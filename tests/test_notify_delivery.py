@@ -189,3 +189,14 @@ class TestNotifyUser:
             "ok": False,
             "error": "no sender for 'carrier-pigeon' targets is installed; remove this target",
         }
+
+
+def test_a_malformed_stored_subscription_is_a_readable_error(owner, settings):
+    settings.NOTIFY_ALLOW_HTTP_PUSH = True
+    NotifyTarget.objects.create(
+        owner=owner,
+        kind="webpush",
+        subscription={"endpoint": "https://push.example.org/x", "keys": {"p256dh": "AAAA", "auth": "AAAA"}},
+    )
+    [result] = _notify(owner)
+    assert result["ok"] is False and "enable push on the device again" in result["error"]
