@@ -22,7 +22,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.utils import timezone
 
-from agent import policy
+from agent import notices, policy
 from agent.groups import control_group
 from agent.models import SessionToolGrant, ToolCallRecord
 from navi_project import hotsql
@@ -182,6 +182,8 @@ class RunGuard:
         record = verdict.record
         future: asyncio.Future = asyncio.get_running_loop().create_future()
         _waiting[record.approval_id] = future
+        if _is_chat(self.session_id):
+            notices.approval_waiting(self.session_id, self.user_id, record.tool, verdict.reason)
         deadline = time.monotonic() + float(settings.APPROVAL_TIMEOUT_S)
         try:
             while True:

@@ -80,7 +80,7 @@ def check_content(text: object, *, has_images: bool) -> str:
 
 
 # Channel-layer messages whose handlers never touch the database.
-_NO_DB_MESSAGES = frozenset({"run.event", "run.replay"})
+_NO_DB_MESSAGES = frozenset({"run.event", "run.replay", "presence.ping"})
 # The socket's own events: Channels closes old database connections before each (a thread hop).
 _SOCKET_MESSAGES = frozenset({"websocket.connect", "websocket.receive", "websocket.disconnect"})
 
@@ -263,6 +263,10 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
             raise FrameError(str(exc)) from None
 
     # --- frames from the channel layer -------------------------------------------------------
+    async def presence_ping(self, event: dict) -> None:
+        """Someone asks whether this chat is open (agent.notices): yes, this socket shows it."""
+        await self.channel_layer.send(event["reply_to"], {"type": "run.presence", "ping_id": event["ping_id"]})
+
     async def run_event(self, event: dict) -> None:
         frame = event["frame"]
         async with self.relaying:

@@ -24,7 +24,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from agent import approvals
+from agent import approvals, notices
 from agent.events import ErrorEvent, to_frame
 from agent.groups import control_group, frames_group, run_event
 from agent.registry import get_agent
@@ -246,6 +246,7 @@ class RunManager:
             if self.active.get(run.session_id) is run:
                 del self.active[run.session_id]
             run.done.set()
+            notices.run_finished(run.session_id, answer=run.final_content, error=run.error, stopped=run.stopped)
             self._later(KEEP_FINISHED_S, lambda: self._forget(run))
 
     async def _emit(self, run: Run, outbox: metrics.RelayQueue, frame: dict) -> None:
@@ -331,6 +332,7 @@ class RunManager:
             # from ONE real channel per prefix under one shared lock, so a second prefix would
             # make this listener and the sockets starve each other (frames stuck for seconds).
             self.channel = await self.layer.new_channel()
+            notices.set_reply_channel(self.channel)  # sockets answer presence pings here
             self._listener = asyncio.create_task(self._listen(), name="run-manager-listener")
 
     async def _listen(self) -> None:
@@ -356,6 +358,8 @@ class RunManager:
                 run.stop_event.set()
         elif kind == "run.approval":
             approvals.wake(str(message.get("approval_id")), str(message.get("decision")))
+        elif kind == "run.presence":
+            notices.pong(str(message.get("ping_id")))
         elif kind == "run.replay_request":
             run = self.by_id.get(message.get("run_id") or "") or self.active.get(str(message.get("session_id")))
             if run is None or run.session_id != str(message.get("session_id")):
@@ -382,6 +386,7 @@ class RunManager:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        await notices.shutdown()
 
 
 async def _release(session_id: str, run_id: str) -> None:
