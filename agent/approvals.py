@@ -27,6 +27,7 @@ from agent.groups import control_group
 from agent.models import SessionToolGrant, ToolCallRecord
 from navi_project import hotsql
 from navi_project.hop import db_hop
+from tools_app.context import current_approval_timeout_s
 from tools_app.permissions import is_host_call, offered_without_permission, refusal, user_has_host_tools
 
 Decision = ToolCallRecord.Decision
@@ -105,8 +106,12 @@ class RunGuard:
         return self.can_host or offered_without_permission(tool)
 
     # --- one call -------------------------------------------------------------------------
-    async def check(self, tool: str, arguments: Any, profile_id: str, profile_policy: dict | None, *, is_subagent: bool) -> Verdict:
-        """Decide, and record the call. Refusals and `ask` never run the tool until answered."""
+    async def check(
+        self, tool: str, arguments: Any, profile_id: str, profile_policy: dict | None, *, is_subagent: bool,
+        tool_asks: str = "",
+    ) -> Verdict:
+        """Decide, and record the call. Refusals and `ask` never run the tool until answered.
+        `tool_asks`: the tool's own reason to ask for this call (Tool.approval_reason)."""
         args = arguments if isinstance(arguments, dict) else {"raw": arguments}
         record = ToolCallRecord(
             user_id=self.user_id,
@@ -127,6 +132,8 @@ class RunGuard:
                 "or tell the user the owner can change the policy in the admin (Profiles → tool policy).",
                 reason="the profile's policy denies it",
             )
+        elif tool_asks:
+            verdict = Verdict(record, ask=True, reason=tool_asks)
         elif self.tainted_by and policy.is_risky(tool, arguments):
             verdict = Verdict(record, ask=True, reason=policy.ask_reason(tool, arguments, tainted_by=self.tainted_by))
         elif setting == policy.ASK and tool in self.grants:
@@ -145,7 +152,8 @@ class RunGuard:
         record = verdict.record
         future: asyncio.Future = asyncio.get_running_loop().create_future()
         _waiting[record.approval_id] = future
-        deadline = time.monotonic() + float(settings.APPROVAL_TIMEOUT_S)
+        timeout = current_approval_timeout_s.get()
+        deadline = time.monotonic() + float(settings.APPROVAL_TIMEOUT_S if timeout is None else timeout)
         try:
             while True:
                 decision = await _settled(record.pk)

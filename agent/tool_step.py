@@ -47,7 +47,9 @@ async def run_tool(
     guard = current_guard.get()
     verdict = None
     if guard is not None:
-        verdict = await guard.check(call.name, call.arguments, profile.id, profile.tool_policy, is_subagent=is_subagent)
+        tool = tools.get(call.name)
+        verdict = await guard.check(call.name, call.arguments, profile.id, profile.tool_policy, is_subagent=is_subagent,
+                                    tool_asks=tool.approval_reason(call.arguments) if tool is not None else "")
         if verdict.ask:
             async for event in _ask_owner(guard, verdict, call):
                 yield event
