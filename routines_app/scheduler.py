@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import os
 import socket
@@ -229,7 +230,9 @@ class Scheduler:
 
     # --- running a claimed slot ------------------------------------------------------------------
     def _spawn(self, coro) -> asyncio.Task:
-        task = asyncio.get_running_loop().create_task(coro)
+        # A fresh context: a run started from a request must not keep the request's
+        # thread-sensitive context (asgiref's executor for it ends with the request).
+        task = asyncio.get_running_loop().create_task(coro, context=contextvars.Context())
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         return task
