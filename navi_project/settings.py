@@ -104,6 +104,7 @@ INSTALLED_APPS = [
     "sessions_app",
     "memory_app",
     "tools_app",
+    "notify_app",
     "routines_app",
 ]
 
@@ -361,6 +362,36 @@ CONTEXT_SUMMARY_TEMPERATURE = env.float("CONTEXT_SUMMARY_TEMPERATURE", default=0
 # Background extraction waits until the owner has had no turn for this long (a single-slot model
 # server must not be busy with extraction when the owner's next message comes).
 MEMORY_EXTRACTION_IDLE_S = env.float("MEMORY_EXTRACTION_IDLE_S", default=10.0)
+
+# --- Notifications (notify_app: Web Push and Apprise targets) ---------------------------------
+def _vapid_private_key() -> str:
+    """VAPID_PRIVATE_KEY, VAPID_PRIVATE_KEY_FILE, or a P-256 key generated once and kept in
+    `.navi_vapid_key`: a browser's push subscription is bound to the key it was made with."""
+    if env.str("VAPID_PRIVATE_KEY", default=""):
+        return env.str("VAPID_PRIVATE_KEY")
+    key_file = env.str("VAPID_PRIVATE_KEY_FILE", default="")
+    if key_file:
+        return _path(key_file).read_text().strip()
+    generated = BASE_DIR / ".navi_vapid_key"
+    if not generated.exists():
+        import base64
+
+        from cryptography.hazmat.primitives.asymmetric import ec
+
+        number = ec.generate_private_key(ec.SECP256R1()).private_numbers().private_value
+        _create_private_file(generated, base64.urlsafe_b64encode(number.to_bytes(32, "big")).decode().rstrip("="))
+    return generated.read_text().strip()
+
+
+VAPID_PRIVATE_KEY = _vapid_private_key()
+# The contact push services see in the VAPID claim (mailto: or https: URL).
+VAPID_SUBJECT = env.str("VAPID_SUBJECT", default="mailto:navi@localhost")
+NOTIFY_TIMEOUT_S = env.float("NOTIFY_TIMEOUT_S", default=10.0)  # per target and delivery
+# Push endpoints must be https; plain http only when this is on (a local push service in tests).
+NOTIFY_ALLOW_HTTP_PUSH = env.bool("NOTIFY_ALLOW_HTTP_PUSH", default=False)
+# Navi's address as the owner's devices reach it (https://navi.example.com): Apprise messages end
+# with a link to the chat when it is set (a push notification opens the page it came from).
+NAVI_PUBLIC_URL = env.str("NAVI_PUBLIC_URL", default="")
 
 # --- Metrics (GET /metrics, navi_project.metrics) --------------------------------------------
 # Staff users may always read it; a Prometheus scraper sends `Authorization: Bearer <METRICS_TOKEN>`.

@@ -10,8 +10,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from navi_project.netguard import URLRefused, fetch, parse_url, resolve_checked
 from tools_app.builtin.web import HttpRequestTool, WebSearchTool, WebViewTool
-from tools_app.netguard import URLRefused, fetch, parse_url, resolve_checked
 
 PAGE = """<html><head><title>Cats &amp; Dogs</title><script>var secret=1;</script></head>
 <body><nav>menu</nav><article><h1>All about cats</h1>
@@ -199,7 +199,7 @@ async def test_a_bare_allowed_host_allows_any_port(web_server, other_web_server,
     ("::1", "::1", 443, True), ("nas.lan", "other.lan", 80, False),
 ])
 def test_allowed_host_entries_match_host_and_port(settings, entry, host, port, allowed):
-    from tools_app.netguard import host_allowed
+    from navi_project.netguard import host_allowed
 
     settings.HTTP_ALLOWED_HOSTS = [entry]
     assert host_allowed(host, port) is allowed
@@ -269,7 +269,7 @@ async def test_connection_pinned_to_checked_address(web_server, settings, monkey
     """DNS rebinding: the hostname resolves once; the connection uses that checked address and
     keeps the real Host header. 'rebind.invalid' does not exist in real DNS, so a second lookup
     would fail — only the (stubbed) checked resolution is ever used."""
-    from tools_app import netguard
+    from navi_project import netguard
 
     lookups = []
 

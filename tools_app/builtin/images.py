@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from navi_project.lazy import lazy_module
+from navi_project.netguard import URLRefused, fetch
 from tools_app.base import Tool, ToolResult
 from tools_app.builtin.session_files import PathRefused, open_readable
-from tools_app.netguard import URLRefused, fetch
 
 Image = lazy_module("PIL.Image")  # ~30 ms of boot for one tool (navi_project.lazy)
 

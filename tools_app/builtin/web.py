@@ -1,6 +1,6 @@
 """Web tools: web_search (ddgs), web_view (readable page text) and http_request (raw HTTP).
 
-web_view and http_request go through `tools_app.netguard.fetch`, which checks every redirect
+web_view and http_request go through `navi_project.netguard.fetch`, which checks every redirect
 hop against SSRF, pins the checked address and caps the response size.
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 
 import httpx
 
+from navi_project.netguard import URLRefused, fetch
 from tools_app.base import Tool, ToolResult
-from tools_app.netguard import URLRefused, fetch
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,5 @@
-"""Outbound HTTP for tools, guarded against SSRF.
+"""Outbound HTTP to addresses a user or the model chose (web tools, notification targets),
+guarded against SSRF. One implementation for every app: tools_app and notify_app import it.
 
 Every hop (the first URL and each redirect, followed here by hand, at most MAX_REDIRECTS) is
 checked: only http/https; non-canonical numeric hosts (`2130706433`, `0177.0.0.1`,
@@ -40,6 +41,10 @@ SAFE_REDIRECT_HEADERS = {"accept", "accept-language", "user-agent"}
 
 class URLRefused(Exception):
     """The URL may not be fetched; the message says why and what to do."""
+
+
+class HostUnresolved(URLRefused):
+    """The host did not resolve: nothing was refused for its address (yet)."""
 
 
 @dataclass
@@ -155,15 +160,29 @@ async def resolve_checked(url: httpx.URL) -> list[str]:
     host = url.host
     port = url.port or (443 if url.scheme == "https" else 80)
     addresses = await _resolve(host, port)
+    return check_addresses(host, port, addresses, scheme=url.scheme)
+
+
+def resolve_checked_sync(host: str, port: int, scheme: str = "http") -> list[str]:
+    """resolve_checked for blocking code (a library's own socket connect, in a thread)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise HostUnresolved(f"could not resolve host '{host}' ({exc.strerror}); check the URL") from None
+    return check_addresses(host, port, _unique_addresses(infos), scheme=scheme)
+
+
+def check_addresses(host: str, port: int, addresses: list[str], scheme: str = "http") -> list[str]:
+    """`addresses` when every one is public or the host is in HTTP_ALLOWED_HOSTS; else URLRefused."""
     if not addresses:
-        raise URLRefused(f"the host '{host}' did not resolve to any address; check the spelling")
+        raise HostUnresolved(f"the host '{host}' did not resolve to any address; check the spelling")
     if host_allowed(host, port):
         return addresses
     for addr in addresses:
         problem = ip_problem(ipaddress.ip_address(addr.split("%")[0]))
         if problem:
             raise URLRefused(
-                f"refused to fetch {url.scheme}://{host}: {problem}. Internal addresses are blocked; "
+                f"refused to fetch {scheme}://{host}: {problem}. Internal addresses are blocked; "
                 "the owner can allow this host by adding it to HTTP_ALLOWED_HOSTS"
             )
     return addresses
@@ -173,7 +192,11 @@ async def _resolve(host: str, port: int) -> list[str]:
     try:
         infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
-        raise URLRefused(f"could not resolve host '{host}' ({exc.strerror}); check the URL") from None
+        raise HostUnresolved(f"could not resolve host '{host}' ({exc.strerror}); check the URL") from None
+    return _unique_addresses(infos)
+
+
+def _unique_addresses(infos: list) -> list[str]:
     seen: list[str] = []
     for _family, _type, _proto, _canon, sockaddr in infos:
         if sockaddr[0] not in seen:

@@ -1,0 +1,1 @@
+"""Notifications to a user's devices and services: Web Push (the installed PWA) and Apprise URLs."""
