@@ -253,3 +253,33 @@ class TestTheAgentSchedules:
         said = [m.content async for m in Message.objects.filter(session_id=run.session_id).order_by("seq")]
         assert said == ["Remind the user to stretch.", "Time to stretch!"]
         assert await scheduler.check() == []  # once
+
+
+class TestDelivery:
+    async def test_each_targets_outcome_is_recorded_and_a_failure_is_visible(self, llm, owner, settings):
+        from notify_app.models import NotifyTarget
+        from tests.notify_services import Receiver
+
+        with Receiver() as good, Receiver(status=500) as bad:
+            settings.HTTP_ALLOWED_HOSTS = [f"127.0.0.1:{good.port}", f"127.0.0.1:{bad.port}"]
+            ok_target = await NotifyTarget.objects.acreate(owner=owner, kind="apprise", url=f"json://127.0.0.1:{good.port}/a")
+            bad_target = await NotifyTarget.objects.acreate(owner=owner, kind="apprise", url=f"json://127.0.0.1:{bad.port}/b")
+            client, headers = AsyncClient(), await sync_to_async(bearer)(owner)
+            rid = await create(client, headers, instruction="Weather in Berlin?")
+            await client.post(f"/routines/{rid}/run", headers=headers)
+            await sch.get_scheduler().idle()
+            runs = (await client.get(f"/routines/{rid}/runs", headers=headers)).json()
+        outcome = {d["target_id"]: d for d in runs[0]["deliveries"]}
+        assert outcome[ok_target.pk]["ok"] is True and outcome[bad_target.pk]["ok"] is False
+        assert outcome[bad_target.pk]["error"]
+        sent = good.received[0]["json"]
+        assert sent["title"] == "Morning" and "echo: Weather in Berlin?" in sent["message"]
+
+    async def test_without_targets_the_run_says_so(self, llm, owner):
+        client, headers = AsyncClient(), await sync_to_async(bearer)(owner)
+        rid = await create(client, headers)
+        await client.post(f"/routines/{rid}/run", headers=headers)
+        await sch.get_scheduler().idle()
+        runs = (await client.get(f"/routines/{rid}/runs", headers=headers)).json()
+        assert [d["ok"] for d in runs[0]["deliveries"]] == [False]
+        assert "no notification targets" in runs[0]["deliveries"][0]["error"]
