@@ -6,8 +6,6 @@ like a missing one. Bad input is a 400 naming the problem, and nothing is saved.
 
 from __future__ import annotations
 
-import json
-
 from django.contrib.auth.decorators import login_required
 from django.db.models import OuterRef, Subquery
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -98,4 +96,4 @@ def _owned_by(user, routine_id: str) -> Routine | None:
 @login_required
 def routines_page(request: HttpRequest) -> HttpResponse:
     """The page; its data comes from the REST paths above (static/js/routines.js)."""
-    return render(request, "routines.html", {"boot": json.dumps({"user": request.user.get_username()})})
+    return render(request, "routines.html")
