@@ -24,6 +24,7 @@ import contextlib
 import contextvars
 import logging
 import os
+import random
 import socket
 import uuid
 from datetime import datetime, timedelta
@@ -84,7 +85,6 @@ class Scheduler:
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._main: asyncio.Task | None = None
-        self._last_beat: datetime | None = None
 
     # --- the loop ----------------------------------------------------------------------------
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -101,6 +101,25 @@ class Scheduler:
         if self._wake is None:
             self._wake = asyncio.Event()
         await db_hop(recover_at_start, self.now())
+        beater = asyncio.get_running_loop().create_task(self._heartbeat_loop(), name="routines-heartbeat")
+        self.tasks.discard(beater)
+        try:
+            await self._passes()
+        finally:
+            beater.cancel()
+
+    async def _heartbeat_loop(self) -> None:
+        """Tell other workers this process's live runs are alive, well within the stale limit."""
+        interval = min(HEARTBEAT_S, stale_after().total_seconds() / 3)
+        while True:
+            await asyncio.sleep(interval)
+            if self.live:
+                try:
+                    await db_hop(self._beat, self.now())
+                except Exception:
+                    log.exception("routines: heartbeat failed")
+
+    async def _passes(self) -> None:
         while True:
             delay = MAX_SLEEP_S
             try:
@@ -112,7 +131,7 @@ class Scheduler:
                 log.exception("routines: a scheduler pass failed; retrying in %.0f s", MAX_SLEEP_S)
             self._wake.clear()
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=max(0.05, delay))
+                await asyncio.wait_for(self._wake.wait(), timeout=max(0.2, delay))
 
     def wake(self) -> None:
         """Look again now (a routine was created or changed); any thread."""
@@ -143,10 +162,12 @@ class Scheduler:
 
     def claim_due(self, now: datetime) -> list[tuple[Routine, RoutineRun, str]]:
         """Sync: the pass's database work (one thread hop)."""
-        self._beat(now)
         reap(now, exclude_worker=self.worker_id)
         out = []
-        due = Routine.objects.filter(enabled=True, next_fire_at__lte=now).order_by("next_fire_at")[:BATCH]
+        due = list(Routine.objects.filter(enabled=True, next_fire_at__lte=now).order_by("next_fire_at")[:BATCH])
+        # Workers going through the same list in the same order would meet at every row and the
+        # one ahead would claim them all; in its own order each takes its share.
+        random.shuffle(due)
         for routine in due:
             try:
                 self._process(routine, now, out)
@@ -155,10 +176,6 @@ class Scheduler:
         return out
 
     def _beat(self, now: datetime) -> None:
-        """Tell other workers this process's live runs are alive."""
-        if self._last_beat and (now - self._last_beat).total_seconds() < HEARTBEAT_S:
-            return
-        self._last_beat = now
         if self.live:
             RoutineRun.objects.filter(pk__in=list(self.live), status__in=RoutineRun.LIVE).update(heartbeat=now)
 

@@ -49,6 +49,10 @@ class Command(BaseCommand):
 
     async def _run(self, routine: Routine):
         scheduler = Scheduler()
-        run = await scheduler.run_now(routine)
-        await scheduler.idle()
+        beater = asyncio.create_task(scheduler._heartbeat_loop())  # the server's scheduler sees it alive
+        try:
+            run = await scheduler.run_now(routine)
+            await scheduler.idle()
+        finally:
+            beater.cancel()
         return run
