@@ -9,7 +9,8 @@ LLM is the protocol-level test server (tests/llm_server.py; instant echo answers
 figures are the scheduler's, not a model's. With --workers 2 both processes share Redis and
 the database, as `make run-cluster`.
 
-  lateness p50/p99/max   run started (the claim) - its fire time, over the `due` runs
+  lateness p50/p99/max   the slot claimed (the fire) - its fire time, and the agent run started
+                         (its chat ready, the turn begun) - its fire time, over the `due` runs
   claims per worker      how the due slots were shared
   idle CPU               CPU seconds the server process(es) used per minute with nothing due
 """
@@ -65,6 +66,13 @@ def cpu_seconds(pid: int) -> float:
     return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
+def _ts(value):
+    """A timestamp column as a datetime (SQLite hands back text)."""
+    from datetime import datetime
+
+    return value.replace(tzinfo=None) if isinstance(value, datetime) else datetime.fromisoformat(str(value)).replace(tzinfo=None)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--workers", type=int, default=1, choices=[1, 2])
@@ -110,11 +118,13 @@ def main() -> None:
         while time.monotonic() < deadline and servers[0].sql(query)[0][0] < args.due:
             time.sleep(0.5)
         rows = servers[0].sql("SELECT started_at, scheduled_for, worker_id, status, lateness_s FROM routines_app_routinerun")
-        late = sorted(r[4] for r in rows if r[4] is not None)
-        if late:
-            p99 = late[min(len(late) - 1, int(round(0.99 * (len(late) - 1))))]
-            print(f"runs: {len(rows)} ({', '.join(sorted({r[3] for r in rows}))}); lateness p50 {statistics.median(late):.3f} s, "
-                  f"p99 {p99:.3f} s, max {late[-1]:.3f} s")
+        print(f"runs: {len(rows)} ({', '.join(sorted({r[3] for r in rows}))})")
+        claimed = sorted(r[4] for r in rows if r[4] is not None)
+        started = sorted((_ts(r[0]) - _ts(r[1])).total_seconds() for r in rows if r[0] is not None)
+        for label, values in (("fired (slot claimed)", claimed), ("agent run started", started)):
+            if values:
+                p99 = values[min(len(values) - 1, int(round(0.99 * (len(values) - 1))))]
+                print(f"lateness, {label}: p50 {statistics.median(values):.3f} s, p99 {p99:.3f} s, max {values[-1]:.3f} s")
         claims: dict[str, int] = {}
         for r in rows:
             claims[r[2]] = claims.get(r[2], 0) + 1

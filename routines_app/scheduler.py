@@ -26,6 +26,7 @@ import logging
 import os
 import random
 import socket
+import time
 import uuid
 from datetime import datetime, timedelta
 from typing import Callable
@@ -163,6 +164,7 @@ class Scheduler:
     def claim_due(self, now: datetime) -> list[tuple[Routine, RoutineRun, str]]:
         """Sync: the pass's database work (one thread hop)."""
         reap(now, exclude_worker=self.worker_id)
+        self._pass_start = (now, time.monotonic())
         out = []
         due = list(Routine.objects.filter(enabled=True, next_fire_at__lte=now).order_by("next_fire_at")[:BATCH])
         # Workers going through the same list in the same order would meet at every row and the
@@ -197,15 +199,22 @@ class Scheduler:
             self._record_missed(routine, s, first, missed_upto, now)
         if run_slot is not None:
             fire = routine.fire_time(run_slot)
-            late = max(0.0, (now - fire).total_seconds())
+            late = max(0.0, (self._claim_moment(now) - fire).total_seconds())
             note = ""
             if late > LATE_NOTE_S:
                 note = (f"This routine was due at {_fmt(fire, routine.time_zone)} and runs {_duration(late)} late "
                         "(the server was not running or was busy then).")
             run = claim(routine, run_slot, now, self.worker_id, lateness_s=late, note=note)
             if run is not None:
+                metrics.routine_started(late)
                 out.append((routine, run, note))
         self._advance(routine, first, latest)
+
+    def _claim_moment(self, now: datetime) -> datetime:
+        """`now` plus the time this pass has taken so far: a claim's real moment (a pass over
+        many due routines takes a while), still on the injected clock."""
+        start, began = getattr(self, "_pass_start", (now, time.monotonic()))
+        return start + timedelta(seconds=time.monotonic() - began) if start == now else now
 
     def _latest_due(self, routine: Routine, s: sched.Schedule, now: datetime) -> datetime | None:
         """The latest slot whose (jittered) fire time has come."""
@@ -269,8 +278,8 @@ class Scheduler:
     async def _launch(self, routine: Routine, run: RoutineRun, note: str) -> None:
         self.live[run.pk] = None
         try:
-            metrics.routine_started(run.lateness_s or 0.0)
             session_id = await db_hop(chat_for, routine, run)
+            await db_hop(_mark_started, routine, run, self.now())
             text = routine.instruction if not note else f"({note})\n\n{routine.instruction}"
             agent_run = await self._start_run(session_id, text, run)
             if agent_run is None:
@@ -371,6 +380,12 @@ def chat_for(routine: Routine, run: RoutineRun) -> str:
 def _default_profile(user_id: int) -> str:
     prefs = UserSettings.objects.filter(user_id=user_id).first()
     return (prefs.default_profile_id if prefs else None) or settings.NAVI_DEFAULT_PROFILE
+
+
+def _mark_started(routine: Routine, run: RoutineRun, now: datetime) -> None:
+    """When the agent run really starts (the claim, which records the lateness, came first)."""
+    run.started_at = now
+    RoutineRun.objects.filter(pk=run.pk).update(started_at=now)
 
 
 def _set_run_id(run: RoutineRun, run_id: str) -> None:

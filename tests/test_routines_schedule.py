@@ -146,7 +146,7 @@ class TestCatchUp:
         assert [(r.scheduled_for, note[:30]) for _, r, note in claimed] == [
             (utc(2026, 6, 1, 8), "This routine was due at 2026-0")]
         run = RoutineRun.objects.get()
-        assert "runs 2 h 15 min late" in run.error and run.lateness_s == 2 * 3600 + 900
+        assert "runs 2 h 15 min late" in run.error and abs(run.lateness_s - (2 * 3600 + 900)) < 5
         assert scheduler.claim_due(clock() + timedelta(minutes=5)) == []  # once
         routine.refresh_from_db()
         assert routine.next_slot == utc(2026, 6, 2, 8)
