@@ -75,3 +75,29 @@ def test_create_run_now_see_history_and_open_the_chat(page, navi, live_llm):
     expect(page.locator(".messages")).to_contain_text("Sunny, 21 degrees.")
     expect(page.locator(".messages")).to_contain_text("Weather in Berlin?")
     expect(page.locator(f'#session-list li[data-id="{run["session_id"]}"]')).not_to_have_class("unread")
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_the_page_is_accessible_in_both_themes_and_fits_a_phone(browser, navi, login_state, live_llm, scheme):
+    from tests.browser.test_daily import axe_serious
+
+    with navi.api() as client:
+        client.post("/routines", json={"name": f"Phone {scheme}", "instruction": "hello",
+                                       "schedule": {"every_s": 3600}}).raise_for_status()
+    context = browser.new_context(storage_state=login_state, color_scheme=scheme, viewport={"width": 390, "height": 800})
+    page = context.new_page()
+    try:
+        page.goto(f"{navi.url}/routines/")
+        item = page.locator(".routine", has_text=f"Phone {scheme}")
+        expect(item).to_be_visible()
+        item.get_by_role("button", name="History").click()
+        expect(item.locator(".history")).to_be_visible()
+        assert axe_serious(page) == []
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")  # no sideways scrolling
+        reached = set()  # keyboard only: Tab reaches the form and every action of a routine
+        for _ in range(60):
+            page.keyboard.press("Tab")
+            reached.add(page.evaluate("document.activeElement.id || document.activeElement.textContent.trim()"))
+        assert {"r-name", "r-instruction", "r-save", "Run now", "Pause", "Edit", "History", "Delete"} <= reached
+    finally:
+        context.close()
