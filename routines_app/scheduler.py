@@ -196,7 +196,7 @@ class Scheduler:
         run_slot = latest if routine.fire_time(latest) >= window_start else None
         missed_upto = latest if run_slot is None else sched.slot_at_or_before(s, latest - timedelta(microseconds=1))
         if missed_upto is not None and missed_upto >= first:
-            self._record_missed(routine, s, first, missed_upto, now)
+            self._record_missed(routine, s, first, missed_upto, now, ran_latest=run_slot is not None)
         if run_slot is not None:
             fire = routine.fire_time(run_slot)
             late = max(0.0, (self._claim_moment(now) - fire).total_seconds())
@@ -223,7 +223,8 @@ class Scheduler:
             slot = sched.slot_at_or_before(s, slot - timedelta(microseconds=1))
         return slot
 
-    def _record_missed(self, routine: Routine, s: sched.Schedule, first: datetime, upto: datetime, now: datetime) -> None:
+    def _record_missed(self, routine: Routine, s: sched.Schedule, first: datetime, upto: datetime, now: datetime,
+                       ran_latest: bool = False) -> None:
         count, more = 1, False
         if upto > first:
             count = 1  # `first` itself
@@ -237,8 +238,11 @@ class Scheduler:
         what = f"more than {sched.SCAN_LIMIT}" if more else str(count)
         span = (f"from {_fmt(first, routine.time_zone)} to {_fmt(upto, routine.time_zone)}" if count > 1
                 else f"at {_fmt(upto, routine.time_zone)}")
-        error = (f"missed {what} slot(s) {span}: the server was not running, and they are older than the "
-                 f"catch-up window of {_duration(routine.catch_up_s)}")
+        if ran_latest:  # a backlog inside the window: one late run stands for all of it
+            error = f"missed {what} slot(s) {span} while the server was not running; only the latest slot runs, late"
+        else:
+            error = (f"missed {what} slot(s) {span}: the server was not running, and they are older than the "
+                     f"catch-up window of {_duration(routine.catch_up_s)}")
         try:
             with transaction.atomic():
                 RoutineRun.objects.create(routine=routine, scheduled_for=upto, status=Status.MISSED,
@@ -324,6 +328,7 @@ class Scheduler:
 
     async def _waiting(self, run: RoutineRun, frame: dict) -> None:
         await db_hop(_set_status, run.pk, Status.RUNNING, Status.WAITING_APPROVAL)
+        await Session.objects.filter(pk=run.session_id).aupdate(unread=True)  # the approval card waits there
         routine = await Routine.objects.aget(pk=run.routine_id)
         outcome = await delivery.deliver(
             routine, run, title=f"Approval needed: {routine.name}",
@@ -410,7 +415,9 @@ def _close(run: RoutineRun, status: str, error: str, now: datetime, session_id=N
 
 def _add_deliveries(pk: int, outcome: list[dict]) -> None:
     with transaction.atomic():
-        row = RoutineRun.objects.select_for_update().get(pk=pk)
+        row = RoutineRun.objects.select_for_update().filter(pk=pk).first()
+        if row is None:  # the routine was deleted meanwhile
+            return
         row.deliveries = list(row.deliveries or []) + outcome
         row.save(update_fields=["deliveries"])
 

@@ -160,6 +160,17 @@ class TestCatchUp:
         assert (missed.status, missed.scheduled_for) == ("missed", utc(2026, 6, 1, 8))
         assert "missed 1 slot(s) at 2026-06-01 08:00 UTC" in missed.error and "catch-up window of 1 h" in missed.error
 
+    def test_a_backlog_inside_the_window_runs_once_not_once_per_slot(self, owner):
+        clock = Clock(utc(2026, 6, 1, 8, 0, 0))
+        make(owner, clock, schedule={"every_s": 300})
+        clock.at(utc(2026, 6, 1, 9, 2))  # down for an hour: 12 slots passed, all inside the window
+        claimed = sch.Scheduler(now=clock).claim_due(clock())
+        assert [r.scheduled_for for _, r, _ in claimed] == [utc(2026, 6, 1, 9, 0)]
+        missed = RoutineRun.objects.get(status="missed")
+        assert missed.scheduled_for == utc(2026, 6, 1, 8, 55)
+        assert "missed 11 slot(s) from 2026-06-01 08:05 UTC to 2026-06-01 08:55 UTC" in missed.error
+        assert "only the latest slot runs, late" in missed.error
+
     def test_an_old_every_minute_routine_leaves_a_bounded_record(self, owner):
         clock = Clock(utc(2026, 6, 1, 0, 0, 0))
         make(owner, clock, schedule={"every_s": 60})
