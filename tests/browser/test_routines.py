@@ -101,3 +101,27 @@ def test_the_page_is_accessible_in_both_themes_and_fits_a_phone(browser, navi, l
         assert {"r-name", "r-instruction", "r-save", "Run now", "Pause", "Edit", "History", "Delete"} <= reached
     finally:
         context.close()
+
+
+def test_a_routine_waiting_for_approval_is_approved_from_its_chat(page, navi, live_llm):
+    live_llm.add_rule(Rule(match="count the files", turns=[
+        Turn(tool_calls=[{"name": "terminal", "arguments": {"command": "ls"}}]), Turn(content="Counted them.")]))
+    with navi.api() as client:
+        created = client.post("/routines", json={"name": "Files", "instruction": "count the files",
+                                                 "schedule": {"every_s": 86400}})
+        routine_id = created.json()["id"]
+        assert client.post(f"/routines/{routine_id}/run").status_code == 202
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            runs = client.get(f"/routines/{routine_id}/runs").json()
+            if runs and runs[0]["status"] == "waiting_approval":
+                break
+            time.sleep(0.2)
+        assert runs[0]["status"] == "waiting_approval"
+    page.goto(f"{navi.url}/#{runs[0]['session_id']}")
+    card = page.locator(".approval:not(.done)")
+    expect(card).to_be_visible()
+    expect(card.locator(".approval-title")).to_contain_text("terminal")
+    card.locator("button.approve").click()
+    expect(page.locator(".bubble.assistant").last).to_have_text("Counted them.")
+    assert wait_for_run(navi, routine_id)["status"] == "ok"
