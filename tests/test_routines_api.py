@@ -191,6 +191,7 @@ class TestRuns:
         assert run.status == "ok"
         tool_rows = [m async for m in Message.objects.filter(session_id=run.session_id, role="tool")]
         assert "disk-ok" in tool_rows[0].content
+        assert len(run.deliveries) == 2  # the owner was told the approval waits, then the result
 
     async def test_an_unanswered_approval_times_out_to_deny(self, llm, owner, settings):
         settings.ROUTINE_APPROVAL_TIMEOUT_S = 0.5
