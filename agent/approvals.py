@@ -28,6 +28,7 @@ from agent.models import SessionToolGrant, ToolCallRecord
 from navi_project import hotsql
 from navi_project.hop import db_hop
 from sessions_app.models import Message
+from tools_app.context import current_approval_timeout_s
 from tools_app.egress import hosts_in
 from tools_app.permissions import is_host_call, offered_without_permission, refusal, user_has_host_tools
 
@@ -144,11 +145,12 @@ class RunGuard:
 
     async def check(
         self, tool: str, arguments: dict, profile_id: str, profile_policy: dict | None, *, is_subagent: bool,
-        destinations: list[str] | None = None,
+        destinations: list[str] | None = None, tool_asks: str = "",
     ) -> Verdict:
         """Decide on a prepared call (its arguments validated and normalised once, by
         ToolRegistry.prepare) and record it. Refusals and `ask` never run the tool until answered.
-        `destinations`: the URLs or hosts the call would contact (tools_app.egress)."""
+        `destinations`: the URLs or hosts the call would contact (tools_app.egress); `tool_asks`:
+        the tool's own reason to ask for this call (Tool.approval_reason)."""
         record = self._record_for(tool, arguments, profile_id, is_subagent)
         setting = policy.policy_for(profile_policy, tool, arguments)
         tainted_by = self.tainted_by
@@ -162,6 +164,8 @@ class RunGuard:
                 "or tell the user the owner can change the policy in the admin (Profiles → tool policy).",
                 reason="the profile's policy denies it",
             )
+        elif tool_asks:  # the tool's own reason (a routine's run changing routines)
+            verdict = Verdict(record, ask=True, reason=tool_asks)
         elif tainted_by and policy.is_risky(tool, arguments):
             verdict = Verdict(record, ask=True, reason=policy.ask_reason(tool, arguments, tainted_by=tainted_by))
         elif new_hosts:  # a request to a new host could carry chat data out (an exfiltration)
@@ -184,7 +188,8 @@ class RunGuard:
         _waiting[record.approval_id] = future
         if _is_chat(self.session_id):
             notices.approval_waiting(self.session_id, self.user_id, record.tool, verdict.reason)
-        deadline = time.monotonic() + float(settings.APPROVAL_TIMEOUT_S)
+        timeout = current_approval_timeout_s.get()  # a routine's unattended run waits longer
+        deadline = time.monotonic() + float(settings.APPROVAL_TIMEOUT_S if timeout is None else timeout)
         try:
             while True:
                 decision = await _settled(record.pk)

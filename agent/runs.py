@@ -34,7 +34,7 @@ from navi_project.logs import bind_run
 from navi_project.redact import server_paths
 from sessions_app import history
 from sessions_app.models import Message, Session
-from tools_app.context import current_run_id, current_stop_event
+from tools_app.context import current_approval_timeout_s, current_run_id, current_run_origin, current_stop_event
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,9 @@ class Run:
     context_tokens: int = 0
     rewound: dict | None = None  # the history_rewound frame of an edit or regenerate
     publishing: bool = False  # the publisher task has frames in hand
+    origin: str = ""  # who started it: "" a person in a chat, else the starter's word ("routine")
+    approval_timeout_s: float | None = None  # None: APPROVAL_TIMEOUT_S
+    listeners: list = field(default_factory=list)  # callables given each published frame
 
 
 async def claim_run(session_id: str, run_id: str) -> bool:
@@ -143,13 +146,19 @@ class RunManager:
         planning: bool = True,
         mode: str = "message",
         message_id: int | None = None,
+        origin: str = "",
+        approval_timeout_s: float | None = None,
+        listeners: list | None = None,
     ) -> Run:
         """Start a run. mode "message" appends `content`; "edit" replaces user message
         `message_id` (and drops the turns after it) with `content`; "regenerate" answers the
         last user message again (`content` is ignored). Raises RunActive, or HistoryError when
-        the edit or regenerate is refused (nothing changed then)."""
+        the edit or regenerate is refused (nothing changed then). `origin` (what tools see in
+        `current_run_origin`), `approval_timeout_s` and `listeners` (called with each frame)
+        are for runs nobody watches live."""
         session_id = str(session_id)
-        run = Run(run_id=uuid.uuid4().hex, session_id=session_id)
+        run = Run(run_id=uuid.uuid4().hex, session_id=session_id, origin=origin,
+                  approval_timeout_s=approval_timeout_s, listeners=list(listeners or []))
         begun = None
         if mode == "message":  # the claim and the turn's start in one thread hop
             claimed, begun = await db_hop(self._claim_and_begin, session_id, run.run_id, content, images)
@@ -211,6 +220,8 @@ class RunManager:
         await self.start_gate.enter()
         current_stop_event.set(run.stop_event)
         current_run_id.set(run.run_id)
+        current_run_origin.set(run.origin)
+        current_approval_timeout_s.set(run.approval_timeout_s)
         bind_run(run.run_id, run.session_id)  # every log line of the run carries its ids
         heartbeat = asyncio.create_task(self._heartbeat(run))
         outbox = metrics.RelayQueue()  # observes the relay lag
@@ -286,6 +297,11 @@ class RunManager:
         frame["run_id"] = run.run_id
         frame["seq"] = run.seq
         run.frames.append(frame)
+        for listener in run.listeners:
+            try:
+                listener(run, frame)
+            except Exception:
+                log.exception("run %s: a frame listener failed", run.run_id)
         await self.layer.group_send(frames_group(run.session_id), run_event(frame))
 
     async def _heartbeat(self, run: Run) -> None:

@@ -57,6 +57,7 @@ async def run_tool(
         verdict = await guard.check(
             call.name, prepared.params, profile.id, profile.tool_policy, is_subagent=is_subagent,
             destinations=egress.destinations(prepared.tool, prepared.params),
+            tool_asks=prepared.tool.approval_reason(prepared.params) if prepared.tool is not None else "",
         )
         if verdict.ask:
             async for event in _ask_owner(guard, verdict, call):

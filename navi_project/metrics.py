@@ -58,8 +58,24 @@ RELAY_LAG = Histogram(
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
 )
 
+# --- routines (routines_app) ------------------------------------------------------------------
+ROUTINE_RUNS = Counter("navi_routine_runs_total", "Routine slots by final status (ok, failed, missed...)", ["status"])
+ROUTINE_LATENESS = Histogram(
+    "navi_routine_lateness_seconds",
+    "How long after its fire time a routine's run started",
+    buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800, 3600, 21600),
+)
+
 
 # --- hooks ----------------------------------------------------------------------------------
+def routine_run(status: str) -> None:
+    ROUTINE_RUNS.labels(status=status).inc()
+
+
+def routine_started(lateness_s: float) -> None:
+    ROUTINE_LATENESS.observe(max(0.0, lateness_s))
+
+
 def run_started() -> None:
     RUNS_STARTED.inc()
     RUNS_ACTIVE.inc()

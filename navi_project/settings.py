@@ -105,6 +105,7 @@ INSTALLED_APPS = [
     "memory_app",
     "tools_app",
     "notify_app",
+    "routines_app",
 ]
 
 MIDDLEWARE = [
@@ -301,6 +302,14 @@ MANUALS_DIR = _path(env.str("MANUALS_DIR", default="manuals"))
 TOOL_TIMEOUT_S = env.float("TOOL_TIMEOUT_S", default=60.0)
 # A tool call waiting for the owner's approval is declined after this long.
 APPROVAL_TIMEOUT_S = env.float("APPROVAL_TIMEOUT_S", default=600.0)
+# Routines (routines_app): a routine's run waiting for approval is denied after this long; the
+# shortest interval; routines per user; how late a missed slot may still run (older: `missed`).
+ROUTINE_APPROVAL_TIMEOUT_S = env.float("ROUTINE_APPROVAL_TIMEOUT_S", default=3600.0)
+ROUTINE_MIN_INTERVAL_S = env.int("ROUTINE_MIN_INTERVAL_S", default=60)
+ROUTINES_MAX_PER_USER = env.int("ROUTINES_MAX_PER_USER", default=50)
+ROUTINE_CATCH_UP_S = env.int("ROUTINE_CATCH_UP_S", default=6 * 3600)
+# A routine run whose worker has not heart-beaten for this long died with its process: interrupted.
+ROUTINE_STALE_S = env.int("ROUTINE_STALE_S", default=60)
 # Unlike the original ("*"), the filesystem tool defaults to the run's own workspace (an entry
 # naming NAVI_WORKSPACE means NAVI_WORKSPACE/<user id>). Extra entries and "*" only apply to
 # holders of tools_app.run_host_tools; user_tools/ is never writable through the file tool.

@@ -20,6 +20,7 @@ urlpatterns = [
     path("", include("agent.session_urls")),
     path("", include("memory_app.urls")),
     path("", include("notify_app.urls")),
+    path("", include("routines_app.urls")),
     path("", include("agent.page_urls")),
 ]
 

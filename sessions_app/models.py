@@ -53,6 +53,10 @@ class Session(models.Model):
     # Set with a conditional UPDATE so two workers can never start two runs on one session.
     active_run_id = models.CharField(max_length=64, blank=True)
     active_run_heartbeat = models.DateTimeField(null=True, blank=True)
+    # Who started the chat: "" the owner, else the app that writes in it unattended ("routine").
+    origin = models.CharField(max_length=16, blank=True, default="")
+    # Written to by something other than the owner (a routine) since the owner last opened it.
+    unread = models.BooleanField(default=False)
 
     objects = SessionQuerySet.as_manager()
 
@@ -76,6 +80,8 @@ class Session(models.Model):
             "created_at": self.created_at.isoformat(),
             "last_active": self.last_active.isoformat(),
             "context_token_count": self.context_token_count,
+            "origin": self.origin,
+            "unread": self.unread,
         }
 
 
@@ -217,6 +223,8 @@ class UserSettings(models.Model):
         help_text="Profile of new chats (empty: secretary).",
     )
     notify_when_done = models.BooleanField(default=False, help_text="Notify when an answer finishes.")
+    # IANA name; "" = the server's TIME_ZONE. Routines read it as their default zone.
+    time_zone = models.CharField(max_length=64, blank=True, default="")
     updated_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -230,4 +238,9 @@ class UserSettings(models.Model):
             "theme": self.theme,
             "default_profile": self.default_profile_id,
             "notify_when_done": self.notify_when_done,
+            "time_zone": self.time_zone_name,
         }
+
+    @property
+    def time_zone_name(self) -> str:
+        return self.time_zone or settings.TIME_ZONE

@@ -5,6 +5,8 @@ A token's raw value is shown once, in the response that creates it; only its has
 
 from __future__ import annotations
 
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
 from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 
@@ -27,10 +29,11 @@ def user_settings(request: HttpRequest) -> JsonResponse:
     if request.method == "GET":
         return JsonResponse(prefs.as_dict())
     data = parse_json_body(request, allow_empty=False)
-    unknown = set(data) - {"theme", "default_profile", "notify_when_done"}
+    unknown = set(data) - {"theme", "default_profile", "notify_when_done", "time_zone"}
     if unknown:
         raise ApiError(
-            f"unknown setting(s) {', '.join(sorted(unknown))}; known: theme, default_profile, notify_when_done", 400
+            f"unknown setting(s) {', '.join(sorted(unknown))}; known: theme, default_profile, notify_when_done, "
+            "time_zone", 400
         )
     if "theme" in data:
         if data["theme"] not in UserSettings.Theme.values:
@@ -48,9 +51,24 @@ def user_settings(request: HttpRequest) -> JsonResponse:
         if not isinstance(data["notify_when_done"], bool):
             raise ApiError("notify_when_done must be true or false", 400)
         prefs.notify_when_done = data["notify_when_done"]
+    if "time_zone" in data:
+        prefs.time_zone = valid_time_zone(data["time_zone"])
     prefs.updated_at = timezone.now()
     prefs.save()
     return JsonResponse(prefs.as_dict())
+
+
+def valid_time_zone(name: object) -> str:
+    """An IANA zone name as given ("" = the server's), or ApiError naming the problem."""
+    if name in (None, ""):
+        return ""
+    if not isinstance(name, str) or len(name) > 64:
+        raise ApiError("time_zone must be an IANA zone name such as Europe/Berlin", 400)
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ApiError(f"unknown time zone {name!r}; use an IANA name such as Europe/Berlin or America/New_York", 400) from None
+    return name
 
 
 def _token_json(t: ApiToken) -> dict:

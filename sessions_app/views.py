@@ -136,6 +136,9 @@ def _empty_newest_session(user) -> Session | None:
 def session_detail(request: HttpRequest, session_id: str) -> JsonResponse:
     session = _get_session_for_user(request, session_id)
     if request.method == "GET":
+        if session.unread:  # the owner opened what was written while they were away
+            Session.objects.filter(pk=session.pk).update(unread=False)
+            session.unread = False
         return JsonResponse({**session.as_dict(), **_message_page(request, session)})
     if request.method == "DELETE":
         services.delete_session(session)

@@ -19,15 +19,16 @@ def _json(response):
 
 
 class TestSettings:
-    def test_defaults(self, owner_client):
+    def test_defaults(self, owner_client, settings):
         assert _json(owner_client.get("/settings")) == {
             "theme": "system",
             "default_profile": None,
             "notify_when_done": False,
+            "time_zone": settings.TIME_ZONE,
         }
 
     def test_patch(self, owner_client, owner):
-        body = {"theme": "dark", "default_profile": "server_admin", "notify_when_done": True}
+        body = {"theme": "dark", "default_profile": "server_admin", "notify_when_done": True, "time_zone": "Europe/Berlin"}
         response = owner_client.patch("/settings", body, content_type="application/json")
         assert response.status_code == 200 and _json(response) == body
         assert _json(owner_client.get("/settings")) == body
@@ -41,6 +42,8 @@ class TestSettings:
             {"default_profile": "pirate"},
             {"default_profile": 3},
             {"notify_when_done": "yes"},
+            {"time_zone": "Mars/Olympus"},
+            {"time_zone": 5},
             {"font": "big"},
         ],
     )

@@ -35,6 +35,10 @@ class Tool(ABC):
     # long work (spawn_agent) raise it.
     timeout: float | None = None
 
+    def approval_reason(self, arguments: Any) -> str:
+        """A reason to ask the owner before this call whatever the policy says ("" = follow it)."""
+        return ""
+
     @abstractmethod
     async def execute(self, params: dict[str, Any]) -> ToolResult: ...
 

@@ -17,6 +17,11 @@ current_stop_event: ContextVar[asyncio.Event | None] = ContextVar("current_stop_
 current_user_id: ContextVar[int | None] = ContextVar("current_user_id", default=None)
 # The id of the run in flight (RunManager), for the audit of tool calls.
 current_run_id: ContextVar[str] = ContextVar("current_run_id", default="")
+# Who started the run: "" for a person in a chat, or what the starter said (e.g. "routine" for
+# a scheduled run), so a tool can ask before acting on an unattended run's behalf.
+current_run_origin: ContextVar[str] = ContextVar("current_run_origin", default="")
+# How long an approval of this run may wait (None: APPROVAL_TIMEOUT_S); unattended runs wait longer.
+current_approval_timeout_s: ContextVar[float | None] = ContextVar("current_approval_timeout_s", default=None)
 # The real chat session id (a sub-agent keeps its parent's here), for session files.
 current_chat_session_id: ContextVar[str | None] = ContextVar("current_chat_session_id", default=None)
 

@@ -55,8 +55,22 @@ BUILTIN_TOOLS: list[Callable[[ToolRegistry], Tool]] = [
     lambda _: ScratchpadTool(),
 ]
 
+# Tools of apps above this one (routines...), added from their AppConfig.ready: this layer
+# builds them into every registry without knowing their names.
+APP_TOOLS: list[Callable[[ToolRegistry], Tool]] = []
+
 _lock = threading.Lock()
 _registry: ToolRegistry | None = None
+
+
+def register_app_tools(*makers: Callable[[ToolRegistry], Tool]) -> None:
+    """Add tools an app provides to the process-wide registry (now, if built, and on every rebuild)."""
+    with _lock:
+        for make in makers:
+            if make not in APP_TOOLS:
+                APP_TOOLS.append(make)
+                if _registry is not None:
+                    _registry.register(make(_registry), builtin=True)
 
 
 def build_tool_registry() -> ToolRegistry:
@@ -64,7 +78,7 @@ def build_tool_registry() -> ToolRegistry:
     tools = ToolRegistry()
     tools.user_tool_loader = load_user_tools
     tools.user_tool_fingerprint = fingerprint
-    for make in BUILTIN_TOOLS:
+    for make in BUILTIN_TOOLS + APP_TOOLS:
         tools.register(make(tools), builtin=True)
     return tools
 

@@ -31,6 +31,15 @@ async function loadPrefs() {
   applyTheme(prefs.theme);
   select.value = prefs.default_profile || "";
   $("#notify").checked = !!prefs.notify_when_done;
+  const zones = $("#time-zone");
+  const names = new Set(Intl.supportedValuesOf ? Intl.supportedValuesOf("timeZone") : []);
+  names.add(prefs.time_zone);
+  for (const zone of [...names].sort()) {
+    const option = el("option", "", zone);
+    option.value = zone;
+    zones.append(option);
+  }
+  zones.value = prefs.time_zone || "";
 }
 
 function tokenRow(token) {
@@ -63,6 +72,7 @@ async function loadTokens() {
 async function start() {
   $("#theme").addEventListener("change", (e) => savePref({ theme: e.target.value }));
   $("#default-profile").addEventListener("change", (e) => savePref({ default_profile: e.target.value || null }));
+  $("#time-zone").addEventListener("change", (e) => savePref({ time_zone: e.target.value }));
   $("#notify").addEventListener("change", async (e) => {
     const on = e.target.checked;
     if (on && "Notification" in window && Notification.permission === "default") await Notification.requestPermission();

@@ -103,12 +103,25 @@ export class Sidebar {
   }
 
   item(s) {
-    const li = el("li", `session${s.pinned ? " pinned" : ""}${s.id === this.current ? " active" : ""}`);
+    const unread = s.unread && s.id !== this.current;  // a routine wrote here since the owner last looked
+    const li = el("li", `session${s.pinned ? " pinned" : ""}${s.id === this.current ? " active" : ""}${unread ? " unread" : ""}`);
     li.dataset.id = s.id;
     const link = el("a", "session-title", s.title || "New chat");
     link.href = `#${s.id}`;
     link.title = s.title || "New chat";
-    link.addEventListener("click", () => this.onOpen(s.id));
+    if (unread) {
+      const mark = el("span", "unread-mark", "●");
+      mark.title = "New from a routine, not opened yet";
+      link.prepend(mark);
+      link.setAttribute("aria-label", `${s.title || "New chat"} (new from a routine, unread)`);
+    }
+    link.addEventListener("click", () => {
+      s.unread = false;  // opening it reads it (GET /sessions/<id> clears the flag)
+      li.classList.remove("unread");
+      link.querySelector(".unread-mark")?.remove();
+      link.removeAttribute("aria-label");
+      this.onOpen(s.id);
+    });
     const actions = el("div", "session-actions");
     const pin = this.button(s.pinned ? "★" : "☆", s.pinned ? "Unpin" : "Pin", "pin", () => this.togglePin(s));
     const rename = this.button("✎", "Rename", "rename", () => this.startRename(li, s));

@@ -1,0 +1,195 @@
+"""A routine's schedule: validation, and its slots as UTC instants (pure functions, no ORM).
+
+Three kinds, as in the REST body: `{"at": ISO 8601}` (once), `{"cron": "m h dom mon dow"}` (in the
+routine's zone, by `cronsim`, DST-correct through zoneinfo: a time skipped by a spring-forward
+fires at the first instant after the gap, a time repeated by a fall-back fires once, the first
+time) and `{"every_s": N}` (every N seconds from the routine's anchor; zones do not matter).
+A slot is the nominal instant; the routine fires at slot + jitter (deterministic per routine and
+slot, so every worker computes the same instant).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
+from typing import Iterator
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from cronsim import CronSim, CronSimError
+
+UTC = dt_timezone.utc
+MAX_JITTER_S = 3600
+SCAN_LIMIT = 1000  # slots counted one by one before a count says "more than"
+
+
+class ScheduleError(ValueError):
+    """The schedule (or its zone, or jitter) is not valid; the message says what to send."""
+
+
+@dataclass(frozen=True)
+class Schedule:
+    kind: str  # "at" | "cron" | "every"
+    at: datetime | None = None  # UTC
+    cron: str = ""
+    every_s: int = 0
+    tz: str = "UTC"
+    anchor: datetime | None = None  # UTC; intervals count from here
+
+    def as_json(self) -> dict:
+        """The REST shape: `at` in the routine's zone with its offset."""
+        if self.kind == "at":
+            return {"at": self.at.astimezone(zone(self.tz)).isoformat()}
+        if self.kind == "cron":
+            return {"cron": self.cron}
+        return {"every_s": self.every_s}
+
+
+def zone(name: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, TypeError):
+        raise ScheduleError(
+            f"unknown time zone {name!r}; use an IANA name such as Europe/Berlin or America/New_York"
+        ) from None
+
+
+def parse(raw: object, tz: str, *, now: datetime, anchor: datetime | None = None, min_interval_s: int = 60) -> Schedule:
+    """A Schedule from the REST/tool shape, or ScheduleError naming the problem. A one-shot
+    time without an offset is read in `tz`; one in the past is refused."""
+    zone(tz)
+    if not isinstance(raw, dict) or len(raw) != 1 or next(iter(raw)) not in ("at", "cron", "every_s"):
+        raise ScheduleError(
+            'schedule must be exactly one of {"at": "2026-05-01T08:00:00+02:00"}, {"cron": "0 8 * * 1-5"} '
+            'or {"every_s": 3600}'
+        )
+    (key, value), = raw.items()
+    if key == "at":
+        at = _parse_at(value, tz)
+        if at <= now:
+            raise ScheduleError(
+                f"the one-shot time {at.astimezone(zone(tz)).isoformat()} is in the past (now is "
+                f"{now.astimezone(zone(tz)).isoformat(timespec='seconds')}); give a future time"
+            )
+        return Schedule("at", at=at, tz=tz)
+    if key == "cron":
+        return Schedule("cron", cron=_valid_cron(value), tz=tz)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+        raise ScheduleError("every_s must be a whole number of seconds, e.g. 3600 for every hour")
+    if value < min_interval_s:
+        raise ScheduleError(f"every_s is {int(value)}; the shortest interval is {min_interval_s} seconds")
+    if value > 366 * 86400:
+        raise ScheduleError("every_s is over a year; use a cron expression or a one-shot time instead")
+    return Schedule("every", every_s=int(value), tz=tz, anchor=(anchor or now).replace(microsecond=0))
+
+
+def _parse_at(value: object, tz: str) -> datetime:
+    if not isinstance(value, str):
+        raise ScheduleError('"at" must be an ISO 8601 date-time string such as 2026-05-01T08:00:00+02:00')
+    try:
+        at = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ScheduleError(
+            f'"at" {value!r} is not an ISO 8601 date-time; send e.g. 2026-05-01T08:00:00+02:00'
+        ) from None
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=zone(tz))
+    return at.astimezone(UTC)
+
+
+def _valid_cron(value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ScheduleError('cron must be a string of five fields "minute hour day-of-month month day-of-week"')
+    expr = " ".join(value.split())
+    if len(expr.split()) != 5:
+        raise ScheduleError(
+            f"invalid cron expression {value!r}: it needs 5 fields (minute hour day-of-month month day-of-week), "
+            f"e.g. '0 8 * * 1-5' for weekdays at 08:00"
+        )
+    try:
+        next(CronSim(expr, datetime(2000, 1, 1, tzinfo=UTC)))
+    except (CronSimError, StopIteration, ValueError) as exc:
+        raise ScheduleError(
+            f"invalid cron expression {value!r}: {exc or 'it never matches'}; e.g. '0 8 * * 1-5' for weekdays at 08:00"
+        ) from None
+    return expr
+
+
+# --- slots -----------------------------------------------------------------------------------
+def slots_after(s: Schedule, after: datetime) -> Iterator[datetime]:
+    """The schedule's slots strictly after `after`, in order (UTC)."""
+    if s.kind == "at":
+        if s.at > after:
+            yield s.at
+        return
+    if s.kind == "every":
+        k = max(0, int((after - s.anchor).total_seconds() // s.every_s))
+        slot = s.anchor + timedelta(seconds=s.every_s * k)
+        while True:
+            if slot > after:
+                yield slot
+            slot += timedelta(seconds=s.every_s)
+    local = after.astimezone(zone(s.tz))
+    for match in CronSim(s.cron, local):
+        yield match.astimezone(UTC)
+
+
+def slot_at_or_before(s: Schedule, moment: datetime) -> datetime | None:
+    """The last slot at or before `moment` (UTC), or None."""
+    if s.kind == "at":
+        return s.at if s.at <= moment else None
+    if s.kind == "every":
+        if moment < s.anchor + timedelta(seconds=s.every_s):
+            return None
+        k = int((moment - s.anchor).total_seconds() // s.every_s)
+        return s.anchor + timedelta(seconds=s.every_s * k)
+    probe = (moment + timedelta(seconds=1)).astimezone(zone(s.tz))
+    for match in CronSim(s.cron, probe, reverse=True):
+        match = match.astimezone(UTC)
+        if match <= moment:
+            return match
+    return None
+
+
+def min_gap_s(s: Schedule, now: datetime) -> float | None:
+    """The shortest gap between the next few slots (None for a one-shot)."""
+    if s.kind == "at":
+        return None
+    if s.kind == "every":
+        return float(s.every_s)
+    slots = [x for _, x in zip(range(6), slots_after(s, now))]
+    return min((b - a).total_seconds() for a, b in zip(slots, slots[1:])) if len(slots) > 1 else None
+
+
+def check_jitter(s: Schedule, jitter_s: object, now: datetime) -> int:
+    """A valid jitter: whole seconds, at most an hour and under half the gap between slots (so
+    jittered fires keep their order)."""
+    if isinstance(jitter_s, bool) or not isinstance(jitter_s, int) or jitter_s < 0:
+        raise ScheduleError("jitter_s must be a whole number of seconds, 0 or more")
+    if jitter_s > MAX_JITTER_S:
+        raise ScheduleError(f"jitter_s is {jitter_s}; at most {MAX_JITTER_S} (one hour)")
+    gap = min_gap_s(s, now)
+    if jitter_s and gap is not None and jitter_s * 2 >= gap:
+        raise ScheduleError(f"jitter_s is {jitter_s}; it must be under half the time between runs ({int(gap // 2)} s)")
+    return jitter_s
+
+
+def jitter(routine_id: int, slot: datetime, jitter_s: int) -> timedelta:
+    """The same offset in [-jitter_s, +jitter_s] on every worker for this routine and slot."""
+    if not jitter_s:
+        return timedelta(0)
+    digest = hashlib.sha256(f"{routine_id}:{slot.astimezone(UTC).isoformat()}".encode()).digest()
+    return timedelta(seconds=int.from_bytes(digest[:8], "big") % (2 * jitter_s + 1) - jitter_s)
+
+
+def next_fires(s: Schedule, start: datetime | None, count: int = 3) -> list[datetime]:
+    """Up to `count` slots from `start` on (inclusive), for display; never stored."""
+    if start is None:
+        return []
+    found = [start]
+    for slot in slots_after(s, start):
+        if len(found) >= count:
+            break
+        found.append(slot)
+    return found[:count]

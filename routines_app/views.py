@@ -1,0 +1,99 @@
+"""REST for routines (DESIGN §9) and the /routines/ page.
+
+Every path needs a login (cookie + CSRF) or a Bearer token; another user's routine id is a 404
+like a missing one. Bad input is a 400 naming the problem, and nothing is saved.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.db.models import OuterRef, Subquery
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+
+from navi_project.hop import db_hop
+from navi_project.http import ApiError, json_view, parse_json_body
+from sessions_app.auth import api_login_required, unauthenticated_response
+
+from . import services
+from .models import Routine, RoutineRun
+from .scheduler import get_scheduler
+
+RUNS_SHOWN = 100
+
+
+def _owned(request: HttpRequest, routine_id: str) -> Routine:
+    routine = Routine.objects.filter(pk=int(routine_id), owner=request.user).first() if str(routine_id).isdigit() else None
+    if routine is None:
+        raise ApiError(f"no routine '{routine_id}'", 404)
+    return routine
+
+
+@api_login_required
+@json_view("GET", "POST")
+def routines(request: HttpRequest) -> JsonResponse:
+    if request.method == "GET":
+        rows = list(Routine.objects.filter(owner=request.user).order_by("name", "id"))
+        last = {r.routine_id: r for r in RoutineRun.objects.filter(pk__in=Subquery(
+            RoutineRun.objects.filter(routine=OuterRef("routine")).order_by("-scheduled_for").values("pk")[:1]
+        ), routine__owner=request.user)}
+        return JsonResponse({"routines": [services.as_dict(r, last.get(r.pk)) for r in rows]})
+    data = parse_json_body(request, allow_empty=False)
+    try:
+        routine = services.create(request.user, data)
+    except services.RoutineError as exc:
+        raise ApiError(str(exc), 400) from None
+    return JsonResponse(services.as_dict(routine, None), status=201)
+
+
+@api_login_required
+@json_view("GET", "PATCH", "DELETE")
+def routine_detail(request: HttpRequest, routine_id: str) -> JsonResponse:
+    routine = _owned(request, routine_id)
+    if request.method == "GET":
+        return JsonResponse(services.as_dict(routine))
+    if request.method == "DELETE":
+        routine.delete()
+        return JsonResponse({"ok": True, "id": int(routine_id)})
+    data = parse_json_body(request, allow_empty=False)
+    try:
+        services.update(routine, data)
+    except services.RoutineError as exc:
+        raise ApiError(str(exc), 400) from None
+    return JsonResponse(services.as_dict(routine))
+
+
+@api_login_required
+@json_view("GET")
+def routine_runs(request: HttpRequest, routine_id: str) -> JsonResponse:
+    routine = _owned(request, routine_id)
+    rows = routine.runs.order_by("-scheduled_for")[:RUNS_SHOWN]
+    return JsonResponse([r.as_dict() for r in rows], safe=False)
+
+
+async def routine_run_now(request: HttpRequest, routine_id: str) -> HttpResponse:
+    """POST /routines/<id>/run: a run now, on this server's event loop → 202 {run_id}."""
+    user = request.user if getattr(request, "navi_token_auth", False) else await request.auser()
+    if not user.is_authenticated:
+        return unauthenticated_response()
+    if request.method != "POST":
+        response = JsonResponse({"error": f"method {request.method} not allowed here; use POST"}, status=405)
+        response["Allow"] = "POST"
+        return response
+    routine = await db_hop(_owned_by, user, routine_id)
+    if routine is None:
+        return JsonResponse({"error": f"no routine '{routine_id}'"}, status=404)
+    run = await get_scheduler().run_now(routine)
+    return JsonResponse({"run_id": run.pk}, status=202)
+
+
+def _owned_by(user, routine_id: str) -> Routine | None:
+    if not str(routine_id).isdigit():
+        return None
+    return Routine.objects.filter(pk=int(routine_id), owner=user).first()
+
+
+@login_required
+def routines_page(request: HttpRequest) -> HttpResponse:
+    """The page; its data comes from the REST paths above (static/js/routines.js)."""
+    return render(request, "routines.html")

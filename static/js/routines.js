@@ -1,0 +1,208 @@
+// The routines page: create, edit, pause/resume, run now, delete; next fire times in each
+// routine's zone; the history of runs with links to the chat each one wrote in
+// (GET/POST /routines, GET/PATCH/DELETE /routines/<id>, POST /routines/<id>/run, GET /routines/<id>/runs).
+import { csrfToken } from "./api.js";
+import { el } from "./cards.js";
+import { $, toast } from "./pagekit.js";
+
+let editing = null; // the routine being edited, or null for a new one
+
+async function call(method, path, body) {
+  const init = { method, credentials: "same-origin", headers: { Accept: "application/json" } };
+  if (method !== "GET") init.headers["X-CSRFToken"] = csrfToken();
+  if (body !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  const response = await fetch(path, init);
+  if (response.status === 401) {
+    window.location.assign(`/login/?next=${encodeURIComponent(location.pathname)}`);
+    throw new Error("your login expired; log in again");
+  }
+  const data = await response.json().catch(() => ({}));
+  if (!response.ok) throw new Error(data.error || `${method} ${path} failed with HTTP ${response.status}`);
+  return data;
+}
+
+function inZone(iso, zone) {
+  try {
+    return new Date(iso).toLocaleString(undefined, { timeZone: zone, weekday: "short", year: "numeric", month: "short",
+      day: "numeric", hour: "2-digit", minute: "2-digit", timeZoneName: "short" });
+  } catch {
+    return iso;
+  }
+}
+
+function describe(schedule) {
+  if (schedule.cron) return `cron ${schedule.cron}`;
+  if (schedule.every_s) return `every ${schedule.every_s % 60 ? `${schedule.every_s} s` : `${schedule.every_s / 60} min`}`;
+  return `once at ${schedule.at}`;
+}
+
+function showKind() {
+  const kind = $("#r-kind").value;
+  $("#w-cron").hidden = kind !== "cron";
+  $("#w-every").hidden = kind !== "every";
+  $("#w-at").hidden = kind !== "at";
+}
+
+function formBody() {
+  const kind = $("#r-kind").value;
+  const schedule = kind === "cron" ? { cron: $("#r-cron").value.trim() }
+    : kind === "every" ? { every_s: Math.round(Number($("#r-every").value) * 60) }
+      : { at: $("#r-at").value };
+  const body = { name: $("#r-name").value.trim(), instruction: $("#r-instruction").value.trim(), schedule,
+    enabled: $("#r-enabled").checked, profile_id: $("#r-profile").value || null };
+  const zone = $("#r-zone").value.trim();
+  if (zone) body.time_zone = zone;
+  return body;
+}
+
+function fillForm(r) {
+  editing = r;
+  $("#form-title").textContent = r ? `Edit “${r.name}”` : "New routine";
+  $("#r-save").textContent = r ? "Save changes" : "Create routine";
+  $("#r-cancel").hidden = !r;
+  $("#r-name").value = r ? r.name : "";
+  $("#r-instruction").value = r ? r.instruction : "";
+  $("#r-zone").value = r ? r.time_zone : "";
+  $("#r-profile").value = r && r.profile_id ? r.profile_id : "";
+  $("#r-enabled").checked = r ? r.enabled : true;
+  const s = r ? r.schedule : { cron: "0 8 * * 1-5" };
+  $("#r-kind").value = s.cron ? "cron" : s.every_s ? "every" : "at";
+  if (s.cron) $("#r-cron").value = s.cron;
+  if (s.every_s) $("#r-every").value = s.every_s / 60;
+  if (s.at) $("#r-at").value = s.at.slice(0, 16);
+  showKind();
+  if (r) $("#r-name").focus();
+}
+
+function runRow(run, zone) {
+  const tr = el("tr");
+  const chat = el("td");
+  if (run.session_id) {
+    const link = el("a", "", "open chat");
+    link.href = `/#${run.session_id}`;
+    chat.append(link);
+  }
+  const deliveries = el("td");
+  for (const d of run.deliveries || []) {
+    deliveries.append(el("div", d.ok ? "" : "delivery-failed", d.ok ? `${d.kind}: sent` : `${d.kind}: ${d.error}`));
+  }
+  tr.append(el("td", "", inZone(run.scheduled_for, zone)), el("td", `status-${run.status}`, run.status),
+    el("td", "", run.error || ""), deliveries, chat);
+  return tr;
+}
+
+async function toggleHistory(r, box, button) {
+  if (!box.hidden) {
+    box.hidden = true;
+    button.setAttribute("aria-expanded", "false");
+    return;
+  }
+  const runs = await call("GET", `/routines/${r.id}/runs`);
+  const table = el("table");
+  const head = el("tr");
+  for (const h of ["Slot", "Status", "Note", "Delivered", "Chat"]) head.append(el("th", "", h));
+  table.append(head, ...runs.map((run) => runRow(run, r.time_zone)));
+  box.replaceChildren(runs.length ? table : el("p", "hint", "No runs yet."));
+  box.hidden = false;
+  button.setAttribute("aria-expanded", "true");
+}
+
+function action(label, handler, cls = "") {
+  const b = el("button", cls, label);
+  b.type = "button";
+  b.addEventListener("click", async () => {
+    try {
+      await handler(b);
+    } catch (err) {
+      toast(err.message);
+    }
+  });
+  return b;
+}
+
+function routineItem(r) {
+  const li = el("li", `routine${r.enabled ? "" : " paused"}`);
+  li.dataset.id = r.id;
+  li.append(el("h3", "", r.name), el("p", "hint", `${describe(r.schedule)} · ${r.time_zone}`));
+  li.append(el("p", "", r.instruction));
+  if (r.next_fires.length) {
+    const fires = el("ol", "fires");
+    fires.setAttribute("aria-label", `Next runs of ${r.name}`);
+    for (const f of r.next_fires) fires.append(el("li", "", inZone(f, r.time_zone)));
+    li.append(el("div", "hint", "Next runs:"), fires);
+  } else {
+    li.append(el("p", "hint", r.enabled ? "No further runs." : "Paused."));
+  }
+  const last = r.last_run;
+  const lastLine = el("p", "last-run", last ? "Last run: " : "Not run yet.");
+  if (last) lastLine.append(el("span", `status-${last.status}`, last.status), ` (${inZone(last.scheduled_for, r.time_zone)})`);
+  li.append(lastLine);
+  const history = el("div", "history");
+  history.hidden = true;
+  const historyButton = action("History", (b) => toggleHistory(r, history, b));
+  historyButton.setAttribute("aria-expanded", "false");
+  const actions = el("div", "routine-actions");
+  actions.append(
+    action("Run now", async () => {
+      await call("POST", `/routines/${r.id}/run`);
+      toast(`“${r.name}” is running; its chat and history update when it finishes.`);
+      setTimeout(load, 1500);
+    }, "primary"),
+    action(r.enabled ? "Pause" : "Resume", async () => {
+      await call("PATCH", `/routines/${r.id}`, { enabled: !r.enabled });
+      await load();
+    }),
+    action("Edit", async () => fillForm(r)),
+    historyButton,
+    action("Delete", async () => {
+      if (!window.confirm(`Delete the routine “${r.name}” and its history?`)) return;
+      await call("DELETE", `/routines/${r.id}`);
+      await load();
+    }, "danger-outline"),
+  );
+  li.append(actions, history);
+  return li;
+}
+
+async function load() {
+  const { routines } = await call("GET", "/routines");
+  const open = [...document.querySelectorAll(".routine .history:not([hidden])")].map((h) => h.closest(".routine").dataset.id);
+  $("#routines").replaceChildren(...routines.map(routineItem));
+  $("#routines-empty").hidden = routines.length > 0;
+  for (const id of open) $(`.routine[data-id="${id}"] .routine-actions button[aria-expanded]`)?.click();
+}
+
+async function start() {
+  $("#r-kind").addEventListener("change", showKind);
+  $("#r-cancel").addEventListener("click", () => fillForm(null));
+  $("#routine-form").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    try {
+      if (editing) await call("PATCH", `/routines/${editing.id}`, formBody());
+      else await call("POST", "/routines", formBody());
+      fillForm(null);
+      await load();
+    } catch (err) {
+      toast(err.message);
+    }
+  });
+  if (Intl.supportedValuesOf) {
+    $("#zones").replaceChildren(...Intl.supportedValuesOf("timeZone").map((z) => { const o = el("option"); o.value = z; return o; }));
+  }
+  try {
+    const { profiles } = await call("GET", "/agents/profiles");
+    for (const p of profiles) {
+      const o = el("option", "", p.name);
+      o.value = p.id;
+      $("#r-profile").append(o);
+    }
+    await load();
+  } catch (err) {
+    toast(`Could not load routines: ${err.message}`);
+  }
+}
+
+start();
