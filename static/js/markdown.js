@@ -7,6 +7,7 @@ import { Marked } from "/static/vendor/marked.esm.js";
 import DOMPurify from "/static/vendor/purify.es.mjs";
 import hljs from "/static/vendor/highlight.min.js";
 import katex from "/static/vendor/katex/katex.mjs";
+import { copyText } from "./pagekit.js";
 
 function escapeAttr(text) {
   return text.replace(/&/g, "&amp;").replace(/"/g, "&quot;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
@@ -149,27 +150,4 @@ document.addEventListener("click", (event) => {
   });
 });
 
-/** Put text on the clipboard (the async API where allowed, a hidden textarea otherwise). */
-export function copyText(text) {
-  return new Promise((resolve) => {
-    const fallback = () => fallbackCopy(text, resolve);
-    if (navigator.clipboard && window.isSecureContext) navigator.clipboard.writeText(text).then(resolve, fallback);
-    else fallback();
-  });
-}
-
-function fallbackCopy(text, done) {
-  const area = document.createElement("textarea");
-  area.value = text;
-  area.setAttribute("readonly", "");
-  area.style.position = "fixed";
-  area.style.opacity = "0";
-  document.body.append(area);
-  area.select();
-  try {
-    document.execCommand("copy");
-    done();
-  } finally {
-    area.remove();
-  }
-}
+export { copyText }; // the chat imports it from here

@@ -2,7 +2,7 @@
 // tokens (list, create — the secret is shown once —, revoke).
 import { api } from "./api.js";
 import { el } from "./cards.js";
-import { $, toast, when } from "./pagekit.js";
+import { $, copyText, toast, when } from "./pagekit.js";
 import { applyTheme } from "./theme.js";
 
 async function savePref(changes) {
@@ -53,6 +53,8 @@ function tokenRow(token) {
     try {
       await api.revokeToken(token.id);
       tr.remove();
+      const box = $("#token-created");
+      if (box.dataset.tokenId === String(token.id)) hideCreated(box); // a revoked secret is not "to copy now"
     } catch (err) {
       toast(`Could not revoke: ${err.message}`);
     }
@@ -62,6 +64,38 @@ function tokenRow(token) {
   tr.append(el("td", "", token.name || "—"), el("td", "mono", `${token.prefix}…`), el("td", "", when(token.created_at)),
     el("td", "", when(token.last_used)), actions);
   return tr;
+}
+
+function hideCreated(box) {
+  box.replaceChildren();
+  box.hidden = true;
+  delete box.dataset.tokenId;
+}
+
+function showCreated(created) {
+  const box = $("#token-created");
+  const code = el("code", "secret", created.token);
+  const copy = el("button", "copy", "Copy");
+  copy.type = "button";
+  copy.setAttribute("aria-label", "Copy the new token");
+  copy.addEventListener("click", async () => {
+    try {
+      await copyText(created.token);
+      copy.textContent = "Copied";
+    } catch {
+      toast("Could not copy: select the token and copy it by hand.");
+    }
+  });
+  const done = el("button", "link", "Done");
+  done.type = "button";
+  done.addEventListener("click", () => {
+    hideCreated(box);
+    $("#token-name").focus();
+  });
+  box.replaceChildren(el("strong", "", "Copy this token now — it is not shown again: "), code, " ", copy, " ", done);
+  box.dataset.tokenId = String(created.id);
+  box.hidden = false;
+  copy.focus();
 }
 
 async function loadTokens() {
@@ -85,11 +119,8 @@ async function start() {
     e.preventDefault();
     try {
       const created = await api.createToken($("#token-name").value.trim());
-      const box = $("#token-created");
-      const code = el("code", "secret", created.token);
-      box.replaceChildren(el("strong", "", "Copy this token now — it is not shown again: "), code);
-      box.hidden = false;
       $("#token-name").value = "";
+      showCreated(created);
       $("#tokens tbody").prepend(tokenRow(created));
     } catch (err) {
       toast(`Could not create the token: ${err.message}`);

@@ -480,8 +480,15 @@ def test_settings_theme_tokens_and_memory_page(page, navi):
     row = page.locator("#tokens tbody tr", has_text="script")
     expect(row).to_have_count(1)
     screenshot(page, "daily-10-settings-dark")
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    secret = page.locator("#token-created code").inner_text()
+    page.click("#token-created button.copy")
+    expect(page.locator("#token-created button.copy")).to_have_text("Copied")
+    assert page.evaluate("navigator.clipboard.readText()") == secret
     row.locator("button.revoke").click()
     expect(row).to_have_count(0)
+    expect(page.locator("#token-created")).to_be_hidden()  # a revoked token is no longer offered to copy
+    assert secret not in page.content()
     page.goto(f"{navi.url}/")
     page.wait_for_selector("body[data-ready='1']")
     expect(page.locator("html")).to_have_attribute("data-theme", "dark")
