@@ -301,6 +301,10 @@ async function start() {
   $("#backdrop").addEventListener("click", () => setMenu(false));
   $("#session-profile").addEventListener("change", (e) => switchProfile(e.target.value));
   closeMenusOn();
+  $("#skip-to-input").addEventListener("click", (e) => {
+    e.preventDefault(); // the hash names the open chat, not a place on the page
+    $("#input").focus();
+  });
   document.addEventListener("keydown", (e) => {
     if (e.key !== "Escape" || e.defaultPrevented) return;
     // Esc in a field (renaming a chat, searching, a select) belongs to that field.

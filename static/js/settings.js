@@ -75,7 +75,7 @@ function hideCreated(box) {
 function showCreated(created) {
   const box = $("#token-created");
   const code = el("code", "secret", created.token);
-  const copy = el("button", "copy", "Copy");
+  const copy = el("button", "copy-token", "Copy");
   copy.type = "button";
   copy.setAttribute("aria-label", "Copy the new token");
   copy.addEventListener("click", async () => {

@@ -37,6 +37,37 @@ export class Sidebar {
       if (file) this.importFile(file);
     });
     root.querySelector("#import-button").addEventListener("click", () => root.querySelector("#import-file").click());
+    this.list.addEventListener("keydown", (e) => this.arrowKeys(e));
+  }
+
+  /** The list is one Tab stop: arrows move between chats (Up/Down, Home/End) and along a chat's
+   * own buttons (Right/Left), so a keyboard user does not tab through four stops per chat. */
+  arrowKeys(e) {
+    const rows = [...this.list.querySelectorAll(":scope > li.session")];
+    const li = e.target.closest("li.session");
+    if (!li || !rows.length) return;
+    const stops = [...li.querySelectorAll(".session-title, .session-actions button")];
+    const at = stops.indexOf(e.target);
+    let next = null;
+    if (e.key === "ArrowDown" || e.key === "ArrowUp") {
+      const row = rows[Math.min(rows.length - 1, Math.max(0, rows.indexOf(li) + (e.key === "ArrowDown" ? 1 : -1)))];
+      next = row.querySelector(".session-title");
+    } else if (e.key === "Home" || e.key === "End") {
+      next = rows[e.key === "Home" ? 0 : rows.length - 1].querySelector(".session-title");
+    } else if ((e.key === "ArrowRight" || e.key === "ArrowLeft") && at >= 0) {
+      next = stops[Math.min(stops.length - 1, Math.max(0, at + (e.key === "ArrowRight" ? 1 : -1)))];
+    }
+    if (!next) return;
+    e.preventDefault();
+    this.rove(next);
+    next.focus();
+  }
+
+  /** Make `target` (default: the open chat's link, else the first) the list's one Tab stop. */
+  rove(target = null) {
+    const stops = [...this.list.querySelectorAll(".session-title, .session-actions button")];
+    target = target || this.list.querySelector("li.active .session-title") || stops[0];
+    for (const stop of stops) stop.tabIndex = stop === target ? 0 : -1;
   }
 
   async search(q) {
@@ -88,6 +119,11 @@ export class Sidebar {
   select(id) {
     this.current = id;
     for (const item of this.list.children) item.classList.toggle("active", item.dataset.id === id);
+    const active = this.list.querySelector(":scope > li.active");
+    if (active) {
+      if (!this.list.contains(document.activeElement)) this.rove();
+      active.scrollIntoView({ block: "nearest" }); // the open chat is in view in a long list
+    }
   }
 
   render() {
@@ -96,10 +132,12 @@ export class Sidebar {
       if (!items.length) items.push(el("li", "no-results", "No chat matches these words."));
       this.list.replaceChildren(...items);
       this.list.classList.add("results");
+      this.rove();
       return;
     }
     this.list.classList.remove("results");
     this.list.replaceChildren(...this.sessions.map((s) => this.item(s)));
+    this.rove();
   }
 
   item(s) {
@@ -171,7 +209,7 @@ export class Sidebar {
     input.focus();
     input.select();
     let finished = false;
-    const finish = async (save) => {
+    const finish = async (save, keyboard = false) => {
       if (finished) return;
       finished = true;
       try {
@@ -184,12 +222,23 @@ export class Sidebar {
       }
       await this.refresh();
       if (this.query) await this.search(this.query);
+      if (keyboard) {
+        // Enter or Esc: the keyboard user goes on from the renamed chat, not from the page's top.
+        const link = this.list.querySelector(`li[data-id="${CSS.escape(s.id)}"] .session-title`);
+        if (link) {
+          this.rove(link);
+          link.focus();
+        }
+      }
     };
     input.addEventListener("keydown", (e) => {
-      if (e.key === "Enter") finish(true);
+      if (e.key === "Enter") {
+        e.preventDefault();
+        finish(true, true);
+      }
       if (e.key === "Escape") {
         e.preventDefault(); // not a Stop of the running answer
-        finish(false);
+        finish(false, true);
       }
     });
     input.addEventListener("blur", () => finish(true));

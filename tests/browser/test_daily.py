@@ -408,6 +408,58 @@ def test_phone_keeps_the_profile_switch_and_does_not_pop_the_keyboard(browser, l
         context.close()
 
 
+def test_the_chat_list_is_one_tab_stop_with_arrow_keys(page, navi):
+    ids = [navi.create_session() for _ in range(3)]
+    with navi.api() as client:
+        for n, sid in enumerate(ids):
+            client.patch(f"/sessions/{sid}", json={"title": f"chat {n}"}).raise_for_status()
+    open_chat(page, navi, ids[1])
+    page.focus("#search")
+    page.keyboard.press("Tab")
+    active = page.locator("#session-list li.active .session-title")
+    expect(active).to_be_focused()  # the open chat's link is the list's one stop
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.closest('#session-list')") is None, "one Tab leaves the list"
+    page.keyboard.press("Shift+Tab")
+    expect(active).to_be_focused()
+    page.keyboard.press("ArrowDown")
+    focused = page.evaluate("document.activeElement.closest('li').dataset.id")
+    assert focused != ids[1]
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("ArrowRight")
+    assert page.evaluate("document.activeElement.getAttribute('aria-label')") == "Rename"
+    page.keyboard.press("Enter")
+    expect(page.locator(".rename-input")).to_be_focused()
+    page.keyboard.press("Control+a")
+    page.keyboard.type("renamed by keys")
+    page.keyboard.press("Enter")
+    renamed = page.locator(f"#session-list li[data-id='{focused}'] .session-title")
+    expect(renamed).to_have_text("renamed by keys")
+    expect(renamed).to_be_focused()  # renaming by keyboard keeps the place
+
+
+def test_skip_link_and_the_open_chat_scrolled_into_the_list(browser, login_state, navi, live_llm):
+    ids = [navi.create_session() for _ in range(40)]
+    context, page = new_page(browser, login_state, viewport={"width": 1000, "height": 500})
+    try:
+        open_chat(page, navi, ids[0])  # the oldest: at the bottom of a long list
+        in_view = page.evaluate(
+            """() => { const li = document.querySelector('#session-list li.active').getBoundingClientRect();
+                       const list = document.querySelector('#sidebar').getBoundingClientRect();
+                       return li.top >= 0 && li.bottom <= window.innerHeight; }"""
+        )
+        assert in_view, "the open chat is scrolled into view in the sidebar"
+        first = "document.querySelector('a[href], button, input:not([type=hidden]), select, textarea')"
+        assert page.evaluate(f"{first}.id") == "skip-to-input", "the skip link is the first Tab stop"
+        page.focus("#skip-to-input")
+        assert page.evaluate("document.querySelector('#skip-to-input').getBoundingClientRect().top") >= 0
+        page.keyboard.press("Enter")
+        expect(page.locator("#input")).to_be_focused()
+        assert page.evaluate("location.hash.slice(1)") == ids[0], "the skip link does not change the open chat"
+    finally:
+        context.close()
+
+
 def test_keyboard_reaches_the_attach_buttons_with_a_visible_focus(page, navi):
     open_chat(page, navi)
     page.focus("#input")
@@ -480,11 +532,11 @@ def test_settings_theme_tokens_and_memory_page(page, navi):
     row = page.locator("#tokens tbody tr", has_text="script")
     expect(row).to_have_count(1)
     screenshot(page, "daily-10-settings-dark")
-    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
     secret = page.locator("#token-created code").inner_text()
-    page.click("#token-created button.copy")
-    expect(page.locator("#token-created button.copy")).to_have_text("Copied")
-    assert page.evaluate("navigator.clipboard.readText()") == secret
+    page.evaluate("navigator.clipboard.writeText = async (t) => { window.__copied = t; }")  # what was copied
+    page.click("#token-created button.copy-token")
+    expect(page.locator("#token-created button.copy-token")).to_have_text("Copied")
+    assert page.evaluate("window.__copied") == secret
     row.locator("button.revoke").click()
     expect(row).to_have_count(0)
     expect(page.locator("#token-created")).to_be_hidden()  # a revoked token is no longer offered to copy
