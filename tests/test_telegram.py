@@ -14,11 +14,12 @@ from asgiref.sync import sync_to_async
 from django.test import Client
 from django.utils import timezone
 
-from agent.models import Profile
+from agent.models import Profile, ToolCallRecord
 from agent.runs import get_run_manager
 from messaging_app.models import BotState, TelegramChat, TelegramLink, TelegramLinkCode
 from messaging_app.telegram.service import TelegramService
 from sessions_app.models import Session
+from tests.llm_server import Rule, Turn
 from tests.telegram_server import BOT_USERNAME, FakeTelegram
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -181,3 +182,166 @@ class TestLinking:
 
     def test_linking_needs_a_login(self, anon_client, tg):
         assert anon_client.post("/settings/telegram/link").status_code in (401, 403)
+
+
+def answer_message(tg: FakeTelegram, fragment: str, chat_id: int = OWNER_TG):
+    return replied(tg, fragment, chat_id)
+
+
+class TestConversation:
+    async def test_an_answer_streams_by_edits_at_most_once_a_second_and_ends_whole(self, tg, linked, bot, llm, owner_client):
+        answer = " ".join(f"word{i}" for i in range(60))
+        llm.add_rule(Rule(match="tell me", turns=[Turn(content=answer, thinking="secret pondering", chunk_size=6, delay=0.07)]))
+        tg.push_text(OWNER_TG, "tell me a story")
+        streamed = await tg.until(answer_message(tg, "word0"))
+        tg.push_text(OWNER_TG, "and another?")  # while the run is active
+        busy = await tg.until(answer_message(tg, "Still working"))
+        assert "/stop" in busy.text
+        await tg.until(lambda: streamed.text == answer)
+        assert len(streamed.texts) >= 3  # sent, edited while streaming, then whole
+        gaps = [b - a for a, b in zip(streamed.times, streamed.times[1:])]
+        assert min(gaps) >= 1.0, gaps
+        assert not any("secret pondering" in t for t in texts(tg))  # thinking is not sent
+        await runs_finished()
+        session = await chat_session()
+        shown = (await request(owner_client, "get", f"/sessions/{session.pk}")).json()["messages"]
+        assert [(m["role"], m["content"]) for m in shown] == [("user", "tell me a story"), ("assistant", answer)]
+        assert len(llm.requests) == 1  # "and another?" started nothing
+
+    async def test_flood_control_is_waited_out_and_long_answers_are_split(self, tg, linked, bot, llm):
+        tg.fail("sendMessage", 429, retry_after=1)
+        long = "\n".join(f"line {i} " + "x" * 60 for i in range(100))  # ~6 700 characters
+        llm.add_rule(Rule(match="long one", turns=[Turn(content=long, chunk_size=0)]))
+        tg.push_text(OWNER_TG, "long one please")
+        await tg.until(answer_message(tg, "line 99"))
+        parts = [m for m in tg.messages_to(OWNER_TG) if "line " in m.text]
+        assert len(parts) == 2 and all(len(p.text) <= 4096 for p in parts)
+        assert "\n".join(p.text for p in parts) == long
+        first, retried = tg.calls_of("sendMessage")[:2]
+        assert retried.at - first.at >= 1.0  # retry_after honoured
+
+    async def test_markdown_arrives_as_safe_telegram_html(self, tg, linked, bot, llm):
+        llm.add_rule(Rule(match="format", turns=[Turn(content="**Done** <script>alert(1)</script> & `x<y`")]))
+        tg.push_text(OWNER_TG, "format this")
+        message = await tg.until(answer_message(tg, "x&lt;y</code>"))
+        assert message.text == "<b>Done</b> &lt;script&gt;alert(1)&lt;/script&gt; &amp; <code>x&lt;y</code>"
+        assert tg.calls_of("sendMessage")[-1].params["parse_mode"] == "HTML"
+
+    async def test_a_tool_call_is_one_short_line(self, tg, linked, bot, llm):
+        llm.add_rule(Rule(match="plan my day", turns=[
+            Turn(tool_calls=[{"name": "todo", "arguments": {"action": "add", "item": "buy milk " * 30}}]),
+            Turn(content="Added."),
+        ]))
+        tg.push_text(OWNER_TG, "plan my day")
+        await tg.until(answer_message(tg, "Added."))
+        line = next(t for t in texts(tg) if t.startswith("⚙ todo"))
+        assert len(line) <= 100 and "\n" not in line
+
+    async def test_commands(self, tg, linked, bot, llm, owner):
+        tg.push_text(OWNER_TG, "first chat")
+        await tg.until(answer_message(tg, "echo: first chat"))
+        await runs_finished()
+        first = await chat_session()
+        tg.push_text(OWNER_TG, "/new")
+        await tg.until(answer_message(tg, "New chat started"))
+        assert (await chat_session()).pk != first.pk
+        tg.push_text(OWNER_TG, "/sessions")
+        listing = await tg.until(answer_message(tg, "recent chats"))
+        assert f"s:{first.pk}" in [b["callback_data"] for b in listing.buttons]
+        tg.push_callback(OWNER_TG, f"s:{first.pk}", listing.message_id)
+        await tg.until(lambda: tg.calls_of("answerCallbackQuery"))
+        assert (await chat_session()).pk == first.pk
+        tg.push_text(OWNER_TG, "/profile")
+        profiles = await tg.until(answer_message(tg, "uses the profile"))
+        tg.push_callback(OWNER_TG, "p:server_admin", profiles.message_id)
+        await tg.until(lambda: len(tg.calls_of("answerCallbackQuery")) == 2)
+        assert (await chat_session()).profile_id == "server_admin"
+        tg.push_text(OWNER_TG, "/stop")
+        assert await tg.until(answer_message(tg, "Nothing is running"))
+        tg.push_text(OWNER_TG, "/frobnicate now")
+        assert await tg.until(answer_message(tg, "Unknown command /frobnicate"))
+        assert len(llm.requests) == 1
+
+
+def script_terminal(llm, match: str, answer: str = "All done.") -> None:
+    llm.add_rule(Rule(match=match, turns=[
+        Turn(tool_calls=[{"name": "terminal", "arguments": {"command": "echo approved-ran"}}]), Turn(content=answer),
+    ]))
+
+
+def approve_button(message) -> str:
+    return next(b["callback_data"] for b in message.buttons if "Approve" in b["text"])
+
+
+class TestApprovals:
+    async def test_an_approval_approved_by_button(self, tg, linked, bot, llm, owner):
+        script_terminal(llm, "say hi")
+        tg.push_text(OWNER_TG, "say hi")
+        asked = await tg.until(answer_message(tg, "wants to run terminal"))
+        assert {b["text"] for b in asked.buttons} == {"✅ Approve", "❌ Deny"}
+        tg.push_callback(OWNER_TG, approve_button(asked), asked.message_id)
+        await tg.until(answer_message(tg, "All done."))
+        await tg.until(lambda: "approved" in asked.text)
+        assert asked.reply_markup is None  # the buttons are gone
+        record = await ToolCallRecord.objects.aget(tool="terminal")
+        assert record.decision == "approved" and record.decided_by_id == owner.pk and record.success
+        assert "approved-ran" in str(llm.requests[-1]["messages"][-1]["content"])
+
+    async def test_an_approval_denied_on_the_page_updates_the_telegram_message(self, tg, linked, bot, llm, owner_client):
+        script_terminal(llm, "clean up", answer="OK, I left it.")
+        tg.push_text(OWNER_TG, "clean up")
+        asked = await tg.until(answer_message(tg, "wants to run terminal"))
+        approval_id = approve_button(asked).split(":")[1]
+        session = await chat_session()
+        response = await request(owner_client, "post", f"/sessions/{session.pk}/approvals/{approval_id}", {"decision": "deny"})
+        assert response.status_code == 200
+        await tg.until(lambda: "denied" in asked.text)
+        assert asked.reply_markup is None
+        assert await tg.until(answer_message(tg, "OK, I left it."))
+
+    async def test_a_forged_or_foreign_button_is_refused(self, tg, linked, bot, llm, other_user):
+        await TelegramLink.objects.acreate(user=other_user, telegram_user_id=OTHER_TG, chat_id=OTHER_TG)
+        script_terminal(llm, "risky")
+        tg.push_text(OWNER_TG, "risky")
+        asked = await tg.until(answer_message(tg, "wants to run terminal"))
+        data = approve_button(asked)
+        tg.push_callback(OTHER_TG, data, asked.message_id, chat_id=OTHER_TG)  # another linked user
+        tg.push_callback(STRANGER_TG, data, asked.message_id, chat_id=STRANGER_TG)  # someone unlinked
+        tg.push_callback(OWNER_TG, "a:" + "0" * 32 + ":y", asked.message_id)  # an approval that does not exist
+        answers = await tg.until(lambda: len(tg.calls_of("answerCallbackQuery")) == 3 and tg.calls_of("answerCallbackQuery"))
+        assert ["not yours" in a.params["text"] or "only answers its owner" in a.params["text"] for a in answers] == [True] * 3
+        record = await ToolCallRecord.objects.aget(tool="terminal")
+        assert record.decision == "pending"
+        tg.push_callback(OWNER_TG, data.replace(":y", ":n"), asked.message_id)  # the owner ends it
+        await tg.until(lambda: "denied" in asked.text)
+
+
+class TestFiles:
+    async def test_a_photo_goes_to_the_model(self, tg, linked, bot, llm):
+        file_id = tg.add_file(PNG, "photos/file_1.png")
+        photo = [{"file_id": file_id, "file_unique_id": "p1", "width": 1, "height": 1, "file_size": len(PNG)}]
+        tg.push_text(OWNER_TG, "what is this?", photo=photo)
+        await tg.until(answer_message(tg, "echo: what is this?"))
+        user = [m for m in llm.requests[-1]["messages"] if m["role"] == "user"][-1]
+        assert user["images"] == [base64.b64encode(PNG).decode()]
+
+    async def test_a_document_in_and_a_published_file_out(self, tg, linked, bot, llm):
+        file_id = tg.add_file(b"shopping: milk, eggs\n", "documents/file_2.txt")
+        document = {"file_id": file_id, "file_unique_id": "d1", "file_name": "notes.txt", "mime_type": "text/plain",
+                    "file_size": 21}
+        llm.add_rule(Rule(match="publish it", turns=[
+            Turn(tool_calls=[{"name": "content_publish", "arguments": {"name": "notes.txt"}}]), Turn(content="Here it is."),
+        ]))
+        tg.push_text(OWNER_TG, "publish it", document=document)
+        await tg.until(answer_message(tg, "Here it is."))
+        assert "notes.txt" in [m for m in llm.requests[0]["messages"] if m["role"] == "user"][-1]["content"]
+        sent = await tg.until(lambda: [m for m in tg.messages_to(OWNER_TG) if m.kind == "document"])
+        assert sent[0].file == ("notes.txt", b"shopping: milk, eggs\n")
+
+    async def test_a_50_mb_file_is_refused_with_a_message(self, tg, linked, bot, llm):
+        document = {"file_id": "big", "file_unique_id": "b1", "file_name": "video.mp4", "mime_type": "video/mp4",
+                    "file_size": 50 * 1024 * 1024}
+        tg.push_text(OWNER_TG, "keep this", document=document)
+        refusal = await tg.until(answer_message(tg, "too large"))
+        assert "20 MB" in refusal.text
+        assert tg.calls_of("getFile") == [] and llm.requests == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import warnings
 from datetime import timedelta
 from typing import Awaitable, Callable, TypeVar
@@ -13,6 +14,10 @@ from django.conf import settings
 from telegram import Bot
 from telegram.error import RetryAfter
 from telegram.request import HTTPXRequest
+
+# python-telegram-bot 22 warns that RetryAfter.retry_after becomes a timedelta; opt in now
+# (retry_after_s reads either form).
+os.environ.setdefault("PTB_TIMEDELTA", "true")
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
