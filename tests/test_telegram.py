@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 from datetime import timedelta
 
 import pytest
@@ -299,7 +300,7 @@ class TestApprovals:
         assert asked.reply_markup is None
         assert await tg.until(answer_message(tg, "OK, I left it."))
 
-    async def test_a_forged_or_foreign_button_is_refused(self, tg, linked, bot, llm, other_user):
+    async def test_a_forged_or_foreign_button_is_refused(self, tg, linked, other_user, bot, llm):
         await TelegramLink.objects.acreate(user=other_user, telegram_user_id=OTHER_TG, chat_id=OTHER_TG)
         script_terminal(llm, "risky")
         tg.push_text(OWNER_TG, "risky")
@@ -345,3 +346,87 @@ class TestFiles:
         refusal = await tg.until(answer_message(tg, "too large"))
         assert "20 MB" in refusal.text
         assert tg.calls_of("getFile") == [] and llm.requests == []
+
+
+class TestTelegramFailures:
+    async def test_unreachable_telegram_is_retried_with_back_off_and_shown_on_health(self, tg, linked, bot, owner_client):
+        await tg.until(lambda: tg.calls_of("getUpdates"))
+        tg.fail("getUpdates", 502, times=3, description="Bad Gateway")
+        tg.push_text(OWNER_TG, "/help")
+        failing = await tg.until(lambda: len(tg.calls_of("getUpdates")) >= 4 and tg.calls_of("getUpdates"))
+        health = (await request(owner_client, "get", "/health")).json()
+        assert health["status"] == "degraded" and "cannot reach Telegram" in health["telegram"]
+        await tg.until(answer_message(tg, "Commands"))
+        gaps = [b.at - a.at for a, b in zip(failing[1:], failing[2:])]
+        assert gaps[1] > gaps[0] * 1.5  # the waits grow
+        await tg.until(lambda: tg.confirmed() >= 2)
+        assert len([t for t in texts(tg) if "Commands" in t]) == 1  # handled once, nothing lost
+        assert await offset() == 2
+        await tg.until(lambda: len(tg.calls_of("getUpdates")) >= 5)  # through the outage
+        await _eventually(lambda: request(owner_client, "get", "/health"), lambda r: r.json()["telegram"] == "ok")
+
+    async def test_a_revoked_token_is_a_clear_error_in_the_log_and_on_settings(self, tg, owner_client, caplog):
+        tg.revoked = True
+        service = TelegramService(holder="worker-a", lease_s=5, poll_timeout=1)
+        with caplog.at_level(logging.ERROR, logger="navi.telegram"):
+            service.start()
+            try:
+                await tg.until(lambda: tg.calls_of("getMe"))
+                shown = await _eventually(lambda: request(owner_client, "get", "/settings/telegram"),
+                                          lambda r: r.json()["error"])
+            finally:
+                await service.stop()
+        assert "revoked" in shown.json()["error"] and "@BotFather" in shown.json()["error"]
+        assert tg.token not in shown.json()["error"]
+        assert any("revoked" in r.getMessage() for r in caplog.records if r.levelno == logging.ERROR)
+        health = (await request(owner_client, "get", "/health")).json()
+        assert health["status"] == "degraded" and "revoked" in health["telegram"]
+        response = await request(owner_client, "post", "/settings/telegram/link")  # no bot name to link to
+        assert response.status_code == 503 and "revoked" in response.json()["error"]
+
+
+def _async(value):
+    async def get():
+        return value()
+
+    return get
+
+
+async def _eventually(make, check, timeout: float = 10):
+    """Repeat `make()` until `check(result)` holds (a state another task writes)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        result = await make()
+        if check(result):
+            return result
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.1)
+
+
+class TestTwoWorkers:
+    async def test_one_worker_polls_and_the_other_takes_over_when_it_dies(self, tg, linked, owner_client, llm):
+        a = TelegramService(holder="worker-a", lease_s=2, poll_timeout=1)
+        b = TelegramService(holder="worker-b", lease_s=2, poll_timeout=1)
+        a.start()
+        await tg.until(lambda: tg.calls_of("getUpdates"))
+        b.start()
+        try:
+            tg.push_text(OWNER_TG, "/help")
+            await tg.until(answer_message(tg, "Commands"))
+            await _eventually(_async(lambda: b.poller.standby_checks), lambda n: n >= 2)  # b found the lease taken
+            assert (a.poller.polling, b.poller.polling) == (True, False)
+            assert (await BotState.objects.aget(name="telegram")).lease_holder == "worker-a"
+
+            a.poller.task.cancel()  # worker-a dies: no clean hand-over, its lease just stops being renewed
+            tg.push_text(OWNER_TG, "/frobnicate 1")
+            tg.push_text(OWNER_TG, "/frobnicate 2")
+            await tg.until(lambda: len([t for t in texts(tg) if "Unknown command" in t]) == 2, timeout=20)
+            await tg.until(lambda: tg.confirmed() >= 4)
+            assert b.poller.polling
+            assert (await BotState.objects.aget(name="telegram")).lease_holder == "worker-b"
+            replies = [t for t in texts(tg) if "Commands" in t]
+            assert len(replies) == 3  # /help once, each /frobnicate once: nothing lost or repeated
+            assert await offset() == 4
+        finally:
+            await b.stop()
+            await a.stop()

@@ -51,6 +51,7 @@ class Poller:
         self.poll_timeout = int(poll_timeout if poll_timeout is not None else settings.TELEGRAM_POLL_TIMEOUT_S)
         self.first_backoff_s = first_backoff_s
         self.polling = False  # this worker holds the lease
+        self.standby_checks = 0  # times it found the lease held by another worker
         self.error = ""
         self.bot_username = ""
         self._stopping = asyncio.Event()
@@ -76,6 +77,7 @@ class Poller:
         while not self._stopping.is_set():
             if not await db(state.take_lease)(self.holder, self.lease_s):
                 self.polling = False
+                self.standby_checks += 1
                 await self._pause(min(self.lease_s / 3, 5.0))  # stand by: is the holder still alive?
                 continue
             if not self.polling:
