@@ -2,7 +2,7 @@
 server (`/bot<token>/<method>`, `/file/bot<token>/<path>`), so python-telegram-bot runs unmodified
 against it through its base-URL option.
 
-It serves getMe, getUpdates (a long poll that waits up to `timeout`), sendMessage,
+It serves getMe, setWebhook/deleteWebhook, getUpdates (a long poll that waits up to `timeout`), sendMessage,
 editMessageText, answerCallbackQuery, sendPhoto/sendDocument (multipart), getFile and file
 downloads. A test pushes updates (`push_text`, `push_callback`, ...), fails the next calls of a
 method (`fail(method, status, retry_after=...)`), revokes the token (`revoked = True`) and
@@ -221,6 +221,12 @@ class FakeTelegram:
                 "chat": {"id": sent.chat_id, "type": "private"}, "text": params["text"]}
 
     def _answerCallbackQuery(self, params: dict, files: dict) -> bool:
+        return True
+
+    def _setWebhook(self, params: dict, files: dict) -> bool:
+        return True
+
+    def _deleteWebhook(self, params: dict, files: dict) -> bool:
         return True
 
     def _sendPhoto(self, params: dict, files: dict) -> dict:

@@ -12,13 +12,13 @@ from datetime import timedelta
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.test import Client
+from django.test import AsyncClient, Client
 from django.utils import timezone
 
 from agent.models import Profile, ToolCallRecord
 from agent.runs import get_run_manager
 from messaging_app.models import BotState, TelegramChat, TelegramLink, TelegramLinkCode
-from messaging_app.telegram.service import TelegramService
+from messaging_app.telegram.service import TelegramService, start_service, stop_service
 from sessions_app.models import Session
 from tests.llm_server import Rule, Turn
 from tests.telegram_server import BOT_USERNAME, FakeTelegram
@@ -430,3 +430,48 @@ class TestTwoWorkers:
         finally:
             await b.stop()
             await a.stop()
+
+
+class TestWebhook:
+    @pytest.fixture
+    async def hooked(self, tg, linked, owner_client, llm, settings):
+        settings.TELEGRAM_MODE = "webhook"
+        settings.NAVI_HTTPS = True
+        settings.TELEGRAM_WEBHOOK_URL = "https://navi.example.org/telegram/webhook"
+        service = await start_service()
+        yield service
+        await stop_service()
+        await runs_finished()
+
+    async def test_updates_come_by_webhook_with_the_secret_header_once(self, tg, hooked):
+        registered = (await tg.until(lambda: tg.calls_of("setWebhook")))[0].params
+        assert registered["url"] == "https://navi.example.org/telegram/webhook"
+        secret = registered["secret_token"]
+        client = AsyncClient()
+        update = {"update_id": 50, "message": tg.message(STRANGER_TG, "hi")}
+
+        forged = await client.post("/telegram/webhook", update, content_type="application/json",
+                                   headers={"X-Telegram-Bot-Api-Secret-Token": "guess"})
+        assert forged.status_code == 403
+        assert tg.messages_to(STRANGER_TG) == []
+
+        for _ in range(2):  # Telegram redelivers: handled once
+            response = await client.post("/telegram/webhook", update, content_type="application/json",
+                                         headers={"X-Telegram-Bot-Api-Secret-Token": secret})
+            assert response.status_code == 200
+        owner_update = {"update_id": 51, "message": tg.message(OWNER_TG, "over the hook")}
+        await client.post("/telegram/webhook", owner_update, content_type="application/json",
+                          headers={"X-Telegram-Bot-Api-Secret-Token": secret})
+        assert await tg.until(answer_message(tg, "echo: over the hook"))
+        assert len(tg.messages_to(STRANGER_TG)) == 1 and "private Navi assistant" in tg.messages_to(STRANGER_TG)[0].text
+        assert tg.calls_of("getUpdates") == []  # no polling in webhook mode
+
+    async def test_webhook_mode_needs_https_and_a_public_url(self, tg, linked, owner_client, settings):
+        settings.TELEGRAM_MODE = "webhook"
+        settings.NAVI_HTTPS = False
+        await start_service()
+        try:
+            shown = await _eventually(lambda: request(owner_client, "get", "/settings/telegram"), lambda r: r.json()["error"])
+        finally:
+            await stop_service()
+        assert "NAVI_HTTPS" in shown.json()["error"] and tg.calls_of("setWebhook") == []

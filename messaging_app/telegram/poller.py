@@ -97,6 +97,7 @@ class Poller:
     async def _poll_once(self) -> None:
         if not self.bot_username:
             me = await self.bot.get_me()
+            await self.bot.delete_webhook()  # a webhook left from webhook mode would refuse getUpdates (409)
             self.bot_username = me.username or ""
             await db(state.record_ok)(self.bot_username)
         offset = await db(state.offset)()

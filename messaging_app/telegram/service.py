@@ -13,6 +13,7 @@ from django.conf import settings
 from messaging_app.telegram.client import make_bot
 from messaging_app.telegram.handlers import UpdateHandler
 from messaging_app.telegram.poller import Poller
+from messaging_app.telegram.webhook import register as register_webhook
 
 log = logging.getLogger("navi.telegram")
 
@@ -22,12 +23,34 @@ class TelegramService:
         self.bot = bot or make_bot()
         self.handler = UpdateHandler(self.bot)
         self.poller = Poller(self.bot, self.handler, **poller_options)
+        self.webhook_task: asyncio.Task | None = None
+        self.inbox: asyncio.Queue = asyncio.Queue()  # webhook updates, handled in order by one task
+        self.inbox_task: asyncio.Task | None = None
 
     def start(self) -> None:
         if settings.TELEGRAM_MODE == "polling":
             self.poller.start()
+        else:  # the webhook view queues updates for inbox_task
+            self.webhook_task = asyncio.create_task(register_webhook(self.bot), name="telegram-set-webhook")
+            self.inbox_task = asyncio.create_task(self._handle_inbox(), name="telegram-webhook-inbox")
+
+    def enqueue(self, update) -> None:
+        """From the webhook view: handled by this service's own task, not in the request, whose
+        context (and thread executor) ends with the response while a run it starts goes on."""
+        self.inbox.put_nowait(update)
+
+    async def _handle_inbox(self) -> None:
+        while True:
+            update = await self.inbox.get()
+            try:
+                await self.handler(update)
+            except Exception:
+                log.exception("telegram: handling webhook update %s failed", update.update_id)
 
     async def stop(self) -> None:
+        for task in (self.webhook_task, self.inbox_task):
+            if task is not None:
+                task.cancel()
         await self.poller.stop()
         await self.handler.shutdown()
         await self.bot.shutdown()
