@@ -58,6 +58,7 @@ class LiveMessage:
         self.text += delta
         if self.pending is None or self.pending.done():
             self.pending = asyncio.create_task(self._push_later())
+            self.pending.add_done_callback(_log_failure)
 
     async def finish(self, final: str | None = None) -> None:
         """Show the whole text (the run's final answer when given) and stop editing."""
@@ -196,6 +197,12 @@ class RunRelay:
             return
         mime = frame.get("mime") or mimetypes.guess_type(row.name)[0] or "application/octet-stream"
         await self.transport.send_file(self.chat_id, path, row.name, mime)
+
+
+def _log_failure(task: asyncio.Task) -> None:
+    """An edit that failed while streaming is logged (the final push tries again)."""
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("telegram relay: an edit of the streamed answer failed: %s", task.exception())
 
 
 def _inside(path: Path, folder: Path) -> bool:

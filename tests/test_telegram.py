@@ -18,10 +18,12 @@ from django.utils import timezone
 from agent.models import Profile, ToolCallRecord
 from agent.runs import get_run_manager
 from messaging_app.models import BotState, TelegramChat, TelegramLink, TelegramLinkCode
+from messaging_app.telegram.notify import send_to_owner
 from messaging_app.telegram.service import TelegramService, start_service, stop_service
 from sessions_app.models import Session
 from tests.llm_server import Rule, Turn
 from tests.telegram_server import BOT_USERNAME, FakeTelegram
+from tests.test_consumer import connect
 
 pytestmark = pytest.mark.django_db(transaction=True)
 OWNER_TG = 4242
@@ -475,3 +477,31 @@ class TestWebhook:
         finally:
             await stop_service()
         assert "NAVI_HTTPS" in shown.json()["error"] and tg.calls_of("setWebhook") == []
+
+
+class TestThePageAndNotifications:
+    async def test_the_page_shows_a_telegram_turn_live(self, tg, linked, bot, llm, owner_token):
+        tg.push_text(OWNER_TG, "/new")
+        await tg.until(answer_message(tg, "New chat started"))
+        session = await chat_session()
+        comm = connect(session.pk, token=owner_token)  # a tab open on that chat
+        assert (await comm.connect(timeout=10))[0]
+        try:
+            tg.push_text(OWNER_TG, "from my phone")
+            frames = []
+            while not frames or frames[-1]["type"] != "stream_end":
+                frames.append(json.loads(await comm.receive_from(timeout=15)))
+        finally:
+            await comm.disconnect()
+        start = next(f for f in frames if f["type"] == "stream_start")
+        assert start["user_message"] == "from my phone"
+        assert frames[-1]["content"] == "echo: from my phone"
+
+    async def test_send_to_owner_reaches_the_linked_chat_only(self, tg, linked, owner, other_user):
+        assert await send_to_owner(owner.pk, "Routine **done**") == {"ok": True, "error": ""}
+        assert tg.messages_to(OWNER_TG)[-1].text == "Routine <b>done</b>"
+        result = await send_to_owner(other_user.pk, "hello")
+        assert result["ok"] is False and "no Telegram account is linked" in result["error"]
+        tg.revoked = True
+        failed = await send_to_owner(owner.pk, "again")
+        assert failed["ok"] is False and failed["error"]

@@ -13,6 +13,7 @@ import httpx
 from channels.db import database_sync_to_async
 from django.conf import settings
 from telegram import Bot, CallbackQuery, Message, Update
+from telegram.error import TelegramError
 
 from agent import approvals
 from agent.consumers import MAX_IMAGE_BYTES
@@ -21,7 +22,7 @@ from agent.runs import RunActive, get_run_manager
 from messaging_app import links
 from messaging_app.files import FileRefused, save_session_file
 from messaging_app.models import TelegramChat
-from messaging_app.relay import RunRelay
+from messaging_app.relay import RESOLVED_TEXT, RunRelay
 from messaging_app.telegram.client import call
 from messaging_app.telegram.transport import TelegramTransport
 from messaging_app.transport import Button
@@ -99,6 +100,8 @@ class UpdateHandler:
         last = self._refused.get(sender_id)
         if last is not None and time.monotonic() - last < REFUSE_AGAIN_AFTER_S:
             return
+        if len(self._refused) > 10_000:  # many strangers: forget the oldest refusals
+            self._refused = dict(sorted(self._refused.items(), key=lambda item: item[1])[-5_000:])
         self._refused[sender_id] = time.monotonic()
         await self._reply(msg, REFUSAL)
 
@@ -260,6 +263,14 @@ class UpdateHandler:
             return "Already answered."
         except (ValueError, approvals.ApprovalNotFound) as exc:
             return str(exc)
+        if str(record.session_id) not in self.relays and query.message is not None:
+            # No relay follows that run here (a restart in between): close the buttons ourselves.
+            outcome = RESOLVED_TEXT.get(decision, decision)
+            try:
+                await self.transport.edit_text(query.message.chat.id, query.message.message_id,
+                                               self.transport.escape(f"{query.message.text or ''}\n→ {outcome}"))
+            except TelegramError as exc:
+                log.warning("telegram: closing the buttons of approval %s failed: %s", approval_id, exc)
         return "Approved." if decision == "approve" else "Denied."
 
     async def _switch_profile(self, chat, profile_id: str) -> str:
