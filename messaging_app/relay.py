@@ -30,7 +30,8 @@ ARGS_CHARS = 80
 
 
 def approval_buttons(approval_id: str) -> list[list[Button]]:
-    return [[Button("✅ Approve", f"a:{approval_id}:y"), Button("❌ Deny", f"a:{approval_id}:n")]]
+    return [[Button("✅ Approve", f"a:{approval_id}:y"), Button("❌ Deny", f"a:{approval_id}:n")],
+            [Button("Always in this chat", f"a:{approval_id}:a")]]
 
 
 def short_args(args: Any) -> str:
@@ -184,6 +185,8 @@ class RunRelay:
             return
         message_id, text = found
         outcome = RESOLVED_TEXT.get(frame.get("decision", ""), frame.get("decision", ""))
+        if frame.get("remember") == "session" and frame.get("decision") == "approve":
+            outcome += " (always in this chat)"
         await self.transport.edit_text(self.chat_id, message_id, f"{text}\n→ {self.transport.escape(outcome)}")
 
     async def _send_file(self, frame: dict) -> None:

@@ -15,7 +15,7 @@ from asgiref.sync import sync_to_async
 from django.test import AsyncClient, Client
 from django.utils import timezone
 
-from agent.models import Profile, ToolCallRecord
+from agent.models import Profile, SessionToolGrant, ToolCallRecord
 from agent.runs import get_run_manager
 from messaging_app.models import BotState, TelegramChat, TelegramLink, TelegramLinkCode
 from messaging_app.telegram.notify import send_to_owner
@@ -107,6 +107,7 @@ class TestPolling:
         await tg.until(lambda: tg.confirmed() >= 2)
         await first.stop()
         assert await offset() == 2
+        assert (await BotState.objects.aget(name="telegram")).lease_holder == ""  # handed over on a clean stop
         tg.push_text(OWNER_TG, "/frobnicate")  # arrives while Navi is down
         second = TelegramService(holder="worker-b", lease_s=5, poll_timeout=1)
         second.start()
@@ -281,7 +282,7 @@ class TestApprovals:
         script_terminal(llm, "say hi")
         tg.push_text(OWNER_TG, "say hi")
         asked = await tg.until(answer_message(tg, "wants to run terminal"))
-        assert {b["text"] for b in asked.buttons} == {"✅ Approve", "❌ Deny"}
+        assert {b["text"] for b in asked.buttons} == {"✅ Approve", "❌ Deny", "Always in this chat"}
         tg.push_callback(OWNER_TG, approve_button(asked), asked.message_id)
         await tg.until(answer_message(tg, "All done."))
         await tg.until(lambda: "approved" in asked.text)
@@ -289,6 +290,16 @@ class TestApprovals:
         record = await ToolCallRecord.objects.aget(tool="terminal")
         assert record.decision == "approved" and record.decided_by_id == owner.pk and record.success
         assert "approved-ran" in str(llm.requests[-1]["messages"][-1]["content"])
+
+    async def test_always_in_this_chat_remembers_the_tool_for_the_chat(self, tg, linked, bot, llm):
+        script_terminal(llm, "check disk")
+        tg.push_text(OWNER_TG, "check disk")
+        asked = await tg.until(answer_message(tg, "wants to run terminal"))
+        always = next(b["callback_data"] for b in asked.buttons if b["text"] == "Always in this chat")
+        tg.push_callback(OWNER_TG, always, asked.message_id)
+        await tg.until(lambda: "always in this chat" in asked.text)
+        session = await chat_session()
+        assert await SessionToolGrant.objects.filter(session_id=session.pk, tool="terminal").aexists()
 
     async def test_an_approval_denied_on_the_page_updates_the_telegram_message(self, tg, linked, bot, llm, owner_client):
         script_terminal(llm, "clean up", answer="OK, I left it.")

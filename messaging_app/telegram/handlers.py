@@ -252,13 +252,13 @@ class UpdateHandler:
         """Through the same durable records as the page; only for approvals of the presser's own runs."""
         approval_id, _, choice = value.partition(":")
         record = await ToolCallRecord.objects.filter(approval_id=approval_id).select_related("session").afirst()
-        if record is None or record.session is None or record.session.owner_id != user_id or choice not in ("y", "n"):
+        if record is None or record.session is None or record.session.owner_id != user_id or choice not in ("y", "n", "a"):
             log.warning("telegram: refused a forged or foreign approval button (%r) from account %s",
                         approval_id[:40], query.from_user.id)
             return "This approval is not yours, or does not exist."
         try:
-            decision = await approvals.answer(str(record.session_id), approval_id, "approve" if choice == "y" else "deny",
-                                              None, user_id)
+            decision = await approvals.answer(str(record.session_id), approval_id, "deny" if choice == "n" else "approve",
+                                              "session" if choice == "a" else None, user_id)
         except approvals.ApprovalAlreadyAnswered:
             return "Already answered."
         except (ValueError, approvals.ApprovalNotFound) as exc:
