@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
 
 import httpx
 from asgiref.sync import async_to_sync
@@ -20,6 +21,13 @@ from agent.models import Profile
 from agent.registry import get_agent
 
 PROBE_TIMEOUT_S = 1.5
+# Checks that apps above agent add from their AppConfig.ready (e.g. messaging_app's "telegram"):
+# name -> function returning "ok", the problem, or None when the part is switched off.
+EXTRA_CHECKS: dict[str, Callable[[], str | None]] = {}
+
+
+def register_check(name: str, check: Callable[[], str | None]) -> None:
+    EXTRA_CHECKS[name] = check
 
 
 def _probe(backend: LLMBackend) -> str:
@@ -122,6 +130,15 @@ def health(request: HttpRequest) -> JsonResponse:
         "channel_layer": _check_channel_layer(),
         "llm": llm,
     }
+    for name, check in EXTRA_CHECKS.items():
+        try:
+            outcome = check()
+        except Exception as exc:  # report, don't crash
+            outcome = f"error: {exc}"
+        if outcome is not None:
+            report[name] = outcome
+            if outcome != "ok":
+                report["status"] = "degraded"
     if not request.user.is_authenticated:
         report = {"status": report["status"]}
     return JsonResponse(report)

@@ -106,6 +106,7 @@ INSTALLED_APPS = [
     "tools_app",
     "notify_app",
     "routines_app",
+    "messaging_app",
 ]
 
 MIDDLEWARE = [
@@ -400,6 +401,18 @@ NAVI_PUBLIC_URL = env.str("NAVI_PUBLIC_URL", default="")
 # --- Metrics (GET /metrics, navi_project.metrics) --------------------------------------------
 # Staff users may always read it; a Prometheus scraper sends `Authorization: Bearer <METRICS_TOKEN>`.
 METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
+
+# --- Telegram (messaging_app.telegram) -----------------------------------------------------
+# Unset token = no Telegram channel. Requests go to {TELEGRAM_API_URL}/bot<token>/<method>.
+TELEGRAM_BOT_TOKEN = env.str("TELEGRAM_BOT_TOKEN", default="")
+TELEGRAM_API_URL = env.str("TELEGRAM_API_URL", default="https://api.telegram.org").rstrip("/")
+TELEGRAM_MODE = env.str("TELEGRAM_MODE", default="polling").lower()  # polling | webhook
+TELEGRAM_WEBHOOK_URL = env.str("TELEGRAM_WEBHOOK_URL", default="")  # public https://…/telegram/webhook
+TELEGRAM_WEBHOOK_SECRET = env.str("TELEGRAM_WEBHOOK_SECRET", default="")  # empty: derived from SECRET_KEY
+TELEGRAM_POLL_TIMEOUT_S = env.int("TELEGRAM_POLL_TIMEOUT_S", default=25)  # getUpdates long poll
+TELEGRAM_LEASE_S = env.float("TELEGRAM_LEASE_S", default=60.0)  # a dead poller's lease is taken over after this
+# The official Bot API serves files up to 20 MB (getFile); a local Bot API server can go higher.
+TELEGRAM_FILE_MAX_MB = env.int("TELEGRAM_FILE_MAX_MB", default=20)
 
 # --- Persona ------------------------------------------------------------------------------
 NAVI_PERSONA = env.str("NAVI_PERSONA", default="")

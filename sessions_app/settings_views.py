@@ -6,6 +6,7 @@ A token's raw value is shown once, in the response that creates it; only its has
 from __future__ import annotations
 
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from typing import Any, Callable
 
 from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
@@ -16,6 +17,17 @@ from .auth import api_login_required
 from .models import ApiToken, UserSettings, profile_model
 
 MAX_TOKENS = 50
+# Parts of GET /settings that apps above this one fill in from their AppConfig.ready (e.g.
+# messaging_app's "telegram"): name -> function of the user returning a JSON-able value.
+SETTINGS_EXTRAS: dict[str, Callable[[Any], Any]] = {}
+
+
+def register_settings_extra(name: str, describe: Callable[[Any], Any]) -> None:
+    SETTINGS_EXTRAS[name] = describe
+
+
+def _as_json(prefs: UserSettings) -> dict:
+    return {**prefs.as_dict(), **{name: describe(prefs.user) for name, describe in SETTINGS_EXTRAS.items()}}
 
 
 def _settings_for(user) -> UserSettings:
@@ -27,7 +39,7 @@ def _settings_for(user) -> UserSettings:
 def user_settings(request: HttpRequest) -> JsonResponse:
     prefs = _settings_for(request.user)
     if request.method == "GET":
-        return JsonResponse(prefs.as_dict())
+        return JsonResponse(_as_json(prefs))
     data = parse_json_body(request, allow_empty=False)
     unknown = set(data) - {"theme", "default_profile", "notify_when_done", "time_zone"}
     if unknown:
@@ -55,7 +67,7 @@ def user_settings(request: HttpRequest) -> JsonResponse:
         prefs.time_zone = valid_time_zone(data["time_zone"])
     prefs.updated_at = timezone.now()
     prefs.save()
-    return JsonResponse(prefs.as_dict())
+    return JsonResponse(_as_json(prefs))
 
 
 def valid_time_zone(name: object) -> str:

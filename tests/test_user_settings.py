@@ -25,13 +25,15 @@ class TestSettings:
             "default_profile": None,
             "notify_when_done": False,
             "time_zone": settings.TIME_ZONE,
+            "telegram": {"linked": False, "username": None},  # messaging_app's part (DESIGN §9)
         }
 
     def test_patch(self, owner_client, owner):
         body = {"theme": "dark", "default_profile": "server_admin", "notify_when_done": True, "time_zone": "Europe/Berlin"}
         response = owner_client.patch("/settings", body, content_type="application/json")
-        assert response.status_code == 200 and _json(response) == body
-        assert _json(owner_client.get("/settings")) == body
+        shown = {**body, "telegram": {"linked": False, "username": None}}
+        assert response.status_code == 200 and _json(response) == shown
+        assert _json(owner_client.get("/settings")) == shown
         response = owner_client.patch("/settings", {"default_profile": None}, content_type="application/json")
         assert _json(response)["default_profile"] is None and _json(response)["theme"] == "dark"
 

@@ -3,6 +3,7 @@
 import { api } from "./api.js";
 import { el } from "./cards.js";
 import { $, copyText, toast, when } from "./pagekit.js";
+import { startTelegram } from "./telegram.js";
 import { applyTheme } from "./theme.js";
 
 async function savePref(changes) {
@@ -127,7 +128,7 @@ async function start() {
     }
   });
   try {
-    await Promise.all([loadPrefs(), loadTokens()]);
+    await Promise.all([loadPrefs(), loadTokens(), startTelegram()]);
     document.body.dataset.ready = "1";
   } catch (err) {
     toast(`Could not load your settings: ${err.message}`);
