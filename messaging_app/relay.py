@@ -135,8 +135,8 @@ class RunRelay:
 
     async def on_frame(self, frame: dict) -> None:
         kind = frame["type"]
-        if frame.get("is_subagent"):
-            return
+        if frame.get("is_subagent") and kind not in ("approval_required", "approval_resolved"):
+            return  # a sub-agent's steps stay on the page; its approvals must reach the owner here too
         if kind == "stream_delta":
             self._live().append(frame["delta"])
         elif kind == "tool_started":

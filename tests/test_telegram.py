@@ -516,3 +516,29 @@ class TestThePageAndNotifications:
         tg.revoked = True
         failed = await send_to_owner(owner.pk, "again")
         assert failed["ok"] is False and failed["error"]
+
+
+@pytest.mark.django_db(transaction=True)
+class TestTelegramAsANotificationTarget:
+    async def test_a_routine_result_reaches_the_linked_chat(self, tg, linked, owner, owner_client):
+        from notify_app.delivery import notify_user
+
+        response = await request(owner_client, "post", "/settings/notify", {"kind": "telegram"})
+        assert response.status_code == 201, response.content
+        [outcome] = await notify_user(owner.id, title="Stretch", body="Time to **stretch**.", url="/#x")
+        assert outcome["kind"] == "telegram" and outcome["ok"], outcome
+        [message] = tg.messages_to(OWNER_TG)
+        assert "Stretch" in message.text and "<b>stretch</b>" in message.text
+
+    async def test_without_a_link_the_delivery_fails_readably(self, tg, owner, owner_client):
+        from notify_app.delivery import notify_user
+
+        assert (await request(owner_client, "post", "/settings/notify", {"kind": "telegram"})).status_code == 201
+        [outcome] = await notify_user(owner.id, title="t", body="b", url="/")
+        assert not outcome["ok"] and "Settings" in outcome["error"]
+        assert tg.messages_to(OWNER_TG) == []
+
+    def test_it_needs_a_bot_token(self, owner_client, settings):
+        settings.TELEGRAM_BOT_TOKEN = ""
+        response = owner_client.post("/settings/notify", {"kind": "telegram"}, content_type="application/json")
+        assert response.status_code == 400 and "TELEGRAM_BOT_TOKEN" in response.json()["error"]

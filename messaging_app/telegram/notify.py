@@ -12,6 +12,7 @@ from messaging_app.models import TelegramLink
 from messaging_app.telegram.client import make_bot
 from messaging_app.telegram.service import current
 from messaging_app.telegram.transport import TelegramTransport
+from notify_app.senders import BadTarget, DeliveryFailed, Notification
 
 log = logging.getLogger("navi.telegram")
 
@@ -35,3 +36,25 @@ async def send_to_owner(user_id: int, text: str) -> dict:
         if service is None:
             await transport.bot.shutdown()
     return {"ok": True, "error": ""}
+
+
+class TelegramSender:
+    """notify_app's "telegram" kind: routine results and waiting approvals to the linked chat."""
+
+    kind = "telegram"
+
+    def clean(self, data: dict) -> dict:
+        if not settings.TELEGRAM_BOT_TOKEN:
+            raise BadTarget("Telegram is not set up on this server (TELEGRAM_BOT_TOKEN); use Web Push or an Apprise URL")
+        return {}  # the address is the owner's linked chat, looked up at each delivery
+
+    def describe(self, target) -> str:
+        return "your linked Telegram chat"
+
+    async def send(self, target, note: Notification) -> None:
+        text = f"**{note.title}**\n\n{note.body}"
+        if settings.NAVI_PUBLIC_URL and note.url:
+            text += f"\n\n{settings.NAVI_PUBLIC_URL.rstrip('/')}{note.url}"
+        outcome = await send_to_owner(target.owner_id, text)
+        if not outcome["ok"]:
+            raise DeliveryFailed(outcome["error"])
