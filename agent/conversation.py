@@ -51,6 +51,7 @@ class Conversation:
         self.owner_id = owner_id
         self.context: list[ChatMessage] = []
         self.token_count = 0
+        self.window = 0
         self.persistent = False
         self.plan: tuple[ChatMessage | None, str] = (None, "")  # this turn's plan (agent.planning)
         self.clock = clock.now()  # the turn's time, the same in every call of it (agent.clock)
@@ -114,6 +115,7 @@ class DBConversation(Conversation):
         self.owner_id = session.owner_id
         self.context = context
         self.token_count = session.context_token_count
+        self.window = session.context_window  # the turn's window, stored with the token count
         self.persistent = True
         self.plan = (None, "")
         self.clock = clock.now()
@@ -250,8 +252,10 @@ class DBConversation(Conversation):
 
     def _count_now(self, tokens: int) -> None:
         hotsql.execute(
-            f"UPDATE {hotsql.table(Session)} SET context_token_count = %s, last_active = %s WHERE id = %s",
-            [tokens, hotsql.prep(Session, "last_active", timezone.now()), hotsql.prep(Session, "id", self.session.pk)],
+            f"UPDATE {hotsql.table(Session)} SET context_token_count = %s, context_window = %s, last_active = %s "
+            "WHERE id = %s",
+            [tokens, self.window, hotsql.prep(Session, "last_active", timezone.now()),
+             hotsql.prep(Session, "id", self.session.pk)],
         )
 
     async def apply_compression(self, new_context: list[ChatMessage]) -> None:

@@ -88,6 +88,7 @@ class Agent:
         profile = conv.session.profile  # loaded with the session
         backend = self.backends.get(profile.llm_backend)
         limit = await effective_window(backend, profile)
+        conv.window = limit
         for event in await workers.run_phase(workers.pre_turn_workers, conv, profile, backend, "pre", limit):
             yield event
         if planning and should_plan(profile, user_message):

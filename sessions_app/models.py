@@ -49,6 +49,9 @@ class Session(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     last_active = models.DateTimeField(default=timezone.now, db_index=True)
     context_token_count = models.PositiveIntegerField(default=0)
+    # The model's context window at the last turn: the page's token meter shows "used / window"
+    # after a reload as it did live (0 = not known yet).
+    context_window = models.PositiveIntegerField(default=0)
     # Cross-process run claim: which run is active and when its owner last said it is alive.
     # Set with a conditional UPDATE so two workers can never start two runs on one session.
     active_run_id = models.CharField(max_length=64, blank=True)
@@ -80,6 +83,7 @@ class Session(models.Model):
             "created_at": self.created_at.isoformat(),
             "last_active": self.last_active.isoformat(),
             "context_token_count": self.context_token_count,
+            "context_window": self.context_window,
             "origin": self.origin,
             "unread": self.unread,
         }

@@ -85,7 +85,8 @@ class TestSequences:
         assert await rows(session) == [("user", "hi", "complete"), ("assistant", "Hello! How can I help?", "complete")]
         saved = await Message.objects.aget(session_id=session.pk, role="assistant")
         assert saved.thinking == "The owner greets me."
-        assert (await Session.objects.aget(pk=session.pk)).context_token_count == 15
+        stored = await Session.objects.aget(pk=session.pk)
+        assert (stored.context_token_count, stored.context_window) == (15, 8192)  # the meter after a reload
 
     async def test_an_answer_saved_in_parts_ends_complete_with_the_contexts_size(self, llm, session, no_planning, monkeypatch):
         from agent import conversation

@@ -223,7 +223,7 @@ async function openSession(id) {
   }
   if (state.sessionId !== id) return;
   showSession(session);
-  setContext(session.context_token_count, 0);
+  setContext(session.context_token_count, session.context_window || 0);
   chat.loadHistory(session.messages, session.has_more);
   state.ready = true;
   for (const frame of state.buffer.splice(0)) chat.frame(frame);

@@ -71,6 +71,9 @@ def test_it_streams_an_answer_into_a_new_chat(page, navi, live_llm):
     expect(page.locator("#context-meter .label")).to_contain_text("/ 8,192 tokens")
     expect(page.locator(f"#session-list li[data-id='{sid}'] .session-title")).to_have_text("hello there")
     screenshot(page, "02-streamed-answer")
+    page.reload()
+    page.wait_for_selector("body[data-ready='1']")
+    expect(page.locator("#context-meter .label")).to_contain_text("/ 8,192 tokens")  # as live
 
 
 RECORD_PENDING = """
