@@ -211,6 +211,15 @@ class RunGuard:
                 self.grants.add(record.tool)
         return decision
 
+    async def outcome(self, verdict: Verdict, resolved: Any) -> dict[str, Any]:
+        """How an approval ended, for the tool row's meta: the decision as the frame said it, who
+        answered (none on a timeout or a stop) and when, and why it asked."""
+        answered = await ToolCallRecord.objects.filter(pk=verdict.record.pk).values_list("decided_by__username", flat=True).afirst()
+        return {
+            "decision": resolved.decision, "remember": resolved.remember, "reason": verdict.reason[:500],
+            "by": answered or "", "at": timezone.now().isoformat(),
+        }
+
     async def finish(self, verdict: Verdict, success: bool, started: float) -> None:
         """Record the outcome of a call that ran."""
         await ToolCallRecord.objects.filter(pk=verdict.record.pk).aupdate(

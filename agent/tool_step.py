@@ -49,7 +49,7 @@ async def run_tool(
         await conv.add(ChatMessage(role="tool", content=repeat, tool_call_id=call.id, name=call.name))
         return
     guard = current_guard.get()
-    verdict, result = None, prepared.problem
+    verdict, result, approval = None, prepared.problem, None
     if result is not None:  # a bad call never reaches the policy and never runs
         if guard is not None:
             await guard.refuse_bad_call(call.name, call.arguments, profile.id, result.error or "", is_subagent=is_subagent)
@@ -61,10 +61,12 @@ async def run_tool(
         )
         if verdict.ask:
             async for event in _ask_owner(guard, verdict, call):
+                if isinstance(event, ApprovalResolved):
+                    approval = await guard.outcome(verdict, event)  # kept on the tool row for the history
                 yield event
         if not verdict.run:
             result = ToolResult(False, error=verdict.refusal)
-    started, trace = time.monotonic(), ToolTrace()
+    started, trace = time.monotonic(), ToolTrace(approval)
     taint_before = guard.run_taint if guard is not None else ""
     if result is None:
         async for item in _execute(tools, prepared, allowed):

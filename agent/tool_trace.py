@@ -17,8 +17,9 @@ def _clip(text: str, limit: int = MAX_RESULT_CHARS) -> str:
 
 
 class ToolTrace:
-    def __init__(self) -> None:
-        self._meta: dict[str, Any] = {}
+    def __init__(self, approval: dict[str, Any] | None = None) -> None:
+        # How an approval ended (decision, who, when, why it asked): the history shows it as live.
+        self._meta: dict[str, Any] = {"approval": approval} if approval else {}
 
     def note(self, event: AgentEvent) -> None:
         if isinstance(event, FilePublished):

@@ -5,8 +5,8 @@ A token's raw value is shown once, in the response that creates it; only its has
 
 from __future__ import annotations
 
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from typing import Any, Callable
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.http import HttpRequest, JsonResponse
 from django.utils import timezone

@@ -111,6 +111,25 @@ function notify(card, frame) {
   }
 }
 
+/** A past approval in the history (a tool row's meta.approval): the line the live card ended
+ * as, with who answered and when. */
+export function pastApproval(tool, approval) {
+  const card = el("section", "approval done");
+  card.dataset.tool = tool;
+  const remembered = approval.decision === "approve" && approval.remember === "session";
+  const key = remembered ? "remembered" : approval.decision;
+  card.dataset.decision = key;
+  card.setAttribute("role", "status");
+  const icon = el("span", "approval-icon", key === "approve" || key === "remembered" ? "✓" : "✕");
+  icon.setAttribute("aria-hidden", "true");
+  const at = approval.at ? new Date(approval.at).toLocaleString() : "";
+  const who = [approval.by ? `by ${approval.by}` : "", at].filter(Boolean).join(", ");
+  card.append(icon, el("span", "approval-outcome", OUTCOMES[key] || approval.decision), el("code", "tool-name", tool));
+  if (who) card.append(el("span", "approval-when", who));
+  if (approval.reason) card.title = `Why it asked: ${approval.reason}`;
+  return card;
+}
+
 /** Collapse a card to one line saying how it ended (decision: approve/deny/timeout/stopped/ended). */
 export function resolveApproval(card, decision, remembered = false) {
   if (card.classList.contains("done")) return;

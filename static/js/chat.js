@@ -1,7 +1,7 @@
 // The conversation view: history from REST (paged twice: the server sends the newest messages
 // and older pages on request, and of what is here only the newest groups are rendered, older
 // ones as the reader scrolls up) and live runs from WebSocket frames.
-import { announceApproval, approvalCard, reopenApproval, resolveApproval } from "./approvals.js";
+import { announceApproval, approvalCard, pastApproval, reopenApproval, resolveApproval } from "./approvals.js";
 import { copyText, renderMarkdown } from "./markdown.js";
 import {
   actionButton, closeThinking, completeToolCard, el, errorBox, notice, planCard, publishedFile, setToolStatus,
@@ -31,6 +31,7 @@ function assistantBubble(markdown, streaming = false) {
 
 /** What a tool row's meta recorded next to its card: sub-agent steps, files, memory notes. */
 function renderToolMeta(turn, card, meta) {
+  if (meta.approval) card.after(pastApproval(card.dataset.tool, meta.approval));
   for (const call of meta.subagent || []) {
     const sub = toolCard(call.tool, call.args);
     sub.dataset.sub = "1";

@@ -127,6 +127,13 @@ def test_approve_runs_the_tool_and_the_answer_follows(page, navi, live_llm):
     assert frames[0]["approval_id"] == done.get_attribute("data-approval-id")
     assert not any("declined" in r.lower() for r in tool_results(live_llm))
     screenshot(page, "31-approval-approved")
+    # After a reload the history shows the same outcome, with who answered and when.
+    page.reload()
+    page.wait_for_selector("body[data-ready='1']")
+    past = page.locator(".approval.done")
+    expect(past).to_have_count(1)
+    expect(past.locator(".approval-outcome")).to_have_text("Approved")
+    expect(past.locator(".approval-when")).to_contain_text(f"by {navi.username}")
 
 
 def test_deny_tells_the_model_and_the_card_says_denied(page, navi, live_llm):
@@ -145,6 +152,10 @@ def test_deny_tells_the_model_and_the_card_says_denied(page, navi, live_llm):
     results = tool_results(live_llm)
     assert results and re.search(r"declin|denied", results[-1], re.I), results
     screenshot(page, "32-approval-denied")
+    page.reload()
+    page.wait_for_selector("body[data-ready='1']")
+    expect(page.locator(".approval.done .approval-outcome")).to_have_text("Denied")
+    expect(page.locator(".approval.done")).to_have_attribute("data-decision", "deny")
 
 
 def test_the_buttons_wait_for_the_server_after_a_click(page, navi, live_llm):
