@@ -162,13 +162,37 @@ export class ChatView {
       if (entries.some((e) => e.isIntersecting)) this.renderOlder();
     }, { root: scroller, rootMargin: "800px 0px 0px 0px" });
     this.observer.observe(this.sentinel);
+    // Pinned to the end while the reader has not scrolled up: whatever lays out later (an image
+    // decoded, math typeset, code highlighted, an off-screen group measured for real instead of
+    // its estimated height) keeps the newest message's bottom in view.
+    this.pinned = true;
+    new ResizeObserver(() => {
+      if (this.pinned) this.scrollToBottom();
+    }).observe(this.list);
+    // Only the reader unpins: a scroll the browser makes itself (scroll anchoring while heights
+    // settle, our own scrollTop writes) must not.
+    let touched = 0;
+    const intent = () => (touched = Date.now());
+    for (const type of ["wheel", "touchmove", "pointerdown", "keydown"]) scroller.addEventListener(type, intent, { passive: true });
+    document.addEventListener("keydown", (e) => {
+      if (["PageUp", "PageDown", "Home", "End", "ArrowUp", "ArrowDown", " "].includes(e.key)) intent();
+    });
+    let height = 0;
     scroller.addEventListener("scroll", () => {
+      // A scroll while the content's height changed and nobody touched anything is the browser
+      // keeping its place (anchoring): it never unpins. Any other scroll is the reader's (or a
+      // script's) and says where they want to be.
+      const settling = scroller.scrollHeight !== height && Date.now() - touched > 1000;
+      height = scroller.scrollHeight;
+      if (!settling) this.pinned = this.nearBottom();
+      else if (this.nearBottom()) this.pinned = true;
       if (this.nearBottom()) this.jump.hidden = true;
       // At the top with older messages still on the server (a failed fetch, or a page that held
       // no whole turn): the sentinel stays in view, so the observer would not fire again.
       if (this.firstRendered === 0 && this.hasMore && scroller.scrollTop < 800) this.fetchOlder();
     }, { passive: true });
     this.jump.addEventListener("click", () => {
+      this.pinned = true;
       this.scrollToBottom();
       this.jump.hidden = true;
     });
@@ -191,6 +215,7 @@ export class ChatView {
     const lastUser = this.groups.map((g) => !!g.user).lastIndexOf(true);
     this.lastUserText = lastUser >= 0 ? this.groups[lastUser].user.content || "" : null;
     this.tail = lastUser >= 0 ? [...this.list.children].slice(lastUser - this.firstRendered + 1) : [];
+    this.pinned = true;
     this.scrollToBottom();
   }
 
@@ -418,6 +443,11 @@ export class ChatView {
     return s.scrollHeight - s.scrollTop - s.clientHeight < 120;
   }
 
+  /** Stick to the end: the pinned state, or the reader is at the bottom anyway. */
+  atEnd() {
+    return this.pinned || this.nearBottom();
+  }
+
   scrollToBottom() {
     this.scroller.scrollTop = this.scroller.scrollHeight;
   }
@@ -429,7 +459,7 @@ export class ChatView {
   }
 
   append(node) {
-    const stick = this.nearBottom();
+    const stick = this.atEnd();
     this.list.append(node);
     this.follow(stick);
   }
@@ -474,7 +504,7 @@ export class ChatView {
       return;
     }
     if (!this.run || this.run.id !== f.run_id) this.beginRun(f);
-    const stick = this.nearBottom();
+    const stick = this.atEnd();
     const before = this.list.scrollHeight;
     this.apply(this.run, f);
     if (TERMINAL.has(f.type) && !this.run.done) {
@@ -673,7 +703,7 @@ export class ChatView {
     this.renderQueued = true;
     requestAnimationFrame(() => {
       this.renderQueued = false;
-      const stick = this.nearBottom();
+      const stick = this.atEnd();
       this.flushText(run);
       if (stick) this.scrollToBottom();
     });

@@ -527,3 +527,70 @@ def test_a_long_chat_opens_at_its_newest_messages_and_scrolling_up_loads_older_o
     assert shown == list(range(1, count + 1))  # every message once, in order
     assert sum("before=" in url for url, _ in history) == 4 and not history[-1][1]["has_more"]
     expect(page.locator("#scroller .older")).to_have_text("Start of the conversation")
+
+
+def _picture_b64() -> str:
+    """A 480x360 PNG: its height is known only once it is decoded, after the chat is drawn."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (480, 360), (90, 140, 200)).save(buffer, format="PNG")
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def _rich_chat(navi, count: int = 300) -> str:
+    picture = _picture_b64()
+    messages = []
+    for i in range(1, count + 1):
+        if i % 2:
+            messages.append({"seq": i, "role": "user", "content": f"question {i}", **({"images": [picture]} if i % 20 == 1 else {})})
+        else:
+            body = f"answer {i}\n\n" + "Some words that wrap over a few lines of the answer. " * 6
+            body += "\n\n```python\n" + "\n".join(f"print({n})  # line {n}" for n in range(12)) + "\n```\n\n$$\\sum_{k=1}^{n} k = \\frac{n(n+1)}{2}$$"
+            messages.append({"seq": i, "role": "assistant", "content": body})
+    export = {"format": "navi.session", "version": 1, "session": {"title": "a rich chat"}, "messages": messages}
+    with navi.api() as client:
+        return client.post("/sessions/import", json=export).json()["session_id"]
+
+
+AT_THE_END = """() => {
+    const s = document.querySelector('#scroller');
+    const groups = s.querySelectorAll('.messages > .group');
+    const last = groups[groups.length - 1].getBoundingClientRect();
+    const view = s.getBoundingClientRect();
+    return { gap: Math.round(view.bottom - last.bottom), left: Math.round(s.scrollHeight - s.scrollTop - s.clientHeight),
+             images: [...s.querySelectorAll('img')].every((i) => i.complete) };
+}"""
+
+
+def _assert_opens_at_the_end(page) -> None:
+    page.wait_for_selector("body[data-ready='1']")
+    expect(page.locator("#scroller .messages > .group").last).to_contain_text("answer 300")
+    page.wait_for_function(f"() => ({AT_THE_END})().images")
+    page.wait_for_timeout(300)  # late layout (images, math, highlighted code) has had its frames
+    where = page.evaluate(AT_THE_END)
+    assert where["left"] < 5 and 0 <= where["gap"] < 80, where  # the newest message's bottom is in view
+    expect(page.locator("#jump")).to_be_hidden()
+
+
+@pytest.mark.parametrize("width", [1200, 375])
+def test_a_long_chat_opens_at_its_true_end(browser, login_state, navi, live_llm, width):
+    sid = _rich_chat(navi)
+    context = browser.new_context(storage_state=login_state, viewport={"width": width, "height": 760})
+    page = context.new_page()
+    try:
+        page.goto(f"{navi.url}/#{sid}")  # by reload
+        _assert_opens_at_the_end(page)
+        other = navi.create_session()
+        page.goto(f"{navi.url}/#{other}")
+        page.wait_for_selector("body[data-ready='1']")
+        if width < 720:
+            page.click("#menu")
+        page.click(f"#session-list li[data-id='{sid}'] .session-title")  # from the sidebar
+        _assert_opens_at_the_end(page)
+        screenshot(page, f"chat-long-end-{width}")
+    finally:
+        context.close()
