@@ -105,8 +105,12 @@ class RunGuard:
         return self.can_host or offered_without_permission(tool)
 
     # --- one call -------------------------------------------------------------------------
-    async def check(self, tool: str, arguments: Any, profile_id: str, profile_policy: dict | None, *, is_subagent: bool) -> Verdict:
-        """Decide, and record the call. Refusals and `ask` never run the tool until answered."""
+    async def check(
+        self, tool: str, arguments: Any, profile_id: str, profile_policy: dict | None, *, is_subagent: bool,
+        tool_default: str | None = None,
+    ) -> Verdict:
+        """Decide, and record the call. Refusals and `ask` never run the tool until answered.
+        `tool_default`: the Tool's own default policy (MCP tools ask until allowed)."""
         args = arguments if isinstance(arguments, dict) else {"raw": arguments}
         record = ToolCallRecord(
             user_id=self.user_id,
@@ -117,7 +121,7 @@ class RunGuard:
             arguments=args,
             is_subagent=is_subagent,
         )
-        setting = policy.policy_for(profile_policy, tool, arguments)
+        setting = policy.policy_for(profile_policy, tool, arguments, tool_default)
         if is_host_call(tool, arguments) and not self.can_host:
             verdict = Verdict(record, refusal=refusal(tool), reason="no run_host_tools permission")
         elif setting == policy.DENY:
@@ -133,7 +137,10 @@ class RunGuard:
             verdict = Verdict(record, run=True, reason="approved for this chat earlier (always in this chat)")
         elif setting == policy.ASK:
             by_policy = policy.configured(profile_policy, tool) == policy.ASK and not policy.is_risky(tool, arguments)
-            verdict = Verdict(record, ask=True, reason=policy.ask_reason(tool, arguments, by_policy=by_policy))
+            reason = policy.ask_reason(tool, arguments, by_policy=by_policy)
+            if not policy.configured(profile_policy, tool) and tool_default == policy.ASK:
+                reason = policy.ask_reason_by_default(tool)
+            verdict = Verdict(record, ask=True, reason=reason)
         else:
             verdict = Verdict(record, run=True, reason="allowed by the policy")
         granted = tool in self.grants and setting == policy.ASK

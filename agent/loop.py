@@ -84,6 +84,7 @@ class Agent:
         current_user_id.set(conv.owner_id)
         current_guard.set(guard)
         yield StreamStart(user_message=user_message)
+        await self.tools.prepare_provided(conv.owner_id)  # e.g. MCP servers: connect on first use
         profile = conv.session.profile  # loaded with the session
         backend = self.backends.get(profile.llm_backend)
         limit = await effective_window(backend, profile)
@@ -109,6 +110,7 @@ class Agent:
         guard = RunGuard.load(conv.owner_id, conv.id, run_id)
         conv.add_now(message)
         self.tools.refresh_user_tools_now()
+        self.tools.load_provided(conv.owner_id)
         conv.memory_ahead = get_summary(conv.owner_id)
         return conv, guard
 
@@ -256,7 +258,8 @@ class Agent:
         """The profile's tools this user may be offered (no host tools without the permission,
         nothing the policy denies)."""
         guard = current_guard.get()
-        tools = self.tools.tools_for(profile.enabled_tools)
+        user_id = guard.user_id if guard is not None else current_user_id.get()
+        tools = self.tools.tools_for(profile.enabled_tools, user_id, profile.id)
         if guard is None:
             return tools
         return [t for t in tools if guard.offers(t.name, profile.tool_policy)]

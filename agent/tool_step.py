@@ -46,8 +46,10 @@ async def run_tool(
         return
     guard = current_guard.get()
     verdict = None
+    tool = tools.lookup(call.name)
     if guard is not None:
-        verdict = await guard.check(call.name, call.arguments, profile.id, profile.tool_policy, is_subagent=is_subagent)
+        verdict = await guard.check(call.name, call.arguments, profile.id, profile.tool_policy, is_subagent=is_subagent,
+                                    tool_default=getattr(tool, "default_policy", None))
         if verdict.ask:
             async for event in _ask_owner(guard, verdict, call):
                 yield event
@@ -60,7 +62,7 @@ async def run_tool(
             else:
                 trace.note(item)
                 yield item
-    content = _content(call, result, conv, guard) + tracker.after(call, result)
+    content = _content(call, result, conv, guard, tool) + tracker.after(call, result)
     yield ToolEvent(tool=call.name, args=call.arguments, result=content, success=result.success, recovered=call.recovered)
     await conv.add(ChatMessage(role="tool", content=content, tool_call_id=call.id, name=call.name, meta=trace.meta()))
     if verdict is not None and verdict.run:
@@ -117,15 +119,17 @@ async def _execute(
     yield ToolResult(False, error="stopped by the owner before the tool finished") if task.cancelled() else task.result()
 
 
-def _content(call: ToolCall, result: ToolResult, conv: Conversation, guard: RunGuard | None) -> str:
+def _content(call: ToolCall, result: ToolResult, conv: Conversation, guard: RunGuard | None, tool=None) -> str:
     """The result as the model reads it; outside data is marked as such and taints the run."""
     content = result.to_message_content()
     if not result.success and not result.output:
         return content
     chat = current_chat_session_id.get()
     uploads = str(session_files_dir(chat)) if chat else None
-    source = policy.untrusted_source(call.name, call.arguments, uploads, str(workspace_for(conv.owner_id)))
+    origin = (tool.origin or tool.name) if tool is not None and tool.untrusted_output else ""
+    source = policy.untrusted_source(call.name, call.arguments, uploads, str(workspace_for(conv.owner_id)), origin=origin)
     if source:
         content = policy.wrap_untrusted(content, source)
-        guard.taint(source)
+        if guard is not None:
+            guard.taint(source)
     return content

@@ -300,6 +300,11 @@ MANUALS_DIR = _path(env.str("MANUALS_DIR", default="manuals"))
 TOOL_TIMEOUT_S = env.float("TOOL_TIMEOUT_S", default=60.0)
 # A tool call waiting for the owner's approval is declined after this long.
 APPROVAL_TIMEOUT_S = env.float("APPROVAL_TIMEOUT_S", default=600.0)
+# MCP servers (tools_app.mcp): the handshake must finish within MCP_CONNECT_TIMEOUT_S; a tool's
+# text result is cut to MCP_MAX_RESULT_CHARS for the model; one answer may be MCP_MAX_RESPONSE_MB.
+MCP_CONNECT_TIMEOUT_S = env.float("MCP_CONNECT_TIMEOUT_S", default=10.0)
+MCP_MAX_RESULT_CHARS = env.int("MCP_MAX_RESULT_CHARS", default=65536)
+MCP_MAX_RESPONSE_MB = env.int("MCP_MAX_RESPONSE_MB", default=64)
 # Unlike the original ("*"), the filesystem tool defaults to the run's own workspace (an entry
 # naming NAVI_WORKSPACE means NAVI_WORKSPACE/<user id>). Extra entries and "*" only apply to
 # holders of tools_app.run_host_tools; user_tools/ is never writable through the file tool.
