@@ -19,6 +19,7 @@ urlpatterns = [
     path("", include("sessions_app.urls")),
     path("", include("agent.session_urls")),
     path("", include("memory_app.urls")),
+    path("", include("tools_app.urls")),
     path("", include("agent.page_urls")),
 ]
 

@@ -116,10 +116,22 @@ class Connection:
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001 - any failure is the server's state, never a crash
-            self._fail(describe(exc))
+            self._fail(self._explain(exc))
             return
         if self.state != "failed":
             self._set("disabled" if self.closing.is_set() else "failed", self.error or "the connection closed")
+
+    def _explain(self, exc: BaseException) -> str:
+        """The failure, with where and what to check."""
+        text = describe(exc)
+        inner = first_error(exc)
+        if isinstance(inner, ConfigError):
+            return text
+        if self.config.transport == "http" and type(inner).__name__ in ("ConnectError", "ConnectTimeout"):
+            return f"cannot reach {self.config.url} ({text}); check the URL and that the server is running"
+        if self.config.transport == "stdio":
+            return f"the program stopped or failed to start ({text}); see its stderr below"
+        return text
 
     async def _body(self) -> None:
         async with AsyncExitStack() as stack:

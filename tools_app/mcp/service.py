@@ -61,6 +61,13 @@ def may_run_stdio(user) -> bool:
     return bool(user.is_staff and user.has_perm(PERMISSION))
 
 
+def precheck(server: MCPServer, data: dict[str, Any], *, creating: bool) -> None:
+    """The checks that need neither the network nor the database (they answer first)."""
+    if creating or "name" in data:
+        check_name(data.get("name"))
+    check_fields({"transport": data.get("transport", server.transport), **data})
+
+
 def save(server: MCPServer, data: dict[str, Any], user, *, creating: bool) -> MCPServer:
     """Apply a REST body to `server` and save it, or raise ConfigError / PermissionError."""
     if creating or "name" in data:
@@ -98,3 +105,11 @@ def test_connection(server: MCPServer) -> MCPServer:
     mcp_client.flush_state_writes()
     server.refresh_from_db()
     return server
+
+
+def health_for(user) -> dict[str, Any]:
+    """/health's `mcp` key: the enabled servers this user may use that fail, with the reason."""
+    rows = MCPServer.objects.filter(enabled=True).filter(owner__isnull=True) | MCPServer.objects.filter(
+        enabled=True, owner=user)
+    failing = [{"id": s.pk, "name": s.name, "last_error": s.last_error} for s in rows if s.state == MCPServer.State.FAILED]
+    return {"status": "failing" if failing else "ok", "servers": rows.count(), "failing": failing}
