@@ -168,7 +168,7 @@ class Connection:
         fd, self.stderr_path = tempfile.mkstemp(prefix=f"navi-mcp-{self.config.id}-", suffix=".stderr")
         errlog = os.fdopen(fd, "w+")
         stack.callback(errlog.close)
-        cgroup = sandbox.PidsCgroup.for_root(sandbox.Limits.for_tools().processes) if _sandboxed() else None
+        cgroup = sandbox.PidsCgroup.for_root(stdio_limits().processes) if _sandboxed() else None
         if cgroup is not None:
             argv = cgroup.wrap(argv)
             stack.callback(cgroup.remove)
@@ -284,7 +284,15 @@ def stdio_argv(config: ServerConfig) -> list[str]:
         bwrap, SANDBOX_HOME, network=config.network, throwaway_workspace=True, python=python,
         ro_binds=ro_binds, env=dict(config.env),
     )
-    return sandbox.Limits.for_tools().wrap(prefix + argv)
+    return stdio_limits().wrap(prefix + argv)
+
+
+def stdio_limits() -> sandbox.Limits:
+    """The tools' caps (SANDBOX_*), with the address space of MCP_STDIO_MEMORY_MB: a server lives
+    long, and Node's V8 reserves far more address space than it uses (1 GB kills it at start)."""
+    tools = sandbox.Limits.for_tools()
+    memory = int(getattr(settings, "MCP_STDIO_MEMORY_MB", 4096)) * 1024 * 1024
+    return sandbox.Limits(memory=max(memory, tools.memory), file_size=tools.file_size, processes=tools.processes)
 
 
 def _stdio_env(config: ServerConfig) -> dict[str, str]:
