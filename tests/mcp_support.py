@@ -20,9 +20,9 @@ SERVER_SCRIPT = HERE / "mcp_test_server.py"
 class SDKServer:
     """tests/mcp_test_server.py over streamable HTTP, in a process a test may kill."""
 
-    def __init__(self, marker: Path, *extra: str) -> None:
+    def __init__(self, marker: Path, *extra: str, port: int | None = None) -> None:
         self.marker = marker
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self.proc = subprocess.Popen(
             [sys.executable, str(SERVER_SCRIPT), "--port", str(self.port), "--marker", str(marker), *extra],

@@ -18,6 +18,7 @@ from tests.llm_server import Rule, Turn
 from tests.mcp_support import SDKServer, reset_hub, wait_state
 from tests.test_approvals import frames_until, of_type, offered, run_ended, start, tool_messages
 from tools_app.base import Tool, ToolResult
+from tools_app.mcp import client as mcp_client
 from tools_app.models import MCPServer
 from tools_app.toolset import get_tool_registry
 
@@ -139,7 +140,7 @@ class TestToolsThroughARun:
         comm = await start(session, owner_token, "crash it")
         frames = await frames_until(comm, run_ended, TIMEOUT)
         call = calls_of(frames)[0]
-        assert not call["success"] and "demo" in call["result"]
+        assert not call["success"] and "MCP server 'demo' went away during die" in call["result"]
         assert frames[-1]["type"] == "stream_end" and frames[-1]["content"] == "The server crashed."
         await comm.disconnect()
         assert test_server.proc.wait(10) == 3
@@ -147,6 +148,39 @@ class TestToolsThroughARun:
         await get_tool_registry().prepare_provided(owner.id)
         server = await sync_to_async(wait_state)(server, ("failed",))
         assert server.state == "failed" and server.last_error
+
+    async def test_after_a_crash_it_reconnects_with_backoff_once_the_server_is_back(
+        self, owner, test_server, tmp_path, monkeypatch
+    ):
+        monkeypatch.setattr(mcp_client, "BACKOFF_MIN_S", 0.2)
+        server = await sync_to_async(add_server)(owner, test_server.url, auto_approve=True)
+        died = await (await _tool(owner, "demo__die")).execute({})
+        assert not died.success and "Navi reconnects on the next call" in died.error
+        test_server.proc.wait(10)
+        # Down: the next use fails at once (backing off), with the reason.
+        assert await _tools(owner) == []
+        server = await sync_to_async(wait_state)(server, ("failed",))
+        assert "cannot reach" in server.last_error or "broke" in server.last_error
+        back = SDKServer(tmp_path / "again.txt", port=test_server.port)
+        try:
+            deadline = time.monotonic() + 15
+            while await _tool(owner, "demo__add") is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)  # waiting out the backoff, then it connects on first use
+            assert (await (await _tool(owner, "demo__add")).execute({"a": 1, "b": 1})).output == "2"
+        finally:
+            back.stop()
+
+    async def test_a_server_disabled_by_another_worker_is_closed_here_at_the_next_turn(self, owner, test_server):
+        server = await sync_to_async(add_server)(owner, test_server.url)
+        assert await _tool(owner, "demo__add") is not None
+        conn = mcp_client.get_hub().connections[server.pk]
+        # Another process saved the row: no signal reaches this one.
+        await MCPServer.objects.filter(pk=server.pk).aupdate(enabled=False)
+        assert await _tools(owner) == []
+        deadline = time.monotonic() + 10
+        while conn.client is not None and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        assert conn.client is None and server.pk not in mcp_client.get_hub().connections
 
     async def test_an_image_becomes_a_session_file_and_a_card(self, llm, session, owner, owner_token, test_server):
         await sync_to_async(add_server)(owner, test_server.url, auto_approve=True)

@@ -88,6 +88,16 @@ def _listener():
     return sock, accepted
 
 
+async def test_a_stdio_server_that_crashes_at_start_shows_its_stderr(owner):
+    server = await MCPServer.objects.acreate(
+        owner=owner, name="crashy", transport="stdio", command=sys.executable,
+        args=["-c", "import sys; sys.stderr.write('missing config file /etc/crashy.toml\\n'); sys.exit(2)"])
+    assert await _tools(owner) == []
+    server = await sync_to_async(wait_state)(server, ("failed",))
+    assert server.state == "failed" and server.last_error
+    assert "missing config file /etc/crashy.toml" in server.stderr_tail
+
+
 class TestSandbox:
     async def _probe(self, owner, **fields):
         await MCPServer.objects.acreate(owner=owner, name="probe", transport="stdio", command=sys.executable,

@@ -23,7 +23,7 @@ from contextlib import AsyncExitStack
 from typing import Any, Callable
 
 from django.conf import settings
-from django.db import close_old_connections, connections
+from django.db import OperationalError, close_old_connections, connections
 from django.utils import timezone
 
 from tools_app import sandbox
@@ -206,7 +206,7 @@ class Connection:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            if _is_connection_lost(exc):
+            if is_connection_lost(exc):
                 self._fail(f"the connection broke during a call: {describe(exc)}")
                 if self.closing is not None:
                     self.closing.set()
@@ -244,7 +244,7 @@ class Connection:
         return ""
 
 
-def _is_connection_lost(exc: BaseException) -> bool:
+def is_connection_lost(exc: BaseException) -> bool:
     from mcp.shared.exceptions import MCPError
 
     exc = first_error(exc)
@@ -381,13 +381,21 @@ def _save_state(conn: Connection) -> None:
 
 
 def _write_state(server_id: int, fields: dict) -> None:
-    close_old_connections()
-    try:
-        MCPServer.objects.filter(pk=server_id).update(**fields)
-    except Exception:  # noqa: BLE001 - the state is a display; a locked or gone table is no crash
-        log.info("could not save the state of MCP server %s", server_id, exc_info=True)
-    finally:
-        connections.close_all()
+    """One state write, retried while the database is busy (SQLite under load): a lost
+    `failed` would leave the page showing `connected` with no reason."""
+    for attempt in range(5):
+        close_old_connections()
+        try:
+            MCPServer.objects.filter(pk=server_id).update(**fields)
+            return
+        except OperationalError:
+            log.info("MCP server %s: state write failed (attempt %d)", server_id, attempt + 1, exc_info=True)
+            time.sleep(0.2 * (attempt + 1))
+        except Exception:  # noqa: BLE001 - the state is a display; a gone table is no crash
+            log.info("could not save the state of MCP server %s", server_id, exc_info=True)
+            return
+        finally:
+            connections.close_all()
 
 
 _writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="navi-mcp-state")

@@ -78,6 +78,9 @@ def _call_error(server: str, tool: str, exc: BaseException) -> str:
     from mcp.shared.exceptions import MCPError
 
     inner = mcp_client.first_error(exc)
+    if mcp_client.is_connection_lost(inner):
+        return (f"MCP server '{server}' went away during {tool} ({mcp_client.describe(inner)}); the server may "
+                "have crashed. Navi reconnects on the next call; tell the user if it keeps failing.")
     if isinstance(inner, MCPError):
         return (f"MCP server '{server}' answered {tool} with an error: {inner.error.message} "
                 f"(code {inner.error.code}). Check the arguments, or tell the user.")
@@ -154,10 +157,11 @@ async def _save_image(data: str, mime: str, server: str, tool: str) -> str:
 
 
 # --- the registry's provider ------------------------------------------------------------------
-def visible_servers(user_id: int | None):
-    """The enabled servers a user may use: their own and the global ones (sync ORM)."""
+def visible_servers(user_id: int | None, *, enabled: bool | None = True):
+    """The servers a user may use: their own and the global ones (sync ORM)."""
     owned = Q(owner__isnull=True) | Q(owner_id=user_id) if user_id is not None else Q(owner__isnull=True)
-    return MCPServer.objects.filter(owned, enabled=True)
+    rows = MCPServer.objects.filter(owned)
+    return rows if enabled is None else rows.filter(enabled=enabled)
 
 
 class MCPProvider:
@@ -169,8 +173,14 @@ class MCPProvider:
         self._visible: dict[int | None, list[ServerConfig]] = {}
 
     def load(self, user_id: int | None) -> None:
-        """Read which servers the user may use (sync ORM, in the run's thread hop)."""
-        self._visible[user_id] = [ServerConfig.from_row(row) for row in visible_servers(user_id)]
+        """Read which servers the user may use (sync ORM, in the run's thread hop). A server
+        disabled in another worker process still connected here is closed now."""
+        rows = list(visible_servers(user_id, enabled=None))
+        self._visible[user_id] = [ServerConfig.from_row(row) for row in rows if row.enabled]
+        hub = mcp_client._hub
+        for row in rows:
+            if not row.enabled and hub is not None and row.pk in hub.connections:
+                hub.submit(hub.drop(row.pk))
 
     async def prepare(self, user_id: int | None) -> None:
         """Open the connections not open yet (first use), all at once, each bounded."""
