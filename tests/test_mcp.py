@@ -18,6 +18,7 @@ from tests.llm_server import Rule, Turn
 from tests.mcp_support import SDKServer, reset_hub, wait_state
 from tests.test_approvals import frames_until, of_type, offered, run_ended, start, tool_messages
 from tools_app.base import Tool, ToolResult
+from tools_app.context import current_user_id
 from tools_app.mcp import client as mcp_client
 from tools_app.models import MCPServer
 from tools_app.toolset import get_tool_registry
@@ -96,7 +97,7 @@ class TestToolsThroughARun:
         rest = await frames_until(comm, run_ended, TIMEOUT)
         ended = time.monotonic() - stopped_at
         assert rest[-1]["type"] == "stream_stopped"
-        assert ended < 2.0, ended  # the issue asks for 500 ms; the slack is for a loaded 2-core machine
+        assert ended < 0.5, ended  # the issue's 500 ms (measured: ~10 ms)
         # The SDK sent notifications/cancelled: the server's handler was cancelled.
         assert await asyncio.to_thread(test_server.wait_note, "hang cancelled")
         await comm.disconnect()
@@ -212,6 +213,16 @@ class TestToolList:
         result = await tool.execute({})
         assert result.success and len(result.output) < 70_000
         assert "[cut: the result was 20,971,520 characters" in result.output
+
+    async def test_tool_manual_describes_an_mcp_tool(self, owner, test_server):
+        await sync_to_async(add_server)(owner, test_server.url)
+        assert await _tool(owner, "demo__add") is not None
+        token = current_user_id.set(owner.id)
+        try:
+            result = await get_tool_registry().call("tool_manual", {"name": "demo__add"})
+        finally:
+            current_user_id.reset(token)
+        assert result.success and "# demo__add" in result.output and "`a` (integer, required)" in result.output
 
     async def test_list_changed_refreshes_the_offered_tools(self, owner, test_server):
         server = await sync_to_async(add_server)(owner, test_server.url)
