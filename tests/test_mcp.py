@@ -320,3 +320,39 @@ def _closed_port() -> int:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
+
+
+async def test_the_http_connection_goes_to_the_checked_address_only():
+    """DNS rebinding: after the SSRF check the SDK's client never resolves the name again; it
+    connects to the address that was checked and sends the real Host (a name that does not
+    resolve at all still reaches the pinned address)."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's naming
+            seen.append(self.headers["Host"])
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    port = httpd.server_address[1]
+    try:
+        async with mcp_client.pinned_http_client(f"http://rebind.invalid:{port}/mcp", ["::1", "127.0.0.1"], {}) as http:
+            response = await http.get(f"http://rebind.invalid:{port}/mcp")
+        assert response.status_code == 204 and seen == [f"rebind.invalid:{port}"]
+    finally:
+        httpd.shutdown()
+
+
+async def test_a_hostname_in_http_allowed_hosts_connects(owner, test_server, settings):
+    settings.HTTP_ALLOWED_HOSTS = ["localhost"]
+    url = test_server.url.replace("127.0.0.1", "localhost")
+    server = await sync_to_async(add_server)(owner, url)
+    assert await _tool(owner, "demo__add") is not None
+    assert (await sync_to_async(wait_state)(server)).state == "connected"

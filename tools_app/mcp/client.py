@@ -153,11 +153,10 @@ class Connection:
 
     async def _transport(self, stack: AsyncExitStack) -> Any:
         if self.config.transport == "http":
-            await check_url_reachable(self.config.url)
+            addresses = await check_url_reachable(self.config.url)
             from mcp.client.streamable_http import streamable_http_client
-            from mcp.shared._httpx_utils import create_mcp_http_client
 
-            http = create_mcp_http_client(headers=dict(self.config.headers))
+            http = pinned_http_client(self.config.url, addresses, dict(self.config.headers))
             await stack.enter_async_context(http)
             # One answer may be big (a 20 MB result is read, then cut for the model); past this it fails.
             biggest = int(getattr(settings, "MCP_MAX_RESPONSE_MB", 64)) * 1024 * 1024
@@ -242,6 +241,36 @@ class Connection:
             handle.seek(max(0, size - STDERR_TAIL))
             return handle.read().decode("utf-8", "replace")
         return ""
+
+
+def pinned_http_client(url: str, addresses: list[str], headers: dict[str, str]) -> Any:
+    """The SDK's HTTP client for one server, connecting only to `addresses` (those the SSRF
+    check passed, in order) while speaking to the URL's host (Host header, TLS SNI and
+    certificate), so a second DNS answer is never used; no proxies from the environment."""
+    import httpx2
+    from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
+
+    host = httpx2.URL(url).host
+
+    class Pinned(httpx2.AsyncHTTPTransport):
+        async def handle_async_request(self, request):
+            if request.url.host != host:
+                return await super().handle_async_request(request)
+            extensions = dict(request.extensions)
+            if request.url.scheme == "https":
+                extensions["sni_hostname"] = host
+            for n, address in enumerate(addresses):
+                pinned = httpx2.Request(request.method, request.url.copy_with(host=address.split("%")[0]),
+                                        headers=request.headers, stream=request.stream, extensions=extensions)
+                try:
+                    return await super().handle_async_request(pinned)
+                except httpx2.ConnectError:
+                    if n == len(addresses) - 1:  # e.g. localhost: ::1 refused, then 127.0.0.1
+                        raise
+            raise httpx2.ConnectError(f"no address to connect to for {host}")
+
+    return httpx2.AsyncClient(headers=headers, trust_env=False, transport=Pinned(trust_env=False),
+                              timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT))
 
 
 def is_connection_lost(exc: BaseException) -> bool:

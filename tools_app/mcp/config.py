@@ -96,10 +96,11 @@ def check_transport(transport: str, command: str, url: str) -> None:
             raise ConfigError(f"url: {exc}") from None
 
 
-async def check_url_reachable(url: str) -> None:
-    """The web tools' SSRF rule: a private address only when its host is in HTTP_ALLOWED_HOSTS."""
+async def check_url_reachable(url: str) -> list[str]:
+    """The web tools' SSRF rule: a private address only when its host is in HTTP_ALLOWED_HOSTS.
+    Returns the checked addresses (the connection is pinned to them: no DNS rebinding)."""
     try:
-        await netguard.resolve_checked(netguard.parse_url(url))
+        return await netguard.resolve_checked(netguard.parse_url(url))
     except netguard.URLRefused as exc:
         raise ConfigError(str(exc)) from None
 
