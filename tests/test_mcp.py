@@ -214,6 +214,11 @@ class TestToolList:
         assert result.success and len(result.output) < 70_000
         assert "[cut: the result was 20,971,520 characters" in result.output
 
+    async def test_profiles_and_the_tool_allowlist_choose_what_is_offered(self, owner, test_server):
+        await sync_to_async(add_server)(owner, test_server.url, profiles=["server_admin"], tool_allowlist=["add", "hang"])
+        assert await _tools(owner, "secretary") == []
+        assert {t.name for t in await _tools(owner, "server_admin")} == {"demo__add", "demo__hang"}
+
     async def test_tool_manual_describes_an_mcp_tool(self, owner, test_server):
         await sync_to_async(add_server)(owner, test_server.url)
         assert await _tool(owner, "demo__add") is not None

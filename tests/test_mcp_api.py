@@ -186,7 +186,7 @@ def test_the_command_lists_tests_and_shows_tools_and_calls_are_counted(owner, te
     assert "demo [http] owner connected" in out.getvalue()
     out = io.StringIO()
     call_command("navi_mcp", "tools", "demo", stdout=out)
-    assert "demo__add: [MCP server demo] Add two integers." in out.getvalue()
+    assert "demo__add: Add two integers." in out.getvalue()
     out = io.StringIO()
     call_command("navi_mcp", "list", stdout=out)
     assert "demo [http]" in out.getvalue()

@@ -396,7 +396,7 @@ class Hub:
 
 def _save_state(conn: Connection) -> None:
     """Write the state to the row (another process's page reads it), off the hub loop."""
-    tools = [{"name": s.name, "description": s.description[:300]} for s in conn.specs]
+    tools = [{"name": s.name, "description": s.summary[:300]} for s in conn.specs]
     tools += [{"name": name, "description": "", "problem": problem} for name, problem in conn.problems.items()]
     error = conn.error
     if conn.state == "connected" and conn.problems:

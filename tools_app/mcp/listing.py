@@ -20,8 +20,9 @@ class ToolSpec:
 
     name: str  # `<server>__<tool>`
     remote: str  # the name the server knows it by
-    description: str
+    description: str  # as the model reads it (naming the server)
     parameters: dict[str, Any]
+    summary: str = ""  # the server's own description, for the page
 
 
 def schema_problem(schema: Any) -> str | None:
@@ -58,5 +59,5 @@ def build(server: str, tools: Iterable[Any], reserved: set[str]) -> tuple[list[T
         schema = dict(schema)
         schema.setdefault("type", "object")
         description = (tool.description or tool.title or remote).strip()[:DESCRIPTION_CAP]
-        specs.append(ToolSpec(name, remote, f"[MCP server {server}] {description}", schema))
+        specs.append(ToolSpec(name, remote, f"[MCP server {server}] {description}", schema, description))
     return specs, problems
