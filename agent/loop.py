@@ -8,6 +8,7 @@ failed call as `TurnFailed` with its error frame; a partial answer is kept as `i
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import AsyncIterator
 
@@ -84,7 +85,10 @@ class Agent:
         current_user_id.set(conv.owner_id)
         current_guard.set(guard)
         yield StreamStart(user_message=user_message)
-        await self.tools.prepare_provided(conv.owner_id)  # e.g. MCP servers: connect on first use
+        # Provided tools (MCP servers) connect on first use, each bounded; Stop does not wait for
+        # them (a stop here ends the run at the loop's first check).
+        with contextlib.suppress(Stopped):
+            await until_stopped(self.tools.prepare_provided(conv.owner_id), current_stop_event.get())
         profile = conv.session.profile  # loaded with the session
         backend = self.backends.get(profile.llm_backend)
         limit = await effective_window(backend, profile)

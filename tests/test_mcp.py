@@ -5,6 +5,7 @@ inputs — each gets a clear state and the run goes on."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import threading
 import time
@@ -101,6 +102,18 @@ class TestToolsThroughARun:
         # The SDK sent notifications/cancelled: the server's handler was cancelled.
         assert await asyncio.to_thread(test_server.wait_note, "hang cancelled")
         await comm.disconnect()
+
+    async def test_stop_does_not_wait_for_a_server_still_connecting(self, llm, session, owner, owner_token, settings):
+        settings.MCP_CONNECT_TIMEOUT_S = 15
+        with _silent_listener() as port:
+            await sync_to_async(add_server)(owner, f"http://127.0.0.1:{port}/mcp", name="mute")
+            comm = await start(session, owner_token, "anything")
+            await frames_until(comm, of_type("stream_start"), TIMEOUT)
+            stopped_at = time.monotonic()
+            await comm.send_json_to({"type": "stop"})
+            rest = await frames_until(comm, run_ended, TIMEOUT)
+            assert rest[-1]["type"] == "stream_stopped" and time.monotonic() - stopped_at < 0.5
+            await comm.disconnect()
 
     async def test_tool_timeout_applies_to_mcp_calls(self, llm, session, owner, owner_token, test_server, settings):
         settings.TOOL_TIMEOUT_S = 1
@@ -274,13 +287,8 @@ class TestToolList:
         self, owner, test_server, settings
     ):
         settings.MCP_CONNECT_TIMEOUT_S = 1
-        silent = socket.socket()
-        silent.bind(("127.0.0.1", 0))
-        silent.listen()
-        held: list[socket.socket] = []
-        threading.Thread(target=lambda: held.append(silent.accept()[0]), daemon=True).start()
-        try:
-            mute = await sync_to_async(add_server)(owner, f"http://127.0.0.1:{silent.getsockname()[1]}/mcp", name="mute")
+        with _silent_listener() as port:
+            mute = await sync_to_async(add_server)(owner, f"http://127.0.0.1:{port}/mcp", name="mute")
             await sync_to_async(add_server)(owner, test_server.url)
             started = time.monotonic()
             names = {t.name for t in await _tools(owner)}
@@ -288,10 +296,6 @@ class TestToolList:
             assert "demo__add" in names and not any(n.startswith("mute__") for n in names)
             mute = await sync_to_async(wait_state)(mute, ("failed",))
             assert mute.state == "failed" and "did not answer the MCP handshake (initialize) within 1 s" in mute.last_error
-        finally:
-            silent.close()
-            for conn in held:
-                conn.close()
 
     async def test_a_private_address_not_in_http_allowed_hosts_is_refused(self, owner, settings):
         settings.HTTP_ALLOWED_HOSTS = []
@@ -306,6 +310,28 @@ class TestToolList:
         assert await _tools(owner) == []
         server = await sync_to_async(wait_state)(server, ("failed",))
         assert "command not found: 'no-such-mcp-server-here'" in server.last_error and "full path" in server.last_error
+
+
+@contextlib.contextmanager
+def _silent_listener():
+    """A TCP port that accepts connections and never answers (a server stuck before initialize)."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                held.append(silent.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield silent.getsockname()[1]
+    finally:
+        silent.close()
+        for conn in held:
+            conn.close()
 
 
 async def _tools(owner, profile_id: str = "secretary") -> list:
