@@ -202,12 +202,22 @@ def test_the_command_lists_tests_and_shows_tools_and_calls_are_counted(owner, te
     assert b'navi_mcp_calls_total{outcome="ok",server="demo"}' in exposition()
 
 
+def test_the_admins_test_connection_button_shows_the_state(owner_client, test_server):
+    server = MCPServer.objects.create(owner=None, name="shared", transport="http", url=test_server.url)
+    response = owner_client.post(f"/admin/tools_app/mcpserver/{server.pk}/test/", follow=True)
+    shown = [str(m) for m in response.context["messages"]]
+    assert response.status_code == 200 and any(m.startswith("shared: connected") for m in shown), shown
+    assert wait_state(server).state == "connected"
+    assert owner_client.get(f"/admin/tools_app/mcpserver/{server.pk}/change/").content.count(b"shared__add") >= 1
+
+
 def test_the_admin_masks_secrets_and_refuses_stdio_to_staff_without_the_permission(owner, owner_client,
                                                                                    django_user_model):
     server = MCPServer.objects.create(owner=None, name="timesrv", transport="stdio", command="mcp-server-time",
                                       env={"API_KEY": "admin-only-secret-42"})
     page = owner_client.get(f"/admin/tools_app/mcpserver/{server.pk}/change/")
     assert page.status_code == 200 and b"admin-only-secret-42" not in page.content
+    assert f"/admin/tools_app/mcpserver/{server.pk}/test/".encode() in page.content  # the test connection button
     staff = django_user_model.objects.create_user("staff2", password="x", is_staff=True)
     staff.user_permissions.add(*Permission.objects.filter(codename__in=["add_mcpserver", "change_mcpserver"]))
     staff_client = Client()

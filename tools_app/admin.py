@@ -191,16 +191,45 @@ class MCPServerAdmin(admin.ModelAdmin):
     list_display = ("name", "owner", "transport", "enabled", "shown_state", "tool_count", "short_error")
     list_filter = ("transport", "enabled", "state")
     search_fields = ("name", "url", "command", "last_error")
-    readonly_fields = ("state", "state_at", "tool_list", "error_text", "stderr_text", "created_at", "updated_at")
+    readonly_fields = ("state", "test_button", "state_at", "tool_list", "error_text", "stderr_text", "created_at",
+                       "updated_at")
     actions = ("test_connection",)
     fieldsets = (
         (None, {"fields": ("name", "owner", "transport", "enabled", "profiles")}),
         ("stdio", {"fields": ("command", "args", "env", "network", "paths")}),
         ("streamable HTTP", {"fields": ("url", "headers")}),
         ("Tools and approvals", {"fields": ("tool_allowlist", "auto_approve", "auto_approve_tools")}),
-        ("State", {"fields": ("state", "state_at", "tool_list", "error_text", "stderr_text", "created_at",
-                              "updated_at")}),
+        ("State", {"fields": ("state", "test_button", "state_at", "tool_list", "error_text", "stderr_text",
+                              "created_at", "updated_at")}),
     )
+
+    def get_urls(self):
+        test = path("<int:server_id>/test/", self.admin_site.admin_view(self.test_view), name="tools_app_mcpserver_test")
+        return [test, *super().get_urls()]
+
+    @admin.display(description="test connection")
+    def test_button(self, obj):
+        if not obj.pk:
+            return "save the server first"
+        # Submits the change form (its CSRF token included) to the test view; nothing is saved.
+        return format_html(
+            "<button type='submit' formaction='{}' formmethod='post' formnovalidate>Test connection</button>",
+            reverse("admin:tools_app_mcpserver_test", args=[obj.pk]),
+        )
+
+    def test_view(self, request, server_id: int):
+        server = MCPServer.objects.filter(pk=server_id).first()
+        if server is None:
+            raise Http404(f"no MCP server {server_id}")
+        if request.method == "POST" and self.has_change_permission(request, server):
+            self._report(request, mcp_service.test_connection(server))
+        return HttpResponseRedirect(reverse("admin:tools_app_mcpserver_change", args=[server_id]))
+
+    def _report(self, request, server) -> None:
+        level = messages.SUCCESS if server.state == "connected" else messages.WARNING
+        tools = len([t for t in server.tools or [] if not t.get("problem")])
+        detail = f"{tools} tool(s)" if server.state == "connected" else server.last_error or state_of(server)
+        messages.add_message(request, level, f"{server.name}: {state_of(server)} — {detail}")
 
     def get_form(self, request, obj=None, change=False, **kwargs):
         form = super().get_form(request, obj, change, **kwargs)
@@ -235,8 +264,4 @@ class MCPServerAdmin(admin.ModelAdmin):
     @admin.action(description="Test connection")
     def test_connection(self, request, queryset):
         for server in queryset:
-            server = mcp_service.test_connection(server)
-            level = messages.SUCCESS if server.state == "connected" else messages.WARNING
-            tools = len([t for t in server.tools or [] if not t.get("problem")])
-            detail = f"{tools} tool(s)" if server.state == "connected" else server.last_error or state_of(server)
-            messages.add_message(request, level, f"{server.name}: {state_of(server)} — {detail}")
+            self._report(request, mcp_service.test_connection(server))
