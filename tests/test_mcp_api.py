@@ -67,6 +67,8 @@ def test_a_user_adds_an_http_server_sees_it_connect_and_its_secrets_stay_hidden(
     assert MCPServer.objects.get(pk=body["id"]).headers == {"Authorization": "Bearer very-secret-token-123"}
     patch(owner_client, f"/mcp/servers/{body['id']}", {"headers": {"Authorization": "Bearer new-one-456789"}})
     assert MCPServer.objects.get(pk=body["id"]).headers == {"Authorization": "Bearer new-one-456789"}
+    # Editing closed the old connection; the row never says "disabled" for an enabled server.
+    assert wait_state(MCPServer.objects.get(pk=body["id"]), ("connected",)).state == "connected"
 
 
 def test_another_user_cannot_see_call_or_change_someones_server(owner, owner_client, other_user, test_server):

@@ -30,4 +30,4 @@ def delete_session_notes(sender, instance: Session, **kwargs) -> None:
 def mcp_server_changed(sender, instance: MCPServer, **kwargs) -> None:
     """A disabled, edited or deleted server's connection in this process ends at once (a stdio
     server's process group with it); the next use connects with what the row says now."""
-    mcp_client.apply_change(instance.pk)
+    mcp_client.apply_change(instance.pk, disabled=kwargs.get("signal") is post_save and not instance.enabled)

@@ -75,6 +75,7 @@ class Connection:
         self.ready: asyncio.Event | None = None
         self.closing: asyncio.Event | None = None
         self.stderr_path = ""
+        self.closed_as: str | None = None
         self.on_change: Callable[[Connection], None] | None = None
 
     # --- lifecycle (hub loop) ---------------------------------------------------------------
@@ -90,7 +91,10 @@ class Connection:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self.ready.wait()), wait)
 
-    async def close(self) -> None:
+    async def close(self, state: str | None = None) -> None:
+        """End the connection (a stdio server's process group with it). `state`: what the row
+        says afterwards ("disabled"); None leaves it to whoever connects next."""
+        self.closed_as = state
         if self.closing is not None:
             self.closing.set()
         if self.task is not None and not self.task.done():
@@ -118,8 +122,14 @@ class Connection:
         except BaseException as exc:  # noqa: BLE001 - any failure is the server's state, never a crash
             self._fail(self._explain(exc))
             return
-        if self.state != "failed":
-            self._set("disabled" if self.closing.is_set() else "failed", self.error or "the connection closed")
+        if self.state == "failed":
+            return
+        if not self.closing.is_set():
+            self._set("failed", self.error or "the connection closed")
+        elif self.closed_as:
+            self._set(self.closed_as, "")
+        else:
+            self.state = "disabled"  # closed by Navi (reconnect, new settings, shutdown): nothing to report
 
     def _explain(self, exc: BaseException) -> str:
         """The failure, with where and what to check."""
@@ -384,10 +394,10 @@ class Hub:
         await conn.ensure(wait)
         return conn
 
-    async def drop(self, server_id: int) -> None:
+    async def drop(self, server_id: int, state: str | None = None) -> None:
         conn = self.connections.pop(server_id, None)
         if conn is not None:
-            await conn.close()
+            await conn.close(state)
 
     async def close_all(self) -> None:
         for server_id in list(self.connections):
@@ -456,9 +466,9 @@ def shutdown(timeout: float = 10.0) -> None:
 atexit.register(shutdown)
 
 
-def apply_change(server_id: int) -> None:
+def apply_change(server_id: int, *, disabled: bool = False) -> None:
     """A server row was saved or deleted: its connection in this process ends now (a stdio
     server's process group with it); the next use connects with the new settings."""
     hub = _hub
     if hub is not None and server_id in hub.connections:
-        hub.run_sync(hub.drop(server_id), 30)
+        hub.run_sync(hub.drop(server_id, "disabled" if disabled else None), 30)

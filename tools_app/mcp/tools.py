@@ -180,7 +180,7 @@ class MCPProvider:
         hub = mcp_client._hub
         for row in rows:
             if not row.enabled and hub is not None and row.pk in hub.connections:
-                hub.submit(hub.drop(row.pk))
+                hub.submit(hub.drop(row.pk, "disabled"))
 
     async def prepare(self, user_id: int | None) -> None:
         """Open the connections not open yet (first use), all at once, each bounded."""
