@@ -145,14 +145,15 @@ class RunGuard:
 
     async def check(
         self, tool: str, arguments: dict, profile_id: str, profile_policy: dict | None, *, is_subagent: bool,
-        destinations: list[str] | None = None, tool_asks: str = "",
+        destinations: list[str] | None = None, tool_asks: str = "", tool_default: str | None = None,
     ) -> Verdict:
         """Decide on a prepared call (its arguments validated and normalised once, by
         ToolRegistry.prepare) and record it. Refusals and `ask` never run the tool until answered.
         `destinations`: the URLs or hosts the call would contact (tools_app.egress); `tool_asks`:
-        the tool's own reason to ask for this call (Tool.approval_reason)."""
+        the tool's own reason to ask for this call (Tool.approval_reason); `tool_default`: the
+        Tool's own default policy (MCP tools ask until allowed)."""
         record = self._record_for(tool, arguments, profile_id, is_subagent)
-        setting = policy.policy_for(profile_policy, tool, arguments)
+        setting = policy.policy_for(profile_policy, tool, arguments, tool_default)
         tainted_by = self.tainted_by
         new_hosts = policy.unknown_hosts(destinations, await self.known_hosts()) if tainted_by and destinations else []
         if is_host_call(tool, arguments) and not self.can_host:
@@ -174,7 +175,10 @@ class RunGuard:
             verdict = Verdict(record, run=True, reason="approved for this chat earlier (always in this chat)")
         elif setting == policy.ASK:
             by_policy = policy.configured(profile_policy, tool) == policy.ASK and not policy.is_risky(tool, arguments)
-            verdict = Verdict(record, ask=True, reason=policy.ask_reason(tool, arguments, by_policy=by_policy))
+            reason = policy.ask_reason(tool, arguments, by_policy=by_policy)
+            if not policy.configured(profile_policy, tool) and tool_default == policy.ASK:
+                reason = policy.ask_reason_by_default(tool)
+            verdict = Verdict(record, ask=True, reason=reason)
         else:
             verdict = Verdict(record, run=True, reason="allowed by the policy")
         granted = tool in self.grants and setting == policy.ASK

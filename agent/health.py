@@ -19,6 +19,7 @@ from django.views.decorators.http import require_GET
 from agent.llm import LLMBackend
 from agent.models import Profile
 from agent.registry import get_agent
+from tools_app.mcp import service as mcp_service
 
 PROBE_TIMEOUT_S = 1.5
 # Checks that apps above agent add from their AppConfig.ready (e.g. messaging_app's "telegram"):
@@ -141,4 +142,6 @@ def health(request: HttpRequest) -> JsonResponse:
                 report["status"] = "degraded"
     if not request.user.is_authenticated:
         report = {"status": report["status"]}
+    else:
+        report["mcp"] = mcp_service.health_for(request.user)  # enabled MCP servers that fail, and why
     return JsonResponse(report)

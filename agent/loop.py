@@ -8,6 +8,7 @@ failed call as `TurnFailed` with its error frame; a partial answer is kept as `i
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import AsyncIterator
 
@@ -85,6 +86,10 @@ class Agent:
         current_user_id.set(conv.owner_id)
         current_guard.set(guard)
         yield StreamStart(user_message=user_message)
+        # Provided tools (MCP servers) connect on first use, each bounded; Stop does not wait for
+        # them (a stop here ends the run at the loop's first check).
+        with contextlib.suppress(Stopped):
+            await until_stopped(self.tools.prepare_provided(conv.owner_id), current_stop_event.get())
         profile = conv.session.profile  # loaded with the session
         backend = self.backends.get(profile.llm_backend)
         limit = await effective_window(backend, profile)
@@ -111,6 +116,7 @@ class Agent:
         guard = RunGuard.load(conv.owner_id, conv.id, run_id, conversation=conv)
         conv.add_now(message)
         self.tools.refresh_user_tools_now()
+        self.tools.load_provided(conv.owner_id)
         conv.memory_ahead = get_summary(conv.owner_id)
         return conv, guard
 
@@ -260,7 +266,8 @@ class Agent:
         """The profile's tools this user may be offered (no host tools without the permission,
         nothing the policy denies)."""
         guard = current_guard.get()
-        tools = self.tools.tools_for(profile.enabled_tools)
+        user_id = guard.user_id if guard is not None else current_user_id.get()
+        tools = self.tools.tools_for(profile.enabled_tools, user_id, profile.id)
         if guard is None:
             return tools
         return [t for t in tools if guard.offers(t.name, profile.tool_policy)]

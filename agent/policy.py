@@ -46,8 +46,11 @@ def is_risky(tool: str, arguments: Any) -> bool:
     return is_host_call(tool, arguments) or (tool == "http_request" and _method(arguments) not in SAFE_HTTP_METHODS)
 
 
-def default_policy(tool: str, arguments: Any) -> str:
-    return ASK if is_risky(tool, arguments) else ALLOW
+def default_policy(tool: str, arguments: Any, tool_default: str | None = None) -> str:
+    """`tool_default`: the Tool's own `default_policy` (MCP tools: `ask` until allowed)."""
+    if is_risky(tool, arguments):
+        return ASK
+    return tool_default if tool_default in CHOICES else ALLOW
 
 
 def configured(profile_policy: dict | None, tool: str) -> str | None:
@@ -55,9 +58,9 @@ def configured(profile_policy: dict | None, tool: str) -> str | None:
     return value if value in CHOICES else None
 
 
-def policy_for(profile_policy: dict | None, tool: str, arguments: Any) -> str:
+def policy_for(profile_policy: dict | None, tool: str, arguments: Any, tool_default: str | None = None) -> str:
     """The profile's setting for the tool, else the default for this call."""
-    return configured(profile_policy, tool) or default_policy(tool, arguments)
+    return configured(profile_policy, tool) or default_policy(tool, arguments, tool_default)
 
 
 def describe_call(tool: str, arguments: Any) -> str:
@@ -84,13 +87,25 @@ def ask_reason(tool: str, arguments: Any, *, tainted_by: str = "", by_policy: bo
     return f"{tool} {what}"
 
 
+def ask_reason_by_default(tool: str) -> str:
+    """Why a tool whose own default is `ask` (an outside server's) waits for the owner."""
+    return (
+        f"{tool} is a tool of an outside (MCP) server: Navi asks before each call until the owner "
+        "allows it (the server's settings, or this profile's tool policy)"
+    )
+
+
 # --- untrusted content ---------------------------------------------------------------------
 def untrusted_source(
-    tool: str, arguments: Any, uploads_dir: str | None, workspace: str | None, *, network: bool = False
+    tool: str, arguments: Any, uploads_dir: str | None, workspace: str | None, *, network: bool = False,
+    origin: str = "",
 ) -> str:
     """Where an outside tool result came from ("" when the result is trusted). `network`: the
-    tool could reach the network in this call (tools_app.egress.reaches_network)."""
+    tool could reach the network in this call (tools_app.egress.reaches_network); `origin`: the
+    Tool says its output is from outside (`untrusted_output`, e.g. an MCP server)."""
     args = arguments if isinstance(arguments, dict) else {}
+    if origin:
+        return f"the result of {tool} from {origin}"
     if network:
         return f"the output of {tool}, which has network access"
     if tool == "image_view" and str(args.get("path_or_url") or "").strip().lower().startswith(("http://", "https://")):

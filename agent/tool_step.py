@@ -58,6 +58,7 @@ async def run_tool(
             call.name, prepared.params, profile.id, profile.tool_policy, is_subagent=is_subagent,
             destinations=egress.destinations(prepared.tool, prepared.params),
             tool_asks=prepared.tool.approval_reason(prepared.params) if prepared.tool is not None else "",
+            tool_default=getattr(prepared.tool, "default_policy", None),
         )
         if verdict.ask:
             async for event in _ask_owner(guard, verdict, call):
@@ -140,9 +141,11 @@ def _content(
         return content
     chat = current_chat_session_id.get()
     uploads = str(session_files_dir(chat)) if chat else None
+    tool = prepared.tool
     source = policy.untrusted_source(
         call.name, call.arguments, uploads, str(workspace_for(conv.owner_id)),
-        network=prepared.tool is not None and egress.reaches_network(prepared.tool),
+        network=tool is not None and egress.reaches_network(tool),
+        origin=(tool.origin or tool.name) if tool is not None and tool.untrusted_output else "",
     )
     if not source and guard is not None and guard.run_taint and guard.run_taint != taint_before:
         # A sub-agent read outside data during this call: its answer is made of that data.

@@ -1,7 +1,7 @@
 """ASGI entry point: HTTP through Django, WebSockets through Channels.
 
     ProtocolTypeRouter
-      http      → body size limit → Django
+      http      → body size limit → /mcp: Navi's MCP endpoint (agent.mcp_server); else Django
       websocket → cookie/Bearer auth → Origin check → URLRouter(agent.routing)
 
 Under `python -m navi_project.serve` (daphne with limits at the protocol level) oversized
@@ -23,6 +23,7 @@ django_asgi_app = BodyFileASGIHandler()  # reads a body the server spooled to di
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 
+from agent.mcp_server import endpoint as mcp_endpoint  # noqa: E402
 from agent.routing import websocket_urlpatterns  # noqa: E402
 from navi_project.origin import header, origin_allowed  # noqa: E402
 from sessions_app.auth import WebSocketAuthStack  # noqa: E402
@@ -55,9 +56,22 @@ class OriginCheck:
         return await _close_forbidden_origin(scope, receive, send)
 
 
+class MCPRoute:
+    """`/mcp` is Navi's own MCP endpoint (the SDK's streamable-HTTP app, agent.mcp_server);
+    every other path is Django's (`/mcp/servers` included)."""
+
+    def __init__(self, application):
+        self.application = application
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope.get("path") in ("/mcp", "/mcp/"):
+            return await mcp_endpoint(scope, receive, send)
+        return await self.application(scope, receive, send)
+
+
 application = ProtocolTypeRouter(
     {
-        "http": BodyLimitMiddleware(django_asgi_app),
+        "http": BodyLimitMiddleware(MCPRoute(django_asgi_app)),
         "websocket": WebSocketAuthStack(OriginCheck(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -50,6 +50,11 @@ TOOL_CALLS = Counter(
     "Tool calls by outcome (success, error, or the decision that kept it from running)",
     ["tool", "outcome"],
 )
+MCP_CALLS = Counter(
+    "navi_mcp_calls_total",
+    "MCP tool calls by server and outcome (ok, tool_error, error, unavailable, cancelled)",
+    ["server", "outcome"],
+)
 WS_OPEN = Gauge("navi_websocket_connections", "Open session WebSockets (all workers)", multiprocess_mode="livesum")
 WS_OPENED = Counter("navi_websocket_accepted_total", "Session WebSockets accepted")
 RELAY_LAG = Histogram(
@@ -110,6 +115,11 @@ def tool_call(name: str, known: bool, verdict, success: bool) -> None:
     else:
         outcome = "success" if success else "error"
     TOOL_CALLS.labels(name[:100] if known else "(unknown)", outcome).inc()
+
+
+def mcp_call(server: str, outcome: str) -> None:
+    """One call to an MCP server's tool (tools_app.mcp.tools)."""
+    MCP_CALLS.labels(server[:40], outcome[:16]).inc()
 
 
 def websocket_opened() -> None:

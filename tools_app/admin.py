@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django import forms
 from django.contrib import admin, messages
 from django.http import Http404, HttpRequest, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -7,7 +8,10 @@ from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
 from . import user_tools
-from .models import ScratchpadSection, TodoList, UserTool
+from .mcp import service as mcp_service
+from .mcp.config import ConfigError, check_name, check_transport, masked
+from .mcp.service import may_run_stdio, merge_secrets, state_of
+from .models import MCPServer, ScratchpadSection, TodoList, UserTool
 from .permissions import PERMISSION
 from .toolset import get_tool_registry
 
@@ -133,3 +137,131 @@ class ScratchpadSectionAdmin(admin.ModelAdmin):
 class TodoListAdmin(admin.ModelAdmin):
     list_display = ("scope", "updated_at")
     search_fields = ("scope",)
+
+
+class MCPServerForm(forms.ModelForm):
+    """Secret env and header values are shown masked; sent back unchanged, they are kept."""
+
+    class Meta:
+        model = MCPServer
+        fields = "__all__"
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            for key in ("env", "headers"):
+                self.initial[key] = masked(getattr(self.instance, key) or {})
+
+    def _secrets(self, key: str) -> dict:
+        value = self.cleaned_data.get(key) or {}
+        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+            raise forms.ValidationError('an object of strings, e.g. {"API_KEY": "..."}')
+        return merge_secrets(getattr(self.instance, key) or {}, value) if self.instance.pk else value
+
+    def clean_env(self) -> dict:
+        return self._secrets("env")
+
+    def clean_headers(self) -> dict:
+        return self._secrets("headers")
+
+    def clean_name(self) -> str:
+        try:
+            return check_name(self.cleaned_data.get("name"))
+        except ConfigError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+    def clean(self):
+        data = super().clean()
+        user = getattr(self, "current_user", None)
+        if data.get("transport") == MCPServer.Transport.STDIO and user is not None and not may_run_stdio(user):
+            raise forms.ValidationError(
+                "Only holders of the 'run host tools' permission may save stdio servers: they run programs on this "
+                "machine. Use an http server, or ask an administrator."
+            )
+        try:
+            check_transport(data.get("transport", ""), data.get("command", ""), data.get("url", ""))
+        except ConfigError as exc:
+            raise forms.ValidationError(str(exc)) from None
+        return data
+
+
+@admin.register(MCPServer)
+class MCPServerAdmin(admin.ModelAdmin):
+    form = MCPServerForm
+    list_display = ("name", "owner", "transport", "enabled", "shown_state", "tool_count", "short_error")
+    list_filter = ("transport", "enabled", "state")
+    search_fields = ("name", "url", "command", "last_error")
+    readonly_fields = ("state", "test_button", "state_at", "tool_list", "error_text", "stderr_text", "created_at",
+                       "updated_at")
+    actions = ("test_connection",)
+    fieldsets = (
+        (None, {"fields": ("name", "owner", "transport", "enabled", "profiles")}),
+        ("stdio", {"fields": ("command", "args", "env", "network", "paths")}),
+        ("streamable HTTP", {"fields": ("url", "headers")}),
+        ("Tools and approvals", {"fields": ("tool_allowlist", "auto_approve", "auto_approve_tools")}),
+        ("State", {"fields": ("state", "test_button", "state_at", "tool_list", "error_text", "stderr_text",
+                              "created_at", "updated_at")}),
+    )
+
+    def get_urls(self):
+        test = path("<int:server_id>/test/", self.admin_site.admin_view(self.test_view), name="tools_app_mcpserver_test")
+        return [test, *super().get_urls()]
+
+    @admin.display(description="test connection")
+    def test_button(self, obj):
+        if not obj.pk:
+            return "save the server first"
+        # Submits the change form (its CSRF token included) to the test view; nothing is saved.
+        return format_html(
+            "<button type='submit' formaction='{}' formmethod='post' formnovalidate>Test connection</button>",
+            reverse("admin:tools_app_mcpserver_test", args=[obj.pk]),
+        )
+
+    def test_view(self, request, server_id: int):
+        server = MCPServer.objects.filter(pk=server_id).first()
+        if server is None:
+            raise Http404(f"no MCP server {server_id}")
+        if request.method == "POST" and self.has_change_permission(request, server):
+            self._report(request, mcp_service.test_connection(server))
+        return HttpResponseRedirect(reverse("admin:tools_app_mcpserver_change", args=[server_id]))
+
+    def _report(self, request, server) -> None:
+        level = messages.SUCCESS if server.state == "connected" else messages.WARNING
+        tools = len([t for t in server.tools or [] if not t.get("problem")])
+        detail = f"{tools} tool(s)" if server.state == "connected" else server.last_error or state_of(server)
+        messages.add_message(request, level, f"{server.name}: {state_of(server)} — {detail}")
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form = super().get_form(request, obj, change, **kwargs)
+        form.current_user = request.user  # the form refuses stdio servers to staff without run_host_tools
+        return form
+
+    @admin.display(description="state")
+    def shown_state(self, obj):
+        return state_of(obj)
+
+    @admin.display(description="tools")
+    def tool_count(self, obj):
+        return len([t for t in obj.tools or [] if not t.get("problem")])
+
+    @admin.display(description="last error")
+    def short_error(self, obj):
+        return (obj.last_error or "")[:120]
+
+    @admin.display(description="tools")
+    def tool_list(self, obj):
+        rows = [(t["name"], t.get("problem") or t.get("description", "")) for t in obj.tools or []]
+        return format_html_join("", "<div><code>{}</code> — {}</div>", rows) or "none yet"
+
+    @admin.display(description="last error")
+    def error_text(self, obj):
+        return format_html("<pre style='white-space:pre-wrap'>{}</pre>", obj.last_error or "none")
+
+    @admin.display(description="stderr (last lines)")
+    def stderr_text(self, obj):
+        return format_html("<pre style='white-space:pre-wrap'>{}</pre>", obj.stderr_tail or "none")
+
+    @admin.action(description="Test connection")
+    def test_connection(self, request, queryset):
+        for server in queryset:
+            self._report(request, mcp_service.test_connection(server))

@@ -34,6 +34,13 @@ class Tool(ABC):
     # Seconds before the call is abandoned; None = TOOL_TIMEOUT_S. Tools that wait on other
     # long work (spawn_agent) raise it.
     timeout: float | None = None
+    # The policy when the profile sets none: None = the agent's default for the call (agent.policy);
+    # "ask" for tools of outside servers (MCP) until the owner allows them.
+    default_policy: str | None = None
+    # Results come from outside Navi (an MCP server): the agent marks them untrusted like a web
+    # page, naming `origin`, and later risky calls of the run ask first.
+    untrusted_output: bool = False
+    origin: str = ""
 
     def approval_reason(self, arguments: Any) -> str:
         """A reason to ask the owner before this call whatever the policy says ("" = follow it)."""

@@ -39,6 +39,9 @@ class ToolRegistry:
         self._fingerprint: Any = None
         # What the last reload returned (failed files and their errors, for list_tools).
         self.last_user_load: Any = None
+        # Sources of tools that depend on the run's user (MCP servers: tools_app.mcp.tools.MCPProvider):
+        # `load(user_id)` (sync ORM), `async prepare(user_id)`, `tools(user_id, profile_id)`, `lookup(name)`.
+        self.providers: list[Any] = []
 
     # --- registration -----------------------------------------------------------------
     def register(self, tool: Tool, *, builtin: bool = True) -> None:
@@ -48,6 +51,25 @@ class ToolRegistry:
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
+
+    def lookup(self, name: str) -> Tool | None:
+        """A registered tool, else a provider's tool of that name for the run's user."""
+        tool = self._tools.get(name)
+        for provider in self.providers if tool is None else ():
+            tool = provider.lookup(name)
+            if tool is not None:
+                break
+        return tool
+
+    def load_provided(self, user_id: int | None) -> None:
+        """Which provided tools the user may have (sync; the start of a turn's thread hop)."""
+        for provider in self.providers:
+            provider.load(user_id)
+
+    async def prepare_provided(self, user_id: int | None) -> None:
+        """Make the user's provided tools ready (MCP: connect on first use, bounded)."""
+        for provider in self.providers:
+            await provider.prepare(user_id)
 
     def is_builtin(self, name: str) -> bool:
         return name in self._builtin_names
@@ -96,11 +118,15 @@ class ToolRegistry:
         return result
 
     # --- what the model is offered -------------------------------------------------------
-    def tools_for(self, enabled: Iterable[str]) -> list[Tool]:
-        """A profile's tools: its enabled list plus every loaded (enabled) user tool."""
+    def tools_for(self, enabled: Iterable[str], user_id: int | None = None, profile_id: str | None = None) -> list[Tool]:
+        """A profile's tools: its enabled list plus every loaded (enabled) user tool, plus the
+        provided tools of `user_id` for `profile_id` (never one shadowing a registered name)."""
         names = [n for n in enabled if n in self._tools]
         names += [n for n in self.user_tool_names() if n not in names]
-        return [self._tools[n] for n in names]
+        tools = [self._tools[n] for n in names]
+        for provider in self.providers:
+            tools += [t for t in provider.tools(user_id, profile_id) if t.name not in self._tools]
+        return tools
 
     # --- calling -------------------------------------------------------------------------
     def prepare(self, name: str, arguments: Any, *, repair: bool = False, offered: Iterable[str] | None = None) -> PreparedCall:
@@ -108,7 +134,7 @@ class ToolRegistry:
         policy, the permission check and the tool all get `params` of the result. A bad call
         (unknown tool, unreadable arguments, a value no enum allows) carries its `problem`
         result instead and must never run. `offered`: names listed when the tool is unknown."""
-        tool = self._tools.get(name)
+        tool = self.lookup(name)
         if tool is None:
             names = offered if offered is not None else self._tools
             return PreparedCall(name, None, _readable(arguments), _unknown(name, names))

@@ -28,6 +28,7 @@ from tools_app.builtin.terminal import TerminalTool
 from tools_app.builtin.web import HttpRequestTool, WebSearchTool, WebViewTool
 from tools_app.builtin.working_notes import ScratchpadTool, TodoTool
 from tools_app.loader import fingerprint, load_user_tools
+from tools_app.mcp.tools import MCPProvider
 from tools_app.registry import ToolRegistry
 
 # Each entry builds one tool; the self-extension tools get the registry they manage.
@@ -80,6 +81,7 @@ def build_tool_registry() -> ToolRegistry:
     tools.user_tool_fingerprint = fingerprint
     for make in BUILTIN_TOOLS + APP_TOOLS:
         tools.register(make(tools), builtin=True)
+    tools.providers.append(MCPProvider(tools))
     return tools
 
 

@@ -126,7 +126,7 @@ class ToolManualTool(_RegistryTool):
             path = Path(settings.MANUALS_DIR) / f"{name}.md"
             if path.is_file():
                 return ToolResult(True, path.read_text(encoding="utf-8"))
-        tool = self.registry.get(name)
+        tool = self.registry.lookup(name)  # MCP tools of this run's user too
         if tool is None:
             known = ", ".join(sorted(t.name for t in self.registry.all()))
             return ToolResult(False, error=f"no tool named '{name}'. Known tools: {known}")
@@ -140,6 +140,7 @@ def generate_manual(tool: Tool) -> str:
     lines = [f"# {tool.name} — Manual", "", "## What it does", tool.description or "(no description)", "", "## Parameters"]
     props = schema.get("properties", {})
     for key, spec in props.items():
+        spec = spec if isinstance(spec, dict) else {}  # `true` is a valid schema too (an MCP server's)
         kind = spec.get("type", "any")
         extra = f" one of {spec['enum']}" if "enum" in spec else ""
         need = "required" if key in required else "optional"

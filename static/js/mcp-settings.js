@@ -1,0 +1,115 @@
+// The settings page's "MCP servers" section: each server's state (connecting / connected /
+// failed / disabled), its tools, the last error and the tail of a stdio server's stderr;
+// add an HTTP server, test the connection, enable/disable, delete (REST /mcp/servers).
+import { ApiError, csrfToken } from "./api.js";
+import { el } from "./cards.js";
+import { $, toast } from "./pagekit.js";
+
+async function call(method, path, body) {
+  const headers = { Accept: "application/json", "X-CSRFToken": csrfToken() };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const response = await fetch(path, { method, headers, credentials: "same-origin", body: body === undefined ? undefined : JSON.stringify(body) });
+  const data = await response.json().catch(() => ({}));
+  if (!response.ok) throw new ApiError(data.error || `${method} ${path} failed with HTTP ${response.status}`, response.status);
+  return data;
+}
+
+function button(label, className, onClick, describedBy) {
+  const node = el("button", className, label);
+  node.type = "button";
+  if (describedBy) node.setAttribute("aria-label", describedBy);
+  node.addEventListener("click", onClick);
+  return node;
+}
+
+function details(summary, body) {
+  const box = el("details");
+  box.append(el("summary", "", summary), body);
+  return box;
+}
+
+function serverItem(server) {
+  const li = el("li", "mcp-server");
+  li.dataset.id = server.id;
+  li.dataset.state = server.state;
+  const head = el("div", "head");
+  head.append(el("strong", "", server.name), el("span", `mcp-state ${server.state}`, server.state),
+    el("span", "hint", server.global ? "global (from the administrator)" : server.transport));
+  li.append(head);
+  if (server.last_error) li.append(el("p", "error", server.last_error));
+  const offered = (server.tools || []).filter((t) => !t.problem);
+  if (server.tools && server.tools.length) {
+    const list = el("ul");
+    for (const tool of server.tools) {
+      const item = el("li");
+      item.append(el("code", "", tool.name), document.createTextNode(tool.problem ? ` — not offered: ${tool.problem}` : ` — ${tool.description || ""}`));
+      list.append(item);
+    }
+    li.append(details(`${offered.length} tool(s)`, list));
+  }
+  if (server.stderr_tail) li.append(details("stderr (last lines)", el("pre", "", server.stderr_tail)));
+  const actions = el("div", "actions");
+  const test = button("Test connection", "", async () => {
+    test.disabled = true;
+    test.textContent = "Testing…";
+    try {
+      li.replaceWith(serverItem(await call("POST", `/mcp/servers/${server.id}/test`)));
+    } catch (err) {
+      toast(`Test failed: ${err.message}`);
+      test.disabled = false;
+      test.textContent = "Test connection";
+    }
+  }, `Test connection to ${server.name}`);
+  if (server.enabled) actions.append(test);
+  if (!server.global) {
+    actions.append(button(server.enabled ? "Disable" : "Enable", "", async () => {
+      try {
+        li.replaceWith(serverItem(await call("PATCH", `/mcp/servers/${server.id}`, { enabled: !server.enabled })));
+      } catch (err) {
+        toast(`Could not change ${server.name}: ${err.message}`);
+      }
+    }, `${server.enabled ? "Disable" : "Enable"} ${server.name}`));
+    actions.append(button("Delete", "danger-outline", async () => {
+      if (!window.confirm(`Delete the MCP server "${server.name}"? Its tools are no longer offered.`)) return;
+      try {
+        await call("DELETE", `/mcp/servers/${server.id}`);
+        li.remove();
+        $("#mcp-empty").hidden = !!$("#mcp-servers").children.length;
+      } catch (err) {
+        toast(`Could not delete ${server.name}: ${err.message}`);
+      }
+    }, `Delete ${server.name}`));
+  }
+  li.append(actions);
+  return li;
+}
+
+async function load() {
+  const servers = await call("GET", "/mcp/servers");
+  $("#mcp-servers").replaceChildren(...servers.map(serverItem));
+  $("#mcp-empty").hidden = servers.length > 0;
+}
+
+function start() {
+  $("#mcp-add").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const token = $("#mcp-token").value.trim();
+    const body = { name: $("#mcp-name").value.trim(), transport: "http", url: $("#mcp-url").value.trim() };
+    if (token) body.headers = { Authorization: `Bearer ${token}` };
+    try {
+      const created = await call("POST", "/mcp/servers", body);
+      $("#mcp-add").reset();
+      $("#mcp-servers").append(serverItem(created));
+      $("#mcp-empty").hidden = true;
+      // It connects in the background: show the state it reaches.
+      const tested = await call("POST", `/mcp/servers/${created.id}/test`);
+      const item = document.querySelector(`.mcp-server[data-id="${created.id}"]`);
+      if (item) item.replaceWith(serverItem(tested));
+    } catch (err) {
+      toast(`Could not add the server: ${err.message}`);
+    }
+  });
+  load().then(() => { document.body.dataset.mcpReady = "1"; }).catch((err) => toast(`Could not load the MCP servers: ${err.message}`));
+}
+
+start();

@@ -1,0 +1,71 @@
+"""The settings page's MCP servers section in real Chromium: a server that works shows its
+tools, a broken one shows why (state and last error), from the keyboard, in both themes,
+at phone width, with no serious axe-core findings."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.test_daily import axe_serious, new_page
+from tests.browser_support import screenshot
+from tests.live_server import LiveNavi, free_port
+from tests.mcp_support import SDKServer
+
+# Elements of the MCP section that stick out of a phone-wide page.
+WIDE = """() => [...document.querySelectorAll('#mcp, #mcp *')]
+  .filter(e => e.getBoundingClientRect().right > document.documentElement.clientWidth + 1)
+  .map(e => e.tagName + '#' + e.id + '.' + e.className).slice(0, 12)"""
+
+
+@pytest.fixture(scope="module")
+def navi(live_llm):
+    env = {"OLLAMA_HOST": live_llm.url, "CHAT_TITLES": "first_words", "HTTP_ALLOWED_HOSTS": "127.0.0.1",
+           "MCP_CONNECT_TIMEOUT_S": "3"}
+    with LiveNavi(env=env) as server:
+        yield server
+
+
+@pytest.fixture
+def mcp_server(tmp_path):
+    server = SDKServer(tmp_path / "marker.txt")
+    yield server
+    server.stop()
+
+
+def add(page, name: str, url: str) -> None:
+    """Fill the form and submit it with the keyboard."""
+    page.fill("#mcp-name", name)
+    page.fill("#mcp-url", url)
+    page.focus("#mcp-token")
+    page.keyboard.press("Enter")
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_a_working_and_a_broken_server_show_their_state(browser, login_state, navi, mcp_server, scheme):
+    context, page = new_page(browser, login_state, color_scheme=scheme, viewport={"width": 390, "height": 800})
+    try:
+        page.goto(f"{navi.url}/settings/")
+        page.wait_for_selector("body[data-mcp-ready='1']")
+        add(page, f"demo{scheme}", mcp_server.url)
+        working = page.locator(".mcp-server", has_text=f"demo{scheme}")
+        expect(working.locator(".mcp-state")).to_have_text("connected")
+        working.locator("summary").first.click()
+        expect(working).to_contain_text(f"demo{scheme}__add")
+        add(page, f"broken{scheme}", f"http://127.0.0.1:{free_port()}/mcp")
+        broken = page.locator(".mcp-server", has_text=f"broken{scheme}")
+        expect(broken.locator(".mcp-state")).to_have_text("failed")
+        expect(broken.locator(".error")).to_contain_text("ConnectError")
+        # Test connection again, from the keyboard.
+        broken.get_by_role("button", name=f"Test connection to broken{scheme}").focus()
+        page.keyboard.press("Enter")
+        expect(page.locator(".mcp-server", has_text=f"broken{scheme}").locator(".mcp-state")).to_have_text("failed")
+        wide = page.evaluate(WIDE)
+        assert not wide, wide
+        screenshot(page, f"mcp-settings-{scheme}")
+        assert not axe_serious(page)
+        page.once("dialog", lambda dialog: dialog.accept())
+        page.locator(".mcp-server", has_text=f"broken{scheme}").get_by_role("button", name=f"Delete broken{scheme}").click()
+        expect(page.locator(".mcp-server", has_text=f"broken{scheme}")).to_have_count(0)
+    finally:
+        context.close()

@@ -1,0 +1,474 @@
+"""One persistent connection per MCP server per process, on the official `mcp` SDK.
+
+Every connection lives on one event loop in a thread of its own (the hub): a run, a REST view
+or a management command calls in from any loop or thread, and cancelling the caller cancels
+the request task here, so the SDK sends `notifications/cancelled` (Stop). A connection opens
+on first use, lists the tools, refreshes them on `notifications/tools/list_changed`, and
+after a failure waits (backoff, doubling up to BACKOFF_MAX_S) before the next try.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import contextlib
+import logging
+import os
+import sys
+import tempfile
+import threading
+import time
+from contextlib import AsyncExitStack
+from typing import Any, Callable
+
+from django.conf import settings
+from django.db import OperationalError, close_old_connections, connections
+from django.utils import timezone
+
+from tools_app import sandbox
+from tools_app.mcp import listing
+from tools_app.mcp.config import ConfigError, ServerConfig, check_url_reachable, connect_timeout, resolve_command
+from tools_app.models import MCPServer
+
+log = logging.getLogger(__name__)
+
+BACKOFF_MIN_S = 1.0
+BACKOFF_MAX_S = 60.0
+STDERR_TAIL = 2000
+SANDBOX_HOME = "/home/mcp"  # the stdio server's throwaway, writable home inside the sandbox
+# Names no MCP tool may take (the registry's); set when the tool registry is built.
+reserved_names: Callable[[], set[str]] = set
+
+
+class Unavailable(RuntimeError):
+    """The server is not connected; the message says why and what to do."""
+
+
+def first_error(exc: BaseException) -> BaseException:
+    """The first real error inside anyio's exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def describe(exc: BaseException) -> str:
+    exc = first_error(exc)
+    text = str(exc) or type(exc).__name__
+    return text if isinstance(exc, (ConfigError, Unavailable)) else f"{type(exc).__name__}: {text}"
+
+
+class Connection:
+    """The client side of one server: its state, its tools, its SDK client (hub loop only)."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.state = "connecting"
+        self.error = ""
+        self.tools: list[Any] = []  # mcp.types.Tool, as the server listed them
+        self.specs: list[listing.ToolSpec] = []  # what is offered of them
+        self.problems: dict[str, str] = {}  # tools skipped, and why
+        self.client: Any = None
+        self.failures = 0
+        self.retry_at = 0.0
+        self.task: asyncio.Task | None = None
+        self.ready: asyncio.Event | None = None
+        self.closing: asyncio.Event | None = None
+        self.stderr_path = ""
+        self.closed_as: str | None = None
+        self.on_change: Callable[[Connection], None] | None = None
+
+    # --- lifecycle (hub loop) ---------------------------------------------------------------
+    async def ensure(self, wait: float) -> None:
+        """Connect when not connected (unless backing off), waiting up to `wait` seconds."""
+        if self.task is None or self.task.done():
+            if self.state == "failed" and time.monotonic() < self.retry_at:
+                return
+            self.ready, self.closing = asyncio.Event(), asyncio.Event()
+            self._set("connecting", "")
+            self.task = asyncio.get_running_loop().create_task(self._run())
+        if self.state == "connecting" and wait > 0:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self.ready.wait()), wait)
+
+    async def close(self, state: str | None = None) -> None:
+        """End the connection (a stdio server's process group with it). `state`: what the row
+        says afterwards ("disabled"); None leaves it to whoever connects next."""
+        self.closed_as = state
+        if self.closing is not None:
+            self.closing.set()
+        if self.task is not None and not self.task.done():
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(self.task, 10)
+
+    async def _run(self) -> None:
+        """Open, wait for the handshake (bounded), then hold the connection until closed."""
+        body = asyncio.get_running_loop().create_task(self._body())
+        ready = asyncio.ensure_future(self.ready.wait())
+        limit = connect_timeout()
+        done, _ = await asyncio.wait({body, ready}, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
+        ready.cancel()
+        if not done:
+            body.cancel()
+            with contextlib.suppress(BaseException):
+                await body
+            self._fail(f"the server did not answer the MCP handshake (initialize) within {limit:g} s; "
+                       "check that it speaks MCP on this transport, or see its stderr")
+            return
+        try:
+            await body
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - any failure is the server's state, never a crash
+            self._fail(self._explain(exc))
+            return
+        if self.state == "failed":
+            return
+        if not self.closing.is_set():
+            self._set("failed", self.error or "the connection closed")
+        elif self.closed_as:
+            self._set(self.closed_as, "")
+        else:
+            self.state = "disabled"  # closed by Navi (reconnect, new settings, shutdown): nothing to report
+
+    def _explain(self, exc: BaseException) -> str:
+        """The failure, with where and what to check."""
+        text = describe(exc)
+        inner = first_error(exc)
+        if isinstance(inner, ConfigError):
+            return text
+        if self.config.transport == "http" and type(inner).__name__ in ("ConnectError", "ConnectTimeout"):
+            return f"cannot reach {self.config.url} ({text}); check the URL and that the server is running"
+        if self.config.transport == "stdio":
+            return f"the program stopped or failed to start ({text}); see its stderr below"
+        return text
+
+    async def _body(self) -> None:
+        async with AsyncExitStack() as stack:
+            transport = await self._transport(stack)
+            from mcp import Client
+
+            client = Client(transport, mode="legacy", cache=None, message_handler=self._on_message,
+                            client_info=_client_info())
+            await stack.enter_async_context(client)
+            self.client = client
+            try:
+                self._absorb((await client.list_tools()).tools)
+                self.failures = 0
+                self._set("connected", "")
+                self.ready.set()
+                await self.closing.wait()
+            finally:
+                self.client = None
+
+    async def _transport(self, stack: AsyncExitStack) -> Any:
+        if self.config.transport == "http":
+            addresses = await check_url_reachable(self.config.url)
+            from mcp.client.streamable_http import streamable_http_client
+
+            http = pinned_http_client(self.config.url, addresses, dict(self.config.headers))
+            await stack.enter_async_context(http)
+            # One answer may be big (a 20 MB result is read, then cut for the model); past this it fails.
+            biggest = int(getattr(settings, "MCP_MAX_RESPONSE_MB", 64)) * 1024 * 1024
+            return streamable_http_client(self.config.url, http_client=http, max_sse_event_size=biggest)
+        from mcp.client.stdio import StdioServerParameters, stdio_client
+
+        argv = stdio_argv(self.config)
+        fd, self.stderr_path = tempfile.mkstemp(prefix=f"navi-mcp-{self.config.id}-", suffix=".stderr")
+        errlog = os.fdopen(fd, "w+")
+        stack.callback(errlog.close)
+        cgroup = sandbox.PidsCgroup.for_root(stdio_limits().processes) if _sandboxed() else None
+        if cgroup is not None:
+            argv = cgroup.wrap(argv)
+            stack.callback(cgroup.remove)
+        params = StdioServerParameters(command=argv[0], args=argv[1:], env=_stdio_env(self.config), cwd="/")
+        return stdio_client(params, errlog=errlog)
+
+    def _absorb(self, tools: list[Any]) -> None:
+        self.tools = list(tools)
+        self.specs, self.problems = listing.build(self.config.name, self.tools, reserved_names())
+
+    async def _on_message(self, message: Any) -> None:
+        import mcp.types as types
+
+        if isinstance(message, types.ToolListChangedNotification) and self.client is not None:
+            asyncio.get_running_loop().create_task(self._relist())
+
+    async def _relist(self) -> None:
+        client = self.client
+        if client is None:
+            return
+        try:
+            self._absorb((await client.list_tools()).tools)
+            self._set("connected", "")
+        except Exception as exc:  # noqa: BLE001
+            log.info("MCP server %s: tools/list after list_changed failed: %s", self.config.name, exc)
+
+    # --- calls (hub loop) -------------------------------------------------------------------
+    async def call(self, tool: str, arguments: dict) -> Any:
+        await self.ensure(connect_timeout())
+        client = self.client
+        if self.state != "connected" or client is None:
+            raise Unavailable(self.unavailable_reason())
+        try:
+            return await client.call_tool(tool, arguments)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if is_connection_lost(exc):
+                self._fail(f"the connection broke during a call: {describe(exc)}")
+                if self.closing is not None:
+                    self.closing.set()
+            raise
+
+    def unavailable_reason(self) -> str:
+        if self.state == "connecting":
+            return f"MCP server '{self.config.name}' is still connecting; try again in a moment"
+        wait = max(0.0, self.retry_at - time.monotonic())
+        again = f" Navi tries again in {wait:.0f} s." if wait >= 1 else ""
+        return f"MCP server '{self.config.name}' is not connected: {self.error or self.state}.{again}"
+
+    # --- state --------------------------------------------------------------------------------
+    def _fail(self, message: str) -> None:
+        self.failures += 1
+        delay = min(BACKOFF_MAX_S, BACKOFF_MIN_S * (2 ** (self.failures - 1)))
+        self.retry_at = time.monotonic() + delay
+        self._set("failed", message)
+        if self.ready is not None:
+            self.ready.set()  # wakes whoever waits for this attempt (the state says how it ended)
+
+    def _set(self, state: str, error: str) -> None:
+        self.state, self.error = state, error
+        if self.on_change is not None:
+            self.on_change(self)
+
+    def stderr_tail(self) -> str:
+        if not self.stderr_path:
+            return ""
+        with contextlib.suppress(OSError), open(self.stderr_path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - STDERR_TAIL))
+            return handle.read().decode("utf-8", "replace")
+        return ""
+
+
+def pinned_http_client(url: str, addresses: list[str], headers: dict[str, str]) -> Any:
+    """The SDK's HTTP client for one server, connecting only to `addresses` (those the SSRF
+    check passed, in order) while speaking to the URL's host (Host header, TLS SNI and
+    certificate), so a second DNS answer is never used; no proxies from the environment."""
+    import httpx2
+    from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
+
+    host = httpx2.URL(url).host
+
+    class Pinned(httpx2.AsyncHTTPTransport):
+        async def handle_async_request(self, request):
+            if request.url.host != host:
+                return await super().handle_async_request(request)
+            extensions = dict(request.extensions)
+            if request.url.scheme == "https":
+                extensions["sni_hostname"] = host
+            for n, address in enumerate(addresses):
+                pinned = httpx2.Request(request.method, request.url.copy_with(host=address.split("%")[0]),
+                                        headers=request.headers, stream=request.stream, extensions=extensions)
+                try:
+                    return await super().handle_async_request(pinned)
+                except httpx2.ConnectError:
+                    if n == len(addresses) - 1:  # e.g. localhost: ::1 refused, then 127.0.0.1
+                        raise
+            raise httpx2.ConnectError(f"no address to connect to for {host}")
+
+    return httpx2.AsyncClient(headers=headers, trust_env=False, transport=Pinned(trust_env=False),
+                              timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT))
+
+
+def is_connection_lost(exc: BaseException) -> bool:
+    from mcp.shared.exceptions import MCPError
+
+    exc = first_error(exc)
+    if isinstance(exc, MCPError):
+        return exc.error.code == -32000 or "closed" in exc.error.message.lower()  # CONNECTION_CLOSED
+    return isinstance(exc, (OSError, EOFError)) or type(exc).__name__ in ("ClosedResourceError", "BrokenResourceError")
+
+
+def _client_info() -> Any:
+    from mcp.types import Implementation
+
+    return Implementation(name="navi", version="1")
+
+
+# --- stdio: the sandbox -------------------------------------------------------------------------
+def _sandboxed() -> bool:
+    return not sandbox.sandbox_disabled()
+
+
+def stdio_argv(config: ServerConfig) -> list[str]:
+    """The command line of a stdio server: inside the tools' bubblewrap sandbox and prlimit
+    caps, no network unless allowed, only the folders its config names visible (read-only)."""
+    program = resolve_command(config.command)
+    argv = [program, *config.args]
+    if not _sandboxed():
+        return argv
+    bwrap = sandbox.bwrap_binary()
+    if bwrap is None:
+        raise ConfigError(sandbox.missing_bwrap("a stdio MCP server"))
+    ro_binds = [(p, p) for p in config.paths]
+    python = None
+    real = os.path.realpath(program)
+    if real.startswith(sys.prefix.rstrip("/") + "/") or program.startswith(sys.prefix.rstrip("/") + "/"):
+        ro_binds.append((sys.prefix, sys.prefix))  # a program pip installed into Navi's own venv
+        python = sys.executable
+    prefix = sandbox.bwrap_argv(
+        bwrap, SANDBOX_HOME, network=config.network, throwaway_workspace=True, python=python,
+        ro_binds=ro_binds, env=dict(config.env),
+    )
+    return stdio_limits().wrap(prefix + argv)
+
+
+def stdio_limits() -> sandbox.Limits:
+    """The tools' caps (SANDBOX_*), with the address space of MCP_STDIO_MEMORY_MB: a server lives
+    long, and Node's V8 reserves far more address space than it uses (1 GB kills it at start)."""
+    tools = sandbox.Limits.for_tools()
+    memory = int(getattr(settings, "MCP_STDIO_MEMORY_MB", 4096)) * 1024 * 1024
+    return sandbox.Limits(memory=max(memory, tools.memory), file_size=tools.file_size, processes=tools.processes)
+
+
+def _stdio_env(config: ServerConfig) -> dict[str, str]:
+    """The environment of the process the SDK starts. The SDK adds HOME, LOGNAME, PATH, SHELL,
+    TERM and USER from the server's own; they are replaced so bwrap's environment (which the
+    sandbox can read as /proc/1/environ) holds nothing of the server's, only the tool's."""
+    neutral = {"LOGNAME": "mcp", "USER": "mcp", "SHELL": "/bin/sh", "TERM": "dumb"}
+    if not _sandboxed():
+        return sandbox.safe_env(SANDBOX_HOME, {**neutral, **dict(config.env)})
+    return sandbox.sandbox_env(SANDBOX_HOME, {**neutral, **dict(config.env)})
+
+
+# --- the hub: one thread, one loop, every connection -----------------------------------------
+class Hub:
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.connections: dict[int, Connection] = {}
+        self.thread = threading.Thread(target=self._serve, name="navi-mcp", daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def submit(self, coro) -> concurrent.futures.Future:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    async def run(self, coro) -> Any:
+        """Await `coro` on the hub from any loop; cancelling the caller cancels it there."""
+        return await asyncio.wrap_future(self.submit(coro))
+
+    def run_sync(self, coro, timeout: float) -> Any:
+        return self.submit(coro).result(timeout)
+
+    # --- on the hub loop ------------------------------------------------------------------------
+    async def connection(self, config: ServerConfig) -> Connection:
+        """The connection for this config; a changed config closes the old one first."""
+        conn = self.connections.get(config.id)
+        if conn is not None and conn.config.connection_key() != config.connection_key():
+            await conn.close()
+            conn = None
+        if conn is None:
+            conn = Connection(config)
+            conn.on_change = _save_state
+            self.connections[config.id] = conn
+        conn.config = config
+        return conn
+
+    async def ensure(self, config: ServerConfig, wait: float) -> Connection:
+        conn = await self.connection(config)
+        await conn.ensure(wait)
+        return conn
+
+    async def reconnect(self, config: ServerConfig, wait: float) -> Connection:
+        """`test connection`: close, forget the backoff, connect again."""
+        conn = await self.connection(config)
+        await conn.close()
+        conn.retry_at = 0.0
+        conn.task = None
+        await conn.ensure(wait)
+        return conn
+
+    async def drop(self, server_id: int, state: str | None = None) -> None:
+        conn = self.connections.pop(server_id, None)
+        if conn is not None:
+            await conn.close(state)
+
+    async def close_all(self) -> None:
+        for server_id in list(self.connections):
+            await self.drop(server_id)
+
+
+def _save_state(conn: Connection) -> None:
+    """Write the state to the row (another process's page reads it), off the hub loop."""
+    tools = [{"name": s.name, "description": s.summary[:300]} for s in conn.specs]
+    tools += [{"name": name, "description": "", "problem": problem} for name, problem in conn.problems.items()]
+    error = conn.error
+    if conn.state == "connected" and conn.problems:
+        error = f"{len(conn.problems)} of its tools are not offered: " + "; ".join(
+            f"{name}: {problem}" for name, problem in conn.problems.items())
+    fields = {
+        "state": conn.state, "last_error": error[:4000], "tools": tools,
+        "stderr_tail": conn.stderr_tail(), "state_at": timezone.now(),
+    }
+    _writer.submit(_write_state, conn.config.id, fields)
+
+
+def _write_state(server_id: int, fields: dict) -> None:
+    """One state write, retried while the database is busy (SQLite under load): a lost
+    `failed` would leave the page showing `connected` with no reason."""
+    for attempt in range(5):
+        close_old_connections()
+        try:
+            MCPServer.objects.filter(pk=server_id).update(**fields)
+            return
+        except OperationalError:
+            log.info("MCP server %s: state write failed (attempt %d)", server_id, attempt + 1, exc_info=True)
+            time.sleep(0.2 * (attempt + 1))
+        except Exception:  # noqa: BLE001 - the state is a display; a gone table is no crash
+            log.info("could not save the state of MCP server %s", server_id, exc_info=True)
+            return
+        finally:
+            connections.close_all()
+
+
+_writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="navi-mcp-state")
+_lock = threading.Lock()
+_hub: Hub | None = None
+
+
+def get_hub() -> Hub:
+    global _hub
+    with _lock:
+        if _hub is None:
+            _hub = Hub()
+        return _hub
+
+
+def flush_state_writes() -> None:
+    """Wait for the state writes queued so far (tests, commands that print the state)."""
+    _writer.submit(lambda: None).result(30)
+
+
+def shutdown(timeout: float = 10.0) -> None:
+    """Close every connection (stdio process groups end); at exit and in tests."""
+    hub = _hub
+    if hub is not None:
+        with contextlib.suppress(Exception):
+            hub.run_sync(hub.close_all(), timeout)
+
+
+atexit.register(shutdown)
+
+
+def apply_change(server_id: int, *, disabled: bool = False) -> None:
+    """A server row was saved or deleted: its connection in this process ends now (a stdio
+    server's process group with it); the next use connects with the new settings."""
+    hub = _hub
+    if hub is not None and server_id in hub.connections:
+        hub.run_sync(hub.drop(server_id, "disabled" if disabled else None), 30)

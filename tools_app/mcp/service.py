@@ -1,0 +1,115 @@
+"""What the admin, the REST API, the settings page and `manage.py navi_mcp` share: a server as
+JSON (secrets masked), checked edits, and "test connection"."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from tools_app.mcp import client as mcp_client
+from tools_app.mcp.config import (
+    ConfigError,
+    ServerConfig,
+    check_fields,
+    check_name,
+    check_transport,
+    connect_timeout,
+    mask,
+    masked,
+)
+from tools_app.models import MCPServer
+from tools_app.permissions import PERMISSION
+
+EDITABLE = ("transport", "command", "args", "env", "url", "headers", "network", "paths", "enabled", "profiles",
+            "tool_allowlist", "auto_approve", "auto_approve_tools")
+
+
+def state_of(server: MCPServer) -> str:
+    return MCPServer.State.DISABLED if not server.enabled else server.state
+
+
+def as_json(server: MCPServer, *, detail: bool = True) -> dict[str, Any]:
+    """The REST shape (DESIGN §9), secrets masked; `detail` adds the configuration."""
+    data: dict[str, Any] = {
+        "id": server.pk, "name": server.name, "transport": server.transport, "enabled": server.enabled,
+        "state": state_of(server), "tools": [dict(t) for t in server.tools or []], "last_error": server.last_error,
+        "global": server.owner_id is None,
+    }
+    if detail:
+        data.update({
+            "stderr_tail": server.stderr_tail, "command": server.command, "args": list(server.args or []),
+            "env": masked(server.env), "url": server.url, "headers": masked(server.headers),
+            "network": server.network, "paths": list(server.paths or []), "profiles": list(server.profiles or []),
+            "tool_allowlist": list(server.tool_allowlist or []), "auto_approve": server.auto_approve,
+            "auto_approve_tools": list(server.auto_approve_tools or []),
+            "state_at": server.state_at.isoformat() if server.state_at else None,
+        })
+    if server.owner_id is None and detail:
+        # Offered to everyone: how it runs is the admin's business, not every user's.
+        for key in ("command", "args", "env", "url", "headers", "paths", "stderr_tail"):
+            data.pop(key, None)
+    return data
+
+
+def merge_secrets(old: dict[str, str], new: dict[str, str]) -> dict[str, str]:
+    """A value sent back exactly as it was shown (masked) keeps the stored secret."""
+    return {key: old[key] if key in old and value == mask(old[key]) else value for key, value in new.items()}
+
+
+def may_run_stdio(user) -> bool:
+    return bool(user.is_staff and user.has_perm(PERMISSION))
+
+
+def precheck(server: MCPServer, data: dict[str, Any], *, creating: bool) -> None:
+    """The checks that need neither the network nor the database (they answer first)."""
+    if creating or "name" in data:
+        check_name(data.get("name"))
+    check_fields({"transport": data.get("transport", server.transport), **data})
+
+
+def save(server: MCPServer, data: dict[str, Any], user, *, creating: bool) -> MCPServer:
+    """Apply a REST body to `server` and save it, or raise ConfigError / PermissionError."""
+    if creating or "name" in data:
+        server.name = check_name(data.get("name"))
+    fields = check_fields({"transport": data.get("transport", server.transport), **data})
+    for key in ("env", "headers"):
+        if key in fields:
+            fields[key] = merge_secrets(getattr(server, key) or {}, fields[key])
+    for key in EDITABLE:
+        if key in fields:
+            setattr(server, key, fields[key])
+    if server.transport == MCPServer.Transport.STDIO and not may_run_stdio(user):
+        raise PermissionError(
+            "only staff with the 'run host tools' permission may add stdio servers (they run programs on this "
+            "machine); add an http server instead, or ask the owner"
+        )
+    check_transport(server.transport, server.command, server.url)
+    if MCPServer.objects.filter(owner__isnull=True, name=server.name).exclude(pk=server.pk).exists():
+        raise ConfigError(f"a global server is already called {server.name!r}; choose another name")
+    server.state, server.last_error = MCPServer.State.CONNECTING, ""
+    try:
+        with transaction.atomic():
+            server.save()
+    except IntegrityError:
+        raise ConfigError(f"you already have a server called {server.name!r}; choose another name") from None
+    return server
+
+
+def test_connection(server: MCPServer) -> MCPServer:
+    """Close, reconnect at once (no backoff), and return the row with the state it reached."""
+    hub = mcp_client.get_hub()
+    limit = connect_timeout()
+    if server.enabled:
+        hub.run_sync(hub.reconnect(ServerConfig.from_row(server), limit), limit + 15)
+    mcp_client.flush_state_writes()
+    server.refresh_from_db()
+    return server
+
+
+def health_for(user) -> dict[str, Any]:
+    """/health's `mcp` key: the enabled servers this user may use that fail, with the reason."""
+    rows = MCPServer.objects.filter(enabled=True).filter(owner__isnull=True) | MCPServer.objects.filter(
+        enabled=True, owner=user)
+    failing = [{"id": s.pk, "name": s.name, "last_error": s.last_error} for s in rows if s.state == MCPServer.State.FAILED]
+    return {"status": "failing" if failing else "ok", "servers": rows.count(), "failing": failing}

@@ -1,0 +1,125 @@
+"""REST for MCP servers (DESIGN §9): `/mcp/servers`, `/mcp/servers/<id>`, `/mcp/servers/<id>/test`.
+
+A user sees their own servers and the global ones (without how those run); another user's
+server is a 404. Only staff with `run_host_tools` may add stdio servers (403)."""
+
+from __future__ import annotations
+
+from asgiref.sync import async_to_sync
+from django.db.models import Q
+from django.http import HttpRequest, JsonResponse
+
+from navi_project.http import ApiError, json_view, parse_json_body
+from sessions_app.auth import api_login_required
+from sessions_app.models import profile_model
+from tools_app.mcp import client as mcp_client
+from tools_app.mcp import service
+from tools_app.mcp.config import ConfigError, ServerConfig, check_url_reachable
+from tools_app.models import MCPServer
+
+KNOWN = {"name", *service.EDITABLE}
+
+
+def _visible(user):
+    return MCPServer.objects.filter(Q(owner=user) | Q(owner__isnull=True))
+
+
+def _get(user, server_id: int) -> MCPServer:
+    server = _visible(user).filter(pk=server_id).first()
+    if server is None:
+        raise ApiError(f"no MCP server {server_id}; GET /mcp/servers lists yours", 404)
+    return server
+
+
+def _own(user, server_id: int) -> MCPServer:
+    server = _get(user, server_id)
+    if server.owner_id is None:
+        raise ApiError("this is a global server, managed in the admin; only an administrator can change it", 403)
+    return server
+
+
+def _body(request: HttpRequest) -> dict:
+    data = parse_json_body(request, allow_empty=False)
+    unknown = set(data) - KNOWN
+    if unknown:
+        raise ApiError(f"unknown field(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(KNOWN))}", 400)
+    profiles = data.get("profiles")
+    if isinstance(profiles, list):
+        known = set(profile_model().objects.values_list("pk", flat=True))
+        missing = [p for p in profiles if p not in known]
+        if missing:
+            raise ApiError(f"unknown profile(s) {', '.join(map(str, missing))}; see GET /agents/profiles", 400)
+    return data
+
+
+def _save(request: HttpRequest, server: MCPServer, data: dict, *, creating: bool) -> MCPServer:
+    try:
+        server = service.save(server, data, request.user, creating=creating)
+    except PermissionError as exc:
+        raise ApiError(str(exc), 403) from None
+    except ConfigError as exc:
+        raise ApiError(str(exc), 400) from None
+    return server
+
+
+def _check_url(data: dict, server: MCPServer, *, creating: bool) -> None:
+    """The field checks, then the web tools' SSRF rule, before anything is saved."""
+    try:
+        service.precheck(server, data, creating=creating)
+    except ConfigError as exc:
+        raise ApiError(str(exc), 400) from None
+    url = data.get("url", server.url)
+    if data.get("transport", server.transport) == "http" and isinstance(url, str) and url.strip():
+        try:
+            async_to_sync(check_url_reachable)(url.strip())
+        except ConfigError as exc:
+            raise ApiError(f"url refused: {exc}", 400) from None
+
+
+def _connect_soon(server: MCPServer) -> None:
+    """Start connecting in the background: the answer says `connecting` at once."""
+    if server.enabled:
+        hub = mcp_client.get_hub()
+        hub.submit(hub.ensure(ServerConfig.from_row(server), 0))
+
+
+@api_login_required
+@json_view("GET", "POST")
+def servers(request: HttpRequest) -> JsonResponse:
+    if request.method == "GET":
+        return JsonResponse([service.as_json(s) for s in _visible(request.user)], safe=False)
+    data = _body(request)
+    server = MCPServer(owner=request.user)
+    if data.get("transport") == "stdio" and not service.may_run_stdio(request.user):
+        raise ApiError(
+            "only staff with the 'run host tools' permission may add stdio servers (they run programs on this "
+            "machine); add an http server instead, or ask the owner", 403)
+    _check_url(data, server, creating=True)
+    server = _save(request, server, data, creating=True)
+    _connect_soon(server)
+    return JsonResponse(service.as_json(server), status=201)
+
+
+@api_login_required
+@json_view("GET", "PATCH", "DELETE")
+def server_detail(request: HttpRequest, server_id: int) -> JsonResponse:
+    if request.method == "GET":
+        return JsonResponse(service.as_json(_get(request.user, server_id)))
+    server = _own(request.user, server_id)
+    if request.method == "DELETE":
+        server.delete()
+        return JsonResponse({"ok": True})
+    data = _body(request)
+    _check_url(data, server, creating=False)
+    server = _save(request, server, data, creating=False)
+    _connect_soon(server)
+    return JsonResponse(service.as_json(server))
+
+
+@api_login_required
+@json_view("POST")
+def server_test(request: HttpRequest, server_id: int) -> JsonResponse:
+    server = _get(request.user, server_id)
+    if not server.enabled:
+        raise ApiError("the server is disabled; enable it first (PATCH {\"enabled\": true})", 409)
+    return JsonResponse(service.as_json(service.test_connection(server)))
