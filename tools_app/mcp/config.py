@@ -10,7 +10,7 @@ from typing import Any
 
 from django.conf import settings
 
-from tools_app import netguard
+from navi_project import netguard
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
 SEPARATOR = "__"
