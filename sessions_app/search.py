@@ -162,8 +162,9 @@ class Hit:
     title_match: bool = False
 
 
-def search_sessions(user, query: str, limit: int = MAX_RESULTS) -> list[tuple[Session, str]]:
-    """The user's sessions matching every word of `query`, best first, each with an HTML snippet."""
+def search_sessions(user, query: str, limit: int = MAX_RESULTS) -> list[tuple[Session, str, int | None]]:
+    """The user's sessions matching every word of `query`, best first, each with an HTML snippet
+    and the id of its best-matching message (None when only the title matched)."""
     terms = query_terms(query)
     if not terms:
         return []
@@ -180,10 +181,10 @@ def search_sessions(user, query: str, limit: int = MAX_RESULTS) -> list[tuple[Se
         if session is None:
             continue
         if hit.message_id is not None and hit.message_id in snippets:
-            snippet = snippets[hit.message_id]
+            snippet, message_id = snippets[hit.message_id], hit.message_id
         else:
-            snippet = highlight(session.title, terms)
-        out.append((session, snippet))
+            snippet, message_id = highlight(session.title, terms), None
+        out.append((session, snippet, message_id))
     return out
 
 

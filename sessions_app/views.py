@@ -78,7 +78,9 @@ def sessions(request: HttpRequest) -> JsonResponse:
             if len(query) > 500:
                 raise ApiError("the search query is over 500 characters", 400)
             found = search.search_sessions(request.user, query)
-            return JsonResponse({"sessions": [{**s.as_dict(), "snippet": snippet} for s, snippet in found]})
+            return JsonResponse({"sessions": [
+                {**s.as_dict(), "snippet": snippet, "match_message_id": mid} for s, snippet, mid in found
+            ]})
         rows = Session.objects.filter(owner=request.user).select_related("profile").order_by("-pinned", "-last_active")
         return JsonResponse({"sessions": [s.as_dict() for s in rows]})
 

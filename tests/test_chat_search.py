@@ -35,9 +35,12 @@ class TestSearch:
         found = _search(owner_client, "oat")
         assert [s["session_id"] for s in found] == [str(by_title.id), str(by_text.id)]  # a title match ranks first
         listing = json.loads(owner_client.get("/sessions").content)["sessions"][0]
-        assert set(found[0]) == set(listing) | {"snippet"}
-        assert found[0]["snippet"] == "<mark>Oat</mark> recipes"
+        assert set(found[0]) == set(listing) | {"snippet", "match_message_id"}
+        assert found[0]["snippet"] == "<mark>Oat</mark> recipes" and found[0]["match_message_id"] is None
         assert "<mark>oat</mark> milk" in found[1]["snippet"]
+        # The page opens a result at the message that matched.
+        matched = Message.objects.get(session=by_text, content__startswith="remember")
+        assert found[1]["match_message_id"] in {matched.id, Message.objects.get(session=by_text, seq=2).id}
 
     def test_every_word_must_match_and_prefixes_count(self, owner, owner_client):
         docker = _chat(owner, "", "my docker compose file is broken")

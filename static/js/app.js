@@ -150,6 +150,15 @@ const composer = new Composer($("#composer"), {
   onError: toast,
 });
 
+/** Scroll to the search result's message and highlight its words (older pages are fetched). */
+function revealMatch() {
+  const { messageId, query } = state.reveal;
+  state.reveal = null;
+  chat.reveal(messageId, query).then((found) => {
+    if (!found) toast("The matching message is no longer in this chat's history.");
+  });
+}
+
 function sendMessage({ content, images, files }) {
   chat.addUserMessage(content, images, files);
   state.socket.send({ type: "message", content, images, files });
@@ -163,7 +172,11 @@ function stopRun() {
 }
 
 const sidebar = new Sidebar($("#sidebar"), {
-  onOpen: () => document.body.classList.remove("sidebar-open"),
+  onOpen: (id, match) => {
+    document.body.classList.remove("sidebar-open");
+    state.reveal = match ? { sessionId: id, ...match } : null;
+    if (match && id === state.sessionId && state.ready) revealMatch(); // already open: no hash change
+  },
   onImported: (created) => {
     location.hash = created.id;
   },
@@ -231,6 +244,7 @@ async function openSession(id) {
   state.unsent = null;
   if (unsent) sendMessage(unsent);
   document.body.dataset.ready = "1";
+  if (state.reveal?.sessionId === id) revealMatch();
 }
 
 async function newSession(profileId) {

@@ -89,6 +89,26 @@ function renderTurnRows(rows) {
   return turn;
 }
 
+/** Mark the words of a search in `root` (CSS Custom Highlight: the DOM is not changed). */
+function highlightWords(root, query) {
+  if (!window.CSS?.highlights || typeof Highlight === "undefined") return;
+  const words = query.toLowerCase().split(/\s+/).filter((w) => w.length > 1);
+  const ranges = [];
+  const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+  for (let text = walker.nextNode(); text; text = walker.nextNode()) {
+    const value = text.nodeValue.toLowerCase();
+    for (const word of words) {
+      for (let at = value.indexOf(word); at >= 0; at = value.indexOf(word, at + word.length)) {
+        const range = new Range();
+        range.setStart(text, at);
+        range.setEnd(text, at + word.length);
+        ranges.push(range);
+      }
+    }
+  }
+  CSS.highlights.set("search-hit", new Highlight(...ranges));
+}
+
 /** The live rendering of one run. */
 class RunView {
   constructor(id, container) {
@@ -344,7 +364,13 @@ export class ChatView {
   }
 
   /** The page before the oldest fetched row, then render on from where it stopped. */
-  async fetchOlder() {
+  fetchOlder() {
+    // One fetch at a time; a caller that must wait for the rows (reveal) awaits the same one.
+    if (!this.fetching) this.olderFetch = this.fetchOlderNow();
+    return this.olderFetch;
+  }
+
+  async fetchOlderNow() {
     if (this.fetching || !this.hasMore || !this.rows.length || !this.hooks.loadOlder) return;
     const historyId = this.historyId;
     this.fetching = true;
@@ -441,6 +467,27 @@ export class ChatView {
   nearBottom() {
     const s = this.scroller;
     return s.scrollHeight - s.scrollTop - s.clientHeight < 120;
+  }
+
+  /** Show message `messageId` (a search hit): render or fetch older pages until it is drawn,
+   * scroll it to the middle and highlight the query's words in it. False when it is not there. */
+  async reveal(messageId, query) {
+    const id = String(messageId);
+    const find = () => [...this.list.children].find(
+      (n) => n.dataset.messageId === id || (n.dataset.ids || "").split(",").includes(id));
+    for (let i = 0; i < 200 && !find(); i += 1) {
+      if (this.firstRendered > 0) this.renderOlder();
+      else if (this.hasMore) await this.fetchOlder();
+      else break;
+    }
+    const node = find();
+    if (!node) return false;
+    this.pinned = false;
+    node.scrollIntoView({ block: "center" });
+    node.classList.add("search-hit");
+    setTimeout(() => node.classList.remove("search-hit"), 4000);
+    highlightWords(node, query || "");
+    return true;
   }
 
   /** Stick to the end: the pinned state, or the reader is at the bottom anyway. */

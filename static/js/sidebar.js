@@ -158,7 +158,8 @@ export class Sidebar {
       li.classList.remove("unread");
       link.querySelector(".unread-mark")?.remove();
       link.removeAttribute("aria-label");
-      this.onOpen(s.id);
+      // A search result opens at the message that matched (its words highlighted).
+      this.onOpen(s.id, this.results && s.match_message_id ? { messageId: s.match_message_id, query: this.query } : null);
     });
     const actions = el("div", "session-actions");
     const pin = this.button(s.pinned ? "★" : "☆", s.pinned ? "Unpin" : "Pin", "pin", () => this.togglePin(s));

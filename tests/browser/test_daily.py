@@ -461,6 +461,25 @@ def test_skip_link_and_the_open_chat_scrolled_into_the_list(browser, login_state
         context.close()
 
 
+def test_a_search_result_opens_at_the_matching_message(page, navi):
+    messages = [{"seq": i, "role": "user" if i % 2 else "assistant", "content": f"message {i}"} for i in range(1, 601)]
+    messages[4]["content"] = "message 5 mentions the zanzibar ferry"
+    export = {"format": "navi.session", "version": 1, "session": {"title": "long ago"}, "messages": messages}
+    with navi.api() as client:
+        sid = client.post("/sessions/import", json=export).json()["session_id"]
+    open_chat(page, navi)
+    page.fill("#search", "zanzibar")
+    expect(page.locator(f"#session-list.results li[data-id='{sid}'] .snippet")).to_contain_text("zanzibar")
+    result = page.locator(f"#session-list.results li[data-id='{sid}'] .session-title")
+    result.click()
+    hit = page.locator(".messages > .group.search-hit")
+    expect(hit).to_contain_text("zanzibar ferry")  # an older page was fetched to reach it
+    box, view = hit.bounding_box(), page.locator("#scroller").bounding_box()
+    assert view["y"] <= box["y"] and box["y"] + box["height"] <= view["y"] + view["height"], (box, view)
+    assert page.evaluate("CSS.highlights.get('search-hit').size") >= 1
+    screenshot(page, "daily-05-search-hit")
+
+
 def test_keyboard_reaches_the_attach_buttons_with_a_visible_focus(page, navi):
     open_chat(page, navi)
     page.focus("#input")
