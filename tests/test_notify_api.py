@@ -190,7 +190,7 @@ class TestBadInput:
     @pytest.mark.parametrize(
         "body,names",
         [
-            ({"kind": "fax", "url": "x"}, "'kind' must be one of apprise, webpush"),
+            ({"kind": "fax", "url": "x"}, "'kind' must be one of apprise, telegram, webpush"),
             ({"url": NTFY}, "'kind' must be one of"),
             ({"kind": "apprise"}, "'url' must be an Apprise URL"),
             (

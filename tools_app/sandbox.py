@@ -193,7 +193,9 @@ def bwrap_argv(
     for source, target in ro_binds:  # after the binds: a file may sit inside a bound folder
         argv += ["--ro-bind", str(source), target]
     host = [t for _, t in (*ro, *extra_ro, *binds)] + ([] if throwaway_workspace else [workspace])
-    mounts = ["/proc", "/dev", "/tmp", workspace, *tmpfs, *(t for _, t in (*extra_ro, *binds, *ro_binds))]
+    # The system folders too: /etc itself is made by bwrap for /etc/ssl & co, and a 0700 /etc hid
+    # them all from the sandbox user (Node could not read /etc/ssl/openssl.cnf and would not start).
+    mounts = ["/proc", "/dev", "/tmp", workspace, *tmpfs, *(t for _, t in (*ro, *extra_ro, *binds, *ro_binds))]
     for path in _created_dirs(mounts, host) if as_root else ():
         argv += ["--chmod", "0755", path]
     argv += ["--remount-ro", "/", "--chdir", workspace, "--clearenv"]
