@@ -45,6 +45,7 @@ class VersionLink:
     after_seq: int
     version_of: int
     answer_of: int = 0
+    parked: int = 0  # the seq the replaced version was parked under
 
 
 def parse_message_id(raw: object) -> int:
@@ -71,7 +72,7 @@ def rewind_for_edit(session_id: str, message_id: int) -> tuple[list[str], list[i
                 "window, so it can no longer be edited; send a new message instead",
                 400,
             )
-        link = VersionLink(_last_seq(session_id), row.version_of or row.seq)
+        link = VersionLink(_last_seq(session_id), row.version_of or row.seq, parked=row.seq)
         return list(row.images or []), park_from(session_id, row.seq), link
 
 
@@ -89,19 +90,22 @@ def rewind_for_regenerate(session_id: str) -> tuple[str, list[str], list[int], V
             raise HistoryError("nothing to regenerate: this chat has no message yet", 400)
         if not row.in_context:
             raise HistoryError("the last message was summarised and cannot be answered again; send it anew", 400)
-        link = VersionLink(_last_seq(session_id), row.version_of or row.seq, row.answer_of or row.seq)
+        link = VersionLink(_last_seq(session_id), row.version_of or row.seq, row.answer_of or row.seq, parked=row.seq)
         return row.content, list(row.images or []), park_from(session_id, row.seq), link
 
 
 def link_version(session_id: str, link: VersionLink) -> None:
-    """Mark the user row the run just appended as the new version (the one shown)."""
+    """Mark the user row the run just appended as the new version (the one shown). When the
+    run failed before it saved the message, the replaced version is shown again instead."""
     with transaction.atomic():
         row = (
             Message.objects.filter(session_id=session_id, role=Message.Role.USER, is_summary=False, seq__gt=link.after_seq)
             .order_by("seq")
             .first()
         )
-        if row is None:  # the run failed before it saved the message: nothing to link
+        if row is None:
+            if link.parked:
+                _unpark(session_id, link.parked)
             return
         row.version_of, row.answer_of, row.selected = link.version_of, link.answer_of, True
         row.save(update_fields=["version_of", "answer_of", "selected"])

@@ -91,7 +91,7 @@ class TestEditVersions:
 
         detail = (await _select(http, session, _message(detail, "second")["id"], 2)).json()
         assert _shown(detail) == ["first", "A1", "second, take two", "B2"]
-        assert (await _detail(http, session)) ["messages"] == detail["messages"]  # stored, not just answered
+        assert (await _detail(http, session))["messages"] == detail["messages"]  # stored, not just answered
         # Nothing was deleted: every row of every version is kept.
         assert await Message.objects.filter(session_id=session.pk).acount() == 8
 
@@ -267,3 +267,28 @@ class TestExportImport:
         response = await TokenClient(owner_token).post("/sessions/import", json.dumps(body))
         assert response.status_code == 400
         assert "messages[1].version_of names no message" in response.json()["error"]
+
+
+class TestNothingIsLost:
+    async def test_an_edit_whose_run_cannot_save_the_message_shows_the_old_version_again(
+        self, llm, session, owner_token, no_planning, monkeypatch
+    ):
+        from agent.registry import get_agent
+
+        llm.script(Turn(content="A1"))
+        comm = await _socket(session, owner_token)
+        await _say(comm, "first")
+        agent = get_agent()
+
+        def failing(*args, **kwargs):
+            raise RuntimeError("the database is read-only")
+
+        monkeypatch.setattr(agent, "begin_turn", failing)  # the fault, as tests/test_consumer.py injects it
+        first = (await Message.objects.aget(session_id=session.pk, content="first")).id
+        frames = await _edit(comm, first, "first, edited")
+        assert frames[-1]["type"] == "error" and "read-only" in frames[-1]["message"]
+        shown = [m.content async for m in Message.objects.filter(session_id=session.pk, in_display=True).order_by("seq")]
+        assert shown[:2] == ["first", "A1"] and "first, edited" not in shown
+        context = [m.content async for m in Message.objects.filter(session_id=session.pk, in_context=True).order_by("seq")]
+        assert context == ["first", "A1"]
+        await comm.disconnect()
