@@ -215,6 +215,10 @@ def versions_of_page(session_id: str, rows: list[Message]) -> dict[int, dict]:
     """{message id: {"index", "count", "ids"}} for the shown rows of a page that have versions:
     a user message with edits, and the last row of a turn whose answer was regenerated."""
     users = [r for r in rows if r.role == Message.Role.USER and not r.is_summary]
+    if rows and (not users or users[0] is not rows[0]):  # the page starts inside a turn: its answer may be here
+        head = turn_user_row(session_id, rows[0])
+        if head is not None:
+            users.insert(0, head)
     roots = {r.version_of or r.seq for r in users if r.version_of or r.answer_of}
     roots |= set(
         Message.objects.filter(session_id=session_id, version_of__in=[r.seq for r in users]).values_list("version_of", flat=True)

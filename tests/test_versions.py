@@ -141,6 +141,8 @@ class TestRegenerateVersions:
         detail = await _detail(http, session)
         assert _shown(detail) == ["hi", "A1, third try"]
         assert "versions" not in _message(detail, "hi")  # the message itself was not edited
+        page = await _detail(http, session, "?limit=1")  # a page that starts after the message
+        assert _shown(page) == ["A1, third try"] and page["messages"][0]["versions"]["count"] == 3
         answer = _message(detail, "A1, third try")
         assert answer["versions"]["index"] == 3 and answer["versions"]["count"] == 3
         detail = (await _select(http, session, answer["id"], 1)).json()
