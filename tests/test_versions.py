@@ -10,7 +10,7 @@ from asgiref.sync import sync_to_async
 
 from agent.models import Profile
 from sessions_app.models import ApiToken, Message, Session
-from tests.llm_server import Turn
+from tests.llm_server import Rule, Turn
 from tests.test_consumer import TIMEOUT, TokenClient, connect, receive_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -213,17 +213,34 @@ class TestSelectIsRefused:
         assert (await _select(http, session, edited, 1)).status_code == 200  # after the run it works
         await comm.disconnect()
 
-    async def test_versions_older_than_the_compression_point(self, llm, session, owner_token, no_planning):
+    async def test_versions_older_than_the_compression_point(self, llm, session, owner_token, no_planning, settings):
         http = await _edited_three_times(llm, session, owner_token)
-        # A compression summarised the shown rows (as agent.conversation.apply_compression does).
-        await Message.objects.filter(session_id=session.pk, in_context=True).aupdate(in_context=False)
-        await Message.objects.acreate(session=session, seq=99, role="user", content="[Summary]", is_summary=True, in_display=False)
+        # A long answer fills the window: the post-turn compression summarises all but the last turn.
+        settings.CONTEXT_KEEP_RECENT = 1
+        llm.script(Turn(content="D3", prompt_tokens=7000, eval_tokens=10))
+        llm.add_rule(Rule(match="", system="You compress", turns=[Turn(content="- they talked")]))
+        comm = await _socket(session, owner_token)
+        await comm.send_json_to({"type": "message", "content": "third"})
+        await receive_until(comm, last_type="context_compressed")  # post-turn: after stream_end
+        await comm.disconnect()
+        context_before = [m.content async for m in Message.objects.filter(session_id=session.pk, in_context=True).order_by("-is_summary", "seq")]
+        assert context_before[0].endswith("- they talked") and context_before[1:] == ["third", "D3"]
         edited = _message(await _detail(http, session), "second, take three")["id"]
         response = await _select(http, session, edited, 1)
-        assert response.status_code == 400 and "summary" in response.json()["error"]
-        assert _shown(await _detail(http, session)) == ["first", "A1", "second, take three", "C2"]
-        context = [m.content async for m in Message.objects.filter(session_id=session.pk, in_context=True)]
-        assert context == ["[Summary]"]  # nothing compressed came back
+        assert response.status_code == 400 and "older than the summary" in response.json()["error"]
+        assert _shown(await _detail(http, session)) == ["first", "A1", "second, take three", "C2", "third", "D3"]
+        context = [m.content async for m in Message.objects.filter(session_id=session.pk, in_context=True).order_by("-is_summary", "seq")]
+        assert context == context_before  # nothing compressed came back, nothing parked went in
+        # A turn after the summary still switches, and its context keeps the summary.
+        llm.script(Turn(content="D3 again"))
+        comm = await _socket(session, owner_token)
+        await comm.send_json_to({"type": "regenerate"})
+        await receive_until(comm)
+        await comm.disconnect()
+        detail = (await _select(http, session, _message(await _detail(http, session), "D3 again")["id"], 1)).json()
+        assert _shown(detail)[-2:] == ["third", "D3"]
+        context = [m.content async for m in Message.objects.filter(session_id=session.pk, in_context=True).order_by("-is_summary", "seq")]
+        assert context == context_before
 
 
 class TestPagingAndSearch:
