@@ -38,7 +38,7 @@ from tools_app.context import current_approval_timeout_s, current_run_id, curren
 
 log = logging.getLogger(__name__)
 
-CLAIM_TTL = timedelta(seconds=30)  # a claim whose owner stopped heart-beating is void
+CLAIM_TTL = history.RUN_CLAIM_TTL  # a claim whose owner stopped heart-beating is void
 HEARTBEAT_S = 5.0
 KEEP_FINISHED_S = 120.0  # finished runs stay replayable this long (a reconnect after the end)
 
@@ -169,11 +169,12 @@ class RunManager:
         if mode != "message":
             # Under the claim: no other run can append rows while the history is rewritten.
             try:
-                replayed, images, removed = await db_hop(_rewind, session_id, mode, message_id, images)
+                content, images, removed, begun = await db_hop(
+                    self._rewind_and_begin, session_id, run.run_id, mode, message_id, content, images
+                )
             except Exception:
                 await _release(session_id, run.run_id)
                 raise
-            content = content if replayed is None else replayed
             run.rewound = {"type": "history_rewound", "mode": mode, "removed_ids": removed}
         await self._ensure_listening()
         await self.layer.group_add(control_group(session_id), self.channel)
@@ -184,6 +185,22 @@ class RunManager:
         run.task.add_done_callback(self._tasks.discard)
         metrics.run_started()
         return run
+
+    def _rewind_and_begin(self, session_id: str, run_id: str, mode: str, message_id, content: str, images) -> tuple:
+        """(content, images, removed ids, what `begin_turn` returned or raised) of an edit or a
+        regenerate: the shown version is parked, the new user row appended and linked to its
+        turn as its newest version, in one thread hop."""
+        replayed, images, removed, link = _rewind(session_id, mode, message_id, images)
+        content = content if replayed is None else replayed
+        begin = getattr(self.agent, "begin_turn", None)
+        if begin is None:
+            return content, images, removed, None
+        try:
+            begun = begin(session_id, content, images, run_id)
+        except Exception as exc:  # raised in the run, where it is reported as before
+            begun = exc
+        history.link_version(session_id, link)
+        return content, images, removed, begun
 
     def _claim_and_begin(self, session_id: str, run_id: str, content: str, images) -> tuple[bool, object]:
         """(claimed, what the agent's `begin_turn` returned or raised): a turn's start costs one
@@ -417,12 +434,12 @@ def _release_now(session_id: str, run_id: str) -> None:
     )
 
 
-def _rewind(session_id: str, mode: str, message_id, images) -> tuple[str | None, list[str], list[int]]:
-    """(content, images, removed ids) of the run that replaces the end of the history."""
+def _rewind(session_id: str, mode: str, message_id, images) -> tuple[str | None, list[str], list[int], history.VersionLink]:
+    """(content, images, removed ids, version link) of the run that replaces the end of the history."""
 
     if mode == "edit":
-        kept_images, removed = history.rewind_for_edit(session_id, history.parse_message_id(message_id))
-        return None, images or kept_images, removed
+        kept_images, removed, link = history.rewind_for_edit(session_id, history.parse_message_id(message_id))
+        return None, images or kept_images, removed, link
     if mode == "regenerate":
         return history.rewind_for_regenerate(session_id)
     raise ValueError(f"unknown run mode {mode!r}")

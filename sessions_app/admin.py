@@ -7,7 +7,7 @@ class MessageInline(admin.TabularInline):
     model = Message
     extra = 0
     can_delete = False
-    fields = ("seq", "role", "status", "in_display", "in_context", "is_summary", "content", "name", "created_at")
+    fields = ("seq", "role", "status", "in_display", "in_context", "is_summary", "version_of", "parked_by", "content", "name", "created_at")
     readonly_fields = fields
     ordering = ("seq",)
     show_change_link = True

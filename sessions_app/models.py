@@ -119,6 +119,17 @@ class Message(models.Model):
     # "memory" (facts saved) and "subagent" (the sub-agent's tool calls).
     meta = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # Versions of a turn (sessions_app.history): an edit or a regenerate appends a new user row
+    # with `version_of` = the seq of the turn's first user row; a regenerate also names the user
+    # version it answers again (`answer_of`). `selected`: the answer version shown for its prompt.
+    version_of = models.PositiveIntegerField(default=0)
+    answer_of = models.PositiveIntegerField(default=0)
+    selected = models.BooleanField(default=True)
+    # A row of a version not shown: the seq of that version's user row, and the flags it had,
+    # given back when the version is shown again (0: not parked).
+    parked_by = models.PositiveIntegerField(default=0)
+    parked_display = models.BooleanField(default=False)
+    parked_context = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["session", "seq"]

@@ -37,6 +37,13 @@ _MESSAGE_FIELDS = (
     "in_context",
     "status",
     "meta",
+    # Versions of a turn (sessions_app.history): kept, so an import can switch them as before.
+    "version_of",
+    "answer_of",
+    "selected",
+    "parked_by",
+    "parked_display",
+    "parked_context",
 )
 
 
@@ -176,7 +183,7 @@ _ROLE_NAMES = ", ".join(Message.Role.values)
 _STATUS_NAMES = ", ".join(Message.Status.values)
 _INSERT_COLUMNS = ("session", *_MESSAGE_FIELDS, "created_at")
 _JSON_FIELDS = frozenset({"images", "tool_calls", "meta", "created_at"})  # prepared by their field
-INSERT_BATCH = 2000  # rows per INSERT statement (SQLite allows 32 766 parameters: 15 a row)
+INSERT_BATCH = 1500  # rows per INSERT statement (SQLite allows 32 766 parameters: 21 a row)
 
 
 def _message(raw, i: int, now: datetime) -> tuple:
@@ -216,8 +223,22 @@ def _message(raw, i: int, now: datetime) -> tuple:
         # Nothing streams into an imported chat: an answer cut off mid-stream is interrupted.
         Message.Status.INTERRUPTED.value if status == Message.Status.PARTIAL else str(status),
         meta,
+        _seq_ref(raw.get("version_of"), f"{where}.version_of"),
+        _seq_ref(raw.get("answer_of"), f"{where}.answer_of"),
+        _bool(raw.get("selected"), f"{where}.selected", True),
+        _seq_ref(raw.get("parked_by"), f"{where}.parked_by"),
+        _bool(raw.get("parked_display"), f"{where}.parked_display", False),
+        _bool(raw.get("parked_context"), f"{where}.parked_context", False),
         _time(raw.get("created_at"), f"{where}.created_at", now),
     )
+
+
+def _seq_ref(value, where: str) -> int:
+    """A version field: the seq of another message, 0 for none (an older export has none)."""
+    if value is None:
+        return 0
+    _check(type(value) is int and value >= 0, f"{where} must be the seq of a message of this export, or 0")
+    return value
 
 
 def import_json(user, data) -> Session:
@@ -237,6 +258,10 @@ def import_json(user, data) -> Session:
     messages = [_message(raw, i, now) for i, raw in enumerate(raw_messages)]
     seqs = {m[0] for m in messages}
     _check(len(seqs) == len(messages), "message seq values must be unique")
+    for name in ("version_of", "answer_of", "parked_by"):
+        at = _MESSAGE_FIELDS.index(name)
+        bad = next((i for i, m in enumerate(messages) if m[at] and m[at] not in seqs), None)
+        _check(bad is None, f"messages[{bad}].{name} names no message of this export; use the seq of one, or 0")
     title_source = _str(meta.get("title_source"), "session.title_source", 8)
     _check(title_source in ("", "model", "user"), 'session.title_source must be "", "model" or "user"')
     session = Session(

@@ -11,6 +11,11 @@ urlpatterns = [
     path("sessions/<str:session_id>/export", views.session_export, name="session-export"),
     path("sessions/<str:session_id>/pin", views.session_pin, name="session-pin"),
     path("sessions/<str:session_id>/context", views.session_context, name="session-context"),
+    path(
+        "sessions/<str:session_id>/messages/<str:message_id>/versions/<str:n>/select",
+        views.message_version_select,
+        name="session-message-version-select",
+    ),
     path("sessions/<str:session_id>/files", files.upload_file, name="session-files"),
     path("sessions/<str:session_id>/files/<str:name>", files.download_file, name="session-file"),
     path("settings", settings_views.user_settings, name="user-settings"),

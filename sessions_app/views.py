@@ -13,7 +13,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from navi_project.http import NESTED_TOO_DEEP, ApiError, json_view, parse_json_body
 
-from . import search, services, transfer
+from . import history, search, services, transfer
 from .auth import api_login_required
 from .models import Message, Session, profile_model
 from .signals import send_session_created
@@ -62,11 +62,35 @@ def _message_page(request: HttpRequest, session: Session) -> dict:
     page = list(rows.order_by("-seq")[: limit + 1])
     has_more = len(page) > limit
     page = page[:limit][::-1]
+    versions = history.versions_of_page(str(session.pk), page)
     return {
-        "messages": [m.as_dict() for m in page],
+        "messages": [_with_versions(m.as_dict(), versions) for m in page],
         "has_more": has_more,
         "older_than": page[0].id if has_more else None,
     }
+
+
+def _with_versions(row: dict, versions: dict[int, dict]) -> dict:
+    if row["id"] in versions:
+        row["versions"] = versions[row["id"]]
+    return row
+
+
+@api_login_required
+@json_view("POST")
+def message_version_select(request: HttpRequest, session_id: str, message_id: str, n: str) -> JsonResponse:
+    """Show version `n` of a message (a user message with edits, or an answer regenerated):
+    the session detail again, as GET /sessions/<id> answers it."""
+    session = _get_session_for_user(request, session_id)
+    if not message_id.isdigit():
+        raise ApiError(f"no message {message_id!r} in this chat; use the integer id of one of its messages", 404)
+    if not n.isdigit():
+        raise ApiError(f"the version must be a whole number from 1 (the first version), not {n!r}", 400)
+    try:
+        history.select_version(str(session.pk), int(message_id), int(n))
+    except history.HistoryError as exc:
+        raise ApiError(exc.message, exc.status) from None
+    return JsonResponse({**session.as_dict(), **_message_page(request, session)})
 
 
 @api_login_required

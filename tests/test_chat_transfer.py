@@ -74,6 +74,12 @@ class TestExport:
             "status",
             "meta",
             "created_at",
+            "version_of",
+            "answer_of",
+            "selected",
+            "parked_by",
+            "parked_display",
+            "parked_context",
         }
         assert all(set(m) == fields for m in data["messages"])
         assert data["messages"][1]["tool_calls"][0]["arguments"] == {"command": "df -h"}

@@ -77,6 +77,7 @@ export const api = {
   pin: (id, pinned) => request("PATCH", `/sessions/${id}/pin`, { pinned }),
   remove: (id) => request("DELETE", `/sessions/${id}`),
   stop: (id) => request("POST", `/sessions/${id}/stop`),
+  selectVersion: (id, messageId, n) => request("POST", `/sessions/${id}/messages/${messageId}/versions/${n}/select`),
   context: (id) => request("GET", `/sessions/${id}/context`),
   profiles: () => request("GET", "/agents/profiles").then((d) => d.profiles),
   tools: () => request("GET", "/agents/tools").then((d) => d.tools),

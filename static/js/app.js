@@ -101,6 +101,13 @@ const chat = new ChatView($("#scroller"), {
   },
   onEdit: (messageId, content) => send({ type: "edit", message_id: messageId, content }),
   onRegenerate: () => send({ type: "regenerate" }),
+  onSelectVersion(messageId, n, group, which) {
+    const id = state.sessionId;
+    api.selectVersion(id, messageId, n).then((session) => {
+      if (state.sessionId !== id) return;
+      chat.showVersion(session.messages, session.has_more, group, which);
+    }).catch((err) => toast(err.message));
+  },
   onTitle: setTitle,
   planMayCome: (message) => {
     // The server's rule (agent.planning.should_plan): "auto" plans only longer or multi-part requests.

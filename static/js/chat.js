@@ -22,6 +22,12 @@ function groupRows(rows) {
   return groups;
 }
 
+/** The versions of a turn's answer (on its last row), with the id to switch them by. */
+function turnVersions(rows) {
+  const row = rows.find((r) => r.versions);
+  return row ? { ...row.versions, id: row.id } : null;
+}
+
 function assistantBubble(markdown, streaming = false) {
   const node = el("div", `bubble assistant markdown${streaming ? " streaming" : ""}`);
   node.source = markdown;
@@ -240,28 +246,71 @@ export class ChatView {
   }
 
   renderGroup(group) {
-    if (!group.user) return this.decorateTurn(renderTurnRows(group.rows));
+    if (!group.user) {
+      const turn = renderTurnRows(group.rows);
+      turn.versions = turnVersions(group.rows);
+      return this.decorateTurn(turn);
+    }
     const u = group.user;
     const node = userBubble(u.content, u.images || []);
     node.dataset.messageId = u.id;
-    return this.decorateUser(node);
+    return this.decorateUser(node, u.versions);
   }
 
-  /** Copy and Edit under a user message (Edit needs the message's id: known once saved). */
-  decorateUser(node) {
+  /** Copy and Edit under a user message (Edit needs the message's id: known once saved), and
+   * "‹ n/m ›" when it was edited. */
+  decorateUser(node, versions = null) {
     const bar = el("div", "msg-actions");
     bar.append(
       actionButton("Copy", "copy-message", "Copy this message", (e) => this.copy(e.currentTarget, node.source)),
       actionButton("Edit", "edit", "Edit this message and answer it again", () => this.startEdit(node)),
     );
     node.append(bar);
+    this.setUserVersions(node, versions);
     return node;
   }
 
-  /** Copy under an answer, and Regenerate (Retry after an error or a stop) on the last one. */
+  setUserVersions(node, versions) {
+    const bar = node.querySelector(":scope > .msg-actions");
+    bar?.querySelector(":scope > .versions")?.remove();
+    if (bar && versions) bar.prepend(this.versionControl(node.dataset.messageId, versions));
+  }
+
+  /** "‹ n/m ›": the versions of a message or an answer; a click shows the previous/next one. */
+  versionControl(messageId, versions) {
+    const box = el("span", "versions");
+    box.setAttribute("role", "group");
+    box.setAttribute("aria-label", `Version ${versions.index} of ${versions.count}`);
+    box.dataset.group = String(versions.ids[0]);
+    const go = (n, which) => this.hooks.onSelectVersion?.(Number(messageId), n, box.dataset.group, which);
+    const prev = actionButton("‹", "version-prev", "Previous version", () => go(versions.index - 1, "prev"));
+    prev.setAttribute("aria-label", "Previous version");
+    prev.disabled = versions.index <= 1;
+    const next = actionButton("›", "version-next", "Next version", () => go(versions.index + 1, "next"));
+    next.setAttribute("aria-label", "Next version");
+    next.disabled = versions.index >= versions.count;
+    box.append(prev, el("span", "version-label", `${versions.index}/${versions.count}`), next);
+    return box;
+  }
+
+  /** After a version was chosen: the chat as the server now shows it, the same control focused. */
+  showVersion(rows, hasMore, group, which) {
+    this.loadHistory(rows, hasMore);
+    const box = this.list.querySelector(`.versions[data-group="${CSS.escape(String(group))}"]`);
+    if (!box) return;
+    const buttons = [...box.querySelectorAll("button")];
+    const button = buttons.find((b) => b.classList.contains(`version-${which}`) && !b.disabled) || buttons.find((b) => !b.disabled);
+    button?.focus({ preventScroll: true });
+    box.scrollIntoView({ block: "nearest" });
+    this.pinned = this.nearBottom();
+  }
+
+  /** Copy under an answer, and Regenerate (Retry after an error or a stop) on the last one;
+   * "‹ n/m ›" when the answer was regenerated. */
   decorateTurn(turn) {
     turn.querySelector(":scope > .msg-actions")?.remove();
     const bar = el("div", "msg-actions");
+    if (turn.versions) bar.append(this.versionControl(turn.versions.id, turn.versions));
     const answer = () => [...turn.querySelectorAll(":scope > .bubble.assistant")].map((b) => b.source || b.textContent).join("\n\n");
     if (turn.querySelector(":scope > .bubble.assistant")) {
       bar.append(actionButton("Copy", "copy-message", "Copy this answer (Markdown)", (e) => this.copy(e.currentTarget, answer())));
@@ -404,8 +453,17 @@ export class ChatView {
       const node = nodes[n];
       const group = groups[g];
       if (!!group.user !== node.classList.contains("user")) break;
-      if (group.user) node.dataset.messageId = group.user.id;
-      else node.dataset.ids = group.rows.map((r) => r.id).join(",");
+      if (group.user) {
+        node.dataset.messageId = group.user.id;
+        this.setUserVersions(node, group.user.versions);
+      } else {
+        node.dataset.ids = group.rows.map((r) => r.id).join(",");
+        const versions = turnVersions(group.rows);
+        if (versions || node.versions) {
+          node.versions = versions;
+          this.decorateTurn(node);
+        }
+      }
     }
     this.groups = groups;
     this.firstRendered = Math.max(0, Math.min(this.firstRendered, groups.length - nodes.length));
