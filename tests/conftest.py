@@ -141,6 +141,14 @@ def profiles(django_db_blocker):
 
 
 @pytest.fixture
+def no_planning(profiles):
+    """Profiles that never plan: a test's scripted turns are answers, not plans."""
+    from agent.models import Profile
+
+    Profile.objects.update(planning_enabled=False)
+
+
+@pytest.fixture
 def owner(django_user_model, profiles):
     """The owner: a superuser, so it holds tools_app.run_host_tools like `make run`'s account."""
     return django_user_model.objects.create_superuser("owner", password=PASSWORD)

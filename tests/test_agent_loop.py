@@ -22,11 +22,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 PLANNING = "planning step"
 
 
-@pytest.fixture
-def no_planning(profiles):
-    Profile.objects.update(planning_enabled=False)
-
-
 async def frames_of(session_id, text, **kwargs) -> list[dict]:
     return [to_frame(e) async for e in get_agent().run_stream(str(session_id), text, **kwargs)]
 

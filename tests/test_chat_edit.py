@@ -8,17 +8,11 @@ import json
 import pytest
 from asgiref.sync import sync_to_async
 
-from agent.models import Profile
 from sessions_app.models import ApiToken, Message, Session
 from tests.llm_server import Turn
 from tests.test_consumer import TIMEOUT, TokenClient, connect, receive_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def no_planning(profiles):
-    Profile.objects.update(planning_enabled=False)
 
 
 async def _socket(session, token):

@@ -18,11 +18,6 @@ from tests.test_consumer import TIMEOUT, TokenClient, connect, receive_until
 IMAGE = "aGVsbG8="
 
 
-@pytest.fixture
-def no_planning(profiles):
-    Profile.objects.update(planning_enabled=False)
-
-
 def _json(response):
     assert response["Content-Type"].startswith("application/json"), response.content[:200]
     return json.loads(response.content)

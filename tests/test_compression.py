@@ -115,13 +115,6 @@ def _summary_rule(llm):
     llm.add_rule(Rule(match="", system="You compress", turns=[Turn(content="- they talked about old things")]))
 
 
-@pytest.fixture
-def no_planning(profiles):
-    from agent.models import Profile
-
-    Profile.objects.update(planning_enabled=False)
-
-
 @pytest.mark.django_db(transaction=True)
 class TestTriggers:
     async def _run(self, session, text="new question"):

@@ -12,18 +12,12 @@ from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import AsyncClient
 
-from agent.models import Profile
 from navi_project.asgi import application
 from sessions_app.models import Message, Session
 from tests.llm_server import Turn
 
 pytestmark = pytest.mark.django_db(transaction=True)
 TIMEOUT = 10
-
-
-@pytest.fixture
-def no_planning(profiles):
-    Profile.objects.update(planning_enabled=False)
 
 
 class TokenClient:

@@ -20,11 +20,6 @@ OVERFLOW = "Requested tokens (4327) exceed context window of 4096"
 
 
 @pytest.fixture
-def no_planning(profiles):
-    Profile.objects.update(planning_enabled=False)
-
-
-@pytest.fixture
 def openai_profile(no_planning):
     Profile.objects.filter(pk="secretary").update(llm_backend="openai", model="smollm2")
 

@@ -19,11 +19,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 STOP_WITHIN_S = 0.5
 
 
-@pytest.fixture
-def no_planning(profiles):
-    Profile.objects.update(planning_enabled=False)
-
-
 async def _socket(session, token):
     comm = connect(session.id, token=token)
     connected, _ = await comm.connect(timeout=TIMEOUT)

@@ -14,7 +14,6 @@ from django.test import AsyncClient
 from PIL import Image
 
 from agent.events import FilePublished, to_frame
-from agent.models import Profile
 from agent.reflect import ReflectTool
 from agent.registry import get_agent
 from sessions_app.models import Message, SessionFile
@@ -32,11 +31,6 @@ def _png(width=40, height=30, color=(255, 0, 0), mode="RGB", fmt="PNG") -> bytes
     out = io.BytesIO()
     Image.new(mode, (width, height), color).save(out, format=fmt)
     return out.getvalue()
-
-
-@pytest.fixture
-def no_planning(profiles):
-    Profile.objects.update(planning_enabled=False)
 
 
 @pytest.fixture

@@ -8,28 +8,12 @@ import json
 import pytest
 from asgiref.sync import sync_to_async
 
-from agent.models import Profile
 from sessions_app.models import ApiToken, Message, Session
 from tests.llm_server import Rule, Turn
-from tests.test_consumer import TIMEOUT, TokenClient, connect, receive_until
+from tests.test_chat_edit import _say, _socket
+from tests.test_consumer import TIMEOUT, TokenClient, receive_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def no_planning(profiles):
-    Profile.objects.update(planning_enabled=False)
-
-
-async def _socket(session, token):
-    comm = connect(session.id, token=token)
-    assert (await comm.connect(timeout=TIMEOUT))[0]
-    return comm
-
-
-async def _say(comm, text: str) -> list[dict]:
-    await comm.send_json_to({"type": "message", "content": text})
-    return await receive_until(comm)
 
 
 async def _edit(comm, message_id: int, text: str) -> list[dict]:
