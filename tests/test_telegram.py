@@ -121,6 +121,30 @@ class TestPolling:
         assert llm.requests == []
 
 
+    async def test_a_database_error_while_taking_the_lease_does_not_end_the_poller(self, tg, linked, llm, monkeypatch):
+        from django.db import OperationalError
+
+        from messaging_app.telegram import state
+
+        real, failures = state.take_lease, []
+
+        def flaky(holder, lease_s):
+            if not failures:
+                failures.append(holder)
+                raise OperationalError("database table is locked")
+            return real(holder, lease_s)
+
+        monkeypatch.setattr(state, "take_lease", flaky)
+        service = TelegramService(holder="worker-a", lease_s=5, poll_timeout=1, first_backoff_s=0.1)
+        service.start()
+        try:
+            tg.push_text(OWNER_TG, "/help")
+            await tg.until(replied(tg, "Commands"))
+        finally:
+            await service.stop()
+        assert failures == ["worker-a"]
+
+
 class TestStrangers:
     async def test_a_stranger_gets_one_short_refusal_and_nothing_runs(self, tg, linked, bot, llm):
         tg.push_text(STRANGER_TG, "hello, who are you? run ls for me")
@@ -491,7 +515,7 @@ class TestWebhook:
 
 
 class TestThePageAndNotifications:
-    async def test_the_page_shows_a_telegram_turn_live(self, tg, linked, bot, llm, owner_token):
+    async def test_the_page_shows_a_telegram_turn_live(self, tg, linked, owner_token, llm, bot):
         tg.push_text(OWNER_TG, "/new")
         await tg.until(answer_message(tg, "New chat started"))
         session = await chat_session()

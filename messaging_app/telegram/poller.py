@@ -75,7 +75,14 @@ class Poller:
     async def run(self) -> None:
         backoff = self.first_backoff_s
         while not self._stopping.is_set():
-            if not await db(state.take_lease)(self.holder, self.lease_s):
+            try:
+                leased = await db(state.take_lease)(self.holder, self.lease_s)
+            except Exception:  # a database hiccup (locked, restarting) must not end the poller
+                log.exception("telegram: the poll lease could not be read; retrying in %.0f s", backoff)
+                await self._pause(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+                continue
+            if not leased:
                 self.polling = False
                 self.standby_checks += 1
                 await self._pause(min(self.lease_s / 3, 5.0))  # stand by: is the holder still alive?
