@@ -139,7 +139,7 @@ class ModelReliabilityAdmin(ReadOnlyAdmin):
     """Tool-calling reliability per model: native and recovered calls, repairs, refusals."""
 
     list_display = ("model", "backend", "native_calls", "recovered_calls", "repaired_arguments", "refused_calls",
-                    "unknown_tools", "broken_loops", "updated_at")
+                    "unknown_tools", "broken_loops", "repeated_calls", "constrained_calls", "constrained_output", "updated_at")
     list_filter = ("backend",)
     search_fields = ("model",)
 

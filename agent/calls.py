@@ -116,7 +116,7 @@ class CallTracker:
         which would append or send twice): the result to give instead of running it."""
         if _signature(call) not in self._succeeded:
             return ""
-        self._add("broken_loops")
+        self._add("repeated_calls")
         return REPEAT_NOTE.format(tool=call.name)
 
     def offer(self, tools: list) -> list:

@@ -45,6 +45,15 @@ class Profile(models.Model):
     context_window = models.PositiveIntegerField(
         default=0, help_text="Tokens of the model's window when the server does not say (0 = ask the server)."
     )
+    class ToolCalling(models.TextChoices):
+        NATIVE = "native"  # the server's own tool calls (and text recovery when on)
+        CONSTRAINED = "constrained"  # the deciding step is schema-constrained JSON (agent.constrained)
+        AUTO = "auto"  # constrained when the server supports it, else native
+
+    tool_calling = models.CharField(
+        max_length=12, choices=ToolCalling.choices, default=ToolCalling.AUTO,
+        help_text="How the model calls tools: native, constrained (JSON schema the server enforces), or auto.",
+    )
     # Output cap of one answer call (tokens); 0 = LLM_MAX_ANSWER_TOKENS.
     max_answer_tokens = models.PositiveIntegerField(
         default=0, help_text="Most tokens one answer call may write; 0 uses LLM_MAX_ANSWER_TOKENS."
@@ -86,6 +95,7 @@ class Profile(models.Model):
             "compact_schemas": self.compact_schemas,
             "context_window": self.context_window,
             "max_answer_tokens": self.answer_token_limit(),
+            "tool_calling": self.tool_calling,
         }
 
     @property
@@ -145,6 +155,11 @@ class ModelReliability(models.Model):
     refused_calls = models.PositiveIntegerField(default=0)  # arguments that could not be repaired
     unknown_tools = models.PositiveIntegerField(default=0)
     broken_loops = models.PositiveIntegerField(default=0)  # the same failing call twice in a row
+    repeated_calls = models.PositiveIntegerField(default=0)  # a successful call made again, not run
+    constrained_calls = models.PositiveIntegerField(default=0)  # calls chosen in a constrained step
+    # Schema-constrained output (agent.constrained): "" not probed yet, else the way it works
+    # ("format", "response_format", "json_schema") or "unsupported".
+    constrained_output = models.CharField(max_length=32, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

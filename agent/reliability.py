@@ -9,7 +9,8 @@ from django.db.models import F
 from agent.models import ModelReliability
 
 log = logging.getLogger(__name__)
-FIELDS = ("native_calls", "recovered_calls", "repaired_arguments", "refused_calls", "unknown_tools", "broken_loops")
+FIELDS = ("native_calls", "recovered_calls", "repaired_arguments", "refused_calls", "unknown_tools", "broken_loops",
+          "repeated_calls", "constrained_calls")
 
 
 async def count(backend: str, model: str, **increments: int) -> None:

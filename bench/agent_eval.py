@@ -54,16 +54,17 @@ CALL_ERROR = re.compile(
     r"could not (be )?repair|did you mean",
     re.IGNORECASE,
 )
-RELIABILITY = ("native_calls", "recovered_calls", "repaired_arguments", "refused_calls", "unknown_tools", "broken_loops")
+RELIABILITY = ("native_calls", "recovered_calls", "repaired_arguments", "refused_calls", "unknown_tools", "broken_loops",
+               "repeated_calls", "constrained_calls")
 
 
 def mode_settings(max_tools: int, compact: bool) -> dict[str, dict]:
     """The profile fields that make a mode."""
     return {
         "navi": {"planning_enabled": True, "planning": "auto", "recover_tool_calls": True, "repair_arguments": True,
-                 "max_tools": max_tools, "compact_schemas": compact},
+                 "max_tools": max_tools, "compact_schemas": compact, "tool_calling": "auto"},
         "plain": {"planning_enabled": False, "planning": "never", "recover_tool_calls": False, "repair_arguments": False,
-                  "max_tools": 0, "compact_schemas": False},
+                  "max_tools": 0, "compact_schemas": False, "tool_calling": "native"},
     }
 
 

@@ -208,7 +208,7 @@ class TestArguments:
         section = await ScratchpadSection.objects.aget(scope=str(session.id), section="log")
         assert section.content.count("done") == 1
         assert frames[-1]["type"] == "stream_end" and frames[-1]["content"] == "Noted."
-        assert (await ModelReliability.objects.aget()).broken_loops == 1
+        assert (await ModelReliability.objects.aget()).repeated_calls == 1
 
     async def test_arguments_as_a_string_cannot_sneak_past_the_policy(self, llm, other_user, profiles):
         """A JSON string hides the filesystem action from a naive check: it is read first."""
