@@ -90,7 +90,7 @@ class CallTracker:
     def after(self, call: ToolCall, result: ToolResult) -> str:
         """Count the call; returns a note to append to its result when it is a repeated failure."""
         self.used.add(call.name)
-        self._add("recovered_calls" if call.recovered else "native_calls")
+        self._add("constrained_calls" if call.constrained else "recovered_calls" if call.recovered else "native_calls")
         problem = result.metadata.get("problem")
         if problem == "unknown_tool":
             self._add("unknown_tools")

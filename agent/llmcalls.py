@@ -16,10 +16,11 @@ log = logging.getLogger(__name__)
 async def observe(call: dict) -> None:
     """LLMBackend.observer: store the call (one small INSERT as the call ends)."""
     metrics.llm_call(call)
-    session_id = current_chat_session_id.get()
+    probe = call["purpose"] == "probe"  # about the server, not the message that happened to need it
+    session_id = None if probe else current_chat_session_id.get()
     fields = dict(
         session_id=session_id if session_id and not str(session_id).startswith("subagent_") else None,
-        run_id=current_run_id.get(),
+        run_id="" if probe else current_run_id.get(),
         purpose=call["purpose"][:32],
         backend=call["backend"][:32],
         model=str(call["model"])[:200],

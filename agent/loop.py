@@ -12,7 +12,7 @@ import contextlib
 import logging
 from typing import AsyncIterator
 
-from agent import planning, prompts, workers
+from agent import constrained, planning, workers
 from agent.approvals import RunGuard, current_guard
 from agent.calls import CallTracker, DoesNotFit, fit_request
 from agent.conversation import Conversation, DBConversation
@@ -34,13 +34,13 @@ from agent.events import (
     TurnThinking,
     mark_subagent,
 )
-from agent.llm import BackendRegistry, LLMError
+from agent.llm import BackendRegistry
 from agent.messages import ChatMessage
 from agent.models import Profile
 from agent.planning import should_plan
 from agent.stopping import Stopped, raise_if_stopped, until_stopped
 from agent.tool_step import run_tool
-from agent.turns import Setup, Turn, TurnFailed, stream_turn
+from agent.turns import Setup, Turn, TurnFailed, decide_turn, stream_turn, turn_context
 from agent.window import effective_window
 from memory_app.services import get_summary
 from navi_project.hop import db_hop
@@ -96,11 +96,16 @@ class Agent:
         conv.window = limit
         for event in await workers.run_phase(workers.pre_turn_workers, conv, profile, backend, "pre", limit):
             yield event
+        try:
+            setup = await self._setup(profile, backend, limit)
+        except Stopped:
+            yield StreamStopped()
+            return
         if planning and should_plan(profile, user_message):
-            plan = await self._run_planning(conv, profile, limit)
+            plan = await self._run_planning(conv, setup)
             if plan:
                 yield PlanReady(plan=plan)
-        async for event in self._loop(conv, profile, backend, limit=limit):
+        async for event in self._loop(conv, profile, backend, limit=limit, setup=setup):
             yield event
 
     def begin_turn(
@@ -161,24 +166,22 @@ class Agent:
         return content
 
     # --- planning -----------------------------------------------------------------------
-    async def _run_planning(self, conv: Conversation, profile: Profile, limit: int) -> str | None:
+    async def _run_planning(self, conv: Conversation, setup: Setup) -> str | None:
         """One short call on the answer call's prefix (agent.planning): a validated plan or None.
 
         The plan guides this turn's answer calls only; it never enters later turns' context.
         """
-        try:
-            backend = self.backends.get(profile.llm_backend)
-        except LLMError as exc:
-            log.info("planning skipped: %s", exc)
-            return None
-        context = await prompts.build_context(profile, conv.context, conv.owner_id, conv.clock, conv.take_memory())
-        try:  # the answer call's own selection and form of tools: one shared prefix, one cache
-            request = fit_request(context, self._offered(profile), profile, limit, conv.last_request(), set())
-        except DoesNotFit:
-            return None  # the answer call reports it
+        context = await turn_context(conv, setup)
+        if setup.constrained:  # the tools are in the system prompt's catalogue, not the request
+            schemas = None
+        else:
+            try:  # the answer call's own selection and form of tools: one shared prefix, one cache
+                schemas = fit_request(context, setup.tools, setup.profile, setup.limit, conv.last_request(), set()).schemas
+            except DoesNotFit:
+                return None  # the answer call reports it
         try:
             plan = await until_stopped(
-                planning.make_plan(backend, profile, context, request.schemas), current_stop_event.get()
+                planning.make_plan(setup.backend, setup.profile, context, schemas), current_stop_event.get()
             )
         except Stopped:
             return None  # the loop reports stream_stopped
@@ -188,11 +191,13 @@ class Agent:
 
     # --- the tool-calling loop -------------------------------------------------------------
     async def _loop(
-        self, conv: Conversation, profile: Profile, backend, *, is_subagent: bool = False, limit: int = 0
+        self, conv: Conversation, profile: Profile, backend, *, is_subagent: bool = False, limit: int = 0,
+        setup: Setup | None = None,
     ) -> AsyncIterator[AgentEvent]:
         """The steps of one turn; a stop or a failed LLM call ends it with its frame."""
         try:
-            async for event in self._steps(conv, await self._setup(profile, backend, limit), is_subagent):
+            setup = setup or await self._setup(profile, backend, limit)
+            async for event in self._steps(conv, setup, is_subagent):
                 yield event
         except Stopped:
             yield StreamStopped()
@@ -205,8 +210,11 @@ class Agent:
         for _ in range(max(1, setup.profile.max_iterations)):
             raise_if_stopped(stop)
             turn, offer = Turn(), setup.tracker.offer(setup.tools)
-            async for event in stream_turn(conv, setup, offer, turn, query):
-                yield event
+            decision = await decide_turn(conv, setup, offer, turn, query) if setup.constrained and offer else None
+            if decision is None or decision.answer:  # an answer streams unconstrained, without tools
+                async for event in stream_turn(conv, setup, [] if decision else offer, turn, query,
+                                               answer_only=decision is not None):
+                    yield event
             if not turn.calls:
                 async for event in self._answer(conv, setup, turn, is_subagent):
                     yield event
@@ -260,7 +268,15 @@ class Agent:
     async def _setup(self, profile: Profile, backend=None, limit: int = 0) -> Setup:
         backend = backend or self.backends.get(profile.llm_backend)
         limit = limit or await effective_window(backend, profile)
-        return Setup(profile, backend, self._offered(profile), limit, CallTracker(backend.name, profile.resolved_model()))
+        tools, model = self._offered(profile), profile.resolved_model()
+        setup = Setup(profile, backend, tools, limit, CallTracker(backend.name, model))
+        if tools and profile.tool_calling != Profile.ToolCalling.NATIVE:
+            setup.constrained = await until_stopped(constrained.support(backend, model), current_stop_event.get())
+            if not setup.constrained and profile.tool_calling == Profile.ToolCalling.CONSTRAINED:
+                log.warning("profile %s asks for constrained tool calls, but %s/%s enforces no JSON schema: "
+                            "tool calls are read from text", profile.id, backend.name, model)
+            setup.catalogue = constrained.catalogue(tools) if setup.constrained else ""
+        return setup
 
     def _offered(self, profile: Profile) -> list:
         """The profile's tools this user may be offered (no host tools without the permission,

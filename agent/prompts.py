@@ -39,11 +39,15 @@ async def memory_text(user_id: int | None, summary: str | None = None) -> str:
 
 async def build_context(
     profile: Profile, history: list[ChatMessage], user_id: int | None, moment: datetime | None = None,
-    memory_summary: str | None = None,
+    memory_summary: str | None = None, tools_text: str = "",
 ) -> list[ChatMessage]:
-    """One system message (persona, profile, memory, the clock at `moment`) + the history. Memory
-    goes into that one message because some chat templates drop or reject a second system message."""
+    """One system message (persona, profile, the tool catalogue of a constrained step, memory,
+    the clock at `moment`) + the history. Memory goes into that one message because some chat
+    templates drop or reject a second system message; what changes least comes first, so a
+    server's prompt cache keeps the longest prefix."""
     system = system_prompt(profile)
+    if tools_text:
+        system = f"{system}\n\n---\n\n{tools_text}" if system else tools_text
     memory = await memory_text(user_id, memory_summary)
     if memory:
         system = f"{system}\n\n---\n\n{memory}" if system else memory

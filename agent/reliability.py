@@ -25,6 +25,15 @@ async def count(backend: str, model: str, **increments: int) -> None:
         log.warning("could not count tool-call reliability for %s/%s", backend, model, exc_info=True)
 
 
+async def note_constrained(backend: str, model: str, way: str) -> None:
+    """Record how (or whether) the server enforces JSON schemas for this model."""
+    try:
+        row, _ = await ModelReliability.objects.aget_or_create(backend=backend, model=model[:200])
+        await ModelReliability.objects.filter(pk=row.pk).aupdate(constrained_output=way[:32])
+    except Exception:
+        log.warning("could not record constrained output for %s/%s", backend, model, exc_info=True)
+
+
 async def table() -> list[dict]:
     """Every model's counters, for /debug."""
-    return [row async for row in ModelReliability.objects.order_by("backend", "model").values("backend", "model", *FIELDS)]
+    return [row async for row in ModelReliability.objects.order_by("backend", "model").values("backend", "model", *FIELDS, "constrained_output")]

@@ -49,6 +49,12 @@ def bm25_rank(documents: dict[str, str], query: str) -> list[tuple[str, float]]:
     return [(name, score) for name, score, _ in scores]
 
 
+def ranked(tools: list, query: str) -> list:
+    """The tools, best BM25 match for the query first (ties keep the profile's order)."""
+    by_name = {t.name: t for t in tools}
+    return [by_name[name] for name, _ in bm25_rank({t.name: _document(t) for t in tools}, query)]
+
+
 def select(tools: list, query: str, cap: int, keep: set[str] | frozenset[str] = frozenset()) -> list:
     """At most `cap` tools (0 = all): the core set, tools already used this turn (`keep`), then
     the best BM25 matches for the query; in the profile's order."""

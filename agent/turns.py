@@ -12,17 +12,26 @@ import logging
 from dataclasses import dataclass, field
 from typing import AsyncIterator
 
-from agent import planning, prompts
+from agent import constrained, planning, prompts, toolselect
 from agent.calls import CallTracker, DoesNotFit, fit_request
 from agent.conversation import Conversation
 from agent.events import AgentEvent, ErrorEvent, TextDelta, ThinkingDelta, ThinkingEnd
 from agent.llm import LLMBackend, LLMError
-from agent.llm.base import LLMContextOverflow, context_window
+from agent.llm.base import (
+    LLMContextOverflow,
+    LLMIncomplete,
+    LLMModelMissing,
+    LLMTimeout,
+    LLMUnreachable,
+    OutputSchema,
+    context_window,
+)
 from agent.messages import ChatMessage, ToolCall
 from agent.models import Profile
-from agent.stopping import Stopped, raise_if_stopped, stoppable
+from agent.stopping import Stopped, raise_if_stopped, stoppable, until_stopped
 from agent.toolcalls import CallTextFilter, extract_calls
 from agent.window import estimate_text
+from navi_project.llm_purpose import llm_purpose
 from tools_app.base import Tool
 from tools_app.context import current_stop_event
 
@@ -38,6 +47,8 @@ class Setup:
     tools: list[Tool]
     limit: int  # the context window
     tracker: CallTracker
+    constrained: str = ""  # how the server takes a schema when steps are constrained (agent.constrained)
+    catalogue: str = ""  # the tools as the system prompt lists them for constrained steps
 
 
 @dataclass
@@ -58,13 +69,25 @@ class TurnFailed(Exception):
         self.event = event
 
 
+async def turn_context(conv: Conversation, setup: Setup) -> list[ChatMessage]:
+    """What one call of the turn reads: system prompt (with the tool catalogue of constrained
+    steps), history, and the turn's plan."""
+    context = await prompts.build_context(
+        setup.profile, conv.context, conv.owner_id, conv.clock, conv.take_memory(), tools_text=setup.catalogue
+    )
+    return planning.with_plan(context, conv)
+
+
 async def stream_turn(
-    conv: Conversation, setup: Setup, offer: list[Tool], turn: Turn, query: str
+    conv: Conversation, setup: Setup, offer: list[Tool], turn: Turn, query: str, *, answer_only: bool = False
 ) -> AsyncIterator[AgentEvent]:
-    """Stream one call into `turn`, yielding thinking and text deltas, and save the answer."""
+    """Stream one call into `turn`, yielding thinking and text deltas, and save the answer.
+    `answer_only`: a constrained step chose to answer: no tools, and the model is told to write
+    its answer in words."""
     profile = setup.profile
-    context = await prompts.build_context(profile, conv.context, conv.owner_id, conv.clock, conv.take_memory())
-    context = planning.with_plan(context, conv)
+    context = await turn_context(conv, setup)
+    if answer_only:
+        context = constrained.with_note(context, constrained.answer_note(context))
     try:
         request = fit_request(context, offer, profile, setup.limit, query, setup.tracker.used)
     except DoesNotFit as exc:
@@ -92,6 +115,56 @@ async def stream_turn(
         yield ThinkingEnd()
     turn.message.tool_calls = list(turn.calls)
     await conv.save_streaming(turn.message, tokens=turn.tokens)  # the context's size with it: one hop
+
+
+# Failures of a deciding call that end the turn; any other error falls back to an unconstrained call.
+_FATAL = (LLMUnreachable, LLMModelMissing, LLMTimeout, LLMContextOverflow)
+
+
+async def decide_turn(
+    conv: Conversation, setup: Setup, offer: list[Tool], turn: Turn, query: str
+) -> constrained.Decision | None:
+    """The constrained step: the model picks "answer" or one offered tool with valid arguments
+    (the profile's `max_tools` most relevant to the request). A call is saved as the assistant's
+    tool-call message; None when the step gave nothing usable (the caller then makes an
+    unconstrained call)."""
+    profile = setup.profile
+    offer = toolselect.ranked(toolselect.select(offer, query, profile.max_tools, setup.tracker.used), query)
+    context = await turn_context(conv, setup)
+    context = constrained.with_note(context, constrained.decide_note(context, offer))
+    try:
+        request = fit_request(context, [], profile, setup.limit, "", set())
+    except DoesNotFit as exc:
+        raise TurnFailed(ErrorEvent(str(exc), code="context_too_large")) from None
+    output = OutputSchema(setup.constrained, constrained.step_schema(offer))
+    try:
+        with llm_purpose("decide"):
+            response = await until_stopped(
+                setup.backend.complete(
+                    context, None, model=profile.resolved_model(), temperature=profile.temperature, think=False,
+                    max_tokens=profile.answer_token_limit(), output=output,
+                ),
+                current_stop_event.get(),
+            )
+    except Stopped:
+        raise
+    except _FATAL as exc:
+        raise await _failure(exc, conv, setup, turn) from None
+    except (LLMError, LLMIncomplete) as exc:  # e.g. a schema the server could not turn into a grammar
+        log.info("constrained step failed, answering without it: %s", exc)
+        return None
+    decision = None if response.finish_reason == "length" else constrained.parse_decision(
+        response.content, {t.name for t in offer}
+    )
+    if decision is None:
+        log.info("constrained step gave no usable step: %.200r", response.content)
+        return None
+    turn.tokens = response.prompt_tokens + response.completion_tokens or request.prompt_tokens
+    if decision.call is not None:
+        turn.calls = [decision.call]
+        turn.message.tool_calls = [decision.call]
+        await conv.save_streaming(turn.message, tokens=turn.tokens)
+    return decision
 
 
 async def _receive(stream, conv: Conversation, turn: Turn, text_filter: CallTextFilter | None):

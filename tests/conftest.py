@@ -110,6 +110,16 @@ def _fresh_channel_layer():
     channel_layers.backends.clear()
 
 
+@pytest.fixture(autouse=True)
+def _fresh_schema_probe():
+    """Each test's LLM server is probed for schema support anew (a port may be reused)."""
+    from agent import constrained
+
+    constrained.forget_support()
+    yield
+    constrained.forget_support()
+
+
 @pytest.fixture
 def llm(settings):
     """The protocol-level test LLM server, wired in as both Ollama and the OpenAI backend."""

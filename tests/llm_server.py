@@ -128,6 +128,13 @@ class LLMServer:
         # {"meta": {"n_ctx": 4096}}) and the body of llama.cpp's GET /props (404 when None).
         self.openai_model_meta: dict = {}
         self.props: dict | None = None
+        # The request fields whose JSON schema this server enforces, as a grammar would: "format"
+        # (Ollama), "response_format" (json_schema), "json_schema" (llama.cpp). Others are ignored,
+        # as servers ignore fields they do not know. A scripted reply to an enforced schema must
+        # follow it (else HTTP 500: the script is wrong). Navi's support probe (schema title
+        # "navi_probe") is answered here without using the script, and kept in ``probes``.
+        self.schemas: set[str] = set()
+        self._probes: list[dict] = []
         self._addr = (host, port)
         self._cond = threading.Condition()
         self._queue: collections.deque[Turn] = collections.deque()
@@ -202,6 +209,7 @@ class LLMServer:
             self._queue.clear()
             self._rules.clear()
             self._requests.clear()
+            self._probes.clear()
             self._shows.clear()
             self._max_active = self._active
             self._disconnects = 0
@@ -211,6 +219,16 @@ class LLMServer:
         """Snapshot of POSTed JSON bodies plus ``path`` and ``authorization`` (header value or None)."""
         with self._cond:
             return list(self._requests)
+
+    @property
+    def probes(self) -> list[dict]:
+        """Schema-support probes received (not part of ``requests``)."""
+        with self._cond:
+            return list(self._probes)
+
+    def _record_probe(self, rec: dict) -> None:
+        with self._cond:
+            self._probes.append(rec)
 
     @property
     def disconnects(self) -> int:
@@ -447,8 +465,12 @@ class _Handler(BaseHTTPRequestHandler):
             return self._control(path, body)
         if not isinstance(body, dict):
             return self._error(400, "expected a JSON object")
+        via, schema = _schema_of(body)
+        probe = isinstance(schema, dict) and schema.get("title") == "navi_probe"
         if path == "/api/show":  # metadata, kept apart so `requests` stays the chat calls
             fake._record_show(body.get("model", ""))
+        elif probe:
+            fake._record_probe({**body, "path": path})
         else:
             fake._record({**body, "path": path, "authorization": self.headers.get("Authorization")})
         if not self._auth_ok():
@@ -467,7 +489,14 @@ class _Handler(BaseHTTPRequestHandler):
                                          "capabilities": shown["capabilities"]})
         if path == "/api/chat" and body.get("think") and "thinking" not in fake.show(model)["capabilities"]:
             return self._error(400, f'"{model}" does not support thinking')
-        turn = fake.pick_turn(body.get("messages") or [])
+        enforced = schema is not None and via in fake.schemas
+        if probe:
+            value = schema["properties"]["probe"]["enum"][0]
+            turn = Turn(content=_dumps({"probe": value}) if enforced else "Hello! How can I help you today?")
+        else:
+            turn = fake.pick_turn(body.get("messages") or [])
+        if enforced and not probe and turn.status == 200 and (problem := _breaks(schema, turn)):
+            return self._error(500, f"fake server: the scripted reply does not follow the request's schema: {problem}")
         if turn.hold:
             try:
                 self._wait(turn.hold)
@@ -611,6 +640,29 @@ class _Handler(BaseHTTPRequestHandler):
             return out
 
         self._stream(turn, "text/event-stream", frames(), tail)
+
+
+def _schema_of(body: dict) -> tuple[str, Any]:
+    """(the field, the JSON schema) a request asks the reply to follow, or ("", None)."""
+    if isinstance(body.get("format"), dict):
+        return "format", body["format"]
+    rf = body.get("response_format")
+    if isinstance(rf, dict) and rf.get("type") == "json_schema" and isinstance(rf.get("json_schema"), dict):
+        return "response_format", rf["json_schema"].get("schema")
+    if isinstance(body.get("json_schema"), dict):
+        return "json_schema", body["json_schema"]
+    return "", None
+
+
+def _breaks(schema: dict, turn: Turn) -> str:
+    """Why a scripted reply could not have come from a server enforcing `schema` ("" if it could)."""
+    import jsonschema
+
+    try:
+        jsonschema.validate(json.loads(turn.content), schema)
+    except (ValueError, jsonschema.ValidationError) as exc:
+        return str(exc).splitlines()[0]
+    return ""
 
 
 def _pieces(turn: Turn, thinking: str, thinking_key: str = "thinking") -> Iterator[tuple[str, str]]:

@@ -8,6 +8,7 @@ import re
 import time
 import weakref
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 from django.conf import settings
@@ -140,8 +141,21 @@ class _CallDeadline:
             self.handle.cancel()
 
 
+@dataclass(frozen=True)
+class OutputSchema:
+    """A JSON schema the server must make the reply follow (agent.constrained), and the request
+    field it goes in: "format" (Ollama), "response_format" (OpenAI json_schema) or "json_schema"
+    (llama.cpp's server)."""
+
+    via: str
+    schema: dict
+    name: str = "navi_step"
+
+
 class LLMBackend(ABC):
     name = ""
+    # The request fields this backend can carry a JSON schema in, tried in this order.
+    schema_ways: tuple[str, ...] = ()
     # Called with a dict after every call (backend, model, purpose, tokens, duration, outcome);
     # set by the composition root (agent.registry). Never allowed to break a call.
     observer: Callable[[dict], Awaitable[None]] | None = None
@@ -155,15 +169,20 @@ class LLMBackend(ABC):
         temperature: float = 0.7,
         think: bool | None = None,
         max_tokens: int | None = None,
+        output: OutputSchema | None = None,
     ) -> AsyncIterator[LLMChunk]:
-        """Stream one completion of at most `max_tokens` tokens (None: the server's default).
+        """Stream one completion of at most `max_tokens` tokens (None: the server's default);
+        `output`: a JSON schema the reply must follow.
 
         The whole call is bounded by LLM_CALL_MAX_S. A stream that ends without its final
         chunk raises LLMIncomplete. Closing the iterator (aclose) closes the HTTP response.
         """
         limit = settings.LLM_CALL_MAX_S
         deadline = _CallDeadline(asyncio.get_running_loop().time() + limit if limit and limit > 0 else None)
-        stream = self._stream(messages, tools, model=model, temperature=temperature, think=think, max_tokens=max_tokens)
+        options = {"output": output} if output is not None else {}
+        stream = self._stream(
+            messages, tools, model=model, temperature=temperature, think=think, max_tokens=max_tokens, **options
+        )
         finished = False
         usage = {"prompt_tokens": 0, "completion_tokens": 0, "outcome": "closed"}
         started = time.monotonic()
@@ -224,6 +243,7 @@ class LLMBackend(ABC):
         temperature: float,
         think: bool | None,
         max_tokens: int | None,
+        output: OutputSchema | None = None,
     ) -> AsyncIterator[LLMChunk]:
         """The backend's own stream; yields a `done` chunk last when the server finished."""
 
@@ -236,11 +256,12 @@ class LLMBackend(ABC):
         temperature: float = 0.7,
         think: bool | None = None,
         max_tokens: int | None = None,
+        output: OutputSchema | None = None,
     ) -> LLMResponse:
         """One completion, collected from the stream."""
         out = LLMResponse()
         stream = self.stream_complete(
-            messages, tools, model=model, temperature=temperature, think=think, max_tokens=max_tokens
+            messages, tools, model=model, temperature=temperature, think=think, max_tokens=max_tokens, output=output
         )
         try:
             async for chunk in stream:
@@ -261,6 +282,10 @@ class LLMBackend(ABC):
     async def server_window(self, model: str) -> int | None:
         """The context window the server runs `model` with, when it says (None otherwise)."""
         return None
+
+    def server_key(self) -> str:
+        """Which server this backend talks to now (what a probe's answer is cached under)."""
+        return ""
 
     def health_probe(self) -> tuple[str, dict[str, str], str]:
         """(URL to GET, headers, what to check when it fails) for /health."""

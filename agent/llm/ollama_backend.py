@@ -27,7 +27,16 @@ from agent.messages import ChatMessage, LLMChunk, ToolCall
 from navi_project.lazy import lazy_module
 
 from . import ndjson
-from .base import ClientCache, LLMBackend, LLMError, LLMIncomplete, LLMModelMissing, LLMUnreachable, overflow_error
+from .base import (
+    ClientCache,
+    LLMBackend,
+    LLMError,
+    LLMIncomplete,
+    LLMModelMissing,
+    LLMUnreachable,
+    OutputSchema,
+    overflow_error,
+)
 
 ollama = lazy_module("ollama")
 pydantic = lazy_module("pydantic")
@@ -322,6 +331,7 @@ def _options(info: ModelInfo, temperature: float, max_tokens: int | None) -> dic
 
 class OllamaBackend(LLMBackend):
     name = "ollama"
+    schema_ways = ("format",)
 
     def __init__(self, host: str | None = None) -> None:
         self._host = host
@@ -388,6 +398,7 @@ class OllamaBackend(LLMBackend):
         temperature: float,
         think: bool | None,
         max_tokens: int | None,
+        output: OutputSchema | None = None,
     ) -> AsyncIterator[LLMChunk]:
         think = settings.OLLAMA_THINK if think is None else think
         async with self._errors(model):
@@ -402,6 +413,8 @@ class OllamaBackend(LLMBackend):
                 "options": _options(info, temperature, max_tokens),
                 "keep_alive": settings.OLLAMA_KEEP_ALIVE,
             }
+            if output is not None:
+                request["format"] = output.schema  # Ollama turns it into a grammar
             if _lean_path_fits(messages):
                 try:
                     async for chunk in self._lean_stream(request):
@@ -506,6 +519,9 @@ class OllamaBackend(LLMBackend):
             models = []
         have = ", ".join(models) if models else "none"
         return f"model '{model}' is not available in Ollama at {self.host} (it has: {have}). Run `ollama pull {model}` or change the profile's model."
+
+    def server_key(self) -> str:
+        return base_url(self.host)
 
     async def server_window(self, model: str) -> int | None:
         """What we ask Ollama for: OLLAMA_NUM_CTX, capped at the model's own context_length."""

@@ -13,7 +13,16 @@ from django.conf import settings
 
 from agent.messages import ChatMessage, LLMChunk, ToolCall
 
-from .base import ClientCache, LLMBackend, LLMError, LLMIncomplete, LLMModelMissing, LLMUnreachable, overflow_error
+from .base import (
+    ClientCache,
+    LLMBackend,
+    LLMError,
+    LLMIncomplete,
+    LLMModelMissing,
+    LLMUnreachable,
+    OutputSchema,
+    overflow_error,
+)
 
 
 def _to_openai(msg: ChatMessage) -> dict[str, Any]:
@@ -44,6 +53,7 @@ WINDOW_TTL_S = 600.0
 
 class OpenAIBackend(LLMBackend):
     name = "openai"
+    schema_ways = ("response_format", "json_schema")
 
     def __init__(self, base_url: str | None = None, api_key: str | None = None) -> None:
         self._base_url = base_url
@@ -76,8 +86,9 @@ class OpenAIBackend(LLMBackend):
         temperature: float,
         think: bool | None,
         max_tokens: int | None,
+        output: OutputSchema | None = None,
     ) -> AsyncIterator[LLMChunk]:
-        body = _request_body(messages, tools, model, temperature, max_tokens)
+        body = _request_body(messages, tools, model, temperature, max_tokens, output)
         state = _StreamState()
         with self._transport_errors():
             async with self._client().stream("POST", "/chat/completions", json=body) as response:
@@ -154,6 +165,9 @@ class OpenAIBackend(LLMBackend):
             return overflow
         return LLMError(f"{self.base_url} returned HTTP {response.status_code}: {detail}")
 
+    def server_key(self) -> str:
+        return self.base_url
+
     async def server_window(self, model: str) -> int | None:
         """The window from `/v1/models` (vLLM `max_model_len`, llama.cpp `meta.n_ctx`, others'
         `context_length`) or llama.cpp's `/props`; cached for WINDOW_TTL_S, None when unknown."""
@@ -210,7 +224,9 @@ class OpenAIBackend(LLMBackend):
         return sorted(m.get("id", "") for m in response.json().get("data", []))
 
 
-def _request_body(messages, tools, model: str, temperature: float, max_tokens: int | None) -> dict[str, Any]:
+def _request_body(
+    messages, tools, model: str, temperature: float, max_tokens: int | None, output: OutputSchema | None = None
+) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": model,
         "messages": [_to_openai(m) for m in messages],
@@ -222,6 +238,12 @@ def _request_body(messages, tools, model: str, temperature: float, max_tokens: i
         body["max_tokens"] = max_tokens
     if tools:
         body["tools"] = tools
+    if output is not None and output.via == "json_schema":  # llama.cpp's own field
+        body["json_schema"] = output.schema
+    elif output is not None:
+        body["response_format"] = {
+            "type": "json_schema", "json_schema": {"name": output.name, "strict": True, "schema": output.schema},
+        }
     return body
 
 

@@ -1,0 +1,260 @@
+"""The constrained tool step (profile `tool_calling`): the model decides under a JSON schema the
+server enforces, so a tool call cannot be malformed.
+
+The deciding call may write only `{"name": "answer"}` or `{"name": <an offered tool>,
+"arguments": <that tool's arguments>}` (one `anyOf` branch per tool, its argument schema
+inside). The answer itself then streams unconstrained, as with any other call. The tools are
+described once in the system prompt (`catalogue`: names and what they do; the arguments live in
+the schema, which costs the prompt nothing), the same text in every call of every chat, so a
+server's prompt cache keeps it.
+
+Whether a server enforces schemas is probed once per server and model (`support`): a tiny
+request that only a server applying the schema can answer with the probe's value. Ollama takes
+the schema in `format`; OpenAI-compatible servers in `response_format` (type `json_schema`), and
+llama.cpp's server also in a top-level `json_schema`. The way found (or "unsupported") is cached
+and shown with the model's reliability counters; without support the text recovery of
+agent.toolcalls stays the fallback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import logging
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from agent import reliability
+from agent.llm import LLMBackend, LLMError
+from agent.llm.base import LLMTimeout, LLMUnreachable, OutputSchema
+from agent.messages import ChatMessage, ToolCall
+from navi_project.llm_purpose import llm_purpose
+
+log = logging.getLogger(__name__)
+
+ANSWER = "answer"
+UNSUPPORTED = "unsupported"
+PROBE_TITLE = "navi_probe"
+PROBE_VALUE = "navi-7q"
+STEP_TITLE = "navi_step"
+
+# What the deciding call is told (appended to the conversation's last message, so the whole
+# prefix before it is the one the answer call reads too).
+DECIDE_NOTE = (
+    "[next step] Reply with one JSON object. If my request asks you to do something (save, remember, "
+    "create, write, change, delete, send, run, compute, look up, read), call the tool that does it: "
+    '{"name": "<tool>", "arguments": {…}}. Choose {"name": "answer"} only when nothing is left to do.'
+)
+AFTER_RESULT_NOTE = (
+    " The tool result above is what your last call returned: if it completes my request, "
+    'choose {"name": "answer"}; never repeat a call that succeeded.'
+)
+ANSWER_NOTE = "[answer] Now answer me in plain sentences. No JSON, no tool calls."
+ANSWER_AFTER_TOOLS_NOTE = (
+    "[answer] Now answer me in plain sentences, stating the result from the tool output above. "
+    "No JSON, no tool calls, do not copy the raw output."
+)
+CATALOGUE_HEADER = "## Tools\nEach step you either call one of these tools or answer me:"
+_DROPPED_KEYS = ("description", "title", "examples", "default", "$schema")
+_SENTENCE = re.compile(r"(?<!e\.g\.)(?<!i\.e\.)(?<=[.!?])\s")
+MAX_NAMED = 6  # tools the deciding call names as the best fit
+
+
+# --- the schema of a step --------------------------------------------------------------------
+def step_schema(tools: list) -> dict[str, Any]:
+    """`answer`, or one offered tool with arguments valid for its schema (one branch each)."""
+    branches: list[dict[str, Any]] = [_object({"name": {"const": ANSWER}}, ["name"])]
+    for tool in tools:
+        arguments = _clean(tool.parameters or {"type": "object", "properties": {}})
+        branches.append(_object({"name": {"const": tool.name}, "arguments": arguments}, ["name", "arguments"]))
+    return {"title": STEP_TITLE, "anyOf": branches}
+
+
+def _object(properties: dict, required: list[str]) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+
+
+def _clean(schema: Any) -> Any:
+    """The argument schema as a grammar needs it: no prose, and objects with declared
+    properties closed (a small model otherwise invents keys)."""
+    out = copy.deepcopy(schema)
+
+    def walk(node: Any) -> None:
+        if isinstance(node, list):
+            for item in node:
+                walk(item)
+            return
+        if not isinstance(node, dict):
+            return
+        for key in _DROPPED_KEYS:
+            if not isinstance(node.get(key), dict) or key == "default":
+                node.pop(key, None)
+        props = node.get("properties")
+        if isinstance(props, dict):
+            for spec in props.values():
+                walk(spec)
+            if props:
+                node.setdefault("additionalProperties", False)
+        for key in ("items", "anyOf", "oneOf", "allOf"):
+            if key in node:
+                walk(node[key])
+
+    walk(out)
+    if isinstance(out, dict) and "type" not in out:
+        out["type"] = "object"
+    return out
+
+
+# --- what the model reads ------------------------------------------------------------------------
+def catalogue(tools: list) -> str:
+    """One line per tool: its name, its parameters (`?` = optional) and its first sentence."""
+    lines = [CATALOGUE_HEADER]
+    for tool in tools:
+        params = tool.parameters or {}
+        required = set(params.get("required") or ())
+        names = [n if n in required else f"{n}?" for n in (params.get("properties") or {})]
+        first = _SENTENCE.split((tool.description or "").strip(), maxsplit=1)[0]
+        lines.append(f"- {tool.name}({', '.join(names)}): {first}")
+    lines.append(f"- {ANSWER}: reply to me in words, when you have what my request needs.")
+    return "\n".join(lines)
+
+
+def with_note(context: list[ChatMessage], note: str) -> list[ChatMessage]:
+    """The context with `note` appended to its last message (a copy: never stored)."""
+    if not context:
+        return context
+    last = context[-1]
+    out = list(context)
+    out[-1] = ChatMessage(
+        role=last.role, content=f"{last.content}\n\n---\n{note}", thinking=last.thinking, images=list(last.images),
+        tool_calls=list(last.tool_calls), tool_call_id=last.tool_call_id, name=last.name, is_summary=last.is_summary,
+    )
+    return out
+
+
+def decide_note(context: list[ChatMessage], offer: list, plan_step: str = "") -> str:
+    """The deciding call's instruction: the tools that fit the request best (in that order),
+    the plan's current step, and after a successful result, the nudge to answer."""
+    note = DECIDE_NOTE
+    if offer:
+        note += f" The tools that fit this request best: {', '.join(t.name for t in offer[:MAX_NAMED])}."
+    if plan_step:
+        note += f" You are on this step of your plan: {plan_step}"
+    if context and context[-1].role == "tool" and not context[-1].content.startswith("Error"):
+        note += AFTER_RESULT_NOTE
+    return note
+
+
+def answer_note(context: list[ChatMessage]) -> str:
+    """After tool results the answer must state them; otherwise plain words."""
+    since_user = []
+    for msg in reversed(context):
+        if msg.role == "user" and not msg.is_summary:
+            break
+        since_user.append(msg)
+    return ANSWER_AFTER_TOOLS_NOTE if any(m.role == "tool" for m in since_user) else ANSWER_NOTE
+
+
+# --- reading a decision ---------------------------------------------------------------------------
+@dataclass
+class Decision:
+    answer: bool = False
+    call: ToolCall | None = None
+
+
+def parse_decision(text: str, offered: set[str]) -> Decision | None:
+    """The step the model chose; None when the output is not a step (a server that did not
+    enforce the schema after all, or a reply cut by the token cap)."""
+    try:
+        data = json.loads((text or "").strip())
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    name = data.get("name")
+    if name == ANSWER:
+        return Decision(answer=True)
+    arguments = data.get("arguments")
+    if name in offered and isinstance(arguments, dict):
+        return Decision(call=ToolCall(id=f"call_{uuid.uuid4().hex[:24]}", name=name, arguments=arguments, constrained=True))
+    return None
+
+
+# --- does the server enforce schemas? -------------------------------------------------------------
+_support: dict[tuple[str, str, str], str] = {}
+_locks: dict[tuple[str, str, str], asyncio.Lock] = {}
+PROBE_SCHEMA = {
+    "title": PROBE_TITLE,
+    "type": "object",
+    "properties": {"probe": {"type": "string", "enum": [PROBE_VALUE]}},
+    "required": ["probe"],
+    "additionalProperties": False,
+}
+
+
+def known_support(backend: LLMBackend, model: str) -> str | None:
+    """The cached answer of `support` (None: not probed yet)."""
+    return _support.get((backend.name, backend.server_key(), model))
+
+
+async def support(backend: LLMBackend, model: str) -> str:
+    """How this server takes a schema ("format", "response_format", "json_schema"), or "" when
+    it enforces none. Probed once per server and model; a server that cannot be reached is
+    asked again next time."""
+    key = (backend.name, backend.server_key(), model)
+    if key in _support:
+        return _support[key] if _support[key] != UNSUPPORTED else ""
+    lock = _locks.setdefault(key, asyncio.Lock())
+    async with lock:
+        if key not in _support:
+            found = await _find_way(backend, model)
+            if found is None:
+                return ""
+            _support[key] = found or UNSUPPORTED
+            await reliability.note_constrained(backend.name, model, _support[key])
+    return _support[key] if _support[key] != UNSUPPORTED else ""
+
+
+async def _find_way(backend: LLMBackend, model: str) -> str | None:
+    """The first way the server enforces the probe's schema; "" for none, None if unknown."""
+    for via in backend.schema_ways:
+        try:
+            works = await _probe(backend, model, via)
+        except (LLMUnreachable, LLMTimeout) as exc:
+            log.info("constrained output not probed (%s): %s", via, exc)
+            return None
+        if works:
+            log.info("%s/%s enforces JSON schemas through %s", backend.name, model, via)
+            return via
+    log.info("%s/%s does not enforce JSON schemas: tool calls are read from text", backend.name, model)
+    return ""
+
+
+async def _probe(backend: LLMBackend, model: str, via: str) -> bool:
+    messages = [
+        ChatMessage(role="system", content="You are a helpful assistant."),
+        ChatMessage(role="user", content="Say hello to me."),
+    ]
+    try:
+        with llm_purpose("probe"):
+            response = await backend.complete(
+                messages, None, model=model, temperature=0.0, think=False, max_tokens=32,
+                output=OutputSchema(via, PROBE_SCHEMA, PROBE_TITLE),
+            )
+    except (LLMUnreachable, LLMTimeout):
+        raise
+    except LLMError as exc:  # the server refused the field (400) or failed on it
+        log.info("constrained output via %s refused: %s", via, exc)
+        return False
+    try:
+        return json.loads(response.content.strip()) == {"probe": PROBE_VALUE}
+    except ValueError:
+        return False
+
+
+def forget_support() -> None:
+    """Probe again (tests; a server that was upgraded)."""
+    _support.clear()

@@ -1,0 +1,196 @@
+"""The constrained tool step (profile `tool_calling`): the server is probed once for schema
+support; where it enforces schemas, the deciding call can only be "answer" or a valid call of an
+offered tool, and the answer then streams unconstrained — over a real WebSocket run against the
+protocol-level test LLM, which enforces a request's schema as a grammar would."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+
+from agent import constrained
+from agent.models import ModelReliability, Profile
+from tests.llm_server import Turn
+from tests.test_small_models import of, run
+from tools_app.models import ScratchpadSection
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+NOTE_CALL = json.dumps({"name": "scratchpad", "arguments": {"action": "append", "section": "log", "content": "done"}})
+ANSWER = json.dumps({"name": "answer"})
+
+
+@pytest.fixture(autouse=True)
+def _plain_secretary(profiles):
+    Profile.objects.update(planning_enabled=False)
+
+
+def schema_of(request: dict) -> dict | None:
+    if isinstance(request.get("format"), dict):
+        return request["format"]
+    if isinstance(request.get("response_format"), dict):
+        return request["response_format"]["json_schema"]["schema"]
+    return request.get("json_schema")
+
+
+def branch_names(schema: dict) -> list[str]:
+    return [b["properties"]["name"]["const"] for b in schema["anyOf"]]
+
+
+class TestSupportProbe:
+    async def test_ollama_format_is_found_once_and_shown_with_the_reliability(self, llm, session, owner_token):
+        llm.schemas = {"format"}
+        llm.script(Turn(content=ANSWER), Turn(content="Hi."), Turn(content=ANSWER), Turn(content="Hi again."))
+        await run(session, owner_token, "hello")
+        await run(session, owner_token, "hello again")
+        assert len(llm.probes) == 1 and llm.probes[0]["path"] == "/api/chat"
+        row = await ModelReliability.objects.aget()
+        assert row.constrained_output == "format"
+
+    async def test_openai_server_takes_response_format(self, llm, session, owner_token):
+        await Profile.objects.filter(pk="secretary").aupdate(llm_backend="openai", model="m")
+        llm.schemas = {"response_format"}
+        llm.script(Turn(content=ANSWER), Turn(content="Hi."))
+        await run(session, owner_token, "hello")
+        assert [("response_format" in p) for p in llm.probes] == [True]
+        assert (await ModelReliability.objects.aget()).constrained_output == "response_format"
+
+    async def test_llama_cpp_json_schema_is_tried_when_response_format_is_ignored(self, llm, session, owner_token):
+        await Profile.objects.filter(pk="secretary").aupdate(llm_backend="openai", model="m")
+        llm.schemas = {"json_schema"}
+        llm.script(Turn(content=ANSWER), Turn(content="Hi."))
+        await run(session, owner_token, "hello")
+        assert len(llm.probes) == 2 and "json_schema" in llm.probes[1]
+        assert "json_schema" in llm.requests[0] and "response_format" not in llm.requests[0]
+
+    async def test_a_server_that_enforces_nothing_keeps_text_recovery(self, llm, session, owner_token):
+        llm.script(Turn(content='<tool_call>{"name": "scratchpad", "arguments": {"action": "append", '
+                                '"section": "log", "content": "done"}}</tool_call>'), Turn(content="Noted."))
+        frames = await run(session, owner_token, "note done")
+        assert (await ModelReliability.objects.aget()).constrained_output == "unsupported"
+        assert all(schema_of(r) is None for r in llm.requests) and llm.requests[0].get("tools")
+        assert of(frames, "tool_call")[0]["recovered"] and frames[-1]["content"] == "Noted."
+
+    async def test_native_profiles_never_probe(self, llm, session, owner_token):
+        await Profile.objects.filter(pk="secretary").aupdate(tool_calling="native")
+        llm.schemas = {"format"}
+        llm.script(Turn(content="Hi."))
+        await run(session, owner_token, "hello")
+        assert llm.probes == [] and llm.requests[0].get("tools")
+
+
+class TestConstrainedStep:
+    async def test_a_call_then_an_answer(self, llm, session, owner_token):
+        llm.schemas = {"format"}
+        llm.script(Turn(content=NOTE_CALL), Turn(content=ANSWER), Turn(content="I noted it."))
+        frames = await run(session, owner_token, "note done in the log")
+        decide, decide_again, answer = llm.requests
+        # The deciding calls carry the schema and no native tools; the answer call neither.
+        schema = schema_of(decide)
+        assert "tools" not in decide and "scratchpad" in branch_names(schema) and branch_names(schema)[0] == "answer"
+        assert schema_of(answer) is None and not answer.get("tools")
+        # One system prompt (with the tool catalogue) for every call: the server's cache keeps it.
+        systems = {r["messages"][0]["content"] for r in llm.requests}
+        assert len(systems) == 1 and "- scratchpad(" in systems.pop()
+        assert "[next step]" in decide["messages"][-1]["content"]
+        assert decide_again["messages"][-1]["role"] == "tool" and "choose {\"name\": \"answer\"}" in decide_again["messages"][-1]["content"]
+        assert answer["messages"][-1]["content"].endswith(constrained.ANSWER_AFTER_TOOLS_NOTE)
+        call = of(frames, "tool_call")[0]
+        assert call["success"] and not call["recovered"]
+        section = await ScratchpadSection.objects.aget(scope=str(session.id), section="log")
+        assert section.content.strip() == "done"
+        assert frames[-1]["type"] == "stream_end" and frames[-1]["content"] == "I noted it."
+        row = await ModelReliability.objects.aget()
+        assert (row.constrained_calls, row.native_calls, row.recovered_calls) == (1, 0, 0)
+
+    async def test_the_notes_are_never_stored(self, llm, session, owner_token):
+        from sessions_app.models import Message
+
+        llm.schemas = {"format"}
+        llm.script(Turn(content=ANSWER), Turn(content="Hello!"))
+        await run(session, owner_token, "hi")
+        contents = [m async for m in Message.objects.filter(session=session).values_list("content", flat=True)]
+        assert contents == ["hi", "Hello!"]
+
+    async def test_a_refused_schema_falls_back_to_a_native_call(self, llm, session, owner_token):
+        llm.schemas = {"format"}
+        llm.script(Turn(status=500, error="failed to load the grammar"), Turn(content="Hello anyway."))
+        frames = await run(session, owner_token, "hi")
+        assert frames[-1]["type"] == "stream_end" and frames[-1]["content"] == "Hello anyway."
+        assert llm.requests[1].get("tools") and schema_of(llm.requests[1]) is None
+
+    async def test_an_unreachable_model_still_ends_with_an_error_frame(self, llm, session, owner_token):
+        llm.schemas = {"format"}
+        llm.script(Turn(status=404, error='model "x" not found'))
+        frames = await run(session, owner_token, "hi")
+        assert frames[-1]["type"] == "error"
+
+    async def test_stop_during_the_deciding_call(self, llm, session, owner_token):
+        from channels.testing import WebsocketCommunicator
+
+        from navi_project.asgi import application
+
+        llm.schemas = {"format"}
+        llm.script(Turn(content=ANSWER, first_delay=30))
+        comm = WebsocketCommunicator(application, f"/ws/sessions/{session.id}",
+                                     headers=[(b"authorization", f"Bearer {owner_token}".encode())])
+        assert (await comm.connect(timeout=20))[0]
+        await comm.send_json_to({"type": "message", "content": "hi"})
+        assert await _wait_requests(llm, 1)
+        await comm.send_json_to({"type": "stop"})
+        frames = []
+        while not frames or frames[-1]["type"] not in ("stream_stopped", "stream_end", "error"):
+            frames.append(json.loads(await comm.receive_from(timeout=20)))
+        await comm.disconnect()
+        assert frames[-1]["type"] == "stream_stopped"
+
+
+async def _wait_requests(llm, n: int) -> bool:
+    from asgiref.sync import sync_to_async
+
+    return await sync_to_async(llm.wait_for_requests, thread_sensitive=False)(n, 20)
+
+
+class FakeTool:
+    def __init__(self, name: str, parameters: dict, description: str = "Does a thing. More words.") -> None:
+        self.name, self.parameters, self.description = name, parameters, description
+
+
+TODO = FakeTool("todo", {
+    "type": "object",
+    "properties": {"action": {"type": "string", "enum": ["add", "done"], "description": "what to do"},
+                   "task": {"type": "string"}},
+    "required": ["action"],
+})
+
+
+class TestTheSchema:
+    def test_only_answer_or_a_valid_call_of_an_offered_tool_passes(self):
+        schema = constrained.step_schema([TODO])
+        jsonschema.validate({"name": "answer"}, schema)
+        jsonschema.validate({"name": "todo", "arguments": {"action": "add", "task": "milk"}}, schema)
+        for bad in (
+            {"name": "terminal", "arguments": {"command": "rm -rf /"}},  # a tool not offered (a hostile page's wish)
+            {"name": "todo", "arguments": {"action": "fly"}},  # outside the enum
+            {"name": "todo", "arguments": {"task": "milk"}},  # required argument missing
+            {"name": "todo", "arguments": {"action": "add", "output": "done!"}},  # an invented key
+            {"name": "shopping.txt", "arguments": {"content": "eggs"}},  # a file name where the tool goes
+            {"name": "answer", "text": "..."},
+        ):
+            with pytest.raises(jsonschema.ValidationError):
+                jsonschema.validate(bad, schema)
+
+    def test_parse_takes_only_offered_tools_and_object_arguments(self):
+        offered = {"todo"}
+        assert constrained.parse_decision('{"name": "answer"}', offered).answer
+        call = constrained.parse_decision('{"name": "todo", "arguments": {"action": "add"}}', offered).call
+        assert call.name == "todo" and call.arguments == {"action": "add"} and call.constrained
+        for text in ('{"name": "terminal", "arguments": {}}', '{"name": "todo", "arguments": "x"}', "Sure! Here", "[]", ""):
+            assert constrained.parse_decision(text, offered) is None
+
+    def test_the_catalogue_names_each_tool_once_with_its_first_sentence(self):
+        text = constrained.catalogue([TODO])
+        assert "- todo(action, task?): Does a thing." in text and "More words" not in text
+        assert "- answer:" in text
