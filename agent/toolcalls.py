@@ -79,12 +79,12 @@ def _prose(text: str, spans: list[tuple[int, int]], after_call: bool) -> str:
     parts, at = [], 0
     for start, end in sorted(spans):
         gap = text[at:start]
-        parts.append(without_invented_result(gap) if after_call else gap)
+        parts.append(_without_invented_result(gap) if after_call else gap)
         at, after_call = end, True
     return "".join(parts)
 
 
-def without_invented_result(text: str) -> str:
+def _without_invented_result(text: str) -> str:
     """`text` (written right after a call) without the result the model made up at its start."""
     while True:
         match = next((m for m in (p.match(text) for p in _INVENTED) if m), None)
@@ -247,7 +247,7 @@ def _call_then_result(body: str, offered) -> list[ToolCall]:
     if not end:
         return []
     body = body.lstrip()
-    if without_invented_result(body[end:]).strip():
+    if _without_invented_result(body[end:]).strip():
         return []
     return _calls_from(_parse(body[:end]), offered)
 
@@ -335,7 +335,7 @@ class CallTextFilter:
                 found = extract_calls(self.held, self.offered)
                 if found.calls:
                     if self.calls:  # prose before this call, less the previous call's invented result
-                        shown.append(_line(without_invented_result(self.after).strip()))
+                        shown.append(_line(_without_invented_result(self.after).strip()))
                         self.after = ""
                     shown.append(_line(found.text))
                     self.calls += found.calls
