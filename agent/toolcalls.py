@@ -13,6 +13,10 @@ text that may be the start of a call instead of showing it and retracting it lat
 flat `{"name": "switch_profile", "profile_id": "x"}` (the arguments beside the name, as small
 models write them) is a call too when every other key is a parameter of that tool. A JSON
 call that lacks only its closing brackets (the model stopped one `}` short) is closed.
+
+A small model often goes on to write the call's result itself (an `"output"` key beside the
+arguments, `Output: …`, a fenced block, `<tool_response>…`). No tool has run yet: that invented
+result is dropped, and so is everything written after the last call; the real result comes next.
 """
 
 from __future__ import annotations
@@ -33,6 +37,22 @@ _PY_LINE = re.compile(r"^[ \t]*([A-Za-z_]\w*)\((.*)\)[ \t]*;?[ \t]*$", re.M)
 _FENCE_LANGS = {"", "json", "tool_call", "tool_code", "tool"}
 _PREFIX_MARKERS = ("<tool_call>", "<|python_tag|>", "[TOOL_CALLS]", "```", "[{")
 _TOOL_NAME = re.compile(r"[A-Za-z_][\w.-]{0,63}")
+# Keys a model invents beside a call's arguments for the result it imagines: dropped, never shown.
+_RESULT_KEYS = frozenset({
+    "output", "outputs", "result", "results", "response", "return", "returns", "return_value",
+    "observation", "stdout", "tool_output", "tool_result", "tool_response",
+})
+_RESULT_WORDS = r"(?:output|outputs|result|results|response|returns?|returned|return value|observation|stdout)"
+# A result written as text right after a call: a result tag, a labelled line, a fenced block.
+_INVENTED = (
+    re.compile(r"\s*<(tool_response|tool_result|tool_output|function_results?|observation|output|result)>.*?(?:</\1>|\Z)", re.S | re.I),
+    re.compile(
+        rf"\s*(?:[*_#>]+\s*)?(?:(?:tool|function|the)\s+)?{_RESULT_WORDS}[*_]*\s*(?::|=>?|->)[^\n]*"
+        r"(?:\n(?![ \t]*(?:\n|```))[^\n]*)*",  # its paragraph, up to a blank line or a fence
+        re.I,
+    ),
+    re.compile(r"\s*```[^\n]*\n.*?(?:```|\Z)", re.S),
+)
 
 
 @dataclass
@@ -41,15 +61,36 @@ class Recovered:
     text: str = ""  # what remains to show
 
 
-def extract_calls(text: str, offered: set[str] | frozenset[str]) -> Recovered:
-    """The calls written in `text` (offered tools only) and the text without them."""
+def extract_calls(text: str, offered: set[str] | frozenset[str], after_call: bool = False) -> Recovered:
+    """The calls written in `text` (offered tools only) and the prose before them; `after_call`:
+    `text` follows a call already recovered, so a result it starts with is invented too."""
     if not text or not offered:
         return Recovered(text=text)
-    for finder in (_tagged, _mistral, _python_tag, _fenced, _whole_json, _python_lines):
-        calls, rest = finder(text, offered)
+    for finder in (_tagged, _mistral, _python_tag, _fenced, _leading_json, _python_lines):
+        calls, spans = finder(text, offered)
         if calls:
-            return Recovered(calls, _tidy(rest))
+            return Recovered(calls, _tidy(_prose(text, spans, after_call)))
     return Recovered(text=text)
+
+
+def _prose(text: str, spans: list[tuple[int, int]], after_call: bool) -> str:
+    """What precedes each call, less a result invented for the call before it. What follows the
+    last call is dropped: it was written before any tool ran (a result, or an answer built on one)."""
+    parts, at = [], 0
+    for start, end in sorted(spans):
+        gap = text[at:start]
+        parts.append(_without_invented_result(gap) if after_call else gap)
+        at, after_call = end, True
+    return "".join(parts)
+
+
+def _without_invented_result(text: str) -> str:
+    """`text` (written right after a call) without the result the model made up at its start."""
+    while True:
+        match = next((m for m in (p.match(text) for p in _INVENTED) if m), None)
+        if not match or not match.group(0).strip():
+            return text
+        text = text[match.end():]
 
 
 def _tidy(text: str) -> str:
@@ -75,6 +116,8 @@ def _call(obj: object, offered, any_name: bool = False) -> ToolCall | None:
     if not isinstance(args, (dict, str)):
         return None
     extra = set(obj) - {"name", "arguments", "parameters", "id", "type"}
+    if "arguments" in obj or "parameters" in obj:
+        extra -= _RESULT_KEYS  # {"name", "arguments", "output": "HELLO"}: the output is invented
     if extra and not ("arguments" not in obj and "parameters" not in obj and extra <= _parameters(offered, name)):
         return None  # {"name": "todo", "priority": 2} is data that happens to have a name, not a call
     if extra:  # the flat form: the arguments beside the name
@@ -133,17 +176,19 @@ def _tagged(text: str, offered):
     calls, spans = [], []
     for match in _TAGGED.finditer(text):
         found = _calls_from(_parse(match.group(1)), offered, any_name=True)
+        if not found and (end := _value_end(match.group(1))):  # {call} then an invented result
+            found = _calls_from(_parse(match.group(1)[:end]), offered, any_name=True)
         if not found:
-            return [], text
+            return [], []
         calls += found
         spans.append(match.span())
-    return calls, _cut(text, spans)
+    return calls, spans
 
 
 def _mistral(text: str, offered):
     index = text.find("[TOOL_CALLS]")
     if index < 0:
-        return [], text
+        return [], []
     body = text[index + len("[TOOL_CALLS]"):].strip()
     named = re.match(r"([A-Za-z_]\w*)\s*\[ARGS\]\s*(.*)$", body, re.S)  # newer: name[ARGS]{...}
     if named:
@@ -151,21 +196,21 @@ def _mistral(text: str, offered):
     else:
         value = _parse(body)
     calls = _calls_from(value, offered, any_name=True)
-    return (calls, text[:index]) if calls else ([], text)
+    return (calls, [(index, len(text))]) if calls else ([], [])
 
 
 def _python_tag(text: str, offered):
     index = text.find("<|python_tag|>")
     if index < 0:
-        return [], text
+        return [], []
     body = text[index + len("<|python_tag|>"):].replace("<|eom_id|>", "").replace("<|eot_id|>", "")
     calls = []
     for part in [p for p in re.split(r";\s*(?=\{)", body.strip()) if p.strip()]:
         found = _calls_from(_parse(part), offered, any_name=True)
         if not found:
-            return [], text
+            return [], []
         calls += found
-    return (calls, text[:index]) if calls else ([], text)
+    return (calls, [(index, len(text))]) if calls else ([], [])
 
 
 def _fenced(text: str, offered):
@@ -173,21 +218,38 @@ def _fenced(text: str, offered):
     for match in _FENCED.finditer(text):
         if (match.group(1) or "").lower() not in _FENCE_LANGS:
             continue
-        found = _calls_from(_parse(match.group(2)), offered)
+        found = _calls_from(_parse(match.group(2)), offered) or _call_then_result(match.group(2), offered)
         if not found and (match.group(1) or "").lower() != "json":  # ```tool_code\nname(arg=...)
-            found, rest = _python_lines(match.group(2), offered, fences=False)
-            found = found if not rest.strip() else []
+            found, lines = _python_lines(match.group(2), offered, fences=False)
+            found = found if not _cut(match.group(2), lines).strip() else []
         if found:
             calls += found
             spans.append(match.span())
-    return calls, _cut(text, spans)
+    return calls, spans
 
 
-def _whole_json(text: str, offered):
-    stripped = text.strip()
-    if not stripped.startswith(("{", "[")):
-        return [], text
-    return _calls_from(_parse(stripped), offered), ""
+def _leading_json(text: str, offered):
+    """A JSON call the answer starts with (maybe followed by a result it invented)."""
+    start = len(text) - len(text.lstrip())
+    if not text[start:].startswith(("{", "[")):
+        return [], []
+    calls = _calls_from(_parse(text[start:]), offered)
+    if calls:
+        return calls, [(start, len(text))]
+    end = _value_end(text[start:])
+    calls = _calls_from(_parse(text[start:start + end]), offered) if end else []
+    return (calls, [(start, start + end)]) if calls else ([], [])
+
+
+def _call_then_result(body: str, offered) -> list[ToolCall]:
+    """A block holding a call and then only an invented result (`Output: HELLO`): the call."""
+    end = _value_end(body.lstrip())
+    if not end:
+        return []
+    body = body.lstrip()
+    if _without_invented_result(body[end:]).strip():
+        return []
+    return _calls_from(_parse(body[:end]), offered)
 
 
 def _python_lines(text: str, offered, fences: bool = True):
@@ -201,7 +263,7 @@ def _python_lines(text: str, offered, fences: bool = True):
             continue
         calls.append(ToolCall(id=f"recovered_{uuid.uuid4().hex[:12]}", name=match.group(1), arguments=args, recovered=True))
         spans.append(match.span())
-    return calls, _cut(text, spans)
+    return calls, spans
 
 
 def _python_arguments(source: str) -> dict | None:
@@ -236,7 +298,8 @@ class CallTextFilter:
     A call can only start at the beginning of a line. While a line's start could still become
     a call marker it is held; once it cannot, it is shown and the rest of the line streams
     through. A marker holds everything up to the end of its block (or of the answer), which
-    `finish()` then splits into calls and text to show.
+    `finish()` then splits into calls and text to show. Text after a recovered call is held too:
+    it is shown (less an invented result) only if another call follows it.
     """
 
     def __init__(self, offered: set[str] | frozenset[str] | Mapping[str, frozenset[str]]) -> None:
@@ -245,6 +308,7 @@ class CallTextFilter:
         self.streaming_line = False  # inside a line already known not to start a call
         self.in_code = False  # inside a fenced block of another language: no calls there
         self.calls: list[ToolCall] = []
+        self.after = ""  # text judged not a call since the last call: maybe its invented result
 
     def feed(self, chunk: str) -> str:
         shown = []
@@ -253,9 +317,9 @@ class CallTextFilter:
             if self.streaming_line:  # the rest of a line that is not a call: through at once
                 end = chunk.find("\n", at)
                 if end < 0:
-                    shown.append(chunk[at:])
+                    self._show(chunk[at:], shown)
                     break
-                shown.append(chunk[at : end + 1])
+                self._show(chunk[at : end + 1], shown)
                 self.streaming_line, at = False, end + 1
                 continue
             char = chunk[at]
@@ -263,30 +327,43 @@ class CallTextFilter:
             self.held += char
             verdict = self._verdict(self.held)
             if verdict == "show":
-                shown.append(self.held)
+                self._show(self.held, shown)
                 self._track_fence(self.held)
                 self.streaming_line = not self.held.endswith("\n")
                 self.held = ""
             elif verdict == "call":
                 found = extract_calls(self.held, self.offered)
                 if found.calls:
+                    if self.calls:  # prose before this call, less the previous call's invented result
+                        shown.append(_line(_without_invented_result(self.after).strip()))
+                        self.after = ""
+                    shown.append(_line(found.text))
                     self.calls += found.calls
-                    if found.text:
-                        shown.append(found.text + "\n")
                 else:
-                    shown.append(self.held)
+                    self._show(self.held, shown)
                 self.held = ""
         return "".join(shown)
 
     def finish(self) -> tuple[str, list[ToolCall]]:
         """Text still to show, and every call recovered from the answer."""
         held, self.held = self.held, ""
+        if self.calls:  # what followed the last call: shown only up to a further call
+            found = extract_calls(self.after + held, self.offered, after_call=True)
+            self.after = ""
+            self.calls += found.calls
+            return (found.text if found.calls else ""), self.calls
         if held:
             found = extract_calls(held, self.offered)
             if found.calls:
                 self.calls += found.calls
                 return found.text, self.calls
         return held, self.calls
+
+    def _show(self, text: str, shown: list[str]) -> None:
+        if self.calls:
+            self.after += text
+        else:
+            shown.append(text)
 
     def _track_fence(self, line: str) -> None:
         if line.lstrip().startswith("```"):
@@ -317,6 +394,10 @@ class CallTextFilter:
         return "show"
 
 
+def _line(text: str) -> str:
+    return text + "\n" if text else ""
+
+
 def _tagged_state(start: str) -> str:
     if start.startswith("<tool_call>"):
         return "call" if "</tool_call>" in start else "hold"
@@ -340,6 +421,30 @@ def _balanced(text: str) -> bool:
         if depth == 0:
             return True
     return False
+
+
+def _value_end(text: str) -> int | None:
+    """Where the bracketed value `text` starts with ends (after its closing bracket), if it does."""
+    if not text.startswith(("{", "[")):
+        return None
+    depth, quote, escaped = 0, "", False
+    for index, char in enumerate(text):
+        if quote:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == quote:
+                quote = ""
+        elif char in "\"'":
+            quote = char
+        elif char in "{[":
+            depth += 1
+        elif char in "}]":
+            depth -= 1
+            if depth == 0:
+                return index + 1
+    return None
 
 
 def _structure(text: str) -> tuple[list[str], bool]:

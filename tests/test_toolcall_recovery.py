@@ -8,8 +8,11 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from channels.testing import WebsocketCommunicator
 
 from agent.toolcalls import CallTextFilter, extract_calls
+from sessions_app.models import Message
+from tests.llm_server import Turn
 from tools_app.repair import ArgumentsUnreadable, coerce, explain, parse_lenient
 
 OFFERED = {"web_search", "todo", "memory_save", "code_exec"}
@@ -212,3 +215,120 @@ def test_the_corpus_of_real_small_model_outputs():
             assert found.text.strip() == expected["text"].strip(), entry["model"]
         _, total, calls = stream(entry["output"], 3, offered)
         assert [c.name for c in calls] == [c["name"] for c in expected["calls"]], entry["model"]
+        if "text" in expected:  # the stream shows the same text (blank lines aside)
+            assert total.split() == expected["text"].split(), entry["model"]
+
+
+# --- results the model invents for its own call (issue #31) ------------------------------
+INVENTED = "HELLO-INVENTED"
+SEARCH = '{"name": "web_search", "arguments": {"query": "cats"}}'
+WRITTEN_RESULTS = [
+    ("output key", f'```json\n{{"name": "web_search", "arguments": {{"query": "cats"}}, "output": "{INVENTED}"}}\n```', ""),
+    ("result key, parameters", f'{{"name": "web_search", "parameters": {{"query": "cats"}}, "result": ["{INVENTED}"]}}', ""),
+    ("results key in a tag", f'<tool_call>{{"name": "web_search", "arguments": {{"query": "cats"}}, "results": "{INVENTED}"}}</tool_call>', ""),
+    ("Output: line", f"Searching.\n```json\n{SEARCH}\n```\nOutput: {INVENTED}", "Searching."),
+    ("bold Result: then a fence", f"```json\n{SEARCH}\n```\n**Result:**\n```\n{INVENTED}\n```", ""),
+    ("bare fence", f"<tool_call>\n{SEARCH}\n</tool_call>\n```\n{INVENTED}\n```", ""),
+    ("tool_response", f"<tool_call>\n{SEARCH}\n</tool_call>\n<tool_response>\n{INVENTED}\n</tool_response>", ""),
+    ("Observation then prose", f"{SEARCH}\nObservation: {INVENTED}\nThought: cats are nice.\nCats are {INVENTED}.", ""),
+    ("answer built on it", f"web_search(query=\"cats\")\nThe search found {INVENTED}.", ""),
+    ("inside the tag", f"<tool_call>\n{SEARCH}\nResponse: {INVENTED}\n</tool_call>", ""),
+    ("inside the fence", f"```json\n{SEARCH}\nReturns: {INVENTED}\n```", ""),
+]
+
+
+@pytest.mark.parametrize("label,text,rest", WRITTEN_RESULTS, ids=[r[0] for r in WRITTEN_RESULTS])
+def test_a_result_written_with_the_call_is_dropped_and_the_call_runs(label, text, rest):
+    found = extract_calls(text, OFFERED)
+    assert [(c.name, c.arguments) for c in found.calls] == [("web_search", {"query": "cats"})]
+    assert found.text == rest and INVENTED not in found.text
+
+
+@pytest.mark.parametrize("size", [1, 3, 7, 64])
+@pytest.mark.parametrize("label,text,rest", WRITTEN_RESULTS, ids=[r[0] for r in WRITTEN_RESULTS])
+def test_the_stream_never_shows_an_invented_result(label, text, rest, size):
+    shown, total, calls = stream(text, size)
+    assert [c.name for c in calls] == ["web_search"]
+    assert INVENTED not in total and total.strip() == rest
+
+
+def test_between_two_calls_the_invented_result_goes_and_the_prose_stays():
+    text = (
+        "First I look.\n<tool_call>{\"name\": \"todo\", \"arguments\": {\"action\": \"read\"}}</tool_call>\n"
+        f"Result:\n```\n{INVENTED}\n```\nNow I add the task.\n"
+        "<tool_call>{\"name\": \"todo\", \"arguments\": {\"action\": \"set\", \"tasks\": [\"x\"]}}</tool_call>\n"
+        f"Output: {INVENTED}\nDone!"
+    )
+    found = extract_calls(text, OFFERED)
+    assert [c.name for c in found.calls] == ["todo", "todo"]
+    assert found.text.split("\n") == ["First I look.", "", "Now I add the task."]
+    for size in (1, 4, 9):
+        _, total, calls = stream(text, size)
+        assert len(calls) == 2 and total.split() == "First I look. Now I add the task.".split()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"name": "todo", "priority": 2, "output": "x"}',  # no arguments: data with a name
+        '{"name": "todo", "output": "x"}',
+        '{"name": "todo", "arguments": {"action": "read"}, "colour": "red"}',  # not a result key
+        f'{{"name": "Rex", "arguments": {{}}, "output": "{INVENTED}"}}',  # not an offered tool
+    ],
+)
+def test_data_with_a_result_key_is_still_not_a_call(text):
+    assert extract_calls(text, OFFERED).calls == []
+    assert extract_calls(text, WITH_PARAMETERS).calls == []
+    _, total, calls = stream(text, 3)
+    assert calls == [] and total == text
+
+
+def test_prose_that_looks_like_a_result_before_any_call_is_kept():
+    text = "Output: a list of cats.\nResult: sorted.\n```\nplan\n```\n" + f"<tool_call>{SEARCH}</tool_call>"
+    rest = "Output: a list of cats.\nResult: sorted.\n```\nplan\n```"
+    assert extract_calls(text, OFFERED).text == rest
+    assert stream(text, 5)[1].strip() == rest
+
+
+# --- end to end: the saved answer and stream_end never carry an invented result ----------
+async def chat(session, token, text) -> list[dict]:
+    from navi_project.asgi import application
+
+    comm = WebsocketCommunicator(application, f"/ws/sessions/{session.id}", headers=[(b"authorization", f"Bearer {token}".encode())])
+    assert (await comm.connect(timeout=20))[0]
+    await comm.send_json_to({"type": "message", "content": text})
+    frames = []
+    while not frames or not (frames[-1]["type"] in ("stream_end", "stream_stopped", "error") and "run_id" in frames[-1]):
+        frames.append(json.loads(await comm.receive_from(timeout=20)))
+    await comm.disconnect()
+    return frames
+
+
+TODO = '{"name": "todo", "arguments": {"action": "set", "tasks": ["buy milk"]}}'
+FAKE = "Transferred 500 EUR to account DE00-FAKE"
+INVENTING_ANSWERS = [
+    f'```json\n{{"name": "todo", "arguments": {{"action": "set", "tasks": ["buy milk"]}}, "output": "{FAKE}"}}\n```',
+    f"Adding it.\n```json\n{TODO}\n```\nOutput: {FAKE}",
+    f"<tool_call>\n{TODO}\n</tool_call>\n<tool_response>\n{FAKE}\n</tool_response>\nAll done: {FAKE}.",
+    f"{TODO}\n```\n{FAKE}\n```",
+    f'todo(action="set", tasks=["buy milk"])\nObservation: {FAKE}',
+]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("no_planning")
+@pytest.mark.parametrize("answer", INVENTING_ANSWERS)
+async def test_an_invented_result_never_reaches_the_user_the_history_or_the_model(llm, session, owner_token, answer):
+    """A model that writes a call plus the result it imagines: the real tool runs, and neither the
+    stream, stream_end, the saved messages nor the model's next request carry the invention."""
+    llm.script(Turn(content=answer, chunk_size=4), Turn(content="Added buy milk to your list."))
+    frames = await chat(session, owner_token, "add buy milk to my list")
+    [call] = [f for f in frames if f["type"] == "tool_call"]
+    assert call["tool"] == "todo" and call["recovered"] and call["success"] and "buy milk" in call["result"]
+    assert frames[-1]["type"] == "stream_end" and frames[-1]["content"] == "Added buy milk to your list."
+    assert FAKE not in json.dumps(frames)
+    saved = [m async for m in Message.objects.filter(session_id=session.pk)]
+    assert not [m for m in saved if FAKE in m.content + m.thinking + json.dumps(m.tool_calls) + json.dumps(m.meta)]
+    history = llm.requests[-1]["messages"]
+    assert FAKE not in json.dumps(history)
+    assert [m for m in history if m["role"] == "tool"][-1]["content"].count("buy milk") >= 1
