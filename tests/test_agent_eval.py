@@ -220,3 +220,55 @@ def test_the_proxy_can_play_a_server_that_parses_hermes_tool_calls():
     call = chunks[1]["delta"]["tool_calls"][0]["function"]
     assert call == {"name": "todo", "arguments": '{"action": "read"}'}
     assert chunks[-1]["finish_reason"] == "tool_calls"
+
+
+def _right_answers(web: str, today: str, friday: str) -> list[Rule]:
+    """Each daily task done the way a competent model would: its checker must pass."""
+    fs = lambda **a: _call("filesystem", **a)  # noqa: E731
+    done = Turn(content="Done: I did what you asked and checked the result.")
+    steps = {
+        "for next Friday": [_call("todo", action="set", tasks=[f"dentist ({friday})"])],
+        "hours column": [fs(action="read", path="timesheet.csv"), fs(action="write", path="hours_total.txt", content="37.5")],
+        "Quellin library": [_call("web_view", url=f"{web}/library.html"),
+                            _call("memory_save", category="routines", key="library hours", value="Mon-Sat 9:00-17:30")],
+        "Aurora kettle": [_call("web_view", url=f"{web}/shop.html"),
+                          fs(action="write", path="kettle_price.txt", content="39.90 EUR")],
+        "26.2 miles": [_call("scratchpad", action="write", section="conversions", content="26.2 miles = 42.16 km")],
+        "timeout field": [fs(action="read", path="settings.json"), fs(action="write", path="timeout.txt", content="45")],
+        "guests.txt": [_call("terminal", command="wc -l guests.txt"), fs(action="write", path="guest_count.txt", content="23\n")],
+        "email.txt": [fs(action="read", path="email.txt"),
+                      _call("todo", action="set", tasks=["book the venue", "order the birthday cake", "send the invitations"])],
+        "home address": [_call("memory_search", query="home address"),
+                         fs(action="write", path="address.txt", content="12 Birch Lane, Tolvik")],
+        "olive oil": [fs(action="append", path="shopping_list.txt", content="olive oil\n")],
+        "party.txt": [fs(action="read", path="party.txt"),
+                      fs(action="write", path="party.txt", content="Party at Mia's on Saturday at 19:00. Bring snacks.\n")],
+        "expenses.csv": [fs(action="append", path="expenses.csv", content=f"{today},lunch,12.50\n")],
+        "Dr. Okafor": [Turn(tool_calls=[
+            {"name": "memory_save", "arguments": {"category": "people", "key": "dentist", "value": "Dr. Okafor"}},
+            {"name": "memory_save", "arguments": {"category": "personal", "key": "gym membership", "value": "55812"}}])],
+        "parking.txt": [fs(action="read", path="parking.txt"),
+                        _call("scratchpad", action="write", section="car", content="level 3, spot 117")],
+    }
+    return [Rule(match=match, turns=turns + [done]) for match, turns in steps.items()]
+
+
+def test_every_daily_task_passes_when_the_model_does_it_right():
+    from bench._eval_tasks import DAILY_TASKS
+
+    web_port = free_port()
+    today = datetime.now().astimezone().date()
+    llm = LLMServer().start()
+    for rule in _right_answers(f"http://127.0.0.1:{web_port}", today.isoformat(), next_fridays(today)[0].isoformat()):
+        llm.add_rule(rule)
+    options = Options(backend="ollama", url=llm.url, model="fake-llm", modes=("plain",), timeout=60,
+                      web_port=web_port, verbose=False)
+    try:
+        report = evaluate(options, DAILY_TASKS)
+    finally:
+        llm.stop()
+    failed = {r["task"]: r["detail"] for r in report["results"] if not r["success"]}
+    assert failed == {}
+    assert len(DAILY_TASKS) >= 12 and len(select_tasks(None, None)) >= 50
+    assert report["summary"]["plain"]["approved"] == 1  # the kettle price file, written after reading the page
+    assert report["summary"]["plain"]["denied_approvals"] == 0
