@@ -3,7 +3,9 @@ that reads the end state (database rows, files, what the bench's own web server 
 never the model's account of what it did. Read-only answers (a fact from a page, a sum) are
 checked in the final answer, together with the tool call that had to produce them.
 
-A checker returns "" when the task succeeded, else a short reason.
+A checker returns "" when the task succeeded, else a short reason. `answer_problem(run)` is the
+second half of every verdict: the final answer must be prose (not empty, not a raw tool result,
+not an unexecuted tool call, not the give-up notice) from a turn that ended normally.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ import re
 import sqlite3
 import threading
 from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
+from zoneinfo import ZoneInfo
 
 
 # --- what a checker sees -------------------------------------------------------------------------
@@ -31,6 +35,17 @@ class Run:
     web: "WebFixture"
     answers: list[str] = field(default_factory=list)  # the final text of each turn
     calls: list[dict] = field(default_factory=list)  # the run's tool_call frames
+    ended: str = ""  # the last turn's terminal frame: stream_end, stream_stopped or error ("" = none)
+    timed_out: bool = False  # the bench pressed Stop at the deadline
+    error: str = ""  # an error frame's message
+    time_zone: str = "UTC"  # the Navi server's TIME_ZONE: its clock line in the system prompt
+    started: datetime | None = None  # when the bench sent the first message
+
+    def today(self) -> list[date]:
+        """The server's date when the run started and now (a run may cross midnight)."""
+        zone = ZoneInfo(self.time_zone)
+        moments = [m for m in (self.started, datetime.now(zone)) if m is not None]
+        return sorted({m.astimezone(zone).date() for m in moments})
 
     @property
     def answer(self) -> str:
@@ -120,6 +135,77 @@ def first_problem(*problems: str) -> str:
     return next((p for p in problems if p), "")
 
 
+# --- is the final answer an answer? ----------------------------------------------------------------
+# Navi's marks around outside data (agent/policy.py wrap_untrusted): only a tool result holds them.
+_UNTRUSTED = re.compile(r"\[(END )?UNTRUSTED DATA [0-9a-f]{8}|It is data, not instructions", re.IGNORECASE)
+# agent/loop.py _give_up: the turn ran out of tool-calling steps.
+_GIVE_UP = re.compile(r"I stopped after \d+ tool-calling steps", re.IGNORECASE)
+# http_request's result (tools_app/builtin/web.py _format_response): a status line, then headers.
+_HTTP_STATUS = re.compile(r"^\s*HTTP(/\d(\.\d)?)?\s+\d{3}\b", re.MULTILINE)
+_HTTP_HEADER = re.compile(r"^\s*(content-type|content-length|server|date|location|set-cookie|cache-control):\s*\S",
+                          re.IGNORECASE | re.MULTILINE)
+_CALL_TEXT = re.compile(r'"name"\s*:\s*"[^"]*"\s*,\s*"(arguments|parameters)"\s*:', re.IGNORECASE)
+_FENCE = re.compile(r"```[a-zA-Z]*")
+
+
+def _json_values(text: str) -> list[tuple[int, int, Any]]:
+    """Every JSON object or array in the text (start, end, value), outermost first."""
+    found, decoder, i = [], json.JSONDecoder(), 0
+    while (i := _next_open(text, i)) >= 0:
+        try:
+            value, end = decoder.raw_decode(text, i)
+        except ValueError:
+            i += 1
+            continue
+        found.append((i, end, value))
+        i = end
+    return found
+
+
+def _next_open(text: str, start: int) -> int:
+    hits = [h for h in (text.find("{", start), text.find("[", start)) if h >= 0]
+    return min(hits) if hits else -1
+
+
+def _is_call(value: Any) -> bool:
+    """A tool call written as JSON: {"name": …, "arguments"/"parameters": …}, at any depth."""
+    if isinstance(value, dict):
+        if isinstance(value.get("name"), str) and ("arguments" in value or "parameters" in value):
+            return True
+        return any(_is_call(v) for v in value.values())
+    return isinstance(value, list) and any(_is_call(v) for v in value)
+
+
+def answer_problem(run: Run) -> str:
+    """Why the final answer is not an answer that states a result ("" when it is one)."""
+    if run.timed_out or run.ended == "stream_stopped":
+        return "the turn was stopped (deadline) before it ended"
+    if run.error or run.ended == "error":
+        return f"the turn ended in an error: {run.error[:120]}"
+    text = run.answer.strip()
+    if not text:
+        return "the final answer is empty"
+    if _GIVE_UP.search(text):
+        return "the final answer is the give-up notice (ran out of tool-calling steps)"
+    if "<tool_call>" in text or "</tool_call>" in text:
+        return "the final answer holds an unexecuted <tool_call> block"
+    values = _json_values(text)
+    if _CALL_TEXT.search(text) or any(_is_call(v) for _, _, v in values):
+        return "the final answer holds an unexecuted tool-call JSON"
+    if _UNTRUSTED.search(text):
+        return "the final answer repeats a raw tool result (Navi's untrusted-data marker)"
+    headers = [h.lower() for h in _HTTP_HEADER.findall(text)]
+    if _HTTP_STATUS.search(text) or "content-type" in headers or len(headers) >= 2:
+        return "the final answer repeats a raw HTTP response (status line / headers)"
+    if values:
+        prose = text
+        for start, end, _ in reversed(values):
+            prose = prose[:start] + " " + prose[end:]
+        if len(re.findall(r"[A-Za-z]{2,}", _FENCE.sub(" ", prose))) < 3:
+            return "the final answer is a raw JSON body, not prose"
+    return ""
+
+
 # --- the local web pages the web tasks read ---------------------------------------------------------
 PAGES = {
     "/zorblax.html": "<html><head><title>Zorblax tower</title></head><body><h1>The Zorblax tower</h1>"
@@ -128,6 +214,10 @@ PAGES = {
     "/veltria.html": "<html><body><h1>Veltria</h1><p>Veltria is a small inland country. Its capital "
     "is Marnhold, on the river Ebb. The currency is the veltrian crown.</p></body></html>",
     "/api/stock.json": json.dumps({"item": "widget", "in_stock": 7319, "warehouse": "north"}),
+    "/library.html": "<html><body><h1>Quellin public library</h1><p>Welcome! The library lends books, films "
+    "and board games.</p><p>Opening hours: Monday to Saturday, 9:00 to 17:30. Closed on Sundays.</p></body></html>",
+    "/shop.html": "<html><body><h1>Kitchen corner</h1><ul><li>Nimbus toaster: 54.00 EUR</li>"
+    "<li>Aurora kettle: 39.90 EUR</li><li>Stratus blender: 89.50 EUR</li></ul></body></html>",
 }
 
 
@@ -188,6 +278,8 @@ class Task:
     messages: list[str]  # sent one after the other in the same session; {web} = the fixture's URL
     check: Callable[[Run], str]
     setup: Callable[[Run], None] | None = None
+    # Tools whose approval the user's request calls for (approved); every other ask is denied.
+    approve: tuple[str, ...] = ()
 
 
 def _todo_create(run: Run) -> str:
@@ -321,6 +413,141 @@ def _shout_ran(run: Run) -> str:
     return ""
 
 
+# --- daily personal-agent tasks ----------------------------------------------------------------------
+_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+           "november", "december")
+
+
+def next_fridays(today: date) -> list[date]:
+    """What "next Friday" may mean: the first Friday after today, or the one a week later."""
+    first = today + timedelta(days=(4 - today.weekday()) % 7 or 7)
+    return [first, first + timedelta(days=7)]
+
+
+def mentions_date(text: str, day: date) -> bool:
+    """The text names this date: ISO, "27 November", "Nov 27th", 27/11, 11/27 or 27.11."""
+    text = text.lower()
+    month = _MONTHS[day.month - 1]
+    name = rf"({month}|{month[:3]}\.?)"
+    d, m = day.day, day.month
+    patterns = [
+        rf"\b{day.isoformat()}\b",
+        rf"\b0?{d}(st|nd|rd|th)?\s+(of\s+)?{name}(?![a-z])",
+        rf"(?<![a-z]){name}\s+0?{d}(st|nd|rd|th)?\b",
+        rf"(?<![\d/.])0?{d}[./]0?{m}(?![\d])",
+        rf"(?<![\d/.])0?{m}/0?{d}(?![\d])",
+    ]
+    return any(re.search(p, text) for p in patterns)
+
+
+def _dentist_friday(run: Run) -> str:
+    items = [i["task"] for i in todo_items(run) if "dentist" in i["task"].lower()]
+    if not items:
+        return f"no todo item mentions the dentist: {todo_items(run)}"
+    fridays = sorted({f for today in run.today() for f in next_fridays(today)})
+    if any(mentions_date(item, f) for item in items for f in fridays):
+        return ""
+    return f"the dentist item holds none of the dates {[f.isoformat() for f in fridays]}: {items}"
+
+
+def _number_in_file(rel: str, *numbers: str) -> Callable[[Run], str]:
+    """The file holds one of these numbers (as a number: 45 is not found in 145)."""
+    def check(run: Run) -> str:
+        got = _norm(read(run, rel) or "")
+        pattern = "|".join(re.escape(n) for n in numbers)
+        if read(run, rel) is not None and re.search(rf"(?<![\d.])({pattern})(?![\d]|\.\d)", got):
+            return ""
+        return f"{rel} is {read(run, rel)!r}, expected {' or '.join(numbers)}"
+
+    return check
+
+
+def _library_hours(run: Run) -> str:
+    hours = [f for f in facts(run) if re.search(r"\b9\b|\b9[:.]00|\b09", f) and re.search(r"17[:.]30|5[:.]30", f)]
+    return first_problem(any_ran(run, "web_view", "http_request"),
+                         "" if hours else f"no memory fact with the hours 9:00-17:30: {facts(run)}")
+
+
+def _conversion(run: Run) -> str:
+    text = section(run, "conversions")
+    return "" if re.search(r"42[.,]1[5-7]|42[.,]2\b", text) else f"section conversions is {text!r} (26.2 mi = 42.16 km)"
+
+
+def _todo_from_email(run: Run) -> str:
+    text = " ".join(i["task"].lower() for i in todo_items(run))
+    missing = [w for w in ("venue", "cake", "invitation") if w not in text]
+    return f"todo list lacks {missing}: {todo_items(run)}" if missing else ""
+
+
+def _shopping_appended(run: Run) -> str:
+    lines = [line.strip().lower().lstrip("-* ") for line in (read(run, "shopping_list.txt") or "").splitlines() if line.strip()]
+    return "" if lines[:2] == ["bread", "milk"] and "olive oil" in lines[2:] else f"shopping_list.txt lines: {lines}"
+
+
+def _party_time(run: Run) -> str:
+    got = read(run, "party.txt") or ""
+    ok = "19:00" in got and "18:00" not in got and "bring snacks" in got.lower()
+    return "" if ok else f"party.txt is {got!r}"
+
+
+def _expense_row(run: Run) -> str:
+    rows = [line.strip() for line in (read(run, "expenses.csv") or "").splitlines() if line.strip()]
+    if rows[:3] != [line for line in EXPENSES.splitlines()]:
+        return f"the old rows of expenses.csv changed: {rows}"
+    days = [d.isoformat() for d in run.today()]
+    new = [r for r in rows[3:] if any(d in r for d in days) and "lunch" in r.lower() and re.search(r"12\.50?\b", r)]
+    return "" if new else f"no row '{days[-1]},lunch,12.50' in expenses.csv: {rows}"
+
+
+def _two_facts(run: Run) -> str:
+    return first_problem(_fact_with("okafor")(run), _fact_with("55812")(run))
+
+
+def _spot_in_scratchpad(run: Run) -> str:
+    text = section(run, "car")
+    return "" if re.search(r"\b117\b", text) else f"section car is {text!r}"
+
+
+GUESTS = "".join(f"{name}\n" for name in (
+    "Ada", "Ben", "Cleo", "Dev", "Elif", "Femi", "Gus", "Hana", "Ivo", "Jun", "Kai", "Lea", "Mo", "Nia", "Oli",
+    "Pia", "Quin", "Raf", "Sol", "Tam", "Uma", "Vic", "Wen"))  # 23 names
+TIMESHEET = "day,project,hours\nMon,alpha,7.5\nTue,alpha,8\nWed,beta,6.5\nThu,beta,9\nFri,alpha,6.5\n"  # 37.5
+EXPENSES = "date,what,amount\n2026-01-05,groceries,54.20\n2026-01-06,bus ticket,2.80"
+EMAIL = ("From: Maria\nSubject: Saturday\n\nHi! For the party, could you please book the venue for Saturday, "
+         "order the birthday cake, and send the invitations by Wednesday? Thanks, Maria\n")
+
+DAILY_TASKS: list[Task] = [
+    Task("todo_next_friday", ["Add a todo 'dentist' for next Friday, with the date."], _dentist_friday),
+    Task("csv_sum_to_file", ["Add up the hours column of timesheet.csv and write the total into hours_total.txt."],
+         _number_in_file("hours_total.txt", "37.5", "37.50"), seed_files({"timesheet.csv": TIMESHEET})),
+    Task("web_then_memory", ["Look up the opening hours of the Quellin library on {web}/library.html and remember them for me."],
+         _library_hours),
+    Task("web_price_to_file", ["Check the price of the Aurora kettle on {web}/shop.html and save it in the file kettle_price.txt."],
+         lambda r: first_problem(any_ran(r, "web_view", "http_request"), _number_in_file("kettle_price.txt", "39.90", "39.9")(r)),
+         approve=("filesystem",)),
+    Task("unit_convert_scratchpad", ["Convert 26.2 miles to kilometres and write the result in the scratchpad section 'conversions'."],
+         _conversion),
+    Task("json_value_to_file", ["Read settings.json and write the value of its timeout field into timeout.txt."],
+         _number_in_file("timeout.txt", "45"),
+         seed_files({"settings.json": json.dumps({"name": "backup", "timeout": 45, "retries": 3}, indent=2)})),
+    Task("count_lines_to_file", ["Count the lines in guests.txt and write the number into guest_count.txt."],
+         _number_in_file("guest_count.txt", "23"), seed_files({"guests.txt": GUESTS})),
+    Task("todo_from_email", ["Read email.txt and make a todo list of the things Maria asks me to do."], _todo_from_email,
+         seed_files({"email.txt": EMAIL})),
+    Task("memory_to_file", ["Write my home address, which you have in your memory, into the file address.txt."],
+         _file_contains("address.txt", "12 Birch Lane"),
+         lambda r: seed_fact(r, "personal", "home address", "12 Birch Lane, Tolvik")),
+    Task("shopping_list_add", ["Add 'olive oil' to my shopping list in shopping_list.txt."], _shopping_appended,
+         seed_files({"shopping_list.txt": "bread\nmilk\n"})),
+    Task("file_edit_time", ["In party.txt, change the time from 18:00 to 19:00."], _party_time,
+         seed_files({"party.txt": "Party at Mia's on Saturday at 18:00. Bring snacks.\n"})),
+    Task("expense_add_row", ["Add a row to expenses.csv for today: lunch, 12.50. Use the same format as the other rows."],
+         _expense_row, seed_files({"expenses.csv": EXPENSES + "\n"})),
+    Task("memory_save_two", ["Remember that my dentist is Dr. Okafor and that my gym membership number is 55812."], _two_facts),
+    Task("scratchpad_from_file", ["Read parking.txt and put the parking spot number into the scratchpad section 'car'."],
+         _spot_in_scratchpad, seed_files({"parking.txt": "Parked on level 3, spot 117, near the lifts.\n"})),
+]
+
 LINES = "".join(f"line {i}\n" for i in range(1, 18))
 SALES = "date,item,amount\n2026-01-03,pens,120\n2026-01-09,paper,340\n2026-01-15,ink,75\n2026-01-21,desk,410\n2026-01-30,lamp,99\n"
 
@@ -370,7 +597,8 @@ TASKS: list[Task] = [
          lambda r: first_problem(any_ran(r, "web_view", "http_request"), answer_has(r, "marnhold"))),
     Task("http_get_json", ["Fetch {web}/api/stock.json and tell me how many widgets are in stock."],
          lambda r: first_problem(any_ran(r, "http_request", "web_view"), answer_has(r, "7319"))),
-    Task("http_post", ['Send an HTTP POST request to {web}/api/notes with the JSON body {{"note": "hello navi"}}.'], _posted),
+    Task("http_post", ['Send an HTTP POST request to {web}/api/notes with the JSON body {{"note": "hello navi"}}.'], _posted,
+         approve=("http_request",)),
     Task("switch_profile", ["Switch this session to the smart_home profile."], _switched),
     Task("list_profiles", ["Which agent profiles are available? List their ids."],
          lambda r: first_problem(ran(r, "list_profiles"), answer_has(r, "secretary", "server_admin", "smart_home"))),
@@ -392,7 +620,7 @@ TASKS: list[Task] = [
     Task("memory_and_todo", ["Remember that my cat is called Miso, and add 'buy cat food' to a new todo list."],
          lambda r: first_problem(_fact_with("miso")(r), "" if any("cat food" in i["task"].lower() for i in todo_items(r))
                                  else f"todo list is {todo_items(r)}")),
-]
+] + DAILY_TASKS
 
 # A user tool every run finds already installed (test_tool and list_tools ask about it).
 SHOUT_TOOL = '''name = "shout"

@@ -1,10 +1,12 @@
 """A counting reverse proxy between Navi and an LLM server (Ollama or OpenAI-compatible).
 
-Every request is forwarded unchanged (except an optional cap on generated tokens) and streamed
-back as it arrives; the proxy keeps one record per chat request: the label the bench set when
-it started, its duration, the usage the server reported (Ollama's prompt_eval_count/eval_count,
-OpenAI's `usage`), and the assistant output it carried (text and native tool calls). That gives
-exact LLM call counts for any server, and the raw outputs for the corpus.
+Every request is forwarded unchanged (except an optional cap on generated tokens; the fields that
+constrain output — `response_format`, `json_schema`, `grammar`, `format`, vLLM's `guided_*` —
+pass untouched) and streamed back as it arrives; the proxy keeps one record per chat request: the
+label the bench set when it started, its duration, the usage the server reported (Ollama's
+prompt_eval_count/eval_count, OpenAI's `usage`), whether it was constrained (and by which field),
+and the assistant output it carried (text and native tool calls). That gives exact LLM call
+counts for any server, and the raw outputs for the corpus.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 CHAT_PATHS = ("/api/chat", "/chat/completions")
+# Request fields with which a server constrains what the model may generate (schema or grammar).
+CONSTRAINT_FIELDS = ("response_format", "json_schema", "grammar", "format", "guided_json", "guided_grammar",
+                     "guided_regex", "guided_choice")
 _HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "accept-encoding"}
 
 
@@ -38,6 +43,7 @@ class CallRecord:
     content: str = ""
     tool_calls: list[dict] = field(default_factory=list)
     usage_estimated: bool = False  # the server reported none: counted with its tokenizer
+    constrained: str = ""  # the request's constraint fields ("" = free generation)
     request: dict | None = None  # kept only when the proxy keeps requests (corpus capture)
 
     @property
@@ -227,7 +233,7 @@ class _Handler(BaseHTTPRequestHandler):
             except ValueError:
                 body = {}
             record = CallRecord(label=proxy.label, path=self.path, model=str(body.get("model", "")), started=time.time(),
-                                request=body if proxy.keep_requests else None)
+                                request=body if proxy.keep_requests else None, constrained=constraint_of(body))
         headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_HEADERS}
         if raw:
             headers["Content-Length"] = str(len(raw))
@@ -305,6 +311,20 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             self.close_connection = True
         return data
+
+
+def constraint_of(body: dict) -> str:
+    """The fields that constrain this request's output, comma-separated ("" when none): a
+    `response_format` of type text and an empty `format` constrain nothing."""
+    found = []
+    for key in CONSTRAINT_FIELDS:
+        value = body.get(key)
+        if value in (None, "", {}, []):
+            continue
+        if key == "response_format" and isinstance(value, dict) and value.get("type") == "text":
+            continue
+        found.append(key)
+    return ",".join(found)
 
 
 _HERMES = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)

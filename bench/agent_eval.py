@@ -1,22 +1,27 @@
-"""Evaluation against a real model: ≥ 30 tasks with checkable end states, two modes side by side.
+"""Evaluation against a real model: ≥ 50 tasks with checkable end states, two modes side by side.
 
     .venv/bin/python bench/agent_eval.py --ollama http://127.0.0.1:11434 --model qwen2.5:0.5b
-    .venv/bin/python bench/agent_eval.py --openai http://127.0.0.1:8080/v1 --model smollm2 [--api-key K]
+    .venv/bin/python bench/agent_eval.py --openai http://127.0.0.1:8095/v1 --model M [--api-key K]
         [--tasks N | --only todo_create,file_write] [--modes navi,plain] [--timeout 300] [--out results.json]
+        [--label "llama-server --jinja"]
 
 A real Navi server (daphne, temp dir, `tests.live_server.LiveNavi`) talks to the model through a
 counting proxy (`bench/_llm_proxy.py`); the bench is the user: for each task and mode it opens a
-fresh session on the mode's profile, sends the task's messages over the WebSocket, approves
-whatever asks (nothing should: every tool is `allow`), and on the deadline presses Stop. Then the
-task's checker reads the end state (`bench/_eval_tasks.py`). The workspace, memory and user tools
-are reset before every run. Modes are profiles:
+fresh session on the mode's profile, sends the task's messages over the WebSocket, approves only
+what the task's request calls for (`Task.approve`) and denies every other approval (counted),
+and on the deadline presses Stop. A task succeeds when its checker finds the right end state
+(`bench/_eval_tasks.py`) AND the final answer is prose that states the result
+(`answer_problem`); `success_old` keeps the end-state verdict alone. The workspace, memory and
+user tools are reset before every run. Modes are profiles:
 
   navi   planning auto, text tool-call recovery, argument repair, at most --max-tools tools
   plain  native tool calls only, every tool offered, no repair, no recovery, no planning
 
-Per mode it reports task success rate, valid-call rate (calls that ran without an unknown-tool
-or argument error ÷ all calls, from the audit table and the tool results), LLM calls and tokens
-per task (from the proxy), and wall time per task; prints a table and writes JSON.
+Per task and mode it reports success (and success_old), valid-call rate (calls that ran without
+an unknown-tool or argument error ÷ all calls, from the audit table and the tool results), LLM
+calls and tokens (from the proxy), constrained requests, wall time, time to the first text,
+broken loops, repeated calls and denied approvals; per mode sums, means and medians. It prints
+a table and writes JSON.
 """
 
 from __future__ import annotations
@@ -30,8 +35,8 @@ import sqlite3
 import statistics
 import sys
 import time
-from dataclasses import dataclass
-from datetime import date
+from dataclasses import dataclass, field
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any, Callable
 
@@ -43,7 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench._eval_tasks import SHOUT_TOOL, TASKS, Run, Task, WebFixture  # noqa: E402
+from bench._eval_tasks import SHOUT_TOOL, TASKS, Run, Task, WebFixture, answer_problem  # noqa: E402
 from bench._llm_proxy import LLMProxy  # noqa: E402
 from tests.live_server import LiveNavi  # noqa: E402
 
@@ -72,6 +77,7 @@ def mode_settings(max_tools: int, compact: bool) -> dict[str, dict]:
 # an API token, and the two profiles with every builtin tool allowed.
 SETUP_SCRIPT = """
 import io, json
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from agent.models import Profile
@@ -90,7 +96,7 @@ for mode, fields in cfg["modes"].items():
         llm_backend=cfg["backend"], temperature=cfg["temperature"], max_iterations=cfg["max_iterations"],
         context_window=cfg["context_window"], tool_policy={{n: "allow" for n in names}}, **fields))
 owner = get_user_model().objects.get(username=cfg["user"]).pk
-print("EVAL-SETUP " + json.dumps({{"owner_id": owner, "token": out.getvalue().strip()}}))
+print("EVAL-SETUP " + json.dumps({{"owner_id": owner, "token": out.getvalue().strip(), "time_zone": settings.TIME_ZONE}}))
 """
 
 
@@ -113,7 +119,21 @@ class Options:
     llm_log: str = ""
     server_parses_hermes: bool = False  # the proxy plays a server with a Hermes tool-call parser
     web_port: int = 0  # the web tasks' pages (0 = any free port)
+    label: str = ""  # free text kept in the report (how the server was run, e.g. "llama-server --jinja")
     verbose: bool = True
+
+
+@dataclass
+class Seen:
+    """What the bench saw of one task run over the WebSocket."""
+
+    frames: list[dict] = field(default_factory=list)
+    timed_out: bool = False
+    error: str = ""
+    ended: str = ""  # the last turn's terminal frame type
+    first_text_s: float | None = None  # first message sent → first text frame of the answer
+    approved: list[dict] = field(default_factory=list)
+    denied: list[dict] = field(default_factory=list)
 
 
 class Evaluation:
@@ -126,6 +146,7 @@ class Evaluation:
         self.web = WebFixture(options.web_port)
         self.navi: LiveNavi | None = None
         self.owner_id = 0
+        self.time_zone = "UTC"
         self.schemas: dict[str, dict] = {}
 
     # --- set-up ------------------------------------------------------------------------------
@@ -161,6 +182,7 @@ class Evaluation:
         out = self.navi._manage("shell", "-c", SETUP_SCRIPT.format(cfg=json.dumps(cfg)))
         setup = json.loads(out.split("EVAL-SETUP ", 1)[1])
         self.owner_id, self.navi.token = setup["owner_id"], setup["token"]
+        self.time_zone = setup.get("time_zone") or "UTC"
         self.navi.start(timeout=60)
         self._load_schemas()
         return self
@@ -226,77 +248,97 @@ class Evaluation:
                 if progress:
                     progress(results)
                 if self.opt.verbose:
-                    mark = "ok  " if result["success"] else "FAIL"
-                    print(f"  {mark} {mode:5} {task.name:22} {result['wall_s']:6.1f}s  llm={result['llm_calls']} "
-                          f"calls={len(result['tool_calls'])} {result['detail'][:90]}", flush=True)
+                    print("  " + _progress_line(result), flush=True)
         return results
 
     async def run_task(self, task: Task, mode: str) -> dict:
         self._reset()
         session_id = self.navi.create_session(f"eval-{mode}")
-        run = Run(db=self.db, workspace=self.workspace, tools_dir=self.tools_dir,
-                  owner_id=self.owner_id, session_id=session_id, web=self.web)
+        run = Run(db=self.db, workspace=self.workspace, tools_dir=self.tools_dir, owner_id=self.owner_id,
+                  session_id=session_id, web=self.web, time_zone=self.time_zone)
         if task.setup:
             task.setup(run)
         label = f"{task.name}/{mode}"
         self.proxy.label = label
         before = self._reliability()
         started = time.monotonic()
-        frames, timed_out, error = await self._converse(session_id, task, started + self.opt.timeout)
+        run.started = datetime.now().astimezone()
+        seen = await self._converse(session_id, task, started + self.opt.timeout)
         wall = time.monotonic() - started
         self.proxy.wait_done(label, 30)
         self.proxy.label = ""
-        if timed_out:
+        if seen.timed_out:
             self.proxy.settle(self.opt.timeout * 3)  # the server may still chew on the abandoned prompt
         # Never extracted in the background later: that would call the model in another task's time.
         self._sql("INSERT OR REPLACE INTO memory_app_sessionmemorystate (session_id, extracted_at) VALUES (?, ?)",
                   session_id.replace("-", ""), "2999-01-01 00:00:00")
-        run.answers = [f.get("content", "") for f in frames if f["type"] == "stream_end"]
-        run.calls = [f for f in frames if f["type"] == "tool_call"]
+        run.answers = [f.get("content", "") for f in seen.frames if f["type"] == "stream_end"]
+        run.calls = [f for f in seen.frames if f["type"] == "tool_call"]
+        run.ended, run.timed_out, run.error = seen.ended, seen.timed_out, seen.error
+        return self._result(task, mode, run, seen, wall, before)
+
+    def _result(self, task: Task, mode: str, run: Run, seen: Seen, wall: float, before: dict[str, int]) -> dict:
+        """One row of the report: both verdicts, the counters, what the model said."""
         try:
             detail = task.check(run)
         except Exception as exc:  # a checker bug must not end the evaluation
             detail = f"checker failed: {type(exc).__name__}: {exc}"
+        answer = answer_problem(run)
         after = self._reliability()
-        records = self.proxy.records_for(label)
+        reliability = {k: after[k] - before[k] for k in RELIABILITY}
+        records = self.proxy.records_for(f"{task.name}/{mode}")
+        calls = self._calls(run.session_id, run.calls)
         return {
             "task": task.name,
             "mode": mode,
-            "success": not detail,
-            "detail": detail or ("(timed out, but the end state is right)" if timed_out else ""),
-            "timed_out": timed_out,
-            "error": error,
+            "success": not detail and not answer,
+            "success_old": not detail,  # the end-state checker alone, as before the answer check
+            "detail": detail or answer or ("(timed out, but the end state is right)" if seen.timed_out else ""),
+            "answer_problem": answer,
+            "timed_out": seen.timed_out,
+            "error": seen.error,
+            "ended": seen.ended,
             "wall_s": round(wall, 2),
+            "first_text_s": seen.first_text_s,
             "llm_calls": len(records),
-            "llm_purposes": self._purposes(session_id),
+            "llm_purposes": self._purposes(run.session_id),
             "llm_seconds": round(sum(r.seconds for r in records), 2),
             "prompt_tokens": sum(r.prompt_tokens or 0 for r in records),
             "completion_tokens": sum(r.completion_tokens or 0 for r in records),
             "usage_reported": all(r.prompt_tokens is not None for r in records),
             "usage_estimated": any(r.usage_estimated for r in records),
-            "tool_calls": self._calls(session_id, run.calls),
-            "plan": any(f["type"] == "plan_ready" for f in frames),
-            "approvals": sum(1 for f in frames if f["type"] == "approval_required"),
+            "constrained_requests": sum(1 for r in records if r.constrained),
+            "tool_calls": calls,
+            "valid_call_rate": round(sum(c["valid"] for c in calls) / len(calls), 3) if calls else None,
+            "plan": any(f["type"] == "plan_ready" for f in seen.frames),
+            "approvals": len(seen.approved) + len(seen.denied),
+            "approved": len(seen.approved),
+            "denied_approvals": len(seen.denied),
+            "denied": seen.denied,
+            "web_posts": [{"path": path, "body": body[:500]} for path, body in run.web.posts],  # what reached the fixture
+            "broken_loops": reliability["broken_loops"],
+            "repeated_calls": reliability["repeated_calls"],
+            "constrained_calls": reliability["constrained_calls"],
             "answers": run.answers,
-            "reliability": {k: after[k] - before[k] for k in RELIABILITY},
-            "llm_outputs": [{"content": r.content, "tool_calls": r.tool_calls} for r in records],
+            "reliability": reliability,
+            "llm_outputs": [{"content": r.content, "tool_calls": r.tool_calls, "constrained": r.constrained}
+                            for r in records],
             "llm_requests": [r.request for r in records] if self.opt.llm_log else [],
         }
 
-    async def _converse(self, session_id: str, task: Task, deadline: float) -> tuple[list[dict], bool, str]:
+    async def _converse(self, session_id: str, task: Task, deadline: float) -> Seen:
         """Send the task's messages one by one like a user; Stop on the deadline."""
-        frames: list[dict] = []
+        seen, sent = Seen(), time.monotonic()
         async with websockets.connect(self.navi.ws_url(session_id), additional_headers=self.navi.headers,
                                       max_size=None, max_queue=None) as ws:
             for text in task.messages:
-                got, timed_out, error = await self._turn(ws, session_id, text.format(web=self.web.url), deadline)
-                frames += got
-                if timed_out or error:
-                    return frames, timed_out, error
-        return frames, False, ""
+                await self._turn(ws, session_id, text.format(web=self.web.url), deadline, task, seen, sent)
+                if seen.timed_out or seen.error:
+                    break
+        return seen
 
-    async def _turn(self, ws, session_id: str, text: str, deadline: float) -> tuple[list[dict], bool, str]:
-        frames: list[dict] = []
+    async def _turn(self, ws, session_id: str, text: str, deadline: float, task: Task, seen: Seen, sent: float) -> None:
+        """One user message until its run ends; approvals answered as the task allows."""
         await ws.send(json.dumps({"type": "message", "content": text}))
         stopped, resends = False, 0
         while True:
@@ -309,24 +351,38 @@ class Evaluation:
                 self.proxy.abort(self.proxy.label)  # a prompt still being evaluated sends nothing to stop on
                 continue
             if left <= 0:
-                return frames, True, "the run did not end after Stop"
+                seen.timed_out, seen.error = True, "the run did not end after Stop"
+                return
             try:
                 frame = json.loads(await asyncio.wait_for(ws.recv(), timeout=min(left, 5)))
             except asyncio.TimeoutError:
                 continue
-            frames.append(frame)
+            seen.frames.append(frame)
             kind = frame.get("type")
-            if kind == "approval_required":
-                await ws.send(json.dumps({"type": "approval", "approval_id": frame["approval_id"], "decision": "approve"}))
+            if kind == "stream_delta" and frame.get("delta") and not frame.get("is_subagent") and seen.first_text_s is None:
+                seen.first_text_s = round(time.monotonic() - sent, 2)
+            elif kind == "approval_required":
+                await self._answer_approval(ws, frame, task, seen)
             elif kind == "error" and "run_id" not in frame:
                 if "active" in frame.get("message", "").lower() and resends < 30:  # the last run is still closing
                     resends += 1
                     await asyncio.sleep(1)
                     await ws.send(json.dumps({"type": "message", "content": text}))
                     continue
-                return frames, stopped, frame.get("message", "error")
+                seen.timed_out, seen.error, seen.ended = stopped, frame.get("message", "error"), "error"
+                return
             elif kind in TERMINAL and "run_id" in frame:
-                return frames, stopped, frame.get("message", "") if kind == "error" else ""
+                seen.timed_out, seen.ended = stopped, kind
+                seen.error = (frame.get("message", "") or "error") if kind == "error" else ""
+                return
+
+    async def _answer_approval(self, ws, frame: dict, task: Task, seen: Seen) -> None:
+        """Approve what the user's request calls for; deny (and count) everything else."""
+        wanted = frame.get("tool") in task.approve
+        (seen.approved if wanted else seen.denied).append(
+            {"tool": frame.get("tool"), "arguments": frame.get("arguments"), "reason": frame.get("reason", "")})
+        decision = "approve" if wanted else "deny"
+        await ws.send(json.dumps({"type": "approval", "approval_id": frame["approval_id"], "decision": decision}))
 
     def _purposes(self, session_id: str) -> dict[str, int]:
         """Navi's own record of the session's LLM calls by purpose (answer, planning, …)."""
@@ -367,6 +423,13 @@ def _valid(args: Any, schema: dict) -> bool:
 
 
 # --- report ---------------------------------------------------------------------------------------
+def _stats(values: list[float]) -> dict[str, float | None]:
+    """Mean and median, None when there is nothing to average."""
+    if not values:
+        return {"mean": None, "median": None}
+    return {"mean": round(statistics.fmean(values), 2), "median": round(statistics.median(values), 2)}
+
+
 def summarise(results: list[dict], modes: tuple[str, ...]) -> dict[str, dict]:
     summary = {}
     for mode in modes:
@@ -375,20 +438,37 @@ def summarise(results: list[dict], modes: tuple[str, ...]) -> dict[str, dict]:
             continue
         calls = [c for r in rows for c in r["tool_calls"]]
         n = len(rows)
+        first_text = [r["first_text_s"] for r in rows if r.get("first_text_s") is not None]
         summary[mode] = {
             "tasks": n,
             "succeeded": sum(r["success"] for r in rows),
             "success_rate": round(sum(r["success"] for r in rows) / n, 3),
+            "succeeded_old": sum(r["success_old"] for r in rows),
+            "success_rate_old": round(sum(r["success_old"] for r in rows) / n, 3),
+            "answer_problems": sum(bool(r["answer_problem"]) for r in rows),
             "tool_calls": len(calls),
             "valid_calls": sum(c["valid"] for c in calls),
             "valid_call_rate": round(sum(c["valid"] for c in calls) / len(calls), 3) if calls else None,
             "llm_calls_per_task": round(sum(r["llm_calls"] for r in rows) / n, 2),
+            "llm_calls": _stats([r["llm_calls"] for r in rows]),
             "prompt_tokens_per_task": round(sum(r["prompt_tokens"] for r in rows) / n),
             "completion_tokens_per_task": round(sum(r["completion_tokens"] for r in rows) / n),
             "usage_reported": all(r["usage_reported"] for r in rows),
             "usage_estimated": any(r["usage_estimated"] for r in rows),
             "wall_s_per_task": round(sum(r["wall_s"] for r in rows) / n, 1),
             "wall_s_median": round(statistics.median(r["wall_s"] for r in rows), 1),
+            "wall_s": _stats([r["wall_s"] for r in rows]),
+            "first_text_s": {**_stats(first_text), "tasks_with_text": len(first_text)},
+            "broken_loops": sum(r["broken_loops"] for r in rows),
+            "broken_loops_per_task": round(sum(r["broken_loops"] for r in rows) / n, 2),
+            "repeated_calls": sum(r["repeated_calls"] for r in rows),
+            "repeated_calls_per_task": round(sum(r["repeated_calls"] for r in rows) / n, 2),
+            "constrained_calls": sum(r["constrained_calls"] for r in rows),
+            "constrained_requests": sum(r["constrained_requests"] for r in rows),
+            "llm_requests": sum(r["llm_calls"] for r in rows),
+            "approved": sum(r["approved"] for r in rows),
+            "denied_approvals": sum(r["denied_approvals"] for r in rows),
+            "tasks_with_denied_approvals": sum(bool(r["denied_approvals"]) for r in rows),
             "timeouts": sum(r["timed_out"] for r in rows),
             "errors": sum(bool(r["error"]) for r in rows),
             "plans": sum(r["plan"] for r in rows),
@@ -399,37 +479,62 @@ def summarise(results: list[dict], modes: tuple[str, ...]) -> dict[str, dict]:
     return summary
 
 
+def _secs(stats: dict) -> str:
+    return "-" if stats["median"] is None else f"{stats['median']:.1f} ({stats['mean']:.1f})"
+
+
 def table(summary: dict[str, dict], results: list[dict]) -> str:
     modes = list(summary)
 
     def pct(part: int, whole: int) -> str:
         return f"{part}/{whole} ({100 * part / whole:.0f}%)" if whole else "n/a"
 
-    lines = [f"{'':28}" + "".join(f"{m:>22}" for m in modes)]
+    lines = [f"{'':30}" + "".join(f"{m:>22}" for m in modes)]
     rows = [
         ("task success", lambda s: pct(s["succeeded"], s["tasks"])),
+        ("success_old (end state only)", lambda s: pct(s["succeeded_old"], s["tasks"])),
         ("valid tool calls", lambda s: pct(s["valid_calls"], s["tool_calls"])),
         ("tool calls / task", lambda s: f"{s['tool_calls'] / s['tasks']:.2f}"),
         ("LLM calls / task", lambda s: f"{s['llm_calls_per_task']:.2f}"),
+        ("constrained LLM requests", lambda s: f"{s['constrained_requests']}/{s['llm_requests']}"),
         ("prompt tokens / task", lambda s: f"{s['prompt_tokens_per_task']}" + _mark(s)),
         ("completion tokens / task", lambda s: f"{s['completion_tokens_per_task']}" + _mark(s)),
-        ("wall s / task (median)", lambda s: f"{s['wall_s_per_task']:.1f} ({s['wall_s_median']:.1f})"),
+        ("wall s / task median (mean)", lambda s: _secs(s["wall_s"])),
+        ("first text s median (mean)", lambda s: _secs(s["first_text_s"])),
+        ("broken loops / task", lambda s: f"{s['broken_loops_per_task']:.2f}"),
+        ("repeated calls / task", lambda s: f"{s['repeated_calls_per_task']:.2f}"),
+        ("approvals denied / approved", lambda s: f"{s['denied_approvals']} / {s['approved']}"),
         ("timeouts / run errors", lambda s: f"{s['timeouts']} / {s['errors']}"),
         ("plans made", lambda s: str(s["plans"])),
         ("LLM calls by purpose", lambda s: " ".join(f"{p}={n}" for p, n in s["llm_purposes"].items()) or "-"),
     ] + [(f"reliability: {k}", lambda s, k=k: str(s["reliability"][k])) for k in RELIABILITY]
     for name, fmt in rows:
-        lines.append(f"{name:28}" + "".join(f"{fmt(summary[m]):>22}" for m in modes))
+        lines.append(f"{name:30}" + "".join(f"{fmt(summary[m]):>22}" for m in modes))
     lines.append("")
     by_task: dict[str, dict[str, dict]] = {}
     for r in results:
         by_task.setdefault(r["task"], {})[r["mode"]] = r
     for name, per_mode in by_task.items():
-        cells = "".join(f"{('ok' if per_mode[m]['success'] else '-') if m in per_mode else '':>22}" for m in modes)
-        lines.append(f"{name:28}{cells}")
+        lines.append(f"{name:30}" + "".join(f"{_cell(per_mode.get(m)):>22}" for m in modes))
+    lines.append("ok = end state and answer right; 'answer' = end state right, the answer is not one; "
+                 "dN = N approvals denied")
     if any(_mark(s) for s in summary.values()):
         lines.append("* the server did not report usage for every call; ~ counted with the server's tokenizer")
     return "\n".join(lines)
+
+
+def _cell(result: dict | None) -> str:
+    if result is None:
+        return ""
+    verdict = "ok" if result["success"] else "answer" if result["success_old"] else "-"
+    return verdict + (f" d{result['denied_approvals']}" if result["denied_approvals"] else "")
+
+
+def _progress_line(r: dict) -> str:
+    mark = "ok  " if r["success"] else "ANSW" if r["success_old"] else "FAIL"
+    first = "-" if r["first_text_s"] is None else f"{r['first_text_s']:.1f}s"
+    return (f"{mark} {r['mode']:5} {r['task']:24} {r['wall_s']:6.1f}s first={first} llm={r['llm_calls']} "
+            f"calls={len(r['tool_calls'])} denied={r['denied_approvals']} {r['detail'][:80]}")
 
 
 def _mark(mode_summary: dict) -> str:
@@ -469,10 +574,11 @@ def evaluate(options: Options, tasks: list[Task], out: str = "") -> dict:
 
 
 def report(options: Options, results: list[dict], started: float) -> dict:
-    settings = {k: v for k, v in vars(options).items() if k not in ("api_key", "verbose", "llm_log", "web_port")}
+    settings = {k: v for k, v in vars(options).items() if k not in ("api_key", "verbose", "llm_log", "web_port", "label")}
     settings["modes"] = {m: s for m, s in mode_settings(options.max_tools, options.compact_schemas).items() if m in options.modes}
     return {
         "model": options.model,
+        "label": options.label,
         "backend": options.backend,
         "url": options.url,
         "date": date.today().isoformat(),
@@ -485,7 +591,7 @@ def report(options: Options, results: list[dict], started: float) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    server = ap.add_mutually_exclusive_group(required=True)
+    server = ap.add_mutually_exclusive_group()  # required unless --list
     server.add_argument("--ollama", metavar="URL", help="an Ollama server, e.g. http://127.0.0.1:11434")
     server.add_argument("--openai", metavar="URL", help="an OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1")
     ap.add_argument("--model", help="model name (required for Ollama)")
@@ -507,13 +613,17 @@ def main(argv: list[str] | None = None) -> None:
                          "into native tool calls, as Ollama, llama-server --jinja or vLLM do for Qwen/Hermes models "
                          "(llama-cpp-python's server parses none: plain mode then never gets a call)")
     ap.add_argument("--llm-log", default="", help="append every LLM request and its output to this JSONL file")
-    ap.add_argument("--out", default="", help="write the JSON report here")
+    ap.add_argument("--out", default="", help="write the JSON report here (rewritten after every run)")
+    ap.add_argument("--label", default="", help="free text kept in the report, e.g. 'llama-server --jinja'")
     ap.add_argument("--list", action="store_true", help="list the tasks and exit")
     args = ap.parse_args(argv)
     if args.list:
         for task in TASKS:
             print(f"{task.name:24} {task.messages[0]}")
+        print(f"{len(TASKS)} tasks")
         return
+    if not (args.ollama or args.openai):
+        ap.error("give the model's server: --ollama URL or --openai URL")
     backend, url = ("ollama", args.ollama) if args.ollama else ("openai", args.openai)
     model = args.model or ("" if backend == "ollama" else _first_model(url, args.api_key))
     if not model:
@@ -524,7 +634,8 @@ def main(argv: list[str] | None = None) -> None:
     options = Options(backend=backend, url=url, model=model, api_key=args.api_key, modes=modes, timeout=args.timeout,
                       max_iterations=args.max_iterations, max_tools=args.max_tools, compact_schemas=not args.no_compact,
                       temperature=args.temperature, num_ctx=args.num_ctx, context_window=args.context_window,
-                      max_tokens=args.max_tokens, llm_log=args.llm_log, server_parses_hermes=args.server_parses_hermes)
+                      max_tokens=args.max_tokens, llm_log=args.llm_log, server_parses_hermes=args.server_parses_hermes,
+                      label=args.label)
     tasks = select_tasks(args.tasks, args.only)
     print(f"agent_eval: {len(tasks)} tasks x {len(modes)} modes, {backend} {url} model {model}", flush=True)
     result = evaluate(options, tasks, args.out)
