@@ -111,12 +111,19 @@ class CallTracker:
         self.banned.add(call.name)
         return LOOP_NOTE.format(tool=call.name)
 
+    def succeeded(self, call: ToolCall) -> bool:
+        """This exact call already succeeded in this turn."""
+        return _signature(call) in self._succeeded
+
+    def count_repeat(self) -> None:
+        self._add("repeated_calls")
+
     def repeat_note(self, call: ToolCall) -> str:
         """For the same call made again after it succeeded in this turn (a small model's loop,
         which would append or send twice): the result to give instead of running it."""
-        if _signature(call) not in self._succeeded:
+        if not self.succeeded(call):
             return ""
-        self._add("repeated_calls")
+        self.count_repeat()
         return REPEAT_NOTE.format(tool=call.name)
 
     def offer(self, tools: list) -> list:

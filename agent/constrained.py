@@ -27,7 +27,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from agent import reliability
+from agent import reliability, toolselect
 from agent.llm import LLMBackend, LLMError
 from agent.llm.base import LLMTimeout, LLMUnreachable, OutputSchema
 from agent.messages import ChatMessage, ToolCall
@@ -61,6 +61,7 @@ CATALOGUE_HEADER = "## Tools\nEach step you either call one of these tools or an
 _DROPPED_KEYS = ("description", "title", "examples", "default", "$schema")
 _SENTENCE = re.compile(r"(?<!e\.g\.)(?<!i\.e\.)(?<=[.!?])\s")
 MAX_NAMED = 6  # tools the deciding call names as the best fit
+BRIEF_CHARS = 90  # of a tool's description in the catalogue
 
 
 # --- the schema of a step --------------------------------------------------------------------
@@ -108,6 +109,16 @@ def _clean(schema: Any) -> Any:
     return out
 
 
+def choose(tools: list, query: str, cap: int, used: set[str]) -> list:
+    """The tools a step may call, best match for the request first: the `cap` best (0 = all)
+    and those already used this turn. No fixed core set: for a small model each extra name is
+    one more wrong choice."""
+    ranked = toolselect.ranked(tools, query)
+    if cap <= 0:
+        return ranked
+    return [t for i, t in enumerate(ranked) if i < cap or t.name in used]
+
+
 # --- what the model reads ------------------------------------------------------------------------
 def catalogue(tools: list) -> str:
     """One line per tool: its name, its parameters (`?` = optional) and its first sentence."""
@@ -116,10 +127,17 @@ def catalogue(tools: list) -> str:
         params = tool.parameters or {}
         required = set(params.get("required") or ())
         names = [n if n in required else f"{n}?" for n in (params.get("properties") or {})]
-        first = _SENTENCE.split((tool.description or "").strip(), maxsplit=1)[0]
-        lines.append(f"- {tool.name}({', '.join(names)}): {first}")
+        lines.append(f"- {tool.name}({', '.join(names)}): {_brief(tool.description or '')}")
     lines.append(f"- {ANSWER}: reply to me in words, when you have what my request needs.")
     return "\n".join(lines)
+
+
+def _brief(description: str) -> str:
+    """The description's first sentence, at most BRIEF_CHARS (cut at a word)."""
+    first = _SENTENCE.split(description.strip(), maxsplit=1)[0]
+    if len(first) <= BRIEF_CHARS:
+        return first
+    return first[:BRIEF_CHARS].rsplit(" ", 1)[0].rstrip(",;:(") + "…"
 
 
 def with_note(context: list[ChatMessage], note: str) -> list[ChatMessage]:

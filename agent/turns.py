@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import AsyncIterator
 
-from agent import constrained, planning, prompts, toolselect
+from agent import constrained, planning, prompts
 from agent.calls import CallTracker, DoesNotFit, fit_request
 from agent.conversation import Conversation
 from agent.events import AgentEvent, ErrorEvent, TextDelta, ThinkingDelta, ThinkingEnd
@@ -82,17 +82,18 @@ async def stream_turn(
     conv: Conversation, setup: Setup, offer: list[Tool], turn: Turn, query: str, *, answer_only: bool = False
 ) -> AsyncIterator[AgentEvent]:
     """Stream one call into `turn`, yielding thinking and text deltas, and save the answer.
-    `answer_only`: a constrained step chose to answer: no tools, and the model is told to write
-    its answer in words."""
+    `answer_only`: a constrained step chose to answer: no tools are sent and the model is told
+    to write its answer in words (a call it writes anyway is still recovered from the text)."""
     profile = setup.profile
     context = await turn_context(conv, setup)
     if answer_only:
         context = constrained.with_note(context, constrained.answer_note(context))
     try:
-        request = fit_request(context, offer, profile, setup.limit, query, setup.tracker.used)
+        request = fit_request(context, [] if answer_only else offer, profile, setup.limit, query, setup.tracker.used)
     except DoesNotFit as exc:
         raise TurnFailed(ErrorEvent(str(exc), code="context_too_large")) from None
-    names = {t.name: frozenset((t.parameters or {}).get("properties") or ()) for t in request.tools}
+    readable = offer if answer_only else request.tools
+    names = {t.name: frozenset((t.parameters or {}).get("properties") or ()) for t in readable}
     text_filter = CallTextFilter(names) if profile.recover_tool_calls and names else None
     stream = setup.backend.stream_complete(
         context, request.schemas, model=profile.resolved_model(), temperature=profile.temperature,
@@ -129,7 +130,7 @@ async def decide_turn(
     tool-call message; None when the step gave nothing usable (the caller then makes an
     unconstrained call)."""
     profile = setup.profile
-    offer = toolselect.ranked(toolselect.select(offer, query, profile.max_tools, setup.tracker.used), query)
+    offer = constrained.choose(offer, query, profile.max_tools, setup.tracker.used)
     context = await turn_context(conv, setup)
     context = constrained.with_note(context, constrained.decide_note(context, offer))
     try:
@@ -160,6 +161,10 @@ async def decide_turn(
         log.info("constrained step gave no usable step: %.200r", response.content)
         return None
     turn.tokens = response.prompt_tokens + response.completion_tokens or request.prompt_tokens
+    if decision.call is not None and setup.tracker.succeeded(decision.call):
+        # The same successful call again: a small model with nothing new to do. It answers.
+        setup.tracker.count_repeat()
+        return constrained.Decision(answer=True)
     if decision.call is not None:
         turn.calls = [decision.call]
         turn.message.tool_calls = [decision.call]

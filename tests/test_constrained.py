@@ -105,6 +105,28 @@ class TestConstrainedStep:
         row = await ModelReliability.objects.aget()
         assert (row.constrained_calls, row.native_calls, row.recovered_calls) == (1, 0, 0)
 
+    async def test_the_same_successful_call_again_means_the_model_is_done(self, llm, session, owner_token):
+        # A small model often calls again after a success; the step then answers instead of looping.
+        llm.schemas = {"format"}
+        llm.script(Turn(content=NOTE_CALL), Turn(content=NOTE_CALL), Turn(content="Noted."))
+        frames = await run(session, owner_token, "note done in the log")
+        assert len(of(frames, "tool_call")) == 1 and frames[-1]["content"] == "Noted."
+        assert schema_of(llm.requests[-1]) is None  # the third call is the answer
+        section = await ScratchpadSection.objects.aget(scope=str(session.id), section="log")
+        assert section.content.count("done") == 1
+        row = await ModelReliability.objects.aget()
+        assert (row.repeated_calls, row.broken_loops, row.constrained_calls) == (1, 0, 1)
+
+    async def test_a_call_written_in_the_answer_is_still_recovered(self, llm, session, owner_token):
+        llm.schemas = {"format"}
+        written = ('<tool_call>{"name": "scratchpad", "arguments": {"action": "append", "section": "log", '
+                   '"content": "done"}}</tool_call>')
+        llm.script(Turn(content=ANSWER), Turn(content=written), Turn(content=ANSWER), Turn(content="Noted."))
+        frames = await run(session, owner_token, "note done in the log")
+        call = of(frames, "tool_call")[0]
+        assert call["success"] and call["recovered"] and frames[-1]["content"] == "Noted."
+        assert not llm.requests[1].get("tools")  # the answer call sends no tools, yet reads a written call
+
     async def test_the_notes_are_never_stored(self, llm, session, owner_token):
         from sessions_app.models import Message
 
@@ -189,6 +211,13 @@ class TestTheSchema:
         assert call.name == "todo" and call.arguments == {"action": "add"} and call.constrained
         for text in ('{"name": "terminal", "arguments": {}}', '{"name": "todo", "arguments": "x"}', "Sure! Here", "[]", ""):
             assert constrained.parse_decision(text, offered) is None
+
+    def test_a_step_offers_the_best_matches_first_without_a_fixed_core(self):
+        tools = [FakeTool("list_tools", {}, "List the tools you have."), FakeTool("memory_save", {}, "Remember a fact about the user."),
+                 FakeTool("web_search", {}, "Search the web."), TODO]
+        chosen = constrained.choose(tools, "please remember my favourite colour", 2, set())
+        assert [t.name for t in chosen][0] == "memory_save" and len(chosen) == 2
+        assert "web_search" in [t.name for t in constrained.choose(tools, "remember", 1, {"web_search"})]
 
     def test_the_catalogue_names_each_tool_once_with_its_first_sentence(self):
         text = constrained.catalogue([TODO])
