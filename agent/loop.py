@@ -274,7 +274,10 @@ class Agent:
             if not setup.constrained and profile.tool_calling == Profile.ToolCalling.CONSTRAINED:
                 log.warning("profile %s asks for constrained tool calls, but %s/%s enforces no JSON schema: "
                             "tool calls are read from text", profile.id, backend.name, model)
-            setup.catalogue = constrained.catalogue(tools) if setup.constrained else ""
+            # Every tool offered: one catalogue in the system prompt, the same in every chat (a
+            # cached prefix). A profile that caps its tools (a small model's) sends each step's
+            # few tools the way the chat template shows them instead.
+            setup.catalogue = constrained.catalogue(tools) if setup.constrained and not profile.max_tools else ""
         return setup
 
     def _offered(self, profile: Profile) -> list:

@@ -48,7 +48,8 @@ class Setup:
     limit: int  # the context window
     tracker: CallTracker
     constrained: str = ""  # how the server takes a schema when steps are constrained (agent.constrained)
-    catalogue: str = ""  # the tools as the system prompt lists them for constrained steps
+    catalogue: str = ""  # the tools as the system prompt lists them for constrained steps (all tools offered)
+    step_tools: list = field(default_factory=list)  # the tools of the last constrained step, sent as the template shows them
 
 
 @dataclass
@@ -88,11 +89,15 @@ async def stream_turn(
     context = await turn_context(conv, setup)
     if answer_only:
         context = constrained.with_note(context, constrained.answer_note(context))
-    try:
-        request = fit_request(context, [] if answer_only else offer, profile, setup.limit, query, setup.tracker.used)
-    except DoesNotFit as exc:
-        raise TurnFailed(ErrorEvent(str(exc), code="context_too_large")) from None
-    readable = offer if answer_only else request.tools
+    if answer_only:  # the deciding call's prefix (its tools too), so the server's cache serves it
+        request = _fit_step(context, setup.step_tools, setup)
+        readable = setup.step_tools or offer
+    else:
+        try:
+            request = fit_request(context, offer, profile, setup.limit, query, setup.tracker.used)
+        except DoesNotFit as exc:
+            raise TurnFailed(ErrorEvent(str(exc), code="context_too_large")) from None
+        readable = request.tools
     names = {t.name: frozenset((t.parameters or {}).get("properties") or ()) for t in readable}
     text_filter = CallTextFilter(names) if profile.recover_tool_calls and names else None
     stream = setup.backend.stream_complete(
@@ -133,17 +138,15 @@ async def decide_turn(
     offer = constrained.choose(offer, query, profile.max_tools, setup.tracker.used)
     context = await turn_context(conv, setup)
     context = constrained.with_note(context, constrained.decide_note(context, offer))
-    try:
-        request = fit_request(context, [], profile, setup.limit, "", set())
-    except DoesNotFit as exc:
-        raise TurnFailed(ErrorEvent(str(exc), code="context_too_large")) from None
+    request = _fit_step(context, offer, setup)
+    setup.step_tools = request.tools
     output = OutputSchema(setup.constrained, constrained.step_schema(offer))
     try:
         with llm_purpose("decide"):
             response = await until_stopped(
                 setup.backend.complete(
-                    context, None, model=profile.resolved_model(), temperature=profile.temperature, think=False,
-                    max_tokens=profile.answer_token_limit(), output=output,
+                    context, request.schemas, model=profile.resolved_model(), temperature=profile.temperature,
+                    think=False, max_tokens=profile.answer_token_limit(), output=output,
                 ),
                 current_stop_event.get(),
             )
@@ -154,9 +157,15 @@ async def decide_turn(
     except (LLMError, LLMIncomplete) as exc:  # e.g. a schema the server could not turn into a grammar
         log.info("constrained step failed, answering without it: %s", exc)
         return None
-    decision = None if response.finish_reason == "length" else constrained.parse_decision(
-        response.content, {t.name for t in offer}
-    )
+    offered = {t.name for t in offer}
+    native = [c for c in response.tool_calls if c.name in offered and isinstance(c.arguments, dict)]
+    if native:  # the server read the JSON as a call of its own
+        decision = constrained.Decision(call=ToolCall(id=native[0].id, name=native[0].name,
+                                                      arguments=native[0].arguments, constrained=True))
+    elif response.finish_reason == "length":
+        decision = None
+    else:
+        decision = constrained.parse_decision(response.content, offered)
     if decision is None:
         log.info("constrained step gave no usable step: %.200r", response.content)
         return None
@@ -170,6 +179,16 @@ async def decide_turn(
         turn.message.tool_calls = [decision.call]
         await conv.save_streaming(turn.message, tokens=turn.tokens)
     return decision
+
+
+def _fit_step(context: list[ChatMessage], tools: list[Tool], setup: Setup):
+    """A constrained step's request: with the catalogue in the system prompt no tools are sent;
+    otherwise the step's tools go as the chat template shows them (what a small model was
+    trained on; their schemas are also the step's grammar)."""
+    try:
+        return fit_request(context, [] if setup.catalogue else tools, setup.profile, setup.limit, "", set(t.name for t in tools))
+    except DoesNotFit as exc:
+        raise TurnFailed(ErrorEvent(str(exc), code="context_too_large")) from None
 
 
 async def _receive(stream, conv: Conversation, turn: Turn, text_filter: CallTextFilter | None):
