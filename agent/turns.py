@@ -136,8 +136,11 @@ async def decide_turn(
     unconstrained call)."""
     profile = setup.profile
     offer = constrained.choose(offer, query, profile.max_tools, setup.tracker.used)
+    step, tool = planning.current_step(conv, setup.tracker.successes, {t.name for t in offer})
+    if tool:  # the plan's tool for this step comes first
+        offer = sorted(offer, key=lambda t: t.name != tool)
     context = await turn_context(conv, setup)
-    context = constrained.with_note(context, constrained.decide_note(context, offer))
+    context = constrained.with_note(context, constrained.decide_note(context, offer, step))
     request = _fit_step(context, offer, setup)
     setup.step_tools = request.tools
     output = OutputSchema(setup.constrained, constrained.step_schema(offer))

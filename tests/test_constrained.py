@@ -127,6 +127,33 @@ class TestConstrainedStep:
         assert call["success"] and call["recovered"] and frames[-1]["content"] == "Noted."
         assert not llm.requests[1].get("tools")  # the answer call sends no tools, yet reads a written call
 
+    async def test_a_profile_that_caps_its_tools_sends_the_step_tools_natively(self, llm, session, owner_token):
+        # A small model knows tools in its chat template's form; the schema still decides what it may write.
+        await Profile.objects.filter(pk="secretary").aupdate(max_tools=3)
+        llm.schemas = {"format"}
+        llm.script(Turn(content=NOTE_CALL), Turn(content=ANSWER), Turn(content="I noted it."))
+        frames = await run(session, owner_token, "note done in the scratchpad log")
+        decide, decide_again, answer = llm.requests
+        names = [t["function"]["name"] for t in decide["tools"]]
+        assert len(names) == 3 and names[0] == "scratchpad" and branch_names(schema_of(decide))[1:] == names
+        assert answer["tools"] == decide_again["tools"] and schema_of(answer) is None
+        assert "## Tools" not in decide["messages"][0]["content"]  # no catalogue beside them
+        assert frames[-1]["content"] == "I noted it."
+
+    async def test_a_plan_names_the_tool_of_each_step_and_each_step_is_told_where_it_is(self, llm, session, owner_token):
+        await Profile.objects.filter(pk="secretary").aupdate(planning_enabled=True, planning="always", max_tools=4)
+        llm.schemas = {"format"}
+        plan = Turn(content="1. scratchpad: append the word done to section log\n2. todo: set one task for checking")
+        todo = json.dumps({"name": "todo", "arguments": {"action": "set", "tasks": ["check the log"]}})
+        llm.script(plan, Turn(content=NOTE_CALL), Turn(content=todo), Turn(content=ANSWER), Turn(content="Both done."))
+        frames = await run(session, owner_token, "note done in the log, then add a todo to check the log")
+        planning_call, first, second = llm.requests[:3]
+        assert "starting with the tool it uses" in planning_call["messages"][-1]["content"]
+        assert "You are on this step of your plan: scratchpad: append the word" in first["messages"][-1]["content"]
+        assert "You are on this step of your plan: todo: set one task" in second["messages"][-1]["content"]
+        assert second["tools"][0]["function"]["name"] == "todo"  # the step's tool first
+        assert frames[-1]["content"] == "Both done."
+
     async def test_the_notes_are_never_stored(self, llm, session, owner_token):
         from sessions_app.models import Message
 
