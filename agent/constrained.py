@@ -181,6 +181,7 @@ def answer_note(context: list[ChatMessage]) -> str:
 class Decision:
     answer: bool = False
     call: ToolCall | None = None
+    repeated: bool = False  # the model chose a call that already succeeded: it has nothing new to do
 
 
 def parse_decision(text: str, offered: set[str]) -> Decision | None:

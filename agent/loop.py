@@ -213,7 +213,8 @@ class Agent:
             turn, offer = Turn(), setup.tracker.offer(setup.tools)
             decision = await decide_turn(conv, setup, offer, turn, query) if setup.constrained and offer else None
             if decision is None or decision.answer:  # an answer streams unconstrained, without tools
-                async for event in stream_turn(conv, setup, offer, turn, query, answer_only=decision is not None):
+                async for event in stream_turn(conv, setup, offer, turn, query, answer_only=decision is not None,
+                                               recover=not (decision and decision.repeated)):
                     yield event
             if not turn.calls:
                 async for event in self._answer(conv, setup, turn, is_subagent):

@@ -80,14 +80,17 @@ async def turn_context(conv: Conversation, setup: Setup) -> list[ChatMessage]:
 
 
 async def stream_turn(
-    conv: Conversation, setup: Setup, offer: list[Tool], turn: Turn, query: str, *, answer_only: bool = False
+    conv: Conversation, setup: Setup, offer: list[Tool], turn: Turn, query: str, *,
+    answer_only: bool = False, recover: bool = True,
 ) -> AsyncIterator[AgentEvent]:
     """Stream one call into `turn`, yielding thinking and text deltas, and save the answer.
-    `answer_only`: a constrained step chose to answer: no tools are sent and the model is told
-    to write its answer in words (a call it writes anyway is still recovered from the text)."""
+    `answer_only`: a constrained step chose to answer. The call reads the deciding call's prefix
+    (the step's tools, as the template shows them, or the catalogue with a note to answer in
+    words: no note after native tools, which a small model copies into its answer). At most one
+    call it writes anyway is recovered, none when `recover` is off (the step repeated itself)."""
     profile = setup.profile
     context = await turn_context(conv, setup)
-    if answer_only:
+    if answer_only and setup.catalogue:
         context = constrained.with_note(context, constrained.answer_note(context))
     if answer_only:  # the deciding call's prefix (its tools too), so the server's cache serves it
         request = _fit_step(context, setup.step_tools, setup)
@@ -99,7 +102,7 @@ async def stream_turn(
             raise TurnFailed(ErrorEvent(str(exc), code="context_too_large")) from None
         readable = request.tools
     names = {t.name: frozenset((t.parameters or {}).get("properties") or ()) for t in readable}
-    text_filter = CallTextFilter(names) if profile.recover_tool_calls and names else None
+    text_filter = CallTextFilter(names) if profile.recover_tool_calls and names and recover else None
     stream = setup.backend.stream_complete(
         context, request.schemas, model=profile.resolved_model(), temperature=profile.temperature,
         max_tokens=profile.answer_token_limit(),
@@ -117,6 +120,8 @@ async def stream_turn(
         yield TextDelta(rest)
     if not turn.tokens:  # the server reported no usage: count locally
         turn.tokens = request.prompt_tokens + estimate_text(turn.message.content + turn.message.thinking)
+    if answer_only:  # after a step that chose to answer, a list of written calls is a small model rambling
+        turn.calls = turn.calls[:1] if recover else []
     if turn.thinking_open and not turn.calls:
         yield ThinkingEnd()
     turn.message.tool_calls = list(turn.calls)
@@ -176,7 +181,7 @@ async def decide_turn(
     if decision.call is not None and setup.tracker.succeeded(decision.call):
         # The same successful call again: a small model with nothing new to do. It answers.
         setup.tracker.count_repeat()
-        return constrained.Decision(answer=True)
+        return constrained.Decision(answer=True, repeated=True)
     if decision.call is not None:
         turn.calls = [decision.call]
         turn.message.tool_calls = [decision.call]

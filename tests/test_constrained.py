@@ -154,6 +154,26 @@ class TestConstrainedStep:
         assert second["tools"][0]["function"]["name"] == "todo"  # the step's tool first
         assert frames[-1]["content"] == "Both done."
 
+    async def test_after_answer_is_chosen_at_most_one_written_call_runs(self, llm, session, owner_token):
+        # A small model told to answer sometimes lists calls instead (one was memory_forget): one runs at most.
+        from memory_app.models import MemoryFact
+
+        await MemoryFact.objects.acreate(owner=session.owner, category="car", key="plate", value="KX-1")
+        llm.schemas = {"format"}
+        rambling = ('{"name": "scratchpad", "arguments": {"action": "append", "section": "log", "content": "done"}}\n'
+                    '{"name": "memory_forget", "arguments": {"key": "plate"}}')
+        llm.script(Turn(content=ANSWER), Turn(content=rambling), Turn(content=ANSWER), Turn(content="Noted."))
+        frames = await run(session, owner_token, "note done in the log")
+        assert [c["tool"] for c in of(frames, "tool_call")] == ["scratchpad"]
+        assert await MemoryFact.objects.filter(key="plate").aexists()
+
+    async def test_after_a_repeated_call_the_answer_runs_no_written_call(self, llm, session, owner_token):
+        llm.schemas = {"format"}
+        llm.script(Turn(content=NOTE_CALL), Turn(content=NOTE_CALL), Turn(content=NOTE_CALL))
+        frames = await run(session, owner_token, "note done in the log")
+        assert len(of(frames, "tool_call")) == 1 and frames[-1]["type"] == "stream_end"
+        assert len(llm.requests) == 3  # the turn ends: no fourth call
+
     async def test_the_notes_are_never_stored(self, llm, session, owner_token):
         from sessions_app.models import Message
 
