@@ -78,7 +78,8 @@ async function showModels(profiles) {
   const data = await getJSON("/agents/reliability");
   $("#reliability tbody").replaceChildren(
     ...data.models.map((m) =>
-      row([`${m.model} (${m.backend})`, m.native_calls, m.recovered_calls, m.repaired_arguments, m.refused_calls, m.unknown_tools, m.broken_loops].map(String)),
+      row([`${m.model} (${m.backend})`, m.native_calls, m.recovered_calls, m.repaired_arguments, m.refused_calls, m.unknown_tools, m.broken_loops,
+        m.repeated_calls, m.constrained_calls, m.constrained_output || "not probed yet"].map(String)),
     ),
   );
 }
