@@ -65,9 +65,10 @@ BRIEF_CHARS = 90  # of a tool's description in the catalogue
 
 
 # --- the schema of a step --------------------------------------------------------------------
-def step_schema(tools: list) -> dict[str, Any]:
-    """`answer`, or one offered tool with arguments valid for its schema (one branch each)."""
-    branches: list[dict[str, Any]] = [_object({"name": {"const": ANSWER}}, ["name"])]
+def step_schema(tools: list, *, answer: bool = True) -> dict[str, Any]:
+    """`answer` (unless `answer` is off), or one of `tools` with arguments valid for its schema
+    (one branch each)."""
+    branches: list[dict[str, Any]] = [_object({"name": {"const": ANSWER}}, ["name"])] if answer else []
     for tool in tools:
         arguments = _clean(tool.parameters or {"type": "object", "properties": {}})
         branches.append(_object({"name": {"const": tool.name}, "arguments": arguments}, ["name", "arguments"]))
@@ -164,6 +165,24 @@ def decide_note(context: list[ChatMessage], offer: list, plan_step: str = "") ->
     if context and context[-1].role == "tool" and not context[-1].content.startswith("Error"):
         note += AFTER_RESULT_NOTE
     return note
+
+
+def redo_note(tool: str, known: bool) -> str:
+    """What the model is told when its call is written again under the schema."""
+    if known:
+        return f'[next step] Write your call of {tool} again as one JSON object with valid arguments: {{"name": "{tool}", "arguments": {{…}}}}.'
+    return (f'[next step] There is no tool named {tool}. Write your call as one JSON object with one of your tools: '
+            '{"name": "<tool>", "arguments": {…}}.')
+
+
+def step_tools(conv, setup, offer: list, query: str) -> list:
+    """The tools of one step: the best matches for the request (agent.toolselect), the plan's
+    tool for this step first."""
+    from agent import planning
+
+    tools = choose(offer, query, setup.profile.max_tools, setup.tracker.used)
+    _, tool = planning.current_step(conv, setup.tracker.successes, {t.name for t in tools})
+    return sorted(tools, key=lambda t: t.name != tool) if tool else tools
 
 
 def answer_note(context: list[ChatMessage]) -> str:

@@ -40,7 +40,7 @@ from agent.models import Profile
 from agent.planning import should_plan
 from agent.stopping import Stopped, raise_if_stopped, until_stopped
 from agent.tool_step import run_tool
-from agent.turns import Setup, Turn, TurnFailed, decide_turn, stream_turn, turn_context
+from agent.turns import Setup, Turn, TurnFailed, decide_step, rewrite_call, stream_turn, turn_context
 from agent.window import effective_window
 from memory_app.services import get_summary
 from navi_project.hop import db_hop
@@ -211,10 +211,17 @@ class Agent:
         for _ in range(max(1, setup.profile.max_iterations)):
             raise_if_stopped(stop)
             turn, offer = Turn(), setup.tracker.offer(setup.tools)
-            decision = await decide_turn(conv, setup, offer, turn, query) if setup.constrained and offer else None
-            if decision is None or decision.answer:  # an answer streams unconstrained, without tools
-                async for event in stream_turn(conv, setup, offer, turn, query, answer_only=decision is not None,
-                                               recover=not (decision and decision.repeated)):
+            if setup.constrained and offer and setup.catalogue:
+                decision = await decide_step(conv, setup, offer, turn, query)
+                if decision is None or decision.answer:  # the answer streams unconstrained, without tools
+                    async for event in stream_turn(conv, setup, offer, turn, query, answer_only=decision is not None,
+                                                   recover=not (decision and decision.repeated)):
+                        yield event
+            elif setup.constrained and offer:
+                async for event in self._constrained_step(conv, setup, offer, turn, query):
+                    yield event
+            else:
+                async for event in stream_turn(conv, setup, offer, turn, query):
                     yield event
             if not turn.calls:
                 async for event in self._answer(conv, setup, turn, is_subagent):
@@ -229,6 +236,36 @@ class Agent:
                 setup = await self._setup(await _load_profile(conv.profile_id))
         async for event in self._give_up(conv, setup):
             yield event
+
+    async def _constrained_step(self, conv: Conversation, setup: Setup, offer: list, turn: Turn, query: str):
+        """One step on a server that enforces schemas: the model answers or calls freely (a
+        small model does both best in the form it was trained on: the step's tools as the chat
+        template shows them). A call that is not valid — unknown tool, bad arguments — is
+        written again under the step's schema, so what runs is never malformed. After the same
+        successful call came back, the next step only answers."""
+        if setup.answer_next:
+            setup.answer_next = False
+            async for event in stream_turn(conv, setup, offer, turn, query, answer_only=True, recover=False):
+                yield event
+            return
+        setup.step_tools = constrained.step_tools(conv, setup, offer, query)
+        async for event in stream_turn(conv, setup, offer, turn, query, step=True):
+            yield event
+        if not turn.calls:
+            return
+        call = turn.calls[0]
+        names = [t.name for t in setup.step_tools]
+        if setup.tracker.succeeded(call):
+            setup.answer_next = True
+        elif call.name not in names or self.tools.prepare(call.name, call.arguments, repair=setup.profile.repair_arguments,
+                                                          offered=names).problem is not None:
+            decision = await rewrite_call(conv, setup, turn, call)
+            if decision is not None and decision.call is not None:
+                call = decision.call
+        if turn.calls != [call]:
+            turn.calls = [call]
+            turn.message.tool_calls = [call]
+            await conv.save_streaming(turn.message, tokens=turn.tokens)
 
     async def _run_calls(self, conv, setup: Setup, calls: list, offer: list, is_subagent: bool):
         allowed = [t.name for t in offer]

@@ -50,6 +50,7 @@ class Setup:
     constrained: str = ""  # how the server takes a schema when steps are constrained (agent.constrained)
     catalogue: str = ""  # the tools as the system prompt lists them for constrained steps (all tools offered)
     step_tools: list = field(default_factory=list)  # the tools of the last constrained step, sent as the template shows them
+    answer_next: bool = False  # the model repeated a successful call: the next step only answers
 
 
 @dataclass
@@ -81,19 +82,19 @@ async def turn_context(conv: Conversation, setup: Setup) -> list[ChatMessage]:
 
 async def stream_turn(
     conv: Conversation, setup: Setup, offer: list[Tool], turn: Turn, query: str, *,
-    answer_only: bool = False, recover: bool = True,
+    answer_only: bool = False, recover: bool = True, step: bool = False,
 ) -> AsyncIterator[AgentEvent]:
     """Stream one call into `turn`, yielding thinking and text deltas, and save the answer.
-    `answer_only`: a constrained step chose to answer. The call reads the deciding call's prefix
-    (the step's tools, as the template shows them, or the catalogue with a note to answer in
-    words: no note after native tools, which a small model copies into its answer). At most one
-    call it writes anyway is recovered, none when `recover` is off (the step repeated itself)."""
+    `step`: a constrained step's free call, with the step's tools (agent.constrained).
+    `answer_only`: only an answer, no tools sent (with the catalogue, a note says so; no note
+    otherwise: a small model copies it into its answer). At most one call it writes anyway is
+    recovered, none when `recover` is off."""
     profile = setup.profile
     context = await turn_context(conv, setup)
     if answer_only and setup.catalogue:
         context = constrained.with_note(context, constrained.answer_note(context))
-    if answer_only:  # the deciding call's prefix (its tools too), so the server's cache serves it
-        request = _fit_step(context, setup.step_tools, setup)
+    if step or answer_only:
+        request = _fit_step(context, [] if answer_only else setup.step_tools, setup)
         readable = setup.step_tools or offer
     else:
         try:
@@ -132,7 +133,44 @@ async def stream_turn(
 _FATAL = (LLMUnreachable, LLMModelMissing, LLMTimeout, LLMContextOverflow)
 
 
-async def decide_turn(
+async def rewrite_call(conv: Conversation, setup: Setup, turn: Turn, call: ToolCall) -> constrained.Decision | None:
+    """A call that came out malformed, written again under the step's schema: that tool's
+    arguments (or, for a name that is no tool of the step, any of the step's tools). The prefix
+    is the free call's, so the server's cache serves it; None when nothing usable came back."""
+    profile, tools = setup.profile, setup.step_tools
+    wanted = [t for t in tools if t.name == call.name] or tools
+    context = [m for m in await turn_context(conv, setup) if m is not turn.message]
+    context = constrained.with_note(context, constrained.redo_note(call.name, len(wanted) == 1))
+    request = _fit_step(context, tools, setup)
+    output = OutputSchema(setup.constrained, constrained.step_schema(wanted, answer=False))
+    try:
+        with llm_purpose("decide"):
+            response = await until_stopped(
+                setup.backend.complete(
+                    context, request.schemas, model=profile.resolved_model(), temperature=profile.temperature,
+                    think=False, max_tokens=profile.answer_token_limit(), output=output,
+                ),
+                current_stop_event.get(),
+            )
+    except Stopped:
+        raise
+    except _FATAL as exc:
+        raise await _failure(exc, conv, setup, turn) from None
+    except (LLMError, LLMIncomplete) as exc:  # e.g. a schema the server could not turn into a grammar
+        log.info("constrained call failed, keeping the call as written: %s", exc)
+        return None
+    offered = {t.name for t in wanted}
+    native = [c for c in response.tool_calls if c.name in offered and isinstance(c.arguments, dict)]
+    if native:  # the server read the JSON as a call of its own
+        return constrained.Decision(call=ToolCall(id=native[0].id, name=native[0].name,
+                                                  arguments=native[0].arguments, constrained=True))
+    decision = None if response.finish_reason == "length" else constrained.parse_decision(response.content, offered)
+    if decision is None:
+        log.info("constrained call gave nothing usable: %.200r", response.content)
+    return decision
+
+
+async def decide_step(
     conv: Conversation, setup: Setup, offer: list[Tool], turn: Turn, query: str
 ) -> constrained.Decision | None:
     """The constrained step: the model picks "answer" or one offered tool with valid arguments
