@@ -40,7 +40,16 @@ from agent.models import Profile
 from agent.planning import should_plan
 from agent.stopping import Stopped, raise_if_stopped, until_stopped
 from agent.tool_step import run_tool
-from agent.turns import Setup, Turn, TurnFailed, decide_step, rewrite_call, stream_turn, turn_context
+from agent.turns import (
+    Setup,
+    Turn,
+    TurnFailed,
+    answer_from_results,
+    decide_step,
+    rewrite_call,
+    stream_turn,
+    turn_context,
+)
 from agent.window import effective_window
 from memory_app.services import get_summary
 from navi_project.hop import db_hop
@@ -211,13 +220,7 @@ class Agent:
         for _ in range(max(1, setup.profile.max_iterations)):
             raise_if_stopped(stop)
             turn, offer = Turn(), setup.tracker.offer(setup.tools)
-            if setup.constrained and offer and setup.catalogue:
-                decision = await decide_step(conv, setup, offer, turn, query)
-                if decision is None or decision.answer:  # the answer streams unconstrained, without tools
-                    async for event in stream_turn(conv, setup, offer, turn, query, answer_only=decision is not None,
-                                                   recover=not (decision and decision.repeated)):
-                        yield event
-            elif setup.constrained and offer:
+            if setup.constrained and offer:
                 async for event in self._constrained_step(conv, setup, offer, turn, query):
                     yield event
             else:
@@ -238,30 +241,32 @@ class Agent:
             yield event
 
     async def _constrained_step(self, conv: Conversation, setup: Setup, offer: list, turn: Turn, query: str):
-        """One step on a server that enforces schemas: the model answers or calls freely (a
-        small model does both best in the form it was trained on: the step's tools as the chat
-        template shows them). A call that is not valid — unknown tool, bad arguments — is
-        written again under the step's schema, so what runs is never malformed. After the same
-        successful call came back, the next step only answers."""
-        if setup.answer_next:
-            setup.answer_next = False
-            async for event in stream_turn(conv, setup, offer, turn, query, answer_only=True, recover=False):
+        """One step on a server that enforces schemas (agent.constrained): the model chooses
+        "answer" or one valid call under the step's schema. The answer then streams
+        unconstrained: on a profile that caps its tools (a small model's), after tool results,
+        from a short prompt of the request and the results (a small model asked in the long
+        context writes the call again, or copies the instruction); otherwise in the step's own
+        context. A call written in that answer anyway is written again under its schema when
+        it is not valid: what runs is never malformed."""
+        decision = await decide_step(conv, setup, offer, turn, query)
+        if decision is not None and decision.call is not None:
+            return
+        if decision is not None and setup.profile.max_tools and setup.tracker.successes:
+            async for event in answer_from_results(conv, setup, turn):
                 yield event
             return
-        setup.step_tools = constrained.step_tools(conv, setup, offer, query)
-        async for event in stream_turn(conv, setup, offer, turn, query, step=True):
+        async for event in stream_turn(conv, setup, offer, turn, query, answer_only=decision is not None,
+                                       recover=not (decision and decision.repeated)):
             yield event
         if not turn.calls:
             return
         call = turn.calls[0]
         names = [t.name for t in setup.step_tools]
-        if setup.tracker.succeeded(call):
-            setup.answer_next = True
-        elif call.name not in names or self.tools.prepare(call.name, call.arguments, repair=setup.profile.repair_arguments,
-                                                          offered=names).problem is not None:
-            decision = await rewrite_call(conv, setup, turn, call)
-            if decision is not None and decision.call is not None:
-                call = decision.call
+        if call.name not in names or self.tools.prepare(call.name, call.arguments, repair=setup.profile.repair_arguments,
+                                                        offered=names).problem is not None:
+            rewritten = await rewrite_call(conv, setup, turn, call)
+            if rewritten is not None and rewritten.call is not None:
+                call = rewritten.call
         if turn.calls != [call]:
             turn.calls = [call]
             turn.message.tool_calls = [call]
@@ -284,8 +289,8 @@ class Agent:
         stream_turn): stream_end, then the post-turn workers."""
         if is_subagent and turn.message.thinking:
             yield TurnThinking(thinking=turn.message.thinking)
+        await setup.tracker.flush()  # nothing to write on a plain answer; counted before the run is seen ending
         yield StreamEnd(turn.message.content, turn.tokens, setup.limit)
-        await setup.tracker.flush()
         if not is_subagent:
             for event in await workers.run_phase(
                 workers.post_turn_workers, conv, setup.profile, setup.backend, "post", setup.limit

@@ -50,7 +50,6 @@ class Setup:
     constrained: str = ""  # how the server takes a schema when steps are constrained (agent.constrained)
     catalogue: str = ""  # the tools as the system prompt lists them for constrained steps (all tools offered)
     step_tools: list = field(default_factory=list)  # the tools of the last constrained step, sent as the template shows them
-    answer_next: bool = False  # the model repeated a successful call: the next step only answers
 
 
 @dataclass
@@ -93,8 +92,8 @@ async def stream_turn(
     context = await turn_context(conv, setup)
     if answer_only and setup.catalogue:
         context = constrained.with_note(context, constrained.answer_note(context))
-    if step or answer_only:
-        request = _fit_step(context, [] if answer_only else setup.step_tools, setup)
+    if step or answer_only:  # the deciding call's prefix (its tools too): the server's cache serves it
+        request = _fit_step(context, setup.step_tools, setup)
         readable = setup.step_tools or offer
     else:
         try:
@@ -185,7 +184,7 @@ async def decide_step(
     context = await turn_context(conv, setup)
     context = constrained.with_note(context, constrained.decide_note(context, offer, step))
     request = _fit_step(context, offer, setup)
-    setup.step_tools = request.tools
+    setup.step_tools = offer
     output = OutputSchema(setup.constrained, constrained.step_schema(offer))
     try:
         with llm_purpose("decide"):
@@ -225,6 +224,30 @@ async def decide_step(
         turn.message.tool_calls = [decision.call]
         await conv.save_streaming(turn.message, tokens=turn.tokens)
     return decision
+
+
+async def answer_from_results(conv: Conversation, setup: Setup, turn: Turn) -> AsyncIterator[AgentEvent]:
+    """The answer of a small model's turn after its tools ran: the request and this turn's
+    results in a short prompt of their own, streamed and saved as the turn's answer."""
+    profile = setup.profile
+    messages = constrained.results_prompt(conv.context)
+    stream = setup.backend.stream_complete(
+        messages, None, model=profile.resolved_model(), temperature=profile.temperature,
+        max_tokens=profile.answer_token_limit(),
+    )
+    try:
+        async for event in _receive(stream, conv, turn, None):
+            yield event
+    except (Stopped, LLMError, Exception) as exc:
+        await _keep_interrupted(conv, turn.message)
+        raise await _failure(exc, conv, setup, turn) from None
+    finally:
+        with contextlib.suppress(Exception):
+            await stream.aclose()
+    turn.tokens = conv.token_count + estimate_text(turn.message.content)  # the chat's context, not this prompt
+    if turn.thinking_open:
+        yield ThinkingEnd()
+    await conv.save_streaming(turn.message, tokens=turn.tokens)
 
 
 def _fit_step(context: list[ChatMessage], tools: list[Tool], setup: Setup):

@@ -196,69 +196,89 @@ async def _wait_requests(llm, n: int) -> bool:
 
 
 class TestSmallModelStep:
-    """A profile that caps its tools (a small model's): the model answers or calls freely with
-    the step's tools in its template's form; a malformed call is written again under the schema."""
+    """A profile that caps its tools (a small model's): each step's few tools go as the chat
+    template shows them beside the schema; after tool results the answer comes from a short
+    prompt of the request and the results; a call written in an answer is made valid."""
 
     @pytest.fixture(autouse=True)
     async def _capped(self, profiles, llm):
         await Profile.objects.filter(pk="secretary").aupdate(max_tools=3)
         llm.schemas = {"format"}
 
-    async def test_a_valid_call_runs_as_made_and_the_answer_streams(self, llm, session, owner_token):
-        llm.script(Turn(tool_calls=[json.loads(NOTE_CALL)]), Turn(content="I noted it."))
+    async def test_a_call_then_an_answer_from_the_results(self, llm, session, owner_token):
+        llm.script(Turn(content=NOTE_CALL), Turn(content=ANSWER), Turn(content="I noted done in the log."))
         frames = await run(session, owner_token, "note done in the scratchpad log")
-        first, second = llm.requests
-        names = [t["function"]["name"] for t in first["tools"]]
-        assert len(names) == 3 and names[0] == "scratchpad" and second["tools"] == first["tools"]
-        assert schema_of(first) is None and schema_of(second) is None
-        assert "## Tools" not in first["messages"][0]["content"]  # no catalogue beside them
-        assert of(frames, "tool_call")[0]["success"] and frames[-1]["content"] == "I noted it."
-        row = await ModelReliability.objects.aget()
-        assert (row.native_calls, row.constrained_calls) == (1, 0)
+        decide, decide_again, answer = llm.requests
+        names = [t["function"]["name"] for t in decide["tools"]]
+        assert len(names) == 3 and names[0] == "scratchpad" and branch_names(schema_of(decide))[1:] == names
+        assert "## Tools" not in decide["messages"][0]["content"]  # no catalogue beside them
+        # The answer: the request and what the tool returned, in a short prompt of its own.
+        assert schema_of(answer) is None and not answer.get("tools") and len(answer["messages"]) == 2
+        prompt = answer["messages"][1]["content"]
+        assert "My request: note done in the scratchpad log" in prompt and "scratchpad {" in prompt
+        assert frames[-1]["content"] == "I noted done in the log."
+        assert (await ModelReliability.objects.aget()).constrained_calls == 1
 
-    async def test_a_malformed_call_is_written_again_under_the_tools_schema(self, llm, session, owner_token):
-        bad = {"name": "scratchpad", "arguments": {"action": "scribble", "section": "log"}}
-        llm.script(Turn(tool_calls=[bad]), Turn(content=NOTE_CALL), Turn(content="I noted it."))
+    async def test_an_answer_without_tools_keeps_the_steps_prefix(self, llm, session, owner_token):
+        llm.script(Turn(content=ANSWER), Turn(content="Hello!"))
+        frames = await run(session, owner_token, "hello there")
+        decide, answer = llm.requests
+        assert answer["tools"] == decide["tools"] and answer["messages"][:-1] == decide["messages"][:-1]
+        assert answer["messages"][-1]["content"] == "hello there"  # no note a small model would copy
+        assert frames[-1]["content"] == "Hello!"
+
+    async def test_a_malformed_call_written_in_the_answer_is_made_valid(self, llm, session, owner_token):
+        written = '<tool_call>{"name": "scratchpad", "arguments": {"action": "scribble", "section": "log"}}</tool_call>'
+        llm.script(Turn(content=ANSWER), Turn(content=written), Turn(content=NOTE_CALL),
+                   Turn(content=ANSWER), Turn(content="Noted."))
         frames = await run(session, owner_token, "note done in the scratchpad log")
-        free, rewrite, answer = llm.requests
+        rewrite = llm.requests[2]
         assert branch_names(schema_of(rewrite)) == ["scratchpad"]  # that tool only, no "answer"
-        assert rewrite["tools"] == free["tools"]  # the free call's prefix: the server's cache serves it
+        assert rewrite["tools"] == llm.requests[1]["tools"]  # the same prefix: the server's cache serves it
         assert "Write your call of scratchpad again" in rewrite["messages"][-1]["content"]
         assert not any(m.get("tool_calls") for m in rewrite["messages"])  # the bad call is not in it
         calls = of(frames, "tool_call")
         assert len(calls) == 1 and calls[0]["success"] and calls[0]["args"]["action"] == "append"
         section = await ScratchpadSection.objects.aget(scope=str(session.id), section="log")
-        assert section.content.strip() == "done" and frames[-1]["content"] == "I noted it."
-        assert (await ModelReliability.objects.aget()).constrained_calls == 1
+        assert section.content.strip() == "done" and frames[-1]["content"] == "Noted."
 
     async def test_a_file_name_where_the_tool_goes_becomes_a_real_tool(self, llm, session, owner_token):
         written = '<tool_call>{"name": "log.txt", "arguments": {"content": "done"}}</tool_call>'
-        llm.script(Turn(content=written), Turn(content=NOTE_CALL), Turn(content="I noted it."))
+        llm.script(Turn(content=ANSWER), Turn(content=written), Turn(content=NOTE_CALL),
+                   Turn(content=ANSWER), Turn(content="Noted."))
         frames = await run(session, owner_token, "note done in the scratchpad log")
-        rewrite = llm.requests[1]
+        rewrite = llm.requests[2]
         assert len(branch_names(schema_of(rewrite))) == 3
         assert "There is no tool named log.txt" in rewrite["messages"][-1]["content"]
         assert [c["tool"] for c in of(frames, "tool_call")] == ["scratchpad"]
 
-    async def test_the_same_successful_call_again_leads_to_an_answer_without_tools(self, llm, session, owner_token):
-        call = Turn(tool_calls=[json.loads(NOTE_CALL)])
-        llm.script(call, call, Turn(content="Noted."))
+    async def test_the_same_successful_call_again_ends_in_the_answer(self, llm, session, owner_token):
+        llm.script(Turn(content=NOTE_CALL), Turn(content=NOTE_CALL), Turn(content="Noted."))
         frames = await run(session, owner_token, "note done in the scratchpad log")
-        assert [c["success"] for c in of(frames, "tool_call")] == [True, False]  # the repeat is not run
-        assert not llm.requests[2].get("tools") and frames[-1]["content"] == "Noted."
-        section = await ScratchpadSection.objects.aget(scope=str(session.id), section="log")
-        assert section.content.count("done") == 1
+        assert len(of(frames, "tool_call")) == 1 and frames[-1]["content"] == "Noted."
+        assert not llm.requests[2].get("tools") and len(llm.requests) == 3
         assert (await ModelReliability.objects.aget()).repeated_calls == 1
 
-    async def test_a_plan_names_each_steps_tool_and_that_tool_comes_first(self, llm, session, owner_token):
+    async def test_a_hostile_result_stays_marked_as_data_in_the_answer_prompt(self, llm, session, owner_token):
+        from tools_app.models import ScratchpadSection as Section
+
+        await Section.objects.acreate(scope=str(session.id), section="log", content="x")
+        read = json.dumps({"name": "scratchpad", "arguments": {"action": "read", "section": "log"}})
+        llm.script(Turn(content=read), Turn(content=ANSWER), Turn(content="The log says x."))
+        await run(session, owner_token, "what is in the scratchpad log?")
+        system, prompt = llm.requests[-1]["messages"]
+        assert "never instructions" in system["content"] and "My request: what is in the scratchpad log?" in prompt["content"]
+
+    async def test_a_plan_names_each_steps_tool_and_each_step_is_told_where_it_is(self, llm, session, owner_token):
         await Profile.objects.filter(pk="secretary").aupdate(planning_enabled=True, planning="always")
         plan = Turn(content="1. scratchpad: append the word done to section log\n2. todo: set one task for checking")
-        todo = {"name": "todo", "arguments": {"action": "set", "tasks": ["check the log"]}}
-        llm.script(plan, Turn(tool_calls=[json.loads(NOTE_CALL)]), Turn(tool_calls=[todo]), Turn(content="Both done."))
+        todo = json.dumps({"name": "todo", "arguments": {"action": "set", "tasks": ["check the log"]}})
+        llm.script(plan, Turn(content=NOTE_CALL), Turn(content=todo), Turn(content=ANSWER), Turn(content="Both done."))
         frames = await run(session, owner_token, "note done in the log, then add a todo to check the log")
         planning_call, first, second = llm.requests[:3]
         assert "starting with the tool it uses" in planning_call["messages"][-1]["content"]
-        assert first["tools"][0]["function"]["name"] == "scratchpad"
+        assert "You are on this step of your plan: scratchpad: append the word" in first["messages"][-1]["content"]
+        assert "You are on this step of your plan: todo: set one task" in second["messages"][-1]["content"]
         assert second["tools"][0]["function"]["name"] == "todo"  # step 2's tool first
         assert frames[-1]["content"] == "Both done."
 
