@@ -251,7 +251,7 @@ class Agent:
         decision = await decide_step(conv, setup, offer, turn, query)
         if decision is not None and decision.call is not None:
             return
-        if decision is not None and setup.profile.max_tools and setup.tracker.successes:
+        if decision is not None and setup.profile.max_tools and setup.tracker.used:
             async for event in answer_from_results(conv, setup, turn):
                 yield event
             return

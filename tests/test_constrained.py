@@ -252,6 +252,13 @@ class TestSmallModelStep:
         assert "There is no tool named log.txt" in rewrite["messages"][-1]["content"]
         assert [c["tool"] for c in of(frames, "tool_call")] == ["scratchpad"]
 
+    async def test_after_a_failed_call_the_answer_also_comes_from_the_results(self, llm, session, owner_token):
+        bad_update = json.dumps({"name": "todo", "arguments": {"action": "update", "index": 5, "status": "done"}})
+        llm.script(Turn(content=bad_update), Turn(content=ANSWER), Turn(content="There is no task 5 to mark."))
+        frames = await run(session, owner_token, "mark todo task 5 as done")
+        assert not of(frames, "tool_call")[0]["success"] and frames[-1]["content"] == "There is no task 5 to mark."
+        assert len(llm.requests) == 3 and "My request: mark todo task 5" in llm.requests[2]["messages"][1]["content"]
+
     async def test_the_same_successful_call_again_ends_in_the_answer(self, llm, session, owner_token):
         llm.script(Turn(content=NOTE_CALL), Turn(content=NOTE_CALL), Turn(content="Noted."))
         frames = await run(session, owner_token, "note done in the scratchpad log")
