@@ -589,6 +589,20 @@ def report(options: Options, results: list[dict], started: float) -> dict:
     }
 
 
+def merge_reports(reports: list[dict]) -> dict:
+    """One report from runs of the same model and tasks, one mode each: the results side by
+    side, the summary made again, each run's label, settings and time kept under `runs`."""
+    models = {r["model"] for r in reports}
+    if len(models) != 1:
+        raise SystemExit(f"--merge: the reports are of different models: {sorted(models)}")
+    results = [row for r in reports for row in r["results"]]
+    modes = tuple(dict.fromkeys(row["mode"] for row in results))
+    runs = [{k: r.get(k) for k in ("label", "url", "date", "total_s", "settings")} for r in reports]
+    return {"model": reports[0]["model"], "label": " | ".join(r.get("label") or "" for r in reports),
+            "backend": reports[0].get("backend"), "date": reports[0].get("date"), "runs": runs,
+            "summary": summarise(results, modes), "results": results}
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     server = ap.add_mutually_exclusive_group()  # required unless --list
@@ -616,7 +630,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default="", help="write the JSON report here (rewritten after every run)")
     ap.add_argument("--label", default="", help="free text kept in the report, e.g. 'llama-server --jinja'")
     ap.add_argument("--list", action="store_true", help="list the tasks and exit")
+    ap.add_argument("--merge", nargs="+", metavar="REPORT",
+                    help="join reports of one model run mode by mode (e.g. on two servers at once) into --out")
     args = ap.parse_args(argv)
+    if args.merge:
+        merged = merge_reports([json.loads(Path(p).read_text(encoding="utf-8")) for p in args.merge])
+        if args.out:
+            Path(args.out).write_text(json.dumps(merged, indent=1, ensure_ascii=False), encoding="utf-8")
+        print(table(merged["summary"], merged["results"]))
+        return
     if args.list:
         for task in TASKS:
             print(f"{task.name:24} {task.messages[0]}")

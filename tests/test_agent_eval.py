@@ -272,3 +272,26 @@ def test_every_daily_task_passes_when_the_model_does_it_right():
     assert len(DAILY_TASKS) >= 12 and len(select_tasks(None, None)) >= 50
     assert report["summary"]["plain"]["approved"] == 1  # the kettle price file, written after reading the page
     assert report["summary"]["plain"]["denied_approvals"] == 0
+
+
+def test_runs_of_one_mode_each_merge_into_one_report():
+    from bench.agent_eval import RELIABILITY, merge_reports
+
+    def row(mode: str, task: str, ok: bool) -> dict:
+        return {"mode": mode, "task": task, "success": ok, "success_old": ok, "wall_s": 1.0, "llm_calls": 1,
+                "tool_calls": [], "first_text_s": 1.0, "detail": "", "answer_problem": "", "approved": 0,
+                "broken_loops": 0, "completion_tokens": 1, "prompt_tokens": 1, "constrained_calls": 0,
+                "constrained_requests": 0, "denied_approvals": 0, "error": "", "plan": False,
+                "reliability": {k: 0 for k in RELIABILITY}, "repeated_calls": 0, "timed_out": False,
+                "usage_estimated": False, "usage_reported": True}
+
+    plain = {"model": "m", "label": "plain", "date": "2026-11-25", "results": [row("plain", "a", False)]}
+    navi = {"model": "m", "label": "navi", "date": "2026-11-25", "results": [row("navi", "a", True)]}
+    try:
+        merged = merge_reports([plain, navi])
+    except KeyError as exc:  # a summary field the row lacks: say which
+        pytest.fail(f"summary needs {exc}")
+    assert merged["model"] == "m" and [r["mode"] for r in merged["results"]] == ["plain", "navi"]
+    assert set(merged["summary"]) == {"plain", "navi"} and [r["label"] for r in merged["runs"]] == ["plain", "navi"]
+    with pytest.raises(SystemExit, match="different models"):
+        merge_reports([plain, dict(navi, model="other")])
