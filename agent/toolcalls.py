@@ -25,7 +25,7 @@ import ast
 import json
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from agent.messages import ToolCall
@@ -423,11 +423,10 @@ def _balanced(text: str) -> bool:
     return False
 
 
-def _value_end(text: str) -> int | None:
-    """Where the bracketed value `text` starts with ends (after its closing bracket), if it does."""
-    if not text.startswith(("{", "[")):
-        return None
-    depth, quote, escaped = 0, "", False
+def _brackets(text: str) -> Iterator[tuple[int, str]]:
+    """(index, bracket) of each bracket of `text` outside strings (JSON or Python quotes); the
+    last item is (-1, quote) when the text ends inside a string."""
+    quote, escaped = "", False
     for index, char in enumerate(text):
         if quote:
             if escaped:
@@ -438,29 +437,29 @@ def _value_end(text: str) -> int | None:
                 quote = ""
         elif char in "\"'":
             quote = char
-        elif char in "{[":
-            depth += 1
-        elif char in "}]":
-            depth -= 1
-            if depth == 0:
-                return index + 1
+        elif char in "{[]}":
+            yield index, char
+    if quote:
+        yield -1, quote
+
+
+def _value_end(text: str) -> int | None:
+    """Where the bracketed value `text` starts with ends (after its closing bracket), if it does."""
+    if not text.startswith(("{", "[")):
+        return None
+    depth = 0
+    for index, char in _brackets(text):
+        if index < 0:
+            return None
+        depth += 1 if char in "{[" else -1
+        if depth == 0:
+            return index + 1
     return None
 
 
 def _structure(text: str) -> tuple[list[str], bool]:
     """The brackets of `text` outside strings (JSON or Python quotes), in order, and whether it
     ends inside a string."""
-    brackets, quote, escaped = [], "", False
-    for char in text:
-        if quote:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == quote:
-                quote = ""
-        elif char in "\"'":
-            quote = char
-        elif char in "{[]}":
-            brackets.append(char)
-    return brackets, bool(quote)
+    found = list(_brackets(text))
+    inside = bool(found) and found[-1][0] < 0
+    return [char for index, char in found if index >= 0], inside

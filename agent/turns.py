@@ -107,15 +107,8 @@ async def stream_turn(
         context, request.schemas, model=profile.resolved_model(), temperature=profile.temperature,
         max_tokens=profile.answer_token_limit(),
     )
-    try:
-        async for event in _receive(stream, conv, turn, text_filter):
-            yield event
-    except (Stopped, LLMError, Exception) as exc:
-        await _keep_interrupted(conv, turn.message)
-        raise await _failure(exc, conv, setup, turn) from None
-    finally:
-        with contextlib.suppress(Exception):
-            await stream.aclose()
+    async for event in _streamed(stream, conv, setup, turn, text_filter):
+        yield event
     if text_filter is not None and (rest := _recover_calls(text_filter, turn, names)):
         yield TextDelta(rest)
     if not turn.tokens:  # the server reported no usage: count locally
@@ -136,37 +129,11 @@ async def rewrite_call(conv: Conversation, setup: Setup, turn: Turn, call: ToolC
     """A call that came out malformed, written again under the step's schema: that tool's
     arguments (or, for a name that is no tool of the step, any of the step's tools). The prefix
     is the free call's, so the server's cache serves it; None when nothing usable came back."""
-    profile, tools = setup.profile, setup.step_tools
+    tools = setup.step_tools
     wanted = [t for t in tools if t.name == call.name] or tools
     context = [m for m in await turn_context(conv, setup) if m is not turn.message]
     context = constrained.with_note(context, constrained.redo_note(call.name, len(wanted) == 1))
-    request = _fit_step(context, tools, setup)
-    output = OutputSchema(setup.constrained, constrained.step_schema(wanted, answer=False))
-    try:
-        with llm_purpose("decide"):
-            response = await until_stopped(
-                setup.backend.complete(
-                    context, request.schemas, model=profile.resolved_model(), temperature=profile.temperature,
-                    think=False, max_tokens=profile.answer_token_limit(), output=output,
-                ),
-                current_stop_event.get(),
-            )
-    except Stopped:
-        raise
-    except _FATAL as exc:
-        raise await _failure(exc, conv, setup, turn) from None
-    except (LLMError, LLMIncomplete) as exc:  # e.g. a schema the server could not turn into a grammar
-        log.info("constrained call failed, keeping the call as written: %s", exc)
-        return None
-    offered = {t.name for t in wanted}
-    native = [c for c in response.tool_calls if c.name in offered and isinstance(c.arguments, dict)]
-    if native:  # the server read the JSON as a call of its own
-        return constrained.Decision(call=ToolCall(id=native[0].id, name=native[0].name,
-                                                  arguments=native[0].arguments, constrained=True))
-    decision = None if response.finish_reason == "length" else constrained.parse_decision(response.content, offered)
-    if decision is None:
-        log.info("constrained call gave nothing usable: %.200r", response.content)
-    return decision
+    return await _constrained_call(conv, setup, turn, context, tools, wanted, answer=False)
 
 
 async def decide_step(
@@ -176,16 +143,36 @@ async def decide_step(
     (the profile's `max_tools` most relevant to the request). A call is saved as the assistant's
     tool-call message; None when the step gave nothing usable (the caller then makes an
     unconstrained call)."""
-    profile = setup.profile
-    offer = constrained.choose(offer, query, profile.max_tools, setup.tracker.used)
+    offer = constrained.choose(offer, query, setup.profile.max_tools, setup.tracker.used)
     step, tool = planning.current_step(conv, setup.tracker.successes, {t.name for t in offer})
     if tool:  # the plan's tool for this step comes first
         offer = sorted(offer, key=lambda t: t.name != tool)
     context = await turn_context(conv, setup)
     context = constrained.with_note(context, constrained.decide_note(context, offer, step))
-    request = _fit_step(context, offer, setup)
     setup.step_tools = offer
-    output = OutputSchema(setup.constrained, constrained.step_schema(offer))
+    decision = await _constrained_call(conv, setup, turn, context, offer, offer, answer=True)
+    if decision is None:
+        return None
+    if decision.call is not None and setup.tracker.succeeded(decision.call):
+        # The same successful call again: a small model with nothing new to do. It answers.
+        setup.tracker.count_repeat()
+        return constrained.Decision(answer=True, repeated=True)
+    if decision.call is not None:
+        turn.calls = [decision.call]
+        turn.message.tool_calls = [decision.call]
+        await conv.save_streaming(turn.message, tokens=turn.tokens)
+    return decision
+
+
+async def _constrained_call(
+    conv: Conversation, setup: Setup, turn: Turn, context: list[ChatMessage], tools: list[Tool], allowed: list[Tool],
+    *, answer: bool,
+) -> constrained.Decision | None:
+    """One call under the schema of `allowed` (and "answer" with `answer`), the step's `tools`
+    sent as the template shows them; None when it gave nothing usable."""
+    profile = setup.profile
+    request = _fit_step(context, tools, setup)
+    output = OutputSchema(setup.constrained, constrained.step_schema(allowed, answer=answer))
     try:
         with llm_purpose("decide"):
             response = await until_stopped(
@@ -200,29 +187,17 @@ async def decide_step(
     except _FATAL as exc:
         raise await _failure(exc, conv, setup, turn) from None
     except (LLMError, LLMIncomplete) as exc:  # e.g. a schema the server could not turn into a grammar
-        log.info("constrained step failed, answering without it: %s", exc)
+        log.info("constrained call failed, going on without it: %s", exc)
         return None
-    offered = {t.name for t in offer}
+    offered = {t.name for t in allowed}
     native = [c for c in response.tool_calls if c.name in offered and isinstance(c.arguments, dict)]
     if native:  # the server read the JSON as a call of its own
-        decision = constrained.Decision(call=ToolCall(id=native[0].id, name=native[0].name,
-                                                      arguments=native[0].arguments, constrained=True))
-    elif response.finish_reason == "length":
-        decision = None
-    else:
-        decision = constrained.parse_decision(response.content, offered)
+        return constrained.Decision(call=ToolCall(id=native[0].id, name=native[0].name,
+                                                  arguments=native[0].arguments, constrained=True))
+    decision = None if response.finish_reason == "length" else constrained.parse_decision(response.content, offered)
     if decision is None:
-        log.info("constrained step gave no usable step: %.200r", response.content)
-        return None
+        log.info("constrained call gave nothing usable: %.200r", response.content)
     turn.tokens = response.prompt_tokens + response.completion_tokens or request.prompt_tokens
-    if decision.call is not None and setup.tracker.succeeded(decision.call):
-        # The same successful call again: a small model with nothing new to do. It answers.
-        setup.tracker.count_repeat()
-        return constrained.Decision(answer=True, repeated=True)
-    if decision.call is not None:
-        turn.calls = [decision.call]
-        turn.message.tool_calls = [decision.call]
-        await conv.save_streaming(turn.message, tokens=turn.tokens)
     return decision
 
 
@@ -235,15 +210,8 @@ async def answer_from_results(conv: Conversation, setup: Setup, turn: Turn) -> A
         messages, None, model=profile.resolved_model(), temperature=profile.temperature,
         max_tokens=profile.answer_token_limit(),
     )
-    try:
-        async for event in _receive(stream, conv, turn, None):
-            yield event
-    except (Stopped, LLMError, Exception) as exc:
-        await _keep_interrupted(conv, turn.message)
-        raise await _failure(exc, conv, setup, turn) from None
-    finally:
-        with contextlib.suppress(Exception):
-            await stream.aclose()
+    async for event in _streamed(stream, conv, setup, turn, None):
+        yield event
     turn.tokens = conv.token_count + estimate_text(turn.message.content)  # the chat's context, not this prompt
     if turn.thinking_open:
         yield ThinkingEnd()
@@ -258,6 +226,20 @@ def _fit_step(context: list[ChatMessage], tools: list[Tool], setup: Setup):
         return fit_request(context, [] if setup.catalogue else tools, setup.profile, setup.limit, "", set(t.name for t in tools))
     except DoesNotFit as exc:
         raise TurnFailed(ErrorEvent(str(exc), code="context_too_large")) from None
+
+
+async def _streamed(stream, conv: Conversation, setup: Setup, turn: Turn, text_filter: CallTextFilter | None):
+    """The call's deltas into `turn`; a stop or failure keeps the partial answer as interrupted
+    and raises Stopped or TurnFailed; the HTTP response is closed either way."""
+    try:
+        async for event in _receive(stream, conv, turn, text_filter):
+            yield event
+    except (Stopped, LLMError, Exception) as exc:
+        await _keep_interrupted(conv, turn.message)
+        raise await _failure(exc, conv, setup, turn) from None
+    finally:
+        with contextlib.suppress(Exception):
+            await stream.aclose()
 
 
 async def _receive(stream, conv: Conversation, turn: Turn, text_filter: CallTextFilter | None):
