@@ -147,6 +147,23 @@ class TestConstrainedStep:
         assert len(of(frames, "tool_call")) == 1 and frames[-1]["type"] == "stream_end"
         assert len(llm.requests) == 3  # the turn ends: no fourth call
 
+    async def test_every_chat_of_the_profile_sends_the_same_system_prompt(self, llm, session, owner, owner_token, monkeypatch):
+        # The server's prompt cache serves the persona, profile and tool catalogue of a new chat.
+        from datetime import datetime
+        from zoneinfo import ZoneInfo
+
+        from agent import clock
+        from sessions_app.models import Session
+
+        monkeypatch.setattr(clock, "now", lambda: datetime(2026, 11, 25, 9, 30, tzinfo=ZoneInfo("UTC")))
+        other = await Session.objects.acreate(owner=owner, profile_id="secretary")
+        llm.schemas = {"format"}
+        llm.script(Turn(content=ANSWER), Turn(content="Hi."), Turn(content=ANSWER), Turn(content="Hello."))
+        await run(session, owner_token, "hi")
+        await run(other, owner_token, "something else entirely")
+        systems = {r["messages"][0]["content"] for r in llm.requests}
+        assert len(systems) == 1 and "## Tools" in systems.pop()
+
     async def test_the_notes_are_never_stored(self, llm, session, owner_token):
         from sessions_app.models import Message
 
