@@ -95,6 +95,9 @@ for mode, fields in cfg["modes"].items():
         scratchpad_sections=base.scratchpad_sections, enabled_tools=names, model=cfg["model"],
         llm_backend=cfg["backend"], temperature=cfg["temperature"], max_iterations=cfg["max_iterations"],
         context_window=cfg["context_window"], tool_policy={{n: "allow" for n in names}}, **fields))
+# A profile the model switches to talks to the same server (switch_profile would otherwise end
+# the turn on a backend the bench does not run).
+Profile.objects.exclude(pk__startswith="eval-").update(llm_backend=cfg["backend"], model=cfg["model"])
 owner = get_user_model().objects.get(username=cfg["user"]).pk
 print("EVAL-SETUP " + json.dumps({{"owner_id": owner, "token": out.getvalue().strip(), "time_zone": settings.TIME_ZONE}}))
 """
