@@ -60,8 +60,8 @@ class FilesystemTool(Tool):
     name = "filesystem"
     keywords = "file files folder directory path txt csv json md read open write save create make new append add line list contents rename move copy delete remove mkdir search find mention workspace text"
     description = (
-        "Work with files in the workspace (and the other allowed folders): read, write, append, "
-        "list, mkdir, delete, move, search. Relative paths start in the workspace."
+        "Read, write, append to, list, search, move (rename) or delete files and folders in the "
+        "workspace (and the other allowed folders). Relative paths start in the workspace."
     )
     parameters = {
         "type": "object",

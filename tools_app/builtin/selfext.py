@@ -37,9 +37,10 @@ class _RegistryTool(Tool):
 
 class WriteToolTool(_RegistryTool):
     name = "write_tool"
-    keywords = "new tool create write make build define function"
+    keywords = "new tool plugin ability create make build define function"
     description = (
-        "Create or replace a user tool: writes user_tools/<name>.py, enables it and reloads. "
+        "Create or replace a user tool (a Python plugin that gives you a new ability; not for ordinary "
+        "files: use filesystem): writes user_tools/<name>.py, enables it and reloads. "
         "The code must define name, description, parameters and `async def execute(params) -> str`. "
         "Call tool_manual('write_tool') first. The new tool is usable from the next message."
     )

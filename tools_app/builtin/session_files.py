@@ -75,9 +75,10 @@ def _free_name(folder: Path, name: str, taken: set[str]) -> str:
 
 class ShareFileTool(Tool):
     name = "share_file"
-    keywords = "share give download link send file attach"
+    keywords = "share give download link send attach"
     description = (
-        "Give the owner a file: copies a local file (workspace or other allowed folder) into this "
+        "Give the owner a download link to a file (it does not create, rename or change files): copies a "
+        "local file (workspace or other allowed folder) into this "
         "chat session's files and returns a download link to put in your answer. Use "
         "content_publish afterwards to show it inline in the chat."
     )
@@ -157,7 +158,8 @@ class ContentPublishTool(Tool):
     name = "content_publish"
     keywords = "show display inline publish preview"
     description = (
-        "Show a file from this session's files inline in the chat (images, PDFs, HTML, text...). "
+        "Show one of this chat's files inline in the chat (images, PDFs, HTML, text; it does not create "
+        "or change files). "
         "The file must already be a session file: upload or share_file it first."
     )
     parameters = {
