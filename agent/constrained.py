@@ -175,16 +175,6 @@ def redo_note(tool: str, known: bool) -> str:
             '{"name": "<tool>", "arguments": {…}}.')
 
 
-def step_tools(conv, setup, offer: list, query: str) -> list:
-    """The tools of one step: the best matches for the request (agent.toolselect), the plan's
-    tool for this step first."""
-    from agent import planning
-
-    tools = choose(offer, query, setup.profile.max_tools, setup.tracker.used)
-    _, tool = planning.current_step(conv, setup.tracker.successes, {t.name for t in tools})
-    return sorted(tools, key=lambda t: t.name != tool) if tool else tools
-
-
 RESULTS_SYSTEM = (
     "You are Navi, the owner's personal assistant. You used your tools for the owner's request; what they "
     "returned is below. Now answer the owner in one to three plain sentences that state the result, in the "
