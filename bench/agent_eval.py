@@ -63,10 +63,10 @@ RELIABILITY = ("native_calls", "recovered_calls", "repaired_arguments", "refused
                "repeated_calls", "constrained_calls")
 
 
-def mode_settings(max_tools: int, compact: bool) -> dict[str, dict]:
+def mode_settings(max_tools: int, compact: bool, planning: str = "auto") -> dict[str, dict]:
     """The profile fields that make a mode."""
     return {
-        "navi": {"planning_enabled": True, "planning": "auto", "recover_tool_calls": True, "repair_arguments": True,
+        "navi": {"planning_enabled": planning != "never", "planning": planning, "recover_tool_calls": True, "repair_arguments": True,
                  "max_tools": max_tools, "compact_schemas": compact, "tool_calling": "auto"},
         "plain": {"planning_enabled": False, "planning": "never", "recover_tool_calls": False, "repair_arguments": False,
                   "max_tools": 0, "compact_schemas": False, "tool_calling": "native"},
@@ -123,6 +123,7 @@ class Options:
     server_parses_hermes: bool = False  # the proxy plays a server with a Hermes tool-call parser
     web_port: int = 0  # the web tasks' pages (0 = any free port)
     label: str = ""  # free text kept in the report (how the server was run, e.g. "llama-server --jinja")
+    planning: str = "auto"  # navi mode: auto | always | never
     verbose: bool = True
 
 
@@ -177,7 +178,7 @@ class Evaluation:
         for sub in ("workspace", "session_files", "user_tools"):
             (self.data_dir / sub).mkdir(parents=True, exist_ok=True)
         (self.tools_dir / "shout.py").write_text(SHOUT_TOOL, encoding="utf-8")
-        cfg = {"modes": {m: s for m, s in mode_settings(self.opt.max_tools, self.opt.compact_schemas).items()
+        cfg = {"modes": {m: s for m, s in mode_settings(self.opt.max_tools, self.opt.compact_schemas, self.opt.planning).items()
                          if m in self.opt.modes},
                "model": self.opt.model, "backend": self.opt.backend, "temperature": self.opt.temperature,
                "max_iterations": self.opt.max_iterations, "context_window": self.opt.context_window,
@@ -578,7 +579,7 @@ def evaluate(options: Options, tasks: list[Task], out: str = "") -> dict:
 
 def report(options: Options, results: list[dict], started: float) -> dict:
     settings = {k: v for k, v in vars(options).items() if k not in ("api_key", "verbose", "llm_log", "web_port", "label")}
-    settings["modes"] = {m: s for m, s in mode_settings(options.max_tools, options.compact_schemas).items() if m in options.modes}
+    settings["modes"] = {m: s for m, s in mode_settings(options.max_tools, options.compact_schemas, options.planning).items() if m in options.modes}
     return {
         "model": options.model,
         "label": options.label,
@@ -620,6 +621,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-iterations", type=int, default=6, help="tool-calling steps per turn")
     ap.add_argument("--max-tools", type=int, default=8, help="navi mode: tools offered per turn")
     ap.add_argument("--no-compact", action="store_true", help="navi mode: full tool schemas")
+    ap.add_argument("--planning", default="auto", choices=("auto", "always", "never"), help="navi mode: planning")
     ap.add_argument("--temperature", type=float, default=0.2)
     ap.add_argument("--num-ctx", type=int, default=8192, help="OLLAMA_NUM_CTX of the Navi server")
     ap.add_argument("--context-window", type=int, default=0, help="profiles' context_window (0 = ask the server)")
@@ -660,7 +662,7 @@ def main(argv: list[str] | None = None) -> None:
                       max_iterations=args.max_iterations, max_tools=args.max_tools, compact_schemas=not args.no_compact,
                       temperature=args.temperature, num_ctx=args.num_ctx, context_window=args.context_window,
                       max_tokens=args.max_tokens, llm_log=args.llm_log, server_parses_hermes=args.server_parses_hermes,
-                      label=args.label)
+                      label=args.label, planning=args.planning)
     tasks = select_tasks(args.tasks, args.only)
     print(f"agent_eval: {len(tasks)} tasks x {len(modes)} modes, {backend} {url} model {model}", flush=True)
     result = evaluate(options, tasks, args.out)
