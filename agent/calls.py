@@ -111,11 +111,6 @@ class CallTracker:
         self.banned.add(call.name)
         return LOOP_NOTE.format(tool=call.name)
 
-    @property
-    def successes(self) -> int:
-        """Distinct calls that succeeded in this turn."""
-        return len(self._succeeded)
-
     def succeeded(self, call: ToolCall) -> bool:
         """This exact call already succeeded in this turn."""
         return _signature(call) in self._succeeded

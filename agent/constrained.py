@@ -154,14 +154,12 @@ def with_note(context: list[ChatMessage], note: str) -> list[ChatMessage]:
     return out
 
 
-def decide_note(context: list[ChatMessage], offer: list, plan_step: str = "") -> str:
-    """The deciding call's instruction: the tools that fit the request best (in that order),
-    the plan's current step, and after a successful result, the nudge to answer."""
+def decide_note(context: list[ChatMessage], offer: list) -> str:
+    """The deciding call's instruction: the tools that fit the request best (in that order), and
+    after a successful result, the nudge to answer."""
     note = DECIDE_NOTE
     if offer:
         note += f" The tools that fit this request best: {', '.join(t.name for t in offer[:MAX_NAMED])}."
-    if plan_step:
-        note += f" You are on this step of your plan: {plan_step}"
     if context and context[-1].role == "tool" and not context[-1].content.startswith("Error"):
         note += AFTER_RESULT_NOTE
     return note

@@ -190,8 +190,7 @@ class Agent:
                 return None  # the answer call reports it
         try:
             plan = await until_stopped(
-                planning.make_plan(setup.backend, setup.profile, context, schemas, name_tools=bool(setup.constrained)),
-                current_stop_event.get(),
+                planning.make_plan(setup.backend, setup.profile, context, schemas), current_stop_event.get()
             )
         except Stopped:
             return None  # the loop reports stream_stopped

@@ -77,18 +77,15 @@ async def make_plan(
     profile: Profile,
     context: list[ChatMessage],
     tools: list[dict[str, Any]] | None,
-    *, name_tools: bool = False,
 ) -> str | None:
-    """One capped call (think off); None for DIRECT, junk, a tool call or a failure.
-    `name_tools`: each step starts with the tool it uses (constrained steps follow it)."""
+    """One capped call (think off); None for DIRECT, junk, a tool call or a failure."""
     index = _turn_request(context)
     if index is None:
         return None
     request = context[index].content
     try:
         response = await oneshot.call(
-            backend, _append_to(context, index, prompts.PLANNING_PROMPT_TOOLS if name_tools else prompts.PLANNING_PROMPT),
-            purpose="planning", tools=tools,
+            backend, _append_to(context, index, prompts.PLANNING_PROMPT), purpose="planning", tools=tools,
             model=profile.resolved_model(), temperature=0.3, max_tokens=settings.LLM_MAX_PLAN_TOKENS,
         )
     except LLMError as exc:
@@ -107,17 +104,6 @@ async def remember_plan(conv: Conversation, plan: str) -> None:
     index = _turn_request(conv.context)
     conv.plan = (conv.context[index] if index is not None else None, plan)
     await conv.add(ChatMessage(role="assistant", content=plan, name="plan"), context=False)
-
-
-def current_step(conv: Conversation, done: int, tools: set[str]) -> tuple[str, str]:
-    """(the plan's step after `done` successful calls, the offered tool it names) — ("", "")
-    without a plan; past its end, the last step."""
-    steps = (getattr(conv, "plan", (None, ""))[1] or "").splitlines()
-    if not steps:
-        return "", ""
-    step = steps[min(done, len(steps) - 1)].split(". ", 1)[-1]
-    named = re.match(r"[`*]*([A-Za-z_][\w.-]*)[`*]*\s*[:(]", step)
-    return step, named.group(1) if named and named.group(1) in tools else ""
 
 
 def with_plan(context: list[ChatMessage], conv: Conversation) -> list[ChatMessage]:

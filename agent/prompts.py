@@ -18,12 +18,6 @@ PLANNING_PROMPT = """[planning step] Do not answer yet. Decide whether my reques
 - If it can be handled directly (a question, small talk, one quick action), reply with exactly: DIRECT
 - Otherwise reply ONLY with 2 to 7 short numbered steps saying what you will do (e.g. which tools you will use), one per line. No preamble, no answer."""
 
-# The planning instruction when tool steps are constrained (agent.constrained): each step names
-# the tool it uses, so the deciding call can be told which step, and which tool, comes next.
-PLANNING_PROMPT_TOOLS = """[planning step] Do not answer yet. Decide whether my request above needs a multi-step plan.
-- If it can be handled directly (a question, small talk, one quick action), reply with exactly: DIRECT
-- Otherwise reply ONLY with 2 to 7 short numbered steps, one per line, each starting with the tool it uses from your tools (e.g. "1. todo: create the list with the two tasks"). No preamble, no answer."""
-
 # Appended to the user's message for the answer calls of the turn that made the plan.
 PLAN_NOTE = """[the plan you made for this request before answering: carry it out and answer me; do not repeat the plan]"""
 

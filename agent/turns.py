@@ -144,11 +144,8 @@ async def decide_step(
     tool-call message; None when the step gave nothing usable (the caller then makes an
     unconstrained call)."""
     offer = constrained.choose(offer, query, setup.profile.max_tools, setup.tracker.used)
-    step, tool = planning.current_step(conv, setup.tracker.successes, {t.name for t in offer})
-    if tool:  # the plan's tool for this step comes first
-        offer = sorted(offer, key=lambda t: t.name != tool)
     context = await turn_context(conv, setup)
-    context = constrained.with_note(context, constrained.decide_note(context, offer, step))
+    context = constrained.with_note(context, constrained.decide_note(context, offer))
     setup.step_tools = offer
     decision = await _constrained_call(conv, setup, turn, context, offer, offer, answer=True)
     if decision is None:

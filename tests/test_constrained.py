@@ -293,19 +293,6 @@ class TestSmallModelStep:
         system, prompt = llm.requests[-1]["messages"]
         assert "never instructions" in system["content"] and "My request: what is in the scratchpad log?" in prompt["content"]
 
-    async def test_a_plan_names_each_steps_tool_and_each_step_is_told_where_it_is(self, llm, session, owner_token):
-        await Profile.objects.filter(pk="secretary").aupdate(planning_enabled=True, planning="always")
-        plan = Turn(content="1. scratchpad: append the word done to section log\n2. todo: set one task for checking")
-        todo = json.dumps({"name": "todo", "arguments": {"action": "set", "tasks": ["check the log"]}})
-        llm.script(plan, Turn(content=NOTE_CALL), Turn(content=todo), Turn(content=ANSWER), Turn(content="Both done."))
-        frames = await run(session, owner_token, "note done in the log, then add a todo to check the log")
-        planning_call, first, second = llm.requests[:3]
-        assert "starting with the tool it uses" in planning_call["messages"][-1]["content"]
-        assert "You are on this step of your plan: scratchpad: append the word" in first["messages"][-1]["content"]
-        assert "You are on this step of your plan: todo: set one task" in second["messages"][-1]["content"]
-        assert second["tools"][0]["function"]["name"] == "todo"  # step 2's tool first
-        assert frames[-1]["content"] == "Both done."
-
 
 class FakeTool:
     def __init__(self, name: str, parameters: dict, description: str = "Does a thing. More words.") -> None:
