@@ -214,7 +214,10 @@ class TestBackgroundTrigger:
             for _ in range(3):
                 _say(_session(user), ("user", f"I am {user.username}"))
         llm.add_rule(Rule(match="Conversation:", turns=[Turn(content="personal: name = x", first_delay=0.1)]))
-        llm.script(Turn(content="half an answ", no_finish=True))  # the first call fails like llama-cpp-python
+        # The first call fails like llama-cpp-python; it is held a moment so that the second POST
+        # does not meet the first extraction's writes (the test's shared-cache SQLite fails such a
+        # write at once with "table is locked" instead of waiting).
+        llm.script(Turn(content="half an answ", no_finish=True, hold=0.5))
         for user in (owner, other_user):
             client = Client()
             client.force_login(user)
