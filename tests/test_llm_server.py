@@ -155,7 +155,7 @@ async def test_client_disconnect_detected_while_sleeping(server: LLMServer) -> N
                 break
     t0 = time.monotonic()
     assert await asyncio.to_thread(server.wait_for_disconnect, 3)
-    assert time.monotonic() - t0 < 0.5 and server.disconnects == 1
+    assert time.monotonic() - t0 < 2.0 and server.disconnects == 1  # seen at once, not after the 6 s script
 
 
 @pytest.mark.asyncio

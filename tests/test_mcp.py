@@ -98,7 +98,7 @@ class TestToolsThroughARun:
         rest = await frames_until(comm, run_ended, TIMEOUT)
         ended = time.monotonic() - stopped_at
         assert rest[-1]["type"] == "stream_stopped"
-        assert ended < 0.5, ended  # the 500 ms (measured: ~10 ms)
+        assert ended < 2.0, ended  # prompt, not the call's timeout (the 500 ms is bench work; measured ~10 ms)
         # The SDK sent notifications/cancelled: the server's handler was cancelled.
         assert await asyncio.to_thread(test_server.wait_note, "hang cancelled")
         await comm.disconnect()
@@ -112,7 +112,7 @@ class TestToolsThroughARun:
             stopped_at = time.monotonic()
             await comm.send_json_to({"type": "stop"})
             rest = await frames_until(comm, run_ended, TIMEOUT)
-            assert rest[-1]["type"] == "stream_stopped" and time.monotonic() - stopped_at < 0.5
+            assert rest[-1]["type"] == "stream_stopped" and time.monotonic() - stopped_at < 2.0  # not the 15 s connect
             await comm.disconnect()
 
     async def test_tool_timeout_applies_to_mcp_calls(self, llm, session, owner, owner_token, test_server, settings):
