@@ -44,10 +44,10 @@ STEP_TITLE = "navi_step"
 # What the deciding call is told (appended to the conversation's last message, so the whole
 # prefix before it is the one the answer call reads too).
 DECIDE_NOTE = (
-    "[next step] Reply with one JSON object. If my request asks you to do something (save, remember, "
-    "create, write, change, delete, send, run, compute, look up, read), call the tool that does it: "
-    '{"name": "<tool>", "arguments": {…}}. Choose {"name": "answer"} only when nothing is left to do.'
-)
+    "[next step] Reply with one JSON object. If my request asks you to do or find out something a tool "
+    'can, call the tool that does it: {"name": "<tool>", "arguments": {…}}. Choose {"name": "answer"} only '
+    "when nothing is left to do."
+)  # no list of example verbs: a small model copied it into a todo list
 AFTER_RESULT_NOTE = (
     " The tool result above is what your last call returned: if it completes my request, "
     'choose {"name": "answer"}; never repeat a call that succeeded.'
@@ -61,6 +61,7 @@ CATALOGUE_HEADER = "## Tools\nEach step you either call one of these tools or an
 _DROPPED_KEYS = ("description", "title", "examples", "default", "$schema")
 _SENTENCE = re.compile(r"(?<!e\.g\.)(?<!i\.e\.)(?<=[.!?])\s")
 MAX_NAMED = 6  # tools the deciding call names as the best fit
+RELEVANT = 0.3  # of the best match's score: a capped step offers no tool that matches less
 BRIEF_CHARS = 90  # of a tool's description in the catalogue
 
 
@@ -111,13 +112,16 @@ def _clean(schema: Any) -> Any:
 
 
 def choose(tools: list, query: str, cap: int, used: set[str]) -> list:
-    """The tools a step may call, best match for the request first: the `cap` best (0 = all)
-    and those already used this turn. No fixed core set: for a small model each extra name is
-    one more wrong choice."""
-    ranked = toolselect.ranked(tools, query)
+    """The tools a step may call, best match for the request first: with a cap (a small
+    model's profile), at most `cap` of those that match at least RELEVANT of the best match's
+    score, and those already used this turn; without one (0), all. No fixed core set: for a
+    small model each extra name is one more wrong choice."""
+    scored = toolselect.scored(tools, query)
     if cap <= 0:
-        return ranked
-    return [t for i, t in enumerate(ranked) if i < cap or t.name in used]
+        return [t for t, _ in scored]
+    best = scored[0][1] if scored else 0.0
+    floor = best * RELEVANT if best > 0 else 0.0  # nothing matches: the first `cap`, as ranked
+    return [t for i, (t, score) in enumerate(scored) if (i < cap and score >= floor) or t.name in used]
 
 
 # --- what the model reads ------------------------------------------------------------------------

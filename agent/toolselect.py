@@ -14,6 +14,17 @@ from typing import Any
 CORE = ("list_tools", "tool_manual", "memory_search")
 _WORD = re.compile(r"[a-z0-9]+")
 K1, B = 1.2, 0.75
+# Words that say nothing about which tool fits ("my", "the", "on", numbers): with a few dozen short
+# documents BM25 would rate a rare one highly (a tool whose description says "on a host").
+STOP = frozenset("""a about above after again all also am an and any are as at be been before being
+below between both but by can could did do does doing down during each else few for from further had has
+have having he her here hers him his how i if in into is it its itself just let me more most my myself no
+nor not now of off on once only or other our ours out over own please same she should so some such than
+that the their theirs them then there these they this those through to too under until up very was we
+were what when where which while who whom why will with would you your yours""".split())
+# A file name in the request ("notes.txt", "data/sales.csv"): the file tools are meant.
+_FILE_NAME = re.compile(r"\b[\w./-]+\.(?:txt|csv|json|md|log|py|yaml|yml|toml|ini|html|xml|tsv)\b", re.I)
+FILE_CUE = "filesystem"
 
 
 def _stem(word: str) -> str:
@@ -25,7 +36,12 @@ def _stem(word: str) -> str:
 
 
 def _words(text: str) -> list[str]:
-    return [_stem(w) for w in _WORD.findall(text.lower().replace("_", " "))]
+    return [_stem(w) for w in _WORD.findall(text.lower().replace("_", " ")) if w not in STOP and not w.isdigit()]
+
+
+def query_words(query: str) -> str:
+    """The request as it is ranked on: with a file name in it, the word "file" weighs too."""
+    return f"{query} {FILE_CUE}" if _FILE_NAME.search(query or "") else query
 
 
 def bm25_rank(documents: dict[str, str], query: str) -> list[tuple[str, float]]:
@@ -35,15 +51,15 @@ def bm25_rank(documents: dict[str, str], query: str) -> list[tuple[str, float]]:
         return []
     average = sum(len(d) for d in docs.values()) / len(docs) or 1.0
     frequency = Counter(w for d in docs.values() for w in set(d))
-    terms = set(_words(query))
+    terms = Counter(_words(query_words(query)))  # a word said twice weighs twice
     scores = []
     for order, (name, words) in enumerate(docs.items()):
         counts = Counter(words)
         score = 0.0
-        for term in terms & counts.keys():
+        for term in terms.keys() & counts.keys():
             idf = math.log(1 + (len(docs) - frequency[term] + 0.5) / (frequency[term] + 0.5))
             tf = counts[term]
-            score += idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * len(words) / average))
+            score += terms[term] * idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * len(words) / average))
         scores.append((name, score, order))
     scores.sort(key=lambda s: (-s[1], s[2]))
     return [(name, score) for name, score, _ in scores]
@@ -51,8 +67,13 @@ def bm25_rank(documents: dict[str, str], query: str) -> list[tuple[str, float]]:
 
 def ranked(tools: list, query: str) -> list:
     """The tools, best BM25 match for the query first (ties keep the profile's order)."""
+    return [tool for tool, _ in scored(tools, query)]
+
+
+def scored(tools: list, query: str) -> list[tuple[Any, float]]:
+    """(tool, BM25 score) pairs, best match for the query first (ties keep the profile's order)."""
     by_name = {t.name: t for t in tools}
-    return [by_name[name] for name, _ in bm25_rank({t.name: _document(t) for t in tools}, query)]
+    return [(by_name[name], score) for name, score in bm25_rank({t.name: _document(t) for t in tools}, query)]
 
 
 def select(tools: list, query: str, cap: int, keep: set[str] | frozenset[str] = frozenset()) -> list:

@@ -10,7 +10,7 @@ import json
 import jsonschema
 import pytest
 
-from agent import constrained
+from agent import constrained, toolselect
 from agent.models import ModelReliability, Profile
 from tests.llm_server import Turn
 from tests.test_small_models import of, run
@@ -227,7 +227,7 @@ class TestSmallModelStep:
         frames = await run(session, owner_token, "note done in the scratchpad log")
         decide, decide_again, answer = llm.requests
         names = [t["function"]["name"] for t in decide["tools"]]
-        assert len(names) == 3 and names[0] == "scratchpad" and branch_names(schema_of(decide))[1:] == names
+        assert 1 <= len(names) <= 3 and names[0] == "scratchpad" and branch_names(schema_of(decide))[1:] == names
         assert "## Tools" not in decide["messages"][0]["content"]  # no catalogue beside them
         # The answer: the request and what the tool returned, in a short prompt of its own.
         assert schema_of(answer) is None and not answer.get("tools") and len(answer["messages"]) == 2
@@ -265,7 +265,7 @@ class TestSmallModelStep:
                    Turn(content=ANSWER), Turn(content="Noted."))
         frames = await run(session, owner_token, "note done in the scratchpad log")
         rewrite = llm.requests[2]
-        assert len(branch_names(schema_of(rewrite))) == 3
+        assert branch_names(schema_of(rewrite)) == [t["function"]["name"] for t in rewrite["tools"]]  # any of the step's
         assert "There is no tool named log.txt" in rewrite["messages"][-1]["content"]
         assert [c["tool"] for c in of(frames, "tool_call")] == ["scratchpad"]
 
@@ -335,8 +335,25 @@ class TestTheSchema:
         tools = [FakeTool("list_tools", {}, "List the tools you have."), FakeTool("memory_save", {}, "Remember a fact about the user."),
                  FakeTool("web_search", {}, "Search the web."), TODO]
         chosen = constrained.choose(tools, "please remember my favourite colour", 2, set())
-        assert [t.name for t in chosen][0] == "memory_save" and len(chosen) == 2
+        assert [t.name for t in chosen] == ["memory_save"]  # the others match nothing: not one more wrong choice
         assert "web_search" in [t.name for t in constrained.choose(tools, "remember", 1, {"web_search"})]
+        assert len(constrained.choose(tools, "hello there", 2, set())) == 2  # nothing matches: the cap, as ranked
+        assert len(constrained.choose(tools, "please remember my favourite colour", 0, set())) == 4  # no cap: all
+
+    def test_a_weak_match_is_not_offered_to_a_capped_step(self):
+        tools = [FakeTool("memory_save", {}, "Remember a fact about the user for later."),
+                 FakeTool("web_search", {}, "Search the web for a fact.")]
+        assert [t.name for t in constrained.choose(tools, "remember this fact: I like tea", 5, set())] == ["memory_save"]
+        assert len(constrained.choose(tools, "search the web for a fact to remember", 5, set())) == 2
+
+    def test_ranking_skips_filler_words_and_reads_file_names(self):
+        host = FakeTool("ssh_exec", {}, "Run a command on a host.")
+        files = FakeTool("filesystem", {}, "Read and write files in the workspace.")
+        code = FakeTool("code_exec", {}, "Run Python code.")
+        assert [t.name for t in toolselect.ranked([host, files], "what is on my list")][0] == "ssh_exec"  # profile order: no score
+        assert toolselect.scored([host, files], "what is on my list")[0][1] == 0  # "on", "my": filler
+        (first, score), (_, other) = toolselect.scored([code, files], "What does secret.txt say?")
+        assert first.name == "filesystem" and score > 0 and other == 0
 
     def test_the_catalogue_names_each_tool_once_with_its_first_sentence(self):
         text = constrained.catalogue([TODO])

@@ -58,7 +58,7 @@ class _Target:
 
 class FilesystemTool(Tool):
     name = "filesystem"
-    keywords = "file files folder directory path txt csv json md read open write save create make new append add line list contents rename move copy delete remove mkdir search find mention workspace text"
+    keywords = "file files folder directory path txt csv json md read open write save create make new append add line list contents rename move copy delete remove mkdir search find mention workspace text edit change replace"
     description = (
         "Read, write, append to, list, search, move (rename) or delete files and folders in the "
         "workspace (and the other allowed folders). Relative paths start in the workspace."
