@@ -74,6 +74,20 @@ def _signature(call: ToolCall) -> tuple[str, str]:
     return call.name, json.dumps(call.arguments, sort_keys=True, default=str)
 
 
+# Actions that replace what is there (a todo list, a file, a scratchpad section) rather than add.
+REPLACING = ("set", "write")
+
+
+def _replaced(call: ToolCall) -> tuple[str, str] | None:
+    """What a replacing call replaces: the tool and its target (path, section; "" for a tool's
+    one list), or None for a call that adds, reads or changes one item."""
+    args = call.arguments if isinstance(call.arguments, dict) else {}
+    if args.get("action") not in REPLACING:
+        return None
+    target = args.get("path") or args.get("section") or ""
+    return call.name, str(target).strip().strip("/").lower()
+
+
 @dataclass
 class CallTracker:
     backend: str
@@ -83,6 +97,7 @@ class CallTracker:
     counts: dict[str, int] = field(default_factory=dict)
     _last_failure: tuple[str, str] | None = None
     _succeeded: set[tuple[str, str]] = field(default_factory=set)  # this turn's successful calls
+    _written: set[tuple[str, str]] = field(default_factory=set)  # what they replaced (see _replaced)
 
     def _add(self, key: str, n: int = 1) -> None:
         self.counts[key] = self.counts.get(key, 0) + n
@@ -102,6 +117,8 @@ class CallTracker:
         if result.success:
             self._last_failure = None
             self._succeeded.add(signature)
+            if (target := _replaced(call)) is not None:
+                self._written.add(target)
             return ""
         repeated = signature == self._last_failure
         self._last_failure = signature
@@ -114,6 +131,12 @@ class CallTracker:
     def succeeded(self, call: ToolCall) -> bool:
         """This exact call already succeeded in this turn."""
         return _signature(call) in self._succeeded
+
+    def replaces_again(self, call: ToolCall) -> bool:
+        """The call would replace what an earlier call of this turn already wrote (a second
+        todo list, the same file written over): a small model going round, not a new step."""
+        target = _replaced(call)
+        return target is not None and target in self._written
 
     def count_repeat(self) -> None:
         self._add("repeated_calls")

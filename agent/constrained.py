@@ -71,13 +71,30 @@ def step_schema(tools: list, *, answer: bool = True) -> dict[str, Any]:
     (one branch each)."""
     branches: list[dict[str, Any]] = [_object({"name": {"const": ANSWER}}, ["name"])] if answer else []
     for tool in tools:
-        arguments = _clean(tool.parameters or {"type": "object", "properties": {}})
+        arguments = _by_action(_clean(tool.parameters or {"type": "object", "properties": {}}), getattr(tool, "actions", {}))
         branches.append(_object({"name": {"const": tool.name}, "arguments": arguments}, ["name", "arguments"]))
     return {"title": STEP_TITLE, "anyOf": branches}
 
 
 def _object(properties: dict, required: list[str]) -> dict[str, Any]:
     return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+
+
+def _by_action(schema: dict[str, Any], actions: dict[str, str]) -> dict[str, Any]:
+    """A tool's arguments as one branch per action, each with only that action's parameters
+    (Tool.actions): a small model otherwise fills every field it sees (a `status` on a new list,
+    `content` on a read) and the tool ignores what it meant."""
+    properties = schema.get("properties") or {}
+    if not actions or "action" not in properties:
+        return schema
+    branches = []
+    for action, spec in actions.items():
+        names = spec.split()
+        props = {"action": {"type": "string", "const": action}}
+        props.update({n.rstrip("?"): properties[n.rstrip("?")] for n in names if n.rstrip("?") in properties})
+        required = ["action"] + [n for n in names if not n.endswith("?") and n in properties]
+        branches.append(_object(props, required))
+    return {"anyOf": branches}
 
 
 def _clean(schema: Any) -> Any:

@@ -150,8 +150,12 @@ async def decide_step(
     decision = await _constrained_call(conv, setup, turn, context, offer, offer, answer=True)
     if decision is None:
         return None
-    if decision.call is not None and setup.tracker.succeeded(decision.call):
-        # The same successful call again: a small model with nothing new to do. It answers.
+    again = decision.call is not None and (
+        setup.tracker.succeeded(decision.call) or (setup.profile.max_tools and setup.tracker.replaces_again(decision.call))
+    )
+    if again:
+        # The same successful call again, or (a small model's profile) writing over what this
+        # turn already wrote: a small model with nothing new to do. It answers.
         setup.tracker.count_repeat()
         return constrained.Decision(answer=True, repeated=True)
     if decision.call is not None:

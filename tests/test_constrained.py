@@ -283,6 +283,25 @@ class TestSmallModelStep:
         assert not llm.requests[2].get("tools") and len(llm.requests) == 3
         assert (await ModelReliability.objects.aget()).repeated_calls == 1
 
+    async def test_writing_over_what_the_turn_just_wrote_ends_in_the_answer(self, llm, session, owner_token):
+        first = json.dumps({"name": "scratchpad", "arguments": {"action": "write", "section": "log", "content": "done"}})
+        over = json.dumps({"name": "scratchpad", "arguments": {"action": "write", "section": "Log", "content": "Section saved."}})
+        llm.script(Turn(content=first), Turn(content=over), Turn(content="Noted."))
+        frames = await run(session, owner_token, "note done in the scratchpad log")
+        assert len(of(frames, "tool_call")) == 1 and frames[-1]["content"] == "Noted."
+        section = await ScratchpadSection.objects.aget(scope=str(session.id), section="log")
+        assert section.content.strip() == "done"  # not replaced by the model's second go
+        assert (await ModelReliability.objects.aget()).repeated_calls == 1
+
+    async def test_adding_to_what_the_turn_wrote_is_a_new_step(self, llm, session, owner_token):
+        first = json.dumps({"name": "scratchpad", "arguments": {"action": "write", "section": "log", "content": "one"}})
+        more = json.dumps({"name": "scratchpad", "arguments": {"action": "append", "section": "log", "content": "two"}})
+        llm.script(Turn(content=first), Turn(content=more), Turn(content=ANSWER), Turn(content="Both noted."))
+        frames = await run(session, owner_token, "note one, then two, in the scratchpad log")
+        assert [c["args"]["action"] for c in of(frames, "tool_call")] == ["write", "append"]
+        section = await ScratchpadSection.objects.aget(scope=str(session.id), section="log")
+        assert section.content.split() == ["one", "two"]
+
     async def test_a_hostile_result_stays_marked_as_data_in_the_answer_prompt(self, llm, session, owner_token):
         from tools_app.models import ScratchpadSection as Section
 
@@ -308,6 +327,27 @@ TODO = FakeTool("todo", {
 
 
 class TestTheSchema:
+    def test_each_action_is_written_with_its_own_arguments_only(self):
+        from tools_app.builtin.filesystem import FilesystemTool
+        from tools_app.builtin.working_notes import TodoTool
+
+        schema = constrained.step_schema([TodoTool(), FilesystemTool()])
+        ok = [{"name": "todo", "arguments": {"action": "set", "tasks": ["draft", "send"]}},
+              {"name": "todo", "arguments": {"action": "update", "index": 2, "status": "done"}},
+              {"name": "todo", "arguments": {"action": "read"}},
+              {"name": "filesystem", "arguments": {"action": "write", "path": "a.txt", "content": "x"}},
+              {"name": "filesystem", "arguments": {"action": "read", "path": "a.txt"}}]
+        for step in ok:
+            jsonschema.validate(step, schema)
+        bad = [{"name": "todo", "arguments": {"action": "set", "tasks": ["a"], "index": 1, "status": "done"}},  # a status on a new list
+               {"name": "todo", "arguments": {"action": "update", "tasks": ["task 2"], "index": 1, "status": "done"}},
+               {"name": "todo", "arguments": {"action": "update", "index": 2}},  # no status
+               {"name": "filesystem", "arguments": {"action": "read", "path": "guests.txt", "content": "23"}},  # meant a write
+               {"name": "filesystem", "arguments": {"action": "write", "path": "a.txt"}}]  # nothing to write
+        for step in bad:
+            with pytest.raises(jsonschema.ValidationError):
+                jsonschema.validate(step, schema)
+
     def test_only_answer_or_a_valid_call_of_an_offered_tool_passes(self):
         schema = constrained.step_schema([TODO])
         jsonschema.validate({"name": "answer"}, schema)

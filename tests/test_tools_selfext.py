@@ -36,6 +36,39 @@ async def test_write_tool_reports_exactly_what_is_missing(settings):
     assert not (settings.TOOLS_DIR / "greet.py").exists()
 
 
+async def test_a_plain_function_becomes_a_tool_with_its_arguments_as_parameters(settings):
+    code = 'def word_count(text: str, minimum: int = 1):\n    """Count the words in a text."""\n    return len(text.split())\n'
+    result = await call("write_tool", name="word_count", code=code)
+    assert result.success and "a plain function" in result.output, result.error
+    tool = get_agent().tools.get("word_count")
+    assert tool.description == "Count the words in a text."
+    assert tool.parameters["properties"] == {"text": {"type": "string"}, "minimum": {"type": "integer"}}
+    assert tool.parameters["required"] == ["text"]
+    assert (await call("test_tool", name="word_count", params={"text": "one two three"})).output.strip().endswith("3")
+    source = (settings.TOOLS_DIR / "word_count.py").read_text()
+    assert source.startswith(code.rstrip()) and "async def execute(params: dict) -> str:" in source
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("def a(x):\n    return x\n\ndef b(x):\n    return x\n", "missing required module-level definitions"),  # which one?
+        ('name = "shout"\ndef shout(text):\n    return text\n', "missing required module-level definitions"),  # half a tool
+        ("def shout(*words):\n    return words\n", "missing required module-level definitions"),  # no named parameters
+        ("def shout(text):\n    return undefined_name(\n", "SyntaxError"),
+        ("async def shout(text):\n    return text.upper() + '!'\n", ""),  # an async function is awaited
+    ],
+)
+async def test_what_is_not_a_single_plain_function_is_not_wrapped(settings, code, expected):
+    result = await call("write_tool", name="shout", code=code)
+    if expected:
+        assert not result.success and expected in result.error, result.error
+        assert not (settings.TOOLS_DIR / "shout.py").exists()
+    else:
+        assert result.success and "a plain function" in result.output
+        assert "HELLO!" in (await call("test_tool", name="shout", params={"text": "hello"})).output
+
+
 @pytest.mark.parametrize(
     ("name", "code", "expected"),
     [

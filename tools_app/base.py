@@ -31,6 +31,10 @@ class Tool(ABC):
     # (agent.toolselect) ranks on them with the name and description; never sent to the model.
     keywords: str = ""
     parameters: dict[str, Any] = {"type": "object", "properties": {}}
+    # For a tool with an `action` parameter: the other parameters each action takes ("?" =
+    # optional), e.g. {"set": "tasks", "read": ""}. A constrained step (agent.constrained) then
+    # lets an action be written only with its own arguments; {} = no such rule.
+    actions: dict[str, str] = {}
     # Seconds before the call is abandoned; None = TOOL_TIMEOUT_S. Tools that wait on other
     # long work (spawn_agent) raise it.
     timeout: float | None = None

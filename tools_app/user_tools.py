@@ -89,6 +89,60 @@ def check_source(name: str, code: str) -> str | None:
     return None
 
 
+_JSON_TYPES = {"str": "string", "int": "integer", "float": "number", "bool": "boolean", "list": "array", "dict": "object"}
+
+
+def wrap_function(name: str, code: str) -> str | None:
+    """A plain function given as a tool (what a small model writes), with the four definitions
+    added around it; None when the code is not that (it defines any of them, does not parse, or
+    has no single function to wrap). The function is the one named `name`, else the only public
+    top-level one. Its parameters become the tool's (type from the annotation, str otherwise;
+    those with a default optional), its docstring's first line the description."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return None
+    defined = {t.id for node in tree.body for t in _targets(node) if isinstance(t, ast.Name)}
+    functions = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    if defined & set(REQUIRED) or any(f.name == "execute" for f in functions):
+        return None
+    named = [f for f in functions if f.name == name] or [f for f in functions if not f.name.startswith("_")]
+    if len(named) != 1:
+        return None
+    function = named[0]
+    args = function.args
+    if args.vararg or args.kwarg or args.posonlyargs:
+        return None
+    plain = args.args
+    optional = {a.arg for a in plain[len(plain) - len(args.defaults):]} if args.defaults else set()
+    optional |= {a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None}
+    properties, required = {}, []
+    for arg in [*plain, *args.kwonlyargs]:
+        kind = _JSON_TYPES.get(arg.annotation.id if isinstance(arg.annotation, ast.Name) else "str", "string")
+        properties[arg.arg] = {"type": kind}
+        if arg.arg not in optional:
+            required.append(arg.arg)
+    doc = (ast.get_docstring(function) or "").strip().splitlines()
+    description = doc[0] if doc else f"{name}({', '.join(properties)})"
+    schema = {"type": "object", "properties": properties, "required": required}
+    call = f"{'await ' if isinstance(function, ast.AsyncFunctionDef) else ''}{function.name}(**params)"
+    return (
+        f"{code.rstrip()}\n\n\n"
+        f"# Added by write_tool: the tool definitions around {function.name}().\n"
+        f"name = {name!r}\n"
+        f"description = {description!r}\n"
+        f"parameters = {schema!r}\n\n\n"
+        f"async def execute(params: dict) -> str:\n"
+        f"    return str({call})\n"
+    )
+
+
+def _targets(node: ast.AST) -> list:
+    if isinstance(node, ast.Assign):
+        return node.targets
+    return [node.target] if isinstance(node, ast.AnnAssign) else []
+
+
 def check_in_child(name: str, code: str) -> str | None:
     """Import the candidate in a sandboxed child before it replaces anything. The import runs
     with a throwaway workspace and no network (loader.child_command "meta"), so a rejected

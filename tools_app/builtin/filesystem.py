@@ -63,6 +63,8 @@ class FilesystemTool(Tool):
         "Read, write, append to, list, search, move (rename) or delete files and folders in the "
         "workspace (and the other allowed folders). Relative paths start in the workspace."
     )
+    actions = {"read": "path offset?", "write": "path content", "append": "path content", "list": "path",
+               "mkdir": "path", "delete": "path recursive?", "move": "path destination", "search": "path pattern? text?"}
     parameters = {
         "type": "object",
         "properties": {

@@ -41,7 +41,8 @@ class WriteToolTool(_RegistryTool):
     description = (
         "Create or replace a user tool (a Python plugin that gives you a new ability; not for ordinary "
         "files: use filesystem): writes user_tools/<name>.py, enables it and reloads. "
-        "The code must define name, description, parameters and `async def execute(params) -> str`. "
+        "The code defines name, description, parameters and `async def execute(params) -> str`, or is one "
+        "plain function named like the tool (its arguments become the parameters). "
         "Call tool_manual('write_tool') first. The new tool is usable from the next message."
     )
     parameters = {
@@ -52,6 +53,8 @@ class WriteToolTool(_RegistryTool):
 
     async def execute(self, params: dict[str, Any]) -> ToolResult:
         name, code = params["name"], params["code"]
+        wrapped = user_tools.wrap_function(name, code) if user_tools.check_source(name, code) else None
+        code = wrapped or code
         problem = user_tools.check_name(name, self.registry.builtin_names) or user_tools.check_source(name, code)
         if not problem:
             problem = await sync_to_async(user_tools.check_in_child)(name, code)
@@ -62,9 +65,10 @@ class WriteToolTool(_RegistryTool):
         error = getattr(result, "errors", {}).get(name)
         if error:
             return ToolResult(False, error=f"{name}.py was written but did not load: {error}")
+        added = " (a plain function: write_tool added name, description, parameters and execute around it)" if wrapped else ""
         return ToolResult(
             True,
-            f"Tool '{name}' written to user_tools/{name}.py, enabled and loaded. It is offered from the "
+            f"Tool '{name}' written to user_tools/{name}.py{added}, enabled and loaded. It is offered from the "
             f"next message; you can try it now with test_tool(name='{name}', params={{...}}).",
         )
 

@@ -36,6 +36,7 @@ class TodoTool(Tool):
         "`tasks`; action=update sets the status of task number `index` (1-based); action=read "
         "shows the list. Statuses: pending, in_progress, done, failed, skipped."
     )
+    actions = {"set": "tasks", "update": "index status", "read": ""}
     parameters = {
         "type": "object",
         "properties": {
@@ -78,6 +79,7 @@ class ScratchpadTool(Tool):
         "replaces a section, append adds to it, read shows one section (or all when `section` "
         "is omitted), clear deletes one section (or all)."
     )
+    actions = {"write": "section content", "append": "section content", "read": "section?", "clear": "section?"}
     parameters = {
         "type": "object",
         "properties": {
