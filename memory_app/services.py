@@ -59,12 +59,17 @@ def upsert_fact(owner_id: int, category: str, key: str, value: str, source_sessi
         return SavedFact(fact, changed)
 
 
-def forget_facts(owner_id: int, key: str, category: str | None = None) -> list[MemoryFact]:
+def forget_facts(owner_id: int, key: str, category: str | None = None, *, guessed_category: bool = False) -> list[MemoryFact]:
     """Delete the owner's facts with this key (in this category only, when given). Underscores,
-    hyphens and spaces count as the same: a model asked to forget "dog name" writes dog_name."""
+    hyphens and spaces count as the same: a model asked to forget "dog name" writes dog_name.
+    With `guessed_category` (a model's call), a category the owner has no fact in is taken for a
+    guess when exactly one fact has the key: that one goes."""
     rows = MemoryFact.objects.filter(owner_id=owner_id, key__in=_spellings(normalise_label(key)))
     if category:
-        rows = rows.filter(category=normalise_label(category))
+        label = normalise_label(category)
+        unknown = not MemoryFact.objects.filter(owner_id=owner_id, category=label).exists()
+        if not (guessed_category and unknown and rows.count() == 1):
+            rows = rows.filter(category=label)
     deleted = list(rows)
     rows.delete()
     return deleted

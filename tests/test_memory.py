@@ -329,8 +329,24 @@ class TestTools:
         assert not await MemoryFact.objects.aexists()
         assert not (await self._call(owner, "memory_forget", {"key": "dog"}))[0].success  # a prefix is not a key
 
-@pytest.mark.django_db(transaction=True)
-class TestInjection:
+    async def test_a_guessed_category_is_ignored_only_when_the_key_is_unique(self, owner):
+        await self._call(owner, "memory_save", {"category": "pets", "key": "dog name", "value": "Rex"})
+        for cat in ("work", "hobby"):
+            await self._call(owner, "memory_save", {"category": cat, "key": "project", "value": f"{cat} project"})
+        await self._call(owner, "memory_save", {"category": "work", "key": "laptop", "value": "thinkpad"})
+        result, _ = await self._call(owner, "memory_forget", {"key": "dog_name", "category": "personal secretary"})
+        assert result.success and "pets: dog name" in result.output  # no such category: a guess; one dog name
+        missing, _ = await self._call(owner, "memory_forget", {"key": "project", "category": "personal"})
+        assert not missing.success  # two facts have the key: not a guess to act on
+        wrong, _ = await self._call(owner, "memory_forget", {"key": "project", "category": "Work "})
+        assert wrong.success and "work: project" in wrong.output and "hobby" not in wrong.output
+        kept, _ = await self._call(owner, "memory_forget", {"key": "project", "category": "work"})
+        assert not kept.success  # a category the owner has facts in is never taken for a guess
+        assert await sync_to_async(lambda: sorted(MemoryFact.objects.values_list("category", "key")))() == [
+            ("hobby", "project"), ("work", "laptop")]
+
+
+
     async def test_the_summary_is_injected_in_run_stream_run_and_run_ephemeral(self, owner, session, llm, profiles):
         from agent.models import Profile
 

@@ -38,10 +38,11 @@ async def fs(**params):
 # --- filesystem ----------------------------------------------------------------------------
 async def test_filesystem_actions_in_the_workspace(settings, small_limits):
     ws = settings.NAVI_WORKSPACE
-    assert (await fs(action="write", path="notes/a.txt", content="hello")).success
-    assert (await fs(action="append", path="notes/a.txt", content=" world")).success
+    written = await fs(action="write", path="notes/a.txt", content="hello")
+    assert written.output == "Wrote 5 bytes to notes/a.txt"  # relative: the server's folders stay out of the next path
+    assert (await fs(action="append", path=str(ws / "notes/a.txt"), content=" world")).output == "Appended 6 bytes to notes/a.txt"
     assert (await fs(action="read", path="notes/a.txt")).output == "hello world"
-    assert (await fs(action="mkdir", path=str(ws / "empty"))).success
+    assert (await fs(action="mkdir", path=str(ws / "empty"))).output == "Created empty"
     assert (await fs(action="list", path=".")).output == "empty/\nnotes/"
     assert (await fs(action="move", path="notes/a.txt", destination="b.txt")).success
     assert (ws / "b.txt").read_text() == "hello world"

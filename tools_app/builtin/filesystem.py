@@ -48,8 +48,12 @@ def read_cap() -> int:
 class _Target:
     """A checked path: its root and real path."""
 
-    def __init__(self, root: Root, real: str) -> None:
+    def __init__(self, root: Root, real: str, base: str = "") -> None:
         self.root, self.real = root, real
+        # How results name it: relative inside the workspace (a small model copies an absolute
+        # path's folders into its next path), absolute elsewhere.
+        inside = bool(base) and os.path.commonpath([base, real]) == base
+        self.shown = os.path.relpath(real, base) if inside else real
 
     @property
     def is_root(self) -> bool:
@@ -95,7 +99,7 @@ class FilesystemTool(Tool):
         action = params["action"]
         if action not in ACTIONS:
             return ToolResult(False, error=f"unknown action '{action}'; use one of {', '.join(ACTIONS)}")
-        target = _Target(*locate(params["path"], roots, base))
+        target = _Target(*locate(params["path"], roots, base), base)
         if action in CHANGES:
             check_writable(target.root, target.real)
         if action == "move":
@@ -128,7 +132,7 @@ class FilesystemTool(Tool):
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(content)
         verb = "Appended" if append else "Wrote"
-        return ToolResult(True, f"{verb} {len(content.encode())} bytes to {target.real}")
+        return ToolResult(True, f"{verb} {len(content.encode())} bytes to {target.shown}")
 
     def _append(self, target: _Target, params: dict) -> ToolResult:
         return self._write(target, params, append=True)
@@ -142,7 +146,7 @@ class FilesystemTool(Tool):
             os.close(fd)
         if len(entries) > MAX_LIST:
             lines.append(f"[truncated: {len(entries) - MAX_LIST} more entries; use search with a pattern]")
-        return ToolResult(True, "\n".join(lines) or f"{target.real} is empty")
+        return ToolResult(True, "\n".join(lines) or f"{target.shown} is empty")
 
     def _mkdir(self, target: _Target, params: dict) -> ToolResult:
         with parent_dir(target.root, target.real, create=True) as (dir_fd, name):
@@ -152,7 +156,7 @@ class FilesystemTool(Tool):
                 except FileExistsError:
                     if not stat.S_ISDIR(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):
                         raise
-        return ToolResult(True, f"Created {target.real}")
+        return ToolResult(True, f"Created {target.shown}")
 
     def _delete(self, target: _Target, params: dict) -> ToolResult:
         if target.is_root:
@@ -167,8 +171,8 @@ class FilesystemTool(Tool):
                 try:
                     os.rmdir(name, dir_fd=dir_fd)
                 except OSError:
-                    return ToolResult(False, error=f"{target.real} is not empty; pass recursive=true to delete it with its contents")
-        return ToolResult(True, f"Deleted {target.real}")
+                    return ToolResult(False, error=f"{target.shown} is not empty; pass recursive=true to delete it with its contents")
+        return ToolResult(True, f"Deleted {target.shown}")
 
     def _move(self, source: _Target, destination: _Target) -> ToolResult:
         if source.is_root:

@@ -102,7 +102,7 @@ class MemoryForgetTool(Tool):
     async def execute(self, params: dict[str, Any]) -> ToolResult:
 
         owner = _owner()
-        deleted = await sync_to_async(forget_facts)(owner, params["key"], params.get("category") or None)
+        deleted = await sync_to_async(forget_facts)(owner, params["key"], params.get("category") or None, guessed_category=True)
         if deleted:
             await sync_to_async(refresh_summary)(owner)  # a forgotten fact leaves the injected summary
         if not deleted:
