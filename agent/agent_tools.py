@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 class SwitchProfileTool(Tool):
     name = "switch_profile"
     keywords = "switch profile change mode"
+    offer_when = "profile profiles mode switch"
     description = (
         "Switch this session to another profile when the conversation's domain clearly changes "
         "(e.g. from research to server administration). Do not switch for one off-topic question "
@@ -49,6 +50,7 @@ class SwitchProfileTool(Tool):
 class ListProfilesTool(Tool):
     name = "list_profiles"
     keywords = "profiles profile list available agent ids"
+    offer_when = "profile profiles agents"
     description = "List the available agent profiles (id, name, what each is for)."
     parameters = {"type": "object", "properties": {}}
 
@@ -60,6 +62,7 @@ class ListProfilesTool(Tool):
 class SpawnAgentTool(Tool):
     name = "spawn_agent"
     keywords = "delegate sub agent subtask parallel helper"
+    offer_when = "agent agents subagent delegate parallel helper"
     description = (
         "Delegate a self-contained sub-task to an isolated sub-agent and wait for its answer. "
         "Give it a complete task description: it does not see this conversation. It has its own "

@@ -131,11 +131,12 @@ def _clean(schema: Any) -> Any:
 def choose(tools: list, query: str, cap: int, used: set[str]) -> list:
     """The tools a step may call, best match for the request first: with a cap (a small
     model's profile), at most `cap` of those that match at least RELEVANT of the best match's
-    score, and those already used this turn; without one (0), all. No fixed core set: for a
+    score among those whose subject the request names (Tool.offer_when), and those already
+    used this turn; without one (0), all. No fixed core set: for a
     small model each extra name is one more wrong choice."""
-    scored = toolselect.scored(tools, query)
     if cap <= 0:
-        return [t for t, _ in scored]
+        return toolselect.ranked(tools, query)
+    scored = toolselect.scored(toolselect.mentioned(tools, query, used), query)
     best = scored[0][1] if scored else 0.0
     floor = best * RELEVANT if best > 0 else 0.0  # nothing matches: the first `cap`, as ranked
     return [t for i, (t, score) in enumerate(scored) if (i < cap and score >= floor) or t.name in used]

@@ -76,11 +76,19 @@ def scored(tools: list, query: str) -> list[tuple[Any, float]]:
     return [(by_name[name], score) for name, score in bm25_rank({t.name: _document(t) for t in tools}, query)]
 
 
+def mentioned(tools: list, query: str, keep: set[str] | frozenset[str] = frozenset()) -> list:
+    """The tools a capped selection may offer for this request: those without `offer_when`
+    words, those whose subject the request names (one of the words), and those in `keep`."""
+    said = set(_words(query))
+    return [t for t in tools if t.name in keep or not getattr(t, "offer_when", "") or said & set(_words(t.offer_when))]
+
+
 def select(tools: list, query: str, cap: int, keep: set[str] | frozenset[str] = frozenset()) -> list:
     """At most `cap` tools (0 = all): the core set, tools already used this turn (`keep`), then
-    the best BM25 matches for the query; in the profile's order."""
+    the best BM25 matches for the query among the tools it mentions; in the profile's order."""
     if cap <= 0 or len(tools) <= cap:
         return list(tools)
+    tools = mentioned(tools, query, keep | set(CORE))
     by_name = {t.name: t for t in tools}
     chosen = [n for n in by_name if n in CORE or n in keep][:cap]
     documents = {t.name: _document(t) for t in tools if t.name not in chosen}

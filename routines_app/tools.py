@@ -41,6 +41,7 @@ class _RoutineTool(Tool):
 class ScheduleRoutineTool(_RoutineTool):
     name = "schedule_routine"
     keywords = "remind reminder schedule later tomorrow every daily weekly hourly cron recurring routine job at in minutes"
+    offer_when = "remind reminder schedule scheduled later every daily weekly hourly monthly routine cron recurring tomorrow"
     description = (
         "Schedule an instruction for Navi to run later: once (`at`, an ISO 8601 date-time with offset, e.g. "
         "2026-05-01T08:00:00+02:00; compute it from the current date and time), on a cron schedule (`cron`, "
@@ -89,6 +90,7 @@ def _create(owner_id: int, data: dict) -> tuple[Routine, str]:
 class ListRoutinesTool(Tool):
     name = "list_routines"
     keywords = "routines reminders scheduled jobs list what is scheduled"
+    offer_when = "routine routines reminder reminders schedule scheduled"
     description = "List the user's routines (scheduled instructions) with their ids, schedules and next run times."
     parameters = {"type": "object", "properties": {}}
 
@@ -112,6 +114,7 @@ def _listing(owner_id: int) -> str:
 class CancelRoutineTool(_RoutineTool):
     name = "cancel_routine"
     keywords = "cancel delete stop remove routine reminder scheduled job"
+    offer_when = "routine routines reminder reminders schedule scheduled cancel"
     description = "Delete one of the user's routines by its id (see list_routines) or exact name."
     parameters = {
         "type": "object",

@@ -386,6 +386,17 @@ class TestTheSchema:
         assert [t.name for t in constrained.choose(tools, "remember this fact: I like tea", 5, set())] == ["memory_save"]
         assert len(constrained.choose(tools, "search the web for a fact to remember", 5, set())) == 2
 
+    def test_a_capped_step_offers_a_tool_only_when_the_request_names_its_subject(self):
+        files = FakeTool("filesystem", {}, "Write text to a file in the workspace.")
+        plugin = FakeTool("write_tool", {}, "Write a new tool: Python code for a new ability.")
+        plugin.offer_when = "tool tools plugin"
+        names = lambda chosen: [t.name for t in chosen]  # noqa: E731
+        assert names(constrained.choose([files, plugin], "write 'finished' to log.txt", 5, set())) == ["filesystem"]
+        assert "write_tool" in names(constrained.choose([files, plugin], "write a new tool that reverses text", 5, set()))
+        assert "write_tool" in names(constrained.choose([files, plugin], "write it to log.txt", 5, {"write_tool"}))  # used: kept
+        assert len(constrained.choose([files, plugin], "write 'finished' to log.txt", 0, set())) == 2  # uncapped: all
+        assert names(toolselect.select([files, plugin, TODO], "write 'finished' to log.txt", 2)) == ["filesystem", "todo"]
+
     def test_ranking_skips_filler_words_and_reads_file_names(self):
         host = FakeTool("ssh_exec", {}, "Run a command on a host.")
         files = FakeTool("filesystem", {}, "Read and write files in the workspace.")

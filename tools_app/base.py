@@ -30,6 +30,10 @@ class Tool(ABC):
     # Words a user says when this tool is wanted ("file folder rename ..."): tool selection
     # (agent.toolselect) ranks on them with the name and description; never sent to the model.
     keywords: str = ""
+    # Words one of which the request must say before a capped selection (a small model's
+    # profile, `max_tools`) offers this tool at all ("tool plugin" for write_tool): a tool for
+    # a subject the user never mentioned is only one more wrong choice. "" = always a candidate.
+    offer_when: str = ""
     parameters: dict[str, Any] = {"type": "object", "properties": {}}
     # For a tool with an `action` parameter: the other parameters each action takes ("?" =
     # optional), e.g. {"set": "tasks", "read": ""}. A constrained step (agent.constrained) then

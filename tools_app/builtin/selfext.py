@@ -38,6 +38,7 @@ class _RegistryTool(Tool):
 class WriteToolTool(_RegistryTool):
     name = "write_tool"
     keywords = "new tool plugin ability create make build define function"
+    offer_when = "tool tools plugin ability"
     description = (
         "Create or replace a user tool (a Python plugin that gives you a new ability; not for ordinary "
         "files: use filesystem): writes user_tools/<name>.py, enables it and reloads. "
@@ -81,6 +82,7 @@ class WriteToolTool(_RegistryTool):
 class ReloadToolsTool(_RegistryTool):
     name = "reload_tools"
     keywords = "reload tools refresh restart"
+    offer_when = "tool tools reload"
     description = "Reload all user tools from user_tools/ without a restart; reports what loaded and what failed."
     parameters = {"type": "object", "properties": {}}
 
@@ -98,6 +100,7 @@ class ReloadToolsTool(_RegistryTool):
 class ListToolsTool(_RegistryTool):
     name = "list_tools"
     keywords = "tools list available have"
+    offer_when = "tool tools"
     description = "List the tools you really have right now (built-in and user tools), and user tools that failed to load."
     parameters = {"type": "object", "properties": {}}
 
@@ -122,6 +125,7 @@ class ListToolsTool(_RegistryTool):
 class ToolManualTool(_RegistryTool):
     name = "tool_manual"
     keywords = "manual help documentation docs explain usage"
+    offer_when = "tool tools manual"
     description = "Read the manual of a tool (manuals/<name>.md, or one generated from its parameters)."
     parameters = {"type": "object", "properties": {"name": {"type": "string", "description": "tool name"}}, "required": ["name"]}
 
@@ -158,6 +162,7 @@ def generate_manual(tool: Tool) -> str:
 class DeleteToolTool(_RegistryTool):
     name = "delete_tool"
     keywords = "delete remove tool uninstall"
+    offer_when = "tool tools plugin"
     description = "Delete a user tool (a copy is kept in the history so the owner can restore it)."
     parameters = {"type": "object", "properties": {"name": _NAME}, "required": ["name"]}
 
@@ -177,6 +182,7 @@ class TestToolTool(_RegistryTool):
     __test__ = False  # not a pytest class
     name = "test_tool"
     keywords = "test try run user tool output"
+    offer_when = "tool tools"
     description = "Run a user tool once with the given params and return its output or its traceback."
     parameters = {
         "type": "object",

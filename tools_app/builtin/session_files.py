@@ -76,6 +76,7 @@ def _free_name(folder: Path, name: str, taken: set[str]) -> str:
 class ShareFileTool(Tool):
     name = "share_file"
     keywords = "share give download link send attach"
+    offer_when = "share download link attach"
     description = (
         "Give the owner a download link to a file (it does not create, rename or change files): copies a "
         "local file (workspace or other allowed folder) into this "
@@ -157,6 +158,7 @@ async def _copy_in(session_id: str, source: BinaryIO, wanted: str, size: int) ->
 class ContentPublishTool(Tool):
     name = "content_publish"
     keywords = "show display inline publish preview"
+    offer_when = "show display publish preview inline"
     description = (
         "Show one of this chat's files inline in the chat (images, PDFs, HTML, text; it does not create "
         "or change files). "

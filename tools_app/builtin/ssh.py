@@ -281,6 +281,7 @@ async def run_command(conn: asyncssh.SSHClientConnection, command: str, timeout:
 class SshExecTool(Tool):
     name = "ssh_exec"
     keywords = "ssh remote host server machine"
+    offer_when = "ssh remote host"
     description = (
         "Run a shell command on a named SSH host (names from the owner's SSH hosts file; call "
         "with a wrong name to see the list). The connection is reused within this session. "

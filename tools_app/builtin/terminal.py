@@ -137,6 +137,7 @@ def plan_command(command: str, allowed: list[str]) -> list[str]:
 class TerminalTool(Tool):
     name = "terminal"
     keywords = "terminal shell command bash console wc ls grep cat lines count"
+    offer_when = "terminal shell command bash console wc ls grep"
     description = (
         "Run a shell command in a sandbox in the workspace folder and return its output. "
         "Commands are limited to the owner's allowlist; long output is truncated."
