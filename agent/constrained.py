@@ -49,9 +49,11 @@ DECIDE_NOTE = (
     "when nothing is left to do."
 )  # no list of example verbs: a small model copied it into a todo list
 AFTER_RESULT_NOTE = (
-    " The tool result above is what your last call returned: if it completes my request, "
-    'choose {"name": "answer"}; never repeat a call that succeeded.'
+    ' The tool result above is what your last call returned. My request was: "{request}". If every part '
+    'of it is done, choose {{"name": "answer"}}; if a part is left (say, saving or writing what you found), '
+    "call the tool for that part. Never repeat a call that succeeded."
 )
+REQUEST_CHARS = 300  # of the request restated after a result
 ANSWER_NOTE = "[answer] Now answer me in plain sentences. No JSON, no tool calls."
 ANSWER_AFTER_TOOLS_NOTE = (
     "[answer] Now answer me in plain sentences, stating the result from the tool output above. "
@@ -183,7 +185,9 @@ def decide_note(context: list[ChatMessage], offer: list) -> str:
     if offer:
         note += f" The tools that fit this request best: {', '.join(t.name for t in offer[:MAX_NAMED])}."
     if context and context[-1].role == "tool" and not context[-1].content.startswith("Error"):
-        note += AFTER_RESULT_NOTE
+        request = next((m.content for m in reversed(context) if m.role == "user" and not m.is_summary), "")
+        request = request if len(request) <= REQUEST_CHARS else request[:REQUEST_CHARS] + "…"
+        note += AFTER_RESULT_NOTE.format(request=" ".join(request.split()))
     return note
 
 

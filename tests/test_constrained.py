@@ -229,6 +229,9 @@ class TestSmallModelStep:
         names = [t["function"]["name"] for t in decide["tools"]]
         assert 1 <= len(names) <= 3 and names[0] == "scratchpad" and branch_names(schema_of(decide))[1:] == names
         assert "## Tools" not in decide["messages"][0]["content"]  # no catalogue beside them
+        # After a result the request is said again where a small model looks: what part is left?
+        assert 'My request was: "note done in the scratchpad log"' in decide_again["messages"][-1]["content"]
+        assert "My request was" not in decide["messages"][-1]["content"]
         # The answer: the request and what the tool returned, in a short prompt of its own.
         assert schema_of(answer) is None and not answer.get("tools") and len(answer["messages"]) == 2
         prompt = answer["messages"][1]["content"]
