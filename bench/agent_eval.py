@@ -31,6 +31,7 @@ import asyncio
 import json
 import re
 import shutil
+import signal
 import sqlite3
 import statistics
 import sys
@@ -607,7 +608,12 @@ def merge_reports(reports: list[dict]) -> dict:
             "summary": summarise(results, modes), "results": results}
 
 
+def _exit_on_term(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # unwinds the `with`s: the Navi server and the web fixture stop too
+
+
 def main(argv: list[str] | None = None) -> None:
+    signal.signal(signal.SIGTERM, _exit_on_term)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     server = ap.add_mutually_exclusive_group()  # required unless --list
     server.add_argument("--ollama", metavar="URL", help="an Ollama server, e.g. http://127.0.0.1:11434")
