@@ -7,7 +7,7 @@ profile prefix stays cacheable even across turns."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
@@ -21,7 +21,9 @@ def clock_line(moment: datetime | None = None) -> str:
     moment = moment or now()
     offset = moment.strftime("%z")
     offset = f"UTC{offset[:3]}:{offset[3:]}" if offset else "UTC"
+    days = ", ".join(f"{moment + timedelta(days=n):%a %d %b}" for n in range(1, 8))
     return (
         f"Current date and time: {moment:%A, %d %B %Y, %H:%M} "
-        f"(time zone {settings.TIME_ZONE}, {offset}). Use it for 'today', 'tomorrow' and other dates."
-    )
+        f"(time zone {settings.TIME_ZONE}, {offset}). The next seven days: {days}. "
+        "Use them for 'today', 'tomorrow', 'next Friday' and other dates."
+    )  # the days spelled out: a small model counts weekdays wrong

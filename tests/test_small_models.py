@@ -6,7 +6,7 @@ protocol-level test LLM."""
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -63,7 +63,11 @@ class TestClock:
         system = llm.requests[-1]["messages"][0]["content"]
         now = datetime.now(ZoneInfo("Europe/Lisbon"))
         assert f"{now:%A, %d %B %Y}" in system and "Europe/Lisbon" in system
-        assert system.rstrip().endswith("Use it for 'today', 'tomorrow' and other dates.")
+        assert system.rstrip().endswith("Use them for 'today', 'tomorrow', 'next Friday' and other dates.")
+        # The coming week spelled out, so "next Friday" needs no weekday arithmetic.
+        week = [now + timedelta(days=n) for n in range(1, 8)]
+        assert f"The next seven days: {', '.join(f'{d:%a %d %b}' for d in week)}." in system
+        assert sum(f"Fri {d:%d %b}" in system for d in week if d.weekday() == 4) == 1
 
     async def test_every_call_of_a_turn_sends_the_same_clock(self, llm, session, owner_token, monkeypatch):
         # Chat templates put the tools after the system message: a clock that moved between the
