@@ -482,3 +482,19 @@ def test_deleting_a_session_deletes_its_todo_and_scratchpad(owner, session):
     assert list(ScratchpadSection.objects.values_list("scope", flat=True)) == [str(kept.id)]
     Session.objects.filter(pk=kept.pk).delete()  # bulk deletes (the admin's) too
     assert not TodoList.objects.exists() and not ScratchpadSection.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_marking_a_task_on_an_empty_todo_list_says_to_create_it_first(session):
+    from tools_app.builtin.working_notes import TodoTool
+    from tools_app.context import current_session_id
+
+    token = current_session_id.set(str(session.id))
+    try:
+        result = await TodoTool().execute({"action": "update", "index": 1, "status": "done"})
+        assert not result.success and "the todo list is empty; create it first with action=set" in result.error
+        await TodoTool().execute({"action": "set", "tasks": ["draft"]})
+        result = await TodoTool().execute({"action": "update", "index": 2, "status": "done"})
+        assert not result.success and "no task 2; the list has 1 tasks" in result.error
+    finally:
+        current_session_id.reset(token)

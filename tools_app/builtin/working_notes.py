@@ -63,6 +63,8 @@ class TodoTool(Tool):
             index, status = params.get("index"), params.get("status")
             if index is None or status is None:
                 return ToolResult(False, error="action=update needs `index` (1-based) and `status`")
+            if not todo.items:
+                return ToolResult(False, error=f"no task {index}: the todo list is empty; create it first with action=set and its `tasks`")
             if not 1 <= index <= len(todo.items):
                 return ToolResult(False, error=f"no task {index}; the list has {len(todo.items)} tasks")
             todo.items[index - 1]["status"] = status
