@@ -159,10 +159,45 @@ async def decide_step(
         setup.tracker.count_repeat()
         return constrained.Decision(answer=True, repeated=True)
     if decision.call is not None:
+        if setup.profile.max_tools:
+            await _write_code(conv, setup, decision.call)
         turn.calls = [decision.call]
         turn.message.tool_calls = [decision.call]
         await conv.save_streaming(turn.message, tokens=turn.tokens)
     return decision
+
+
+async def _write_code(conv: Conversation, setup: Setup, call: ToolCall) -> None:
+    """A small model's program argument (Tool.code_argument), written again as plain code in a
+    short call of its own: inside a JSON string a coder model writes `1 + 12345` for "the sum
+    from 1 to 12345"; asked for code, it writes the program. The model's own version stays when
+    this one gives no Python that parses."""
+    tool = next((t for t in setup.step_tools if t.name == call.name), None)
+    argument = getattr(tool, "code_argument", "")
+    if not argument or not isinstance(call.arguments.get(argument, ""), str):
+        return
+    try:
+        brief = tool.code_brief.format(**{k: v for k, v in call.arguments.items() if isinstance(v, str)})
+    except (KeyError, IndexError, ValueError):
+        brief = tool.code_brief
+    profile = setup.profile
+    try:
+        with llm_purpose("code"):
+            response = await until_stopped(
+                setup.backend.complete(
+                    constrained.code_prompt(conv.context, brief), None, model=profile.resolved_model(),
+                    temperature=profile.temperature, think=False, max_tokens=profile.answer_token_limit(),
+                ),
+                current_stop_event.get(),
+            )
+    except Stopped:
+        raise
+    except (LLMError, LLMIncomplete) as exc:
+        log.info("the program of %s was not written again: %s", call.name, exc)
+        return
+    code = constrained.code_from(response.content)
+    if code:
+        call.arguments = {**call.arguments, argument: code}
 
 
 async def _constrained_call(

@@ -305,6 +305,33 @@ class TestSmallModelStep:
         section = await ScratchpadSection.objects.aget(scope=str(session.id), section="log")
         assert section.content.split() == ["one", "two"]
 
+    async def test_a_program_argument_is_written_again_as_plain_code(self, llm, session, owner_token, host_tools_allowed, settings):
+        decided = json.dumps({"name": "write_tool", "arguments": {"name": "shout", "code": "text.upper()"}})
+        program = "Here:\n```python\ndef shout(text: str) -> str:\n    \"\"\"Upper-case a text.\"\"\"\n    return text.upper()\n```"
+        llm.script(Turn(content=decided), Turn(content=program), Turn(content=ANSWER), Turn(content="The shout tool is ready."))
+        frames = await run(session, owner_token, "make a new tool named shout that upper-cases its text")
+        code_call = llm.requests[1]
+        assert schema_of(code_call) is None and not code_call.get("tools")
+        system, user = code_call["messages"]
+        assert "code only" in system["content"] and "My request: make a new tool named shout" in user["content"]
+        assert "Write one Python function named shout" in user["content"]
+        call = of(frames, "tool_call")[0]
+        assert call["success"] and call["args"]["code"].startswith("def shout(text: str) -> str:")
+        assert "return text.upper()" in (settings.TOOLS_DIR / "shout.py").read_text()
+        assert frames[-1]["content"] == "The shout tool is ready."
+
+    async def test_a_program_that_does_not_parse_leaves_the_models_own(self, llm, session, owner_token, host_tools_allowed):
+        decided = json.dumps({"name": "write_tool", "arguments": {"name": "shout", "code": "x = 1"}})
+        llm.script(Turn(content=decided), Turn(content="```python\ndef shout(:\n```"), Turn(content=ANSWER), Turn(content="No."))
+        frames = await run(session, owner_token, "make a new tool named shout")
+        assert of(frames, "tool_call")[0]["args"]["code"] == "x = 1"
+
+    def test_the_program_is_read_from_a_fence_or_the_whole_reply(self):
+        assert constrained.code_from("Sure:\n```py\nprint(1)\n```\nDone.") == "print(1)\n"
+        assert constrained.code_from("print(sum(range(1, 12346)))") == "print(sum(range(1, 12346)))\n"
+        assert constrained.code_from("```python\nprint(2)\n") == "print(2)\n"  # cut by the token cap
+        assert constrained.code_from("The answer is 42.") == "" and constrained.code_from("") == ""
+
     async def test_a_hostile_result_stays_marked_as_data_in_the_answer_prompt(self, llm, session, owner_token):
         from tools_app.models import ScratchpadSection as Section
 

@@ -86,6 +86,11 @@ class CodeExecTool(Tool):
         "Only the workspace (the current folder) is writable; no network unless the owner allows it; "
         "memory, processes, file size and run time are limited. print() what you want to see."
     )
+    code_argument = "code"
+    code_brief = (
+        "Write a short Python 3 program that does my request. It runs in the folder that holds my files "
+        "(open them by name) and must print() the answer."
+    )
     parameters = {
         "type": "object",
         "properties": {

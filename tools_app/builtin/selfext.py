@@ -46,6 +46,11 @@ class WriteToolTool(_RegistryTool):
         "plain function named like the tool (its arguments become the parameters). "
         "Call tool_manual('write_tool') first. The new tool is usable from the next message."
     )
+    code_argument = "code"
+    code_brief = (
+        "Write one Python function named {name} that does what my request asks of the new tool: typed "
+        "parameters, a one-line docstring, and it returns the result."
+    )
     parameters = {
         "type": "object",
         "properties": {"name": _NAME, "code": {"type": "string", "description": "the full Python source"}},
