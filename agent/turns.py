@@ -130,9 +130,10 @@ async def rewrite_call(conv: Conversation, setup: Setup, turn: Turn, call: ToolC
     arguments (or, for a name that is no tool of the step, any of the step's tools). The prefix
     is the free call's, so the server's cache serves it; None when nothing usable came back."""
     tools = setup.step_tools
-    wanted = [t for t in tools if t.name == call.name] or tools
+    known = [t for t in tools if t.name == call.name]
+    wanted = known or tools
     context = [m for m in await turn_context(conv, setup) if m is not turn.message]
-    context = constrained.with_note(context, constrained.redo_note(call.name, len(wanted) == 1))
+    context = constrained.with_note(context, constrained.redo_note(call.name, bool(known)))
     return await _constrained_call(conv, setup, turn, context, tools, wanted, answer=False)
 
 

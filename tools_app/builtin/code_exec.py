@@ -80,7 +80,7 @@ def code_exec_argv(bwrap: str, workspace: Path, code_file: Path, python: str, ne
 
 class CodeExecTool(Tool):
     name = "code_exec"
-    keywords = "python code program script run execute compute calculate count sum total average math numbers csv data"
+    keywords = "python code program script run execute compute calculate count sum total average math csv data"
     description = (
         "Run a Python 3 program in a sandbox and return its output (stdout, stderr, exit code). "
         "Only the workspace (the current folder) is writable; no network unless the owner allows it; "

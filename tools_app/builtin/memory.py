@@ -26,6 +26,7 @@ def _owner() -> int:
 class MemorySaveTool(Tool):
     name = "memory_save"
     keywords = "remember save store memory fact note favourite birthday preference update changed"
+    offer_when = "remember memory memorise memorize note keep store"
     description = (
         "Remember a fact about the user for future sessions (insert or update). Use short lowercase "
         "categories (personal, preferences, projects, environment, people, routines, work) and a short key; "
@@ -61,6 +62,7 @@ class MemorySaveTool(Tool):
 class MemorySearchTool(Tool):
     name = "memory_search"
     keywords = "recall remember know memory check what my"
+    offer_when = "memory remember recall know"
     description = (
         "Search long-term memory facts about the user by keywords (any word matches, best matches first). "
         "Call it when the user mentions something personal or before assuming their preferences or environment."
@@ -86,6 +88,7 @@ class MemorySearchTool(Tool):
 class MemoryForgetTool(Tool):
     name = "memory_forget"
     keywords = "forget remove delete erase memory fact outdated"
+    offer_when = "forget memory remove delete erase"
     description = (
         "Delete facts from long-term memory by key (optionally only in one category). Only when the user "
         "explicitly asks to forget something or a stored fact is clearly wrong or outdated."

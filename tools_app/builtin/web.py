@@ -49,6 +49,7 @@ def _ddgs_text(query: str, max_results: int) -> list[dict]:
 class WebSearchTool(Tool):
     name = "web_search"
     keywords = "search web internet google lookup news find online"
+    offer_when = "search web internet online google news look"
     description = (
         "Search the web (DuckDuckGo and others via ddgs). Returns title, URL and snippet for each "
         "result; open a promising result with web_view."
@@ -154,6 +155,7 @@ def readable(markup: str, url: str) -> tuple[str, str]:
 class WebViewTool(Tool):
     name = "web_view"
     keywords = "open read page website web url link site article html"
+    offer_when = "http https www url page website site link web html"
     description = (
         "Open a web page and return its readable text as markdown (title, main content, links). "
         "Long pages are cut at max_chars. Internal/LAN addresses are refused unless allowed by the owner."
@@ -199,6 +201,7 @@ class WebViewTool(Tool):
 class HttpRequestTool(Tool):
     name = "http_request"
     keywords = "fetch get post put patch delete api json endpoint webhook url request send"
+    offer_when = "http https url api endpoint post put patch delete request webhook fetch"
     description = (
         "Send an HTTP request (APIs, webhooks, raw pages). Returns status, key headers and the "
         "body (capped). Use `json` for a JSON body or `body` for raw text. Internal/LAN "

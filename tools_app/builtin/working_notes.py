@@ -31,6 +31,7 @@ def _render_todo(items: list[dict]) -> str:
 class TodoTool(Tool):
     name = "todo"
     keywords = "todo list task tasks checklist mark done finished plan steps"
+    offer_when = "todo todos task tasks checklist"
     description = (
         "A checklist for multi-step work in this session. action=set replaces the list with "
         "`tasks`; action=update sets the status of task number `index` (1-based); action=read "
@@ -76,6 +77,7 @@ class TodoTool(Tool):
 class ScratchpadTool(Tool):
     name = "scratchpad"
     keywords = "scratchpad note notes section write append working"
+    offer_when = "scratchpad scratch"
     description = (
         "Named working notes for the current task (findings, logs, drafts...). action=write "
         "replaces a section, append adds to it, read shows one section (or all when `section` "
