@@ -427,6 +427,23 @@ class TestTheSchema:
         assert len(constrained.choose([files, plugin], "write 'finished' to log.txt", 0, set())) == 2  # uncapped: all
         assert names(toolselect.select([files, plugin, TODO], "write 'finished' to log.txt", 2)) == ["filesystem", "todo"]
 
+    @pytest.mark.django_db
+    def test_the_built_in_tools_a_small_model_is_offered_for_everyday_requests(self):
+        from agent.registry import get_agent
+
+        registry = get_agent().tools
+        tools = [registry.get(n) for n in sorted(registry.builtin_names)]
+        offered = lambda request: [t.name for t in constrained.choose(tools, request, 8, set())]  # noqa: E731
+        assert offered("Append a new line saying 'finished' to the file log.txt.") == ["filesystem"]
+        assert offered("Rename the file draft.txt to final.txt.") == ["filesystem"]
+        assert offered("Please remember that my favourite colour is teal.")[0] == "memory_save"
+        assert offered("Write 'server is up' into the scratchpad section named status.") == ["scratchpad"]
+        assert offered("On my todo list, mark task 2 as done.") == ["todo"]
+        assert "write_tool" in offered("Create a new tool named word_count that counts words.")
+        assert "schedule_routine" in offered("Remind me every weekday at 8 to stretch.")
+        for request in ("Append 'finished' to log.txt.", "Add up the hours column of timesheet.csv."):
+            assert not {"write_tool", "schedule_routine", "share_file", "ssh_exec", "todo"} & set(offered(request))
+
     def test_ranking_skips_filler_words_and_reads_file_names(self):
         host = FakeTool("ssh_exec", {}, "Run a command on a host.")
         files = FakeTool("filesystem", {}, "Read and write files in the workspace.")
