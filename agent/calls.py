@@ -128,6 +128,13 @@ class CallTracker:
         self.banned.add(call.name)
         return LOOP_NOTE.format(tool=call.name)
 
+    def continue_from(self, other: "CallTracker") -> None:
+        """The same turn on another profile (switch_profile): what it called, succeeded at and
+        wrote still counts."""
+        self.used |= other.used
+        self._succeeded |= other._succeeded
+        self._written |= other._written
+
     def succeeded(self, call: ToolCall) -> bool:
         """This exact call already succeeded in this turn."""
         return _signature(call) in self._succeeded

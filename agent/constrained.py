@@ -255,11 +255,15 @@ def code_prompt(context: list[ChatMessage], brief: str) -> list[ChatMessage]:
     ]
 
 
-def code_from(text: str) -> str:
-    """The program in a reply: its first fenced block, else the whole reply; "" when that is no
-    Python that parses."""
+def code_from(text: str, tools: set[str] | frozenset[str] = frozenset()) -> str:
+    """The program in a reply: its first fenced block, else the whole reply, without imports of
+    `tools` (a small model told to "use code_exec" writes `import code_exec`); "" when that is
+    no Python that parses."""
     match = _FENCE.search(text or "")
     code = (match.group(1) if match else text or "").strip("\n")
+    if tools:
+        names = "|".join(re.escape(t) for t in sorted(tools))
+        code = re.sub(rf"(?m)^[ \t]*(?:import[ \t]+(?:{names})|from[ \t]+(?:{names})[ \t]+import\b.*)[ \t]*(?:#.*)?$\n?", "", code)
     if not code.strip():
         return ""
     try:

@@ -235,7 +235,9 @@ class Agent:
             async for event in self._run_calls(conv, setup, turn.calls, offer, is_subagent):
                 yield event
             if await conv.current_profile_id() != setup.profile.id:
+                tracker = setup.tracker
                 setup = await self._setup(await _load_profile(conv.profile_id))
+                setup.tracker.continue_from(tracker)  # one turn: the switch was its step
         async for event in self._give_up(conv, setup):
             yield event
 

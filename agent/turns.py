@@ -196,7 +196,7 @@ async def _write_code(conv: Conversation, setup: Setup, call: ToolCall) -> None:
     except (LLMError, LLMIncomplete) as exc:
         log.info("the program of %s was not written again: %s", call.name, exc)
         return
-    code = constrained.code_from(response.content)
+    code = constrained.code_from(response.content, {t.name for t in setup.tools})
     if code:
         call.arguments = {**call.arguments, argument: code}
 

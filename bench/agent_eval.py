@@ -237,6 +237,15 @@ class Evaluation:
         self._sql("DELETE FROM memory_app_memorysummary WHERE owner_id = ?", self.owner_id)
         self.web.posts.clear()
 
+    # The fields a user who set Navi up for this model sets on every profile (switch_profile
+    # lands on one of the others, which must not fall back to the big-model way mid-task).
+    MODE_FIELDS = ("max_tools", "compact_schemas", "tool_calling", "recover_tool_calls", "repair_arguments")
+
+    def _profiles_for(self, mode: str) -> None:
+        fields = mode_settings(self.opt.max_tools, self.opt.compact_schemas, self.opt.planning)[mode]
+        sets = ", ".join(f"{f} = ?" for f in self.MODE_FIELDS)
+        self._sql(f"UPDATE agent_profile SET {sets} WHERE id NOT LIKE 'eval-%'", *[fields[f] for f in self.MODE_FIELDS])
+
     def _reliability(self) -> dict[str, int]:
         rows = self._sql(f"SELECT {', '.join(RELIABILITY)} FROM agent_modelreliability WHERE model = ?", self.opt.model)
         return {k: sum(r[i] for r in rows) for i, k in enumerate(RELIABILITY)}
@@ -258,6 +267,7 @@ class Evaluation:
 
     async def run_task(self, task: Task, mode: str) -> dict:
         self._reset()
+        self._profiles_for(mode)
         session_id = self.navi.create_session(f"eval-{mode}")
         run = Run(db=self.db, workspace=self.workspace, tools_dir=self.tools_dir, owner_id=self.owner_id,
                   session_id=session_id, web=self.web, time_zone=self.time_zone)

@@ -331,6 +331,17 @@ class TestSmallModelStep:
         assert constrained.code_from("print(sum(range(1, 12346)))") == "print(sum(range(1, 12346)))\n"
         assert constrained.code_from("```python\nprint(2)\n") == "print(2)\n"  # cut by the token cap
         assert constrained.code_from("The answer is 42.") == "" and constrained.code_from("") == ""
+        told = "```python\nimport code_exec\nfrom code_exec import run\nimport math\nprint(math.pi)\n```"
+        assert constrained.code_from(told, {"code_exec"}) == "import math\nprint(math.pi)\n"  # a tool is no module
+
+    async def test_after_a_profile_switch_the_answer_still_comes_from_the_results(self, llm, session, owner_token):
+        await Profile.objects.filter(pk="smart_home").aupdate(max_tools=3)
+        switch = json.dumps({"name": "switch_profile", "arguments": {"profile_id": "smart_home"}})
+        llm.script(Turn(content=switch), Turn(content=ANSWER), Turn(content="You are on smart_home now."))
+        frames = await run(session, owner_token, "switch this chat to the smart_home profile")
+        assert of(frames, "tool_call")[0]["success"] and frames[-1]["content"] == "You are on smart_home now."
+        answer = llm.requests[-1]
+        assert len(answer["messages"]) == 2 and "switch_profile {" in answer["messages"][1]["content"]
 
     async def test_a_hostile_result_stays_marked_as_data_in_the_answer_prompt(self, llm, session, owner_token):
         from tools_app.models import ScratchpadSection as Section
