@@ -145,6 +145,12 @@ def choose(tools: list, query: str, cap: int, used: set[str]) -> list:
     return [t for i, (t, score) in enumerate(scored) if (i < cap and score >= floor) or t.name in used]
 
 
+def names_a_tool(request: str, tools: list) -> bool:
+    """The request names one of `tools` by an exact name no sentence says by chance ("use
+    code_exec to …": one with an underscore; "the scratchpad" or "my todo" are just words)."""
+    return any("_" in t.name and re.search(rf"(?<![\w-]){re.escape(t.name)}(?![\w-])", request or "") for t in tools)
+
+
 # --- what the model reads ------------------------------------------------------------------------
 def catalogue(tools: list) -> str:
     """One line per tool: its name, its parameters (`?` = optional) and its first sentence."""

@@ -148,7 +148,9 @@ async def decide_step(
     context = await turn_context(conv, setup)
     context = constrained.with_note(context, constrained.decide_note(context, offer))
     setup.step_tools = offer
-    decision = await _constrained_call(conv, setup, turn, context, offer, offer, answer=True)
+    # "Use the reverse_text tool to …": the first step of such a request is a call, not an answer.
+    told = not setup.tracker.used and constrained.names_a_tool(query, offer)
+    decision = await _constrained_call(conv, setup, turn, context, offer, offer, answer=not told)
     if decision is None:
         return None
     again = decision.call is not None and (

@@ -239,6 +239,18 @@ class TestSmallModelStep:
         assert frames[-1]["content"] == "I noted done in the log."
         assert (await ModelReliability.objects.aget()).constrained_calls == 1
 
+    async def test_a_request_that_names_a_tool_starts_with_a_call(self, llm, session, owner_token):
+        listing = json.dumps({"name": "list_tools", "arguments": {}})
+        llm.script(Turn(content=listing), Turn(content=ANSWER), Turn(content="Noted."))
+        frames = await run(session, owner_token, "use list_tools to see what you have")
+        first, second = llm.requests[0], llm.requests[1]
+        assert "answer" not in branch_names(schema_of(first))  # told to use it: no answering instead
+        assert "answer" in branch_names(schema_of(second))  # after the call it may answer
+        assert frames[-1]["content"] == "Noted."
+        assert not constrained.names_a_tool("note it in the scratchpad, on my todo list", [TODO, FakeTool("scratchpad", {})])
+        assert constrained.names_a_tool("use code_exec to add it up", [FakeTool("code_exec", {})])
+        assert not constrained.names_a_tool("what does my_code_exec do", [FakeTool("code_exec", {})])
+
     async def test_an_answer_without_tools_keeps_the_steps_prefix(self, llm, session, owner_token):
         llm.script(Turn(content=ANSWER), Turn(content="Hello!"))
         frames = await run(session, owner_token, "hello there")
