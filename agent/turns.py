@@ -8,6 +8,7 @@ partial answer is kept as `interrupted`.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 from dataclasses import dataclass, field
 from typing import AsyncIterator
@@ -50,6 +51,9 @@ class Setup:
     constrained: str = ""  # how the server takes a schema when steps are constrained (agent.constrained)
     catalogue: str = ""  # the tools as the system prompt lists them for constrained steps (all tools offered)
     step_tools: list = field(default_factory=list)  # the tools of the last constrained step, sent as the template shows them
+    # A call as the model wrote it → its arguments with the program written again (_write_code):
+    # the same call chosen again is then seen as the repeat it is, and costs no second rewrite.
+    rewritten: dict[str, dict] = field(default_factory=dict)
 
 
 @dataclass
@@ -153,6 +157,8 @@ async def decide_step(
     decision = await _constrained_call(conv, setup, turn, context, offer, offer, answer=not told)
     if decision is None:
         return None
+    if decision.call is not None and (known := setup.rewritten.get(_written_as(decision.call))) is not None:
+        decision.call.arguments = dict(known)
     again = decision.call is not None and (
         setup.tracker.succeeded(decision.call) or (setup.profile.max_tools and setup.tracker.replaces_again(decision.call))
     )
@@ -200,7 +206,13 @@ async def _write_code(conv: Conversation, setup: Setup, call: ToolCall) -> None:
         return
     code = constrained.code_from(response.content, {t.name for t in setup.tools})
     if code:
+        written_as = _written_as(call)
         call.arguments = {**call.arguments, argument: code}
+        setup.rewritten[written_as] = dict(call.arguments)
+
+
+def _written_as(call: ToolCall) -> str:
+    return json.dumps([call.name, call.arguments], sort_keys=True, default=str)
 
 
 async def _constrained_call(

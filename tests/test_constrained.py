@@ -332,6 +332,14 @@ class TestSmallModelStep:
         assert "return text.upper()" in (settings.TOOLS_DIR / "shout.py").read_text()
         assert frames[-1]["content"] == "The shout tool is ready."
 
+    async def test_the_same_call_chosen_again_after_its_program_was_rewritten_is_a_repeat(self, llm, session, owner_token, host_tools_allowed):
+        decided = json.dumps({"name": "write_tool", "arguments": {"name": "shout", "code": "text.upper()"}})
+        program = "```python\ndef shout(text: str) -> str:\n    return text.upper()\n```"
+        llm.script(Turn(content=decided), Turn(content=program), Turn(content=decided), Turn(content="Ready."))
+        frames = await run(session, owner_token, "make a new tool named shout that upper-cases its text")
+        assert len(of(frames, "tool_call")) == 1 and len(llm.requests) == 4  # no second rewrite, no second write
+        assert frames[-1]["content"] == "Ready." and (await ModelReliability.objects.aget()).repeated_calls == 1
+
     async def test_a_program_that_does_not_parse_leaves_the_models_own(self, llm, session, owner_token, host_tools_allowed):
         decided = json.dumps({"name": "write_tool", "arguments": {"name": "shout", "code": "x = 1"}})
         llm.script(Turn(content=decided), Turn(content="```python\ndef shout(:\n```"), Turn(content=ANSWER), Turn(content="No."))
