@@ -98,6 +98,7 @@ class CallTracker:
     _last_failure: tuple[str, str] | None = None
     _succeeded: set[tuple[str, str]] = field(default_factory=set)  # this turn's successful calls
     _written: set[tuple[str, str]] = field(default_factory=set)  # what they replaced (see _replaced)
+    done: list[ToolCall] = field(default_factory=list)  # this turn's successful calls, in order
 
     def _add(self, key: str, n: int = 1) -> None:
         self.counts[key] = self.counts.get(key, 0) + n
@@ -117,6 +118,7 @@ class CallTracker:
         if result.success:
             self._last_failure = None
             self._succeeded.add(signature)
+            self.done.append(call)
             if (target := _replaced(call)) is not None:
                 self._written.add(target)
             return ""
@@ -134,6 +136,7 @@ class CallTracker:
         self.used |= other.used
         self._succeeded |= other._succeeded
         self._written |= other._written
+        self.done = [*other.done, *self.done]
 
     def succeeded(self, call: ToolCall) -> bool:
         """This exact call already succeeded in this turn."""

@@ -69,12 +69,15 @@ BRIEF_CHARS = 90  # of a tool's description in the catalogue
 
 
 # --- the schema of a step --------------------------------------------------------------------
-def step_schema(tools: list, *, answer: bool = True) -> dict[str, Any]:
+def step_schema(tools: list, *, answer: bool = True, without: tuple[str, str] | None = None) -> dict[str, Any]:
     """`answer` (unless `answer` is off), or one of `tools` with arguments valid for its schema
-    (one branch each)."""
+    (one branch each); `without` = (tool, action): that action of that tool is not offered."""
     branches: list[dict[str, Any]] = [_object({"name": {"const": ANSWER}}, ["name"])] if answer else []
     for tool in tools:
-        arguments = _by_action(_clean(tool.parameters or {"type": "object", "properties": {}}), getattr(tool, "actions", {}))
+        actions = dict(getattr(tool, "actions", {}))
+        if without is not None and without[0] == tool.name:
+            actions.pop(without[1], None)
+        arguments = _by_action(_clean(tool.parameters or {"type": "object", "properties": {}}), actions)
         branches.append(_object({"name": {"const": tool.name}, "arguments": arguments}, ["name", "arguments"]))
     return {"title": STEP_TITLE, "anyOf": branches}
 
@@ -143,6 +146,37 @@ def choose(tools: list, query: str, cap: int, used: set[str]) -> list:
     best = scored[0][1] if scored else 0.0
     floor = best * RELEVANT if best > 0 else 0.0  # nothing matches: the first `cap`, as ranked
     return [t for i, (t, score) in enumerate(scored) if (i < cap and score >= floor) or t.name in used]
+
+
+@dataclass
+class Left:
+    """What a request still asks for after this turn's calls: the files it names that no call
+    touched yet, and the tools whose subject it names that did not run."""
+
+    files: list[str]
+    tools: list
+
+    def __bool__(self) -> bool:
+        return bool(self.files or self.tools)
+
+    def say(self) -> str:
+        parts = [f"{name} (nothing done with it yet)" for name in self.files]
+        parts += [f"{tool.name} (not used yet)" for tool in self.tools]
+        return "; ".join(parts)
+
+
+def what_is_left(request: str, done: list[ToolCall], offer: list) -> Left:
+    """For a small model that chose a call it already made: the parts of the request left."""
+    values = " ".join(json.dumps(c.arguments, ensure_ascii=False).lower() for c in done)
+    files = [f for f in toolselect.file_names(request) if f.rsplit("/", 1)[-1].lower() not in values]
+    used = {c.name for c in done}
+    tools = [t for t in toolselect.named(offer, request) if t.name not in used]
+    return Left(files, tools)
+
+
+def left_note(left: Left, request: str) -> str:
+    return (f'[next step] You already made that call; its result is above. My request was: "{" ".join(request.split())}". '
+            f'Still to do: {left.say()}. Call the tool for that part, or choose {{"name": "answer"}} if it cannot be done.')
 
 
 def names_a_tool(request: str, tools: list) -> bool:

@@ -39,6 +39,17 @@ def _words(text: str) -> list[str]:
     return [_stem(w) for w in _WORD.findall(text.lower().replace("_", " ")) if w not in STOP and not w.isdigit()]
 
 
+def file_names(text: str) -> list[str]:
+    """The file names a request mentions ("notes.txt", "data/sales.csv"), in order, once each."""
+    return list(dict.fromkeys(m.group(0).strip("./") for m in _FILE_NAME.finditer(text or "")))
+
+
+def named(tools: list, query: str) -> list:
+    """The tools whose subject the request names (one of their `offer_when` words)."""
+    said = set(_words(query))
+    return [t for t in tools if getattr(t, "offer_when", "") and said & set(_words(t.offer_when))]
+
+
 def query_words(query: str) -> str:
     """The request as it is ranked on: with a file name in it, the word "file" weighs too."""
     return f"{query} {FILE_CUE}" if _FILE_NAME.search(query or "") else query

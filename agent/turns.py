@@ -157,12 +157,14 @@ async def decide_step(
     decision = await _constrained_call(conv, setup, turn, context, offer, offer, answer=not told)
     if decision is None:
         return None
-    if decision.call is not None and (known := setup.rewritten.get(_written_as(decision.call))) is not None:
-        decision.call.arguments = dict(known)
-    again = decision.call is not None and (
-        setup.tracker.succeeded(decision.call) or (setup.profile.max_tools and setup.tracker.replaces_again(decision.call))
-    )
-    if again:
+    if _again(setup, decision) and setup.profile.max_tools:
+        # A small model choosing a call it already made often has a part of the request left
+        # (read timesheet.csv, then write hours_total.txt): asked once more without that call.
+        left = constrained.what_is_left(query, setup.tracker.done, offer)
+        if left:
+            setup.tracker.count_repeat()
+            decision = await _decide_what_is_left(conv, setup, turn, offer, decision.call, left, query) or decision
+    if _again(setup, decision):
         # The same successful call again, or (a small model's profile) writing over what this
         # turn already wrote: a small model with nothing new to do. It answers.
         setup.tracker.count_repeat()
@@ -174,6 +176,36 @@ async def decide_step(
         turn.message.tool_calls = [decision.call]
         await conv.save_streaming(turn.message, tokens=turn.tokens)
     return decision
+
+
+def _again(setup: Setup, decision: constrained.Decision) -> bool:
+    """The decision is a call this turn already made (or, for a small model, one writing over
+    what the turn wrote); a call whose program was written again is compared as rewritten."""
+    call = decision.call
+    if call is None:
+        return False
+    if (known := setup.rewritten.get(_written_as(call))) is not None:
+        call.arguments = dict(known)
+    return setup.tracker.succeeded(call) or bool(setup.profile.max_tools and setup.tracker.replaces_again(call))
+
+
+async def _decide_what_is_left(
+    conv: Conversation, setup: Setup, turn: Turn, offer: list[Tool], repeated: ToolCall, left, query: str
+) -> constrained.Decision | None:
+    """The step asked again after a repeated call: told what is left, and offered the tools the
+    request names that did not run (or, with a file left, the step's tools without the repeated
+    call's action or tool)."""
+    action = repeated.arguments.get("action") if isinstance(repeated.arguments, dict) else None
+    if left.files:
+        tools = [t for t in offer if t.name != repeated.name or (action and getattr(t, "actions", {}))]
+    else:
+        tools = left.tools
+    if not tools:
+        return None
+    context = await turn_context(conv, setup)
+    context = constrained.with_note(context, constrained.left_note(left, query))
+    without = (repeated.name, action) if action else None
+    return await _constrained_call(conv, setup, turn, context, tools, tools, answer=True, without=without)
 
 
 async def _write_code(conv: Conversation, setup: Setup, call: ToolCall) -> None:
@@ -217,13 +249,13 @@ def _written_as(call: ToolCall) -> str:
 
 async def _constrained_call(
     conv: Conversation, setup: Setup, turn: Turn, context: list[ChatMessage], tools: list[Tool], allowed: list[Tool],
-    *, answer: bool,
+    *, answer: bool, without: tuple[str, str] | None = None,
 ) -> constrained.Decision | None:
     """One call under the schema of `allowed` (and "answer" with `answer`), the step's `tools`
     sent as the template shows them; None when it gave nothing usable."""
     profile = setup.profile
     request = _fit_step(context, tools, setup)
-    output = OutputSchema(setup.constrained, constrained.step_schema(allowed, answer=answer))
+    output = OutputSchema(setup.constrained, constrained.step_schema(allowed, answer=answer, without=without))
     try:
         with llm_purpose("decide"):
             response = await until_stopped(

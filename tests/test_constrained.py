@@ -363,6 +363,44 @@ class TestSmallModelStep:
         answer = llm.requests[-1]
         assert len(answer["messages"]) == 2 and "switch_profile {" in answer["messages"][1]["content"]
 
+    async def test_a_repeated_call_with_a_file_left_asks_for_that_part(self, llm, session, owner, owner_token, settings):
+        from tools_app.workspace import workspace_for
+
+        await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"filesystem": "allow"})
+        (workspace_for(owner.pk) / "a.txt").write_text("apple\n")
+        read = json.dumps({"name": "filesystem", "arguments": {"action": "read", "path": "a.txt"}})
+        write = json.dumps({"name": "filesystem", "arguments": {"action": "write", "path": "b.txt", "content": "apple"}})
+        llm.script(Turn(content=read), Turn(content=read), Turn(content=write), Turn(content=ANSWER), Turn(content="Copied."))
+        frames = await run(session, owner_token, "copy the first word of a.txt into b.txt")
+        again = llm.requests[2]
+        assert "Still to do: b.txt (nothing done with it yet)" in again["messages"][-1]["content"]
+        branches = [b for b in schema_of(again)["anyOf"] if b["properties"]["name"]["const"] == "filesystem"]
+        actions = [a["properties"]["action"]["const"] for a in branches[0]["properties"]["arguments"]["anyOf"]]
+        assert "read" not in actions and "write" in actions  # the repeated action is not offered again
+        assert [c["args"]["action"] for c in of(frames, "tool_call")] == ["read", "write"]
+        assert (workspace_for(owner.pk) / "b.txt").read_text() == "apple" and frames[-1]["content"] == "Copied."
+
+    async def test_a_repeated_call_with_nothing_left_ends_in_the_answer(self, llm, session, owner, owner_token):
+        from tools_app.workspace import workspace_for
+
+        await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"filesystem": "allow"})
+        (workspace_for(owner.pk) / "a.txt").write_text("apple\n")
+        read = json.dumps({"name": "filesystem", "arguments": {"action": "read", "path": "a.txt"}})
+        llm.script(Turn(content=read), Turn(content=read), Turn(content="It says apple."))
+        frames = await run(session, owner_token, "what does a.txt say?")
+        assert len(llm.requests) == 3 and len(of(frames, "tool_call")) == 1  # no extra step
+        assert frames[-1]["content"] == "It says apple."
+
+    def test_what_is_left_names_untouched_files_and_unused_named_tools(self):
+        from agent.messages import ToolCall
+
+        save = FakeTool("memory_save", {})
+        save.offer_when = "remember"
+        read = ToolCall(id="1", name="filesystem", arguments={"action": "read", "path": "data/timesheet.csv"})
+        left = constrained.what_is_left("Add up timesheet.csv into hours_total.txt and remember it", [read], [save])
+        assert left.files == ["hours_total.txt"] and [t.name for t in left.tools] == ["memory_save"]
+        assert not constrained.what_is_left("What does timesheet.csv say?", [read], [save])
+
     async def test_a_hostile_result_stays_marked_as_data_in_the_answer_prompt(self, llm, session, owner_token):
         from tools_app.models import ScratchpadSection as Section
 
