@@ -165,17 +165,22 @@ class Left:
         return "; ".join(parts)
 
 
-def what_is_left(request: str, done: list[ToolCall], offer: list) -> Left:
-    """For a small model that chose a call it already made: the parts of the request left."""
+def what_is_left(request: str, done: list[ToolCall], offer: list, used: set[str] | frozenset[str] = frozenset()) -> Left:
+    """For a small model that would stop or go round: the parts of the request left — the
+    files it names that no successful call (`done`) touched, and the offered tools whose
+    subject it names with a word no tool that ran (`used`) answers to ("remember" after a
+    web_view: memory_save)."""
     values = " ".join(json.dumps(c.arguments, ensure_ascii=False).lower() for c in done)
     files = [f for f in toolselect.file_names(request) if f.rsplit("/", 1)[-1].lower() not in values]
-    used = {c.name for c in done}
-    tools = [t for t in toolselect.named(offer, request) if t.name not in used]
+    ran = {c.name for c in done} | set(used)
+    answered = {w for t in offer if t.name in ran for w in toolselect.subject_words(t)}
+    said = toolselect.said(request)
+    tools = [t for t in offer if t.name not in ran and (toolselect.subject_words(t) & said) - answered]
     return Left(files, tools)
 
 
 def left_note(left: Left, request: str) -> str:
-    return (f'[next step] You already made that call; its result is above. My request was: "{" ".join(request.split())}". '
+    return (f'[next step] The results of your calls are above. My request was: "{" ".join(request.split())}". '
             f'Still to do: {left.say()}. Call the tool for that part, or choose {{"name": "answer"}} if it cannot be done.')
 
 

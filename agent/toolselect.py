@@ -44,10 +44,14 @@ def file_names(text: str) -> list[str]:
     return list(dict.fromkeys(m.group(0).strip("./") for m in _FILE_NAME.finditer(text or "")))
 
 
-def named(tools: list, query: str) -> list:
-    """The tools whose subject the request names (one of their `offer_when` words)."""
-    said = set(_words(query))
-    return [t for t in tools if getattr(t, "offer_when", "") and said & set(_words(t.offer_when))]
+def said(query: str) -> set[str]:
+    """The request's words as subjects are matched (stemmed, no filler)."""
+    return set(_words(query))
+
+
+def subject_words(tool) -> set[str]:
+    """A tool's `offer_when` words, stemmed."""
+    return set(_words(getattr(tool, "offer_when", "")))
 
 
 def query_words(query: str) -> str:
@@ -90,8 +94,8 @@ def scored(tools: list, query: str) -> list[tuple[Any, float]]:
 def mentioned(tools: list, query: str, keep: set[str] | frozenset[str] = frozenset()) -> list:
     """The tools a capped selection may offer for this request: those without `offer_when`
     words, those whose subject the request names (one of the words), and those in `keep`."""
-    said = set(_words(query))
-    return [t for t in tools if t.name in keep or not getattr(t, "offer_when", "") or said & set(_words(t.offer_when))]
+    words = said(query)
+    return [t for t in tools if t.name in keep or not getattr(t, "offer_when", "") or words & subject_words(t)]
 
 
 def select(tools: list, query: str, cap: int, keep: set[str] | frozenset[str] = frozenset()) -> list:

@@ -125,6 +125,8 @@ async def stream_turn(
     await conv.save_streaming(turn.message, tokens=turn.tokens)  # the context's size with it: one hop
 
 
+MAX_LEFT_ASKS = 2  # per turn: a small model asked again about a part of its request left
+
 # Failures of a deciding call that end the turn; any other error falls back to an unconstrained call.
 _FATAL = (LLMUnreachable, LLMModelMissing, LLMTimeout, LLMContextOverflow)
 
@@ -157,12 +159,17 @@ async def decide_step(
     decision = await _constrained_call(conv, setup, turn, context, offer, offer, answer=not told)
     if decision is None:
         return None
-    if _again(setup, decision) and setup.profile.max_tools:
-        # A small model choosing a call it already made often has a part of the request left
-        # (read timesheet.csv, then write hours_total.txt): asked once more without that call.
-        left = constrained.what_is_left(query, setup.tracker.done, offer)
+    repeated = _again(setup, decision)
+    stopping = decision.answer and bool(setup.tracker.used)
+    if (repeated or stopping) and setup.profile.max_tools and setup.tracker.left_asks < MAX_LEFT_ASKS:
+        # A small model that goes round (a call it already made) or answers after its first
+        # step often has a part of the request left (read timesheet.csv, then write
+        # hours_total.txt): asked once more, told what is left, without the repeated call.
+        left = constrained.what_is_left(query, setup.tracker.done, offer, setup.tracker.used)
         if left:
-            setup.tracker.count_repeat()
+            setup.tracker.left_asks += 1
+            if repeated:
+                setup.tracker.count_repeat()
             decision = await _decide_what_is_left(conv, setup, turn, offer, decision.call, left, query) or decision
     if _again(setup, decision):
         # The same successful call again, or (a small model's profile) writing over what this
@@ -190,21 +197,20 @@ def _again(setup: Setup, decision: constrained.Decision) -> bool:
 
 
 async def _decide_what_is_left(
-    conv: Conversation, setup: Setup, turn: Turn, offer: list[Tool], repeated: ToolCall, left, query: str
+    conv: Conversation, setup: Setup, turn: Turn, offer: list[Tool], repeated: ToolCall | None, left, query: str
 ) -> constrained.Decision | None:
-    """The step asked again after a repeated call: told what is left, and offered the tools the
-    request names that did not run (or, with a file left, the step's tools without the repeated
-    call's action or tool)."""
-    action = repeated.arguments.get("action") if isinstance(repeated.arguments, dict) else None
+    """The step asked again: told what is left, and offered the tools the request names that did
+    not run (or, with a file left, the step's tools), without a repeated call's action or tool."""
+    action = repeated.arguments.get("action") if repeated is not None and isinstance(repeated.arguments, dict) else None
     if left.files:
-        tools = [t for t in offer if t.name != repeated.name or (action and getattr(t, "actions", {}))]
+        tools = [t for t in offer if repeated is None or t.name != repeated.name or (action and getattr(t, "actions", {}))]
     else:
         tools = left.tools
     if not tools:
         return None
     context = await turn_context(conv, setup)
     context = constrained.with_note(context, constrained.left_note(left, query))
-    without = (repeated.name, action) if action else None
+    without = (repeated.name, action) if repeated is not None and action else None
     return await _constrained_call(conv, setup, turn, context, tools, tools, answer=True, without=without)
 
 

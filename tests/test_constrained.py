@@ -380,6 +380,19 @@ class TestSmallModelStep:
         assert [c["args"]["action"] for c in of(frames, "tool_call")] == ["read", "write"]
         assert (workspace_for(owner.pk) / "b.txt").read_text() == "apple" and frames[-1]["content"] == "Copied."
 
+    async def test_an_answer_after_the_first_of_two_parts_is_asked_again_once(self, llm, session, owner, owner_token):
+        from tools_app.workspace import workspace_for
+
+        await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"filesystem": "allow"})
+        (workspace_for(owner.pk) / "a.txt").write_text("apple\n")
+        read = json.dumps({"name": "filesystem", "arguments": {"action": "read", "path": "a.txt"}})
+        llm.script(Turn(content=read), Turn(content=ANSWER), Turn(content=ANSWER), Turn(content="I could not."))
+        frames = await run(session, owner_token, "copy the first word of a.txt into b.txt")
+        asked = llm.requests[2]
+        assert "Still to do: b.txt (nothing done with it yet)" in asked["messages"][-1]["content"]
+        assert "read" in json.dumps(schema_of(asked))  # nothing was repeated: every action is still there
+        assert len(llm.requests) == 4 and frames[-1]["content"] == "I could not."  # asked once, then it answers
+
     async def test_a_repeated_call_with_nothing_left_ends_in_the_answer(self, llm, session, owner, owner_token):
         from tools_app.workspace import workspace_for
 

@@ -49,7 +49,7 @@ def _ddgs_text(query: str, max_results: int) -> list[dict]:
 class WebSearchTool(Tool):
     name = "web_search"
     keywords = "search web internet google lookup news find online"
-    offer_when = "search web internet online google news look"
+    offer_when = "search web internet online google news"
     description = (
         "Search the web (DuckDuckGo and others via ddgs). Returns title, URL and snippet for each "
         "result; open a promising result with web_view."
