@@ -289,10 +289,13 @@ CODE_SYSTEM = (
 _FENCE = re.compile(r"```[ \t]*(?:python|py)?[ \t]*\n(.*?)(?:```|$)", re.S | re.I)
 
 
-def code_prompt(context: list[ChatMessage], brief: str) -> list[ChatMessage]:
+def code_prompt(context: list[ChatMessage], brief: str, tool: str = "") -> list[ChatMessage]:
     """What a program argument is written from: the request, this turn's results so far (a file
-    read before, say) and the tool's brief."""
+    read before, say) and the tool's brief. The tool's own name in the request reads "Python":
+    told to "use code_exec", a small model imports code_exec and calls it."""
     request, results = _request_and_results(context)
+    if tool:
+        request = re.sub(rf"(?<![\w-]){re.escape(tool)}(?![\w-])", "Python", request)
     earlier = f"\n\nWhat my tools returned so far:\n{results}" if results else ""
     return [
         ChatMessage(role="system", content=CODE_SYSTEM),

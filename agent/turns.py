@@ -232,7 +232,7 @@ async def _write_code(conv: Conversation, setup: Setup, call: ToolCall) -> None:
         with llm_purpose("code"):
             response = await until_stopped(
                 setup.backend.complete(
-                    constrained.code_prompt(conv.context, brief), None, model=profile.resolved_model(),
+                    constrained.code_prompt(conv.context, brief, call.name), None, model=profile.resolved_model(),
                     temperature=profile.temperature, think=False, max_tokens=profile.answer_token_limit(),
                 ),
                 current_stop_event.get(),

@@ -11,6 +11,7 @@ import jsonschema
 import pytest
 
 from agent import constrained, toolselect
+from agent.messages import ChatMessage
 from agent.models import ModelReliability, Profile
 from tests.llm_server import Turn
 from tests.test_small_models import of, run
@@ -327,6 +328,8 @@ class TestSmallModelStep:
         system, user = code_call["messages"]
         assert "code only" in system["content"] and "My request: make a new tool named shout" in user["content"]
         assert "Write one Python function named shout" in user["content"]
+        told = constrained.code_prompt([ChatMessage(role="user", content="Use code_exec to add up 1 to 9")], "Print it.", "code_exec")
+        assert told[1].content == "My request: Use Python to add up 1 to 9\n\nPrint it."  # not a module to import
         call = of(frames, "tool_call")[0]
         assert call["success"] and call["args"]["code"].startswith("def shout(text: str) -> str:")
         assert "return text.upper()" in (settings.TOOLS_DIR / "shout.py").read_text()

@@ -160,6 +160,22 @@ async def test_code_exec_runs_python_in_the_workspace(settings, small_limits):
     assert not failed.success and "ZeroDivisionError" in failed.output and "[exit code 1]" in failed.output
 
 
+async def test_a_program_ending_in_a_bare_expression_shows_its_value(settings, small_limits):
+    assert (await run("sum(range(1, 12346))")).output.startswith("76205685\n")
+    shown = await run("x = 'a'\nx * 3")
+    assert "'aaa'" in shown.output  # as the Python prompt shows it
+    assert "None" not in (await run("print('hi')\nNone")).output
+    failed = await run("x = 1\n\n1/0")
+    assert "line 3" in failed.output and "ZeroDivisionError" in failed.output  # the lines still match
+
+
+def test_only_a_last_bare_expression_is_shown():
+    show = code_exec.show_last_value
+    assert show("print(3)") == "print(3)" and show("a = 1") == "a = 1" and show("if x: 5") == "if x: 5"
+    assert show("def f(:") == "def f(:"  # not Python: the run reports it as written
+    assert show("x = [1,\n 2]\nlen(x)") == "x = [1,\n 2]\n__value = (len(x))\nif __value is not None: print(repr(__value))\n"
+
+
 async def test_code_exec_cannot_write_or_read_outside_the_workspace(settings, small_limits, tmp_path):
     target = tmp_path / "escaped.txt"
     await run(f"import os\nos.makedirs({str(tmp_path)!r}, exist_ok=True)\nopen({str(target)!r}, 'w').write('x')")

@@ -8,6 +8,7 @@ server runs as root the process limit comes from a `pids` cgroup when one is wri
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import logging
 import os
@@ -78,6 +79,28 @@ def code_exec_argv(bwrap: str, workspace: Path, code_file: Path, python: str, ne
     )
 
 
+def show_last_value(code: str) -> str:
+    """A program ending in a bare expression (`sum(range(1, 12346))`) prints its value, as the
+    Python prompt would (a small model often writes it so); everything before it is unchanged,
+    so line numbers in a traceback still match."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return code  # the run reports it
+    last = tree.body[-1] if tree.body else None
+    if not isinstance(last, ast.Expr) or _is_print(last.value) or last.end_lineno is None:
+        return code
+    lines = code.splitlines(keepends=True)
+    head = "".join(lines[: last.lineno - 1]) + lines[last.lineno - 1][: last.col_offset]
+    segment = ast.get_source_segment(code, last) or ""
+    tail = "".join(lines[last.end_lineno:])
+    return f"{head}__value = ({segment})\nif __value is not None: print(repr(__value))\n{tail}"
+
+
+def _is_print(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print"
+
+
 class CodeExecTool(Tool):
     name = "code_exec"
     keywords = "python code program script run execute compute calculate count sum total average math csv data"
@@ -112,7 +135,7 @@ class CodeExecTool(Tool):
         limit = min(float(params.get("timeout") or settings.TOOL_TIMEOUT_S), float(settings.TOOL_TIMEOUT_S))
         with tempfile.TemporaryDirectory(prefix="navi-code-") as tmp:
             code_file = Path(tmp) / "main.py"
-            code_file.write_text(params["code"], encoding="utf-8")
+            code_file.write_text(show_last_value(params["code"]), encoding="utf-8")
             code_file.chmod(0o644)  # as root the program runs as the sandbox user, who must read it
             return await self._run(bwrap, workspace, code_file, limit)
 
