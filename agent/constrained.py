@@ -77,7 +77,8 @@ def step_schema(tools: list, *, answer: bool = True, without: tuple[str, str] | 
         actions = dict(getattr(tool, "actions", {}))
         if without is not None and without[0] == tool.name:
             actions.pop(without[1], None)
-        arguments = _by_action(_clean(tool.parameters or {"type": "object", "properties": {}}), actions)
+        arguments = _by_action(_clean(tool.parameters or {"type": "object", "properties": {}}), actions,
+                               getattr(tool, "action_parameter", "action"))
         branches.append(_object({"name": {"const": tool.name}, "arguments": arguments}, ["name", "arguments"]))
     return {"title": STEP_TITLE, "anyOf": branches}
 
@@ -86,19 +87,20 @@ def _object(properties: dict, required: list[str]) -> dict[str, Any]:
     return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
 
 
-def _by_action(schema: dict[str, Any], actions: dict[str, str]) -> dict[str, Any]:
-    """A tool's arguments as one branch per action, each with only that action's parameters
-    (Tool.actions): a small model otherwise fills every field it sees (a `status` on a new list,
-    `content` on a read) and the tool ignores what it meant."""
+def _by_action(schema: dict[str, Any], actions: dict[str, str], key: str = "action") -> dict[str, Any]:
+    """A tool's arguments as one branch per action (the value of its `key` parameter), each with
+    only that action's parameters (Tool.actions), the action written first: a small model
+    otherwise fills every field it sees (a `status` on a new list, `content` on a read) and the
+    tool ignores what it meant."""
     properties = schema.get("properties") or {}
-    if not actions or "action" not in properties:
+    if not actions or key not in properties:
         return schema
     branches = []
     for action, spec in actions.items():
         names = spec.split()
-        props = {"action": {"type": "string", "const": action}}
+        props = {key: {"type": "string", "const": action}}
         props.update({n.rstrip("?"): properties[n.rstrip("?")] for n in names if n.rstrip("?") in properties})
-        required = ["action"] + [n for n in names if not n.endswith("?") and n in properties]
+        required = [key] + [n for n in names if not n.endswith("?") and n in properties]
         branches.append(_object(props, required))
     return {"anyOf": branches}
 

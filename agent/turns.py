@@ -201,7 +201,9 @@ async def _decide_what_is_left(
 ) -> constrained.Decision | None:
     """The step asked again: told what is left, and offered the tools the request names that did
     not run (or, with a file left, the step's tools), without a repeated call's action or tool."""
-    action = repeated.arguments.get("action") if repeated is not None and isinstance(repeated.arguments, dict) else None
+    tool = next((t for t in offer if repeated is not None and t.name == repeated.name), None)
+    key = getattr(tool, "action_parameter", "action")
+    action = repeated.arguments.get(key) if repeated is not None and isinstance(repeated.arguments, dict) else None
     if left.files:
         tools = [t for t in offer if repeated is None or t.name != repeated.name or (action and getattr(t, "actions", {}))]
     else:

@@ -463,6 +463,19 @@ class TestTheSchema:
             with pytest.raises(jsonschema.ValidationError):
                 jsonschema.validate(step, schema)
 
+    def test_http_request_is_written_method_first_with_a_body_only_where_one_is_sent(self):
+        from tools_app.builtin.web import HttpRequestTool
+
+        schema = constrained.step_schema([HttpRequestTool()])
+        post = {"name": "http_request", "arguments": {"method": "POST", "url": "http://x/api", "json": {"note": "hi"}}}
+        jsonschema.validate(post, schema)
+        for bad in ({"url": "http://x/api", "json": {"note": "hi"}},  # no method: it would be a GET
+                    {"method": "GET", "url": "http://x/api", "body": "x"}):
+            with pytest.raises(jsonschema.ValidationError):
+                jsonschema.validate({"name": "http_request", "arguments": bad}, schema)
+        first = schema["anyOf"][1]["properties"]["arguments"]["anyOf"][0]
+        assert list(first["properties"])[0] == "method"
+
     def test_only_answer_or_a_valid_call_of_an_offered_tool_passes(self):
         schema = constrained.step_schema([TODO])
         jsonschema.validate({"name": "answer"}, schema)

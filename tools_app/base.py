@@ -39,6 +39,7 @@ class Tool(ABC):
     # optional), e.g. {"set": "tasks", "read": ""}. A constrained step (agent.constrained) then
     # lets an action be written only with its own arguments; {} = no such rule.
     actions: dict[str, str] = {}
+    action_parameter: str = "action"  # the parameter `actions` is keyed on (http_request: "method")
     # The argument that holds a program (code_exec's `code`): a small model's step has it written
     # again as plain code in a call of its own, where a coder model is at its best, instead of
     # inside a JSON string. `code_brief` is what that call is asked ({name} etc.: the arguments).

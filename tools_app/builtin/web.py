@@ -202,6 +202,11 @@ class HttpRequestTool(Tool):
     name = "http_request"
     keywords = "fetch get post put patch delete api json endpoint webhook url request send"
     offer_when = "http https url api endpoint post put patch delete request webhook fetch"
+    # A small model's step writes the method first, and a body only where one is sent.
+    action_parameter = "method"
+    actions = {"GET": "url headers? timeout?", "POST": "url headers? json? body? timeout?",
+               "PUT": "url headers? json? body? timeout?", "PATCH": "url headers? json? body? timeout?",
+               "DELETE": "url headers? timeout?", "HEAD": "url headers? timeout?", "OPTIONS": "url headers? timeout?"}
     description = (
         "Send an HTTP request (APIs, webhooks, raw pages). Returns status, key headers and the "
         "body (capped). Use `json` for a JSON body or `body` for raw text. Internal/LAN "
