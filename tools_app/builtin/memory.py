@@ -62,7 +62,7 @@ class MemorySaveTool(Tool):
 class MemorySearchTool(Tool):
     name = "memory_search"
     keywords = "recall remember know memory check what my"
-    offer_when = "memory remember recall know"
+    offer_when = "memory recall know"
     description = (
         "Search long-term memory facts about the user by keywords (any word matches, best matches first). "
         "Call it when the user mentions something personal or before assuming their preferences or environment."
