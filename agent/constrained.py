@@ -186,6 +186,34 @@ def left_note(left: Left, request: str) -> str:
             f'Still to do: {left.say()}. Call the tool for that part, or choose {{"name": "answer"}} if it cannot be done.')
 
 
+FILE_ACTIONS = ("read", "write", "append")
+
+
+def fix_path(call: ToolCall, request: str) -> bool:
+    """A small model's file path put right where it plainly meant a file the request names:
+    "file_log.txt" for "the file log.txt" (the name grown a prefix), or a placeholder such as
+    "/path/to/documents" (no file name at all) when the request names exactly one file. True
+    when the path was changed."""
+    args = call.arguments if isinstance(call.arguments, dict) else {}
+    path = args.get("path")
+    if not isinstance(path, str) or args.get("action") not in FILE_ACTIONS:
+        return False
+    names = toolselect.file_names(request)
+    folder, _, base = path.rstrip("/").rpartition("/")
+    if not names or any(path.lower() == n.lower() or path.lower().endswith("/" + n.lower()) for n in names):
+        return False
+    grown = [n for n in names if re.search(rf"[_-]{re.escape(n.rpartition('/')[2])}$", base, re.I)]
+    if grown:
+        named = grown[0]
+        fixed = named if "/" in named or not folder else f"{folder}/{named}"
+    elif "." not in base and len(names) == 1:
+        fixed = names[0]
+    else:
+        return False
+    call.arguments = {**args, "path": fixed}
+    return True
+
+
 def names_a_tool(request: str, tools: list) -> bool:
     """The request names one of `tools` by an exact name no sentence says by chance ("use
     code_exec to …": one with an underscore; "the scratchpad" or "my todo" are just words)."""
@@ -255,6 +283,15 @@ RESULTS_SYSTEM = (
 )  # tried on Qwen2.5-Coder-0.5B against four others: the one that always quoted the values
 RESULT_CHARS = 1500  # of one tool result in the results prompt
 RESULTS_KEPT = 4  # the latest results of the turn
+REFUSAL_CHARS = 60  # of an answer read before it is shown: enough to tell a stock refusal
+_REFUSAL = re.compile(
+    r"^\W*(?:i'?m sorry|i am sorry|sorry|i apologi[sz]e|unfortunately)\b[^.!?]{0,40}?"
+    r"\b(?:can(?:no|')t|could(?:n't| not)|unable|not able|do not have|don't have)\b", re.I)
+
+
+def is_refusal(text: str) -> bool:
+    """A stock refusal ("I'm sorry, but I can't assist with that request.")."""
+    return bool(_REFUSAL.match((text or "").replace("\u2019", "'")))
 
 
 def results_prompt(context: list[ChatMessage]) -> list[ChatMessage]:

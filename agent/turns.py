@@ -178,6 +178,7 @@ async def decide_step(
         return constrained.Decision(answer=True, repeated=True)
     if decision.call is not None:
         if setup.profile.max_tools:
+            constrained.fix_path(decision.call, query)
             await _write_code(conv, setup, decision.call)
         turn.calls = [decision.call]
         turn.message.tool_calls = [decision.call]
@@ -297,16 +298,59 @@ async def answer_from_results(conv: Conversation, setup: Setup, turn: Turn) -> A
     results in a short prompt of their own, streamed and saved as the turn's answer."""
     profile = setup.profile
     messages = constrained.results_prompt(conv.context)
-    stream = setup.backend.stream_complete(
-        messages, None, model=profile.resolved_model(), temperature=profile.temperature,
-        max_tokens=profile.answer_token_limit(),
-    )
-    async for event in _streamed(stream, conv, setup, turn, None):
+
+    def stream(temperature: float):
+        return setup.backend.stream_complete(
+            messages, None, model=profile.resolved_model(), temperature=temperature,
+            max_tokens=profile.answer_token_limit(),
+        )
+
+    async for event in _streamed(_unless_refusal(stream, profile.temperature), conv, setup, turn, None):
         yield event
     turn.tokens = conv.token_count + estimate_text(turn.message.content)  # the chat's context, not this prompt
     if turn.thinking_open:
         yield ThinkingEnd()
     await conv.save_streaming(turn.message, tokens=turn.tokens)
+
+
+async def _unless_refusal(stream, temperature: float):
+    """The answer's chunks, its first words held back until they show it is not a stock refusal
+    ("I'm sorry, but I can't assist with that"): a small model writes one now and then over
+    results its tools just returned. Such a start is dropped and the answer asked once more, at
+    temperature 0."""
+    first = stream(temperature)
+    held, text = [], ""
+    try:
+        async for chunk in first:
+            if held is None:
+                yield chunk
+                continue
+            held.append(chunk)
+            text += chunk.content or ""
+            if len(text) < constrained.REFUSAL_CHARS and not chunk.done:
+                continue
+            if constrained.is_refusal(text):
+                break
+            for kept in held:
+                yield kept
+            held = None
+    finally:
+        with contextlib.suppress(Exception):
+            await first.aclose()
+    if held is None:
+        return
+    if not constrained.is_refusal(text):  # the whole answer was shorter than the look-ahead
+        for kept in held:
+            yield kept
+        return
+    log.info("a small model refused to answer from its results (%.80r); asking once more", text)
+    again = stream(0.0)
+    try:
+        async for chunk in again:
+            yield chunk
+    finally:
+        with contextlib.suppress(Exception):
+            await again.aclose()
 
 
 def _fit_step(context: list[ChatMessage], tools: list[Tool], setup: Setup):

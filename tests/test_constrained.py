@@ -14,7 +14,7 @@ from agent import constrained, toolselect
 from agent.messages import ChatMessage
 from agent.models import ModelReliability, Profile
 from tests.llm_server import Turn
-from tests.test_small_models import of, run
+from tests.test_small_models import of, run, shown
 from tools_app.models import ScratchpadSection
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -396,6 +396,18 @@ class TestSmallModelStep:
         assert "read" in json.dumps(schema_of(asked))  # nothing was repeated: every action is still there
         assert len(llm.requests) == 4 and frames[-1]["content"] == "I could not."  # asked once, then it answers
 
+    async def test_a_named_file_with_a_grown_name_is_written_where_it_was_meant(self, llm, session, owner, owner_token):
+        from tools_app.workspace import workspace_for
+
+        await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"filesystem": "allow"})
+        (workspace_for(owner.pk) / "log.txt").write_text("started\n")
+        grown = json.dumps({"name": "filesystem", "arguments": {"action": "append", "path": "file_log.txt", "content": "finished\n"}})
+        llm.script(Turn(content=grown), Turn(content=ANSWER), Turn(content="Appended."))
+        frames = await run(session, owner_token, "Append a line saying 'finished' to the file log.txt.")
+        assert of(frames, "tool_call")[0]["args"]["path"] == "log.txt"
+        assert (workspace_for(owner.pk) / "log.txt").read_text() == "started\nfinished\n"
+        assert not (workspace_for(owner.pk) / "file_log.txt").exists()
+
     async def test_a_repeated_call_with_nothing_left_ends_in_the_answer(self, llm, session, owner, owner_token):
         from tools_app.workspace import workspace_for
 
@@ -407,6 +419,24 @@ class TestSmallModelStep:
         assert len(llm.requests) == 3 and len(of(frames, "tool_call")) == 1  # no extra step
         assert frames[-1]["content"] == "It says apple."
 
+    def test_a_path_is_put_right_only_where_it_plainly_meant_a_named_file(self):
+        from agent.messages import ToolCall
+
+        def fixed(request: str, **arguments) -> str:
+            call = ToolCall(id="1", name="filesystem", arguments=arguments)
+            constrained.fix_path(call, request)
+            return call.arguments["path"]
+
+        assert fixed("Append 'x' to the file log.txt.", action="append", path="file_log.txt") == "log.txt"
+        assert fixed("Append 'x' to notes/log.txt.", action="append", path="notes/the-log.txt") == "notes/log.txt"
+        assert fixed("Create config.json with debug on.", action="write", path="/path/to/owner's/documents") == "config.json"
+        # Left alone: a named file, another real file name, a folder, two candidates, no named file.
+        assert fixed("Append 'x' to log.txt.", action="append", path="logs/log.txt") == "logs/log.txt"
+        assert fixed("Summarise report.txt into a new file.", action="write", path="summary.txt") == "summary.txt"
+        assert fixed("How many files are in docs for a.txt?", action="list", path="docs") == "docs"
+        assert fixed("Copy a.txt to b.txt.", action="write", path="/path/to/it") == "/path/to/it"
+        assert fixed("Write a haiku to a file.", action="write", path="poem") == "poem"
+
     def test_what_is_left_names_untouched_files_and_unused_named_tools(self):
         from agent.messages import ToolCall
 
@@ -416,6 +446,21 @@ class TestSmallModelStep:
         left = constrained.what_is_left("Add up timesheet.csv into hours_total.txt and remember it", [read], [save])
         assert left.files == ["hours_total.txt"] and [t.name for t in left.tools] == ["memory_save"]
         assert not constrained.what_is_left("What does timesheet.csv say?", [read], [save])
+
+    async def test_a_stock_refusal_over_results_is_asked_once_more_and_never_shown(self, llm, session, owner_token):
+        refusal = "I'm sorry, but I can't assist with that request."
+        llm.script(Turn(content=NOTE_CALL), Turn(content=ANSWER), Turn(content=refusal, chunk_size=5),
+                   Turn(content="I noted done in the log."))
+        frames = await run(session, owner_token, "note done in the scratchpad log")
+        assert shown(frames) == "I noted done in the log." and frames[-1]["content"] == "I noted done in the log."
+        first, again = llm.requests[2], llm.requests[3]
+        assert first["messages"] == again["messages"] and again["options"]["temperature"] == 0
+
+    async def test_a_short_answer_is_shown_whole(self, llm, session, owner_token):
+        llm.script(Turn(content=NOTE_CALL), Turn(content=ANSWER), Turn(content="Done.", chunk_size=2))
+        frames = await run(session, owner_token, "note done in the scratchpad log")
+        assert shown(frames) == "Done."
+        assert frames[-1]["content"] == "Done." and len(llm.requests) == 3
 
     async def test_a_hostile_result_stays_marked_as_data_in_the_answer_prompt(self, llm, session, owner_token):
         from tools_app.models import ScratchpadSection as Section
