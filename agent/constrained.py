@@ -305,20 +305,24 @@ def results_prompt(context: list[ChatMessage]) -> list[ChatMessage]:
 
 
 def _request_and_results(context: list[ChatMessage]) -> tuple[str, str]:
-    """The turn's request and its tool results so far, one block per call (RESULTS_KEPT, each
+    """The turn's request and its tool results so far: the failed calls one line each, then the
+    results that worked, closest to where the answer is written (RESULTS_KEPT of each, a result
     cut to RESULT_CHARS)."""
     start = max((i for i, m in enumerate(context) if m.role == "user" and not m.is_summary), default=-1)
     request = context[start].content if start >= 0 else ""
     calls = {c.id: c for m in context[start + 1:] if m.role == "assistant" for c in m.tool_calls}
-    results = []
+    failed, succeeded = [], []
     for msg in context[start + 1:]:
         if msg.role != "tool":
             continue
         call = calls.get(msg.tool_call_id)
         arguments = json.dumps(call.arguments, ensure_ascii=False) if call is not None else "{}"
+        if msg.content.startswith("ERROR:"):  # one line each, before the results that worked
+            failed.append(f"{msg.name} {arguments} → {msg.content.splitlines()[0][:200]}")
+            continue
         content = msg.content if len(msg.content) <= RESULT_CHARS else msg.content[:RESULT_CHARS] + " […]"
-        results.append(f"{msg.name} {arguments} →\n{content}")
-    return request, "\n\n".join(results[-RESULTS_KEPT:])
+        succeeded.append(f"{msg.name} {arguments} →\n{content}")
+    return request, "\n\n".join(failed[-RESULTS_KEPT:] + succeeded[-RESULTS_KEPT:])
 
 
 CODE_SYSTEM = (

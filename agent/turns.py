@@ -236,7 +236,7 @@ async def _write_code(conv: Conversation, setup: Setup, call: ToolCall) -> None:
             response = await until_stopped(
                 setup.backend.complete(
                     constrained.code_prompt(conv.context, brief, call.name), None, model=profile.resolved_model(),
-                    temperature=profile.temperature, think=False, max_tokens=profile.answer_token_limit(),
+                    temperature=0.0, think=False, max_tokens=profile.answer_token_limit(),  # code: the likeliest
                 ),
                 current_stop_event.get(),
             )

@@ -419,6 +419,20 @@ class TestSmallModelStep:
         assert len(llm.requests) == 3 and len(of(frames, "tool_call")) == 1  # no extra step
         assert frames[-1]["content"] == "It says apple."
 
+    def test_the_answer_prompt_puts_failed_calls_on_one_line_before_the_results_that_worked(self):
+        from agent.messages import ToolCall
+
+        get = ToolCall(id="a", name="http_request", arguments={"method": "GET", "url": "http://x/stock.json"})
+        read = ToolCall(id="b", name="filesystem", arguments={"action": "read", "path": "stock.json"})
+        context = [ChatMessage(role="user", content="How many units are in stock?"),
+                   ChatMessage(role="assistant", content="", tool_calls=[get]),
+                   ChatMessage(role="tool", content="HTTP 200\n{\"north\": 7319}", tool_call_id="a", name="http_request"),
+                   ChatMessage(role="assistant", content="", tool_calls=[read]),
+                   ChatMessage(role="tool", content="ERROR: not found: stock.json\nlist the folder", tool_call_id="b", name="filesystem")]
+        prompt = constrained.results_prompt(context)[1].content
+        failed, worked = prompt.index("ERROR: not found: stock.json"), prompt.index('{"north": 7319}')
+        assert failed < worked and "list the folder" not in prompt  # the failure kept, short, and not last
+
     def test_a_path_is_put_right_only_where_it_plainly_meant_a_named_file(self):
         from agent.messages import ToolCall
 

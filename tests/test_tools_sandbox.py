@@ -173,6 +173,9 @@ def test_only_a_last_bare_expression_is_shown():
     show = code_exec.show_last_value
     assert show("print(3)") == "print(3)" and show("a = 1") == "a = 1" and show("if x: 5") == "if x: 5"
     assert show("def f(:") == "def f(:"  # not Python: the run reports it as written
+    main = 'def count():\n    return 3\n\nif __name__ == "__main__":\n    count()\n'
+    assert show(main).endswith('if __name__ == "__main__":\n    __value = (count())\n    if __value is not None: print(repr(__value))\n')
+    assert show("if x:\n    5\n") == "if x:\n    5\n"  # only the __main__ block
     assert show("x = [1,\n 2]\nlen(x)") == "x = [1,\n 2]\n__value = (len(x))\nif __value is not None: print(repr(__value))\n"
 
 

@@ -88,13 +88,17 @@ def show_last_value(code: str) -> str:
     except SyntaxError:
         return code  # the run reports it
     last = tree.body[-1] if tree.body else None
+    if isinstance(last, ast.If) and "__name__" in (ast.get_source_segment(code, last.test) or "") and last.body:
+        last = last.body[-1]  # `if __name__ == "__main__": main_work()`
     if not isinstance(last, ast.Expr) or _is_print(last.value) or last.end_lineno is None:
         return code
     lines = code.splitlines(keepends=True)
-    head = "".join(lines[: last.lineno - 1]) + lines[last.lineno - 1][: last.col_offset]
+    before = lines[last.lineno - 1][: last.col_offset]
+    indent = before if not before.strip() else ""
+    head = "".join(lines[: last.lineno - 1]) + before
     segment = ast.get_source_segment(code, last) or ""
     tail = "".join(lines[last.end_lineno:])
-    return f"{head}__value = ({segment})\nif __value is not None: print(repr(__value))\n{tail}"
+    return f"{head}__value = ({segment})\n{indent}if __value is not None: print(repr(__value))\n{tail}"
 
 
 def _is_print(node: ast.AST) -> bool:
