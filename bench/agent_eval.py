@@ -524,7 +524,7 @@ def table(summary: dict[str, dict], results: list[dict]) -> str:
         ("LLM calls by purpose", lambda s: " ".join(f"{p}={n}" for p, n in s["llm_purposes"].items()) or "-"),
     ] + [(f"reliability: {k}", lambda s, k=k: str(s["reliability"][k])) for k in RELIABILITY]
     for name, fmt in rows:
-        lines.append(f"{name:30}" + "".join(f"{fmt(summary[m]):>22}" for m in modes))
+        lines.append(f"{name:30}" + "".join(" " + f"{fmt(summary[m]):>21}" for m in modes))  # a wide cell still parts
     lines.append("")
     by_task: dict[str, dict[str, dict]] = {}
     for r in results:
