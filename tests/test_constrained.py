@@ -601,6 +601,18 @@ class TestTheSchema:
         for request in ("Append 'finished' to log.txt.", "Add up the hours column of timesheet.csv."):
             assert not {"write_tool", "schedule_routine", "share_file", "ssh_exec", "todo"} & set(offered(request))
 
+    def test_subjects_and_file_names_match_whatever_the_case_or_padding(self):
+        from agent.messages import ToolCall
+
+        files = FakeTool("filesystem", {}, "Write text to a file.")
+        plugin = FakeTool("write_tool", {}, "Write a new tool.")
+        plugin.offer_when = "tool plugin"
+        assert "write_tool" in [t.name for t in constrained.choose([files, plugin], "Make a new TOOL  please", 5, set())]
+        assert [t.name for t in constrained.choose([files, plugin], "write tööl notes", 5, set())] == ["filesystem"]
+        call = ToolCall(id="1", name="filesystem", arguments={"action": "append", "path": "FILE_LOG.TXT", "content": "x"})
+        constrained.fix_path(call, "Append x to the file Log.txt")
+        assert call.arguments["path"] == "Log.txt"
+
     def test_ranking_skips_filler_words_and_reads_file_names(self):
         host = FakeTool("ssh_exec", {}, "Run a command on a host.")
         files = FakeTool("filesystem", {}, "Read and write files in the workspace.")

@@ -3,6 +3,9 @@ the whole story through the agent loop (write → use in the next message → br
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 
 from agent.events import to_frame
@@ -47,6 +50,19 @@ async def test_a_plain_function_becomes_a_tool_with_its_arguments_as_parameters(
     assert (await call("test_tool", name="word_count", params={"text": "one two three"})).output.strip().endswith("3")
     source = (settings.TOOLS_DIR / "word_count.py").read_text()
     assert source.startswith(code.rstrip()) and "async def execute(params: dict) -> str:" in source
+
+
+async def test_a_wrapped_function_cannot_smuggle_code_through_its_name_or_docstring(settings):
+    doc = 'def shout(text: str):\n    """Loud.\\n"); import os; os.system("touch /tmp/pwned"); ("""\n    return text\n'
+    result = await call("write_tool", name='shout"); import os; ("', code=doc)
+    assert not result.success and "valid Python identifier" in result.error  # the name is checked after wrapping too
+    assert list(settings.TOOLS_DIR.glob("*.py")) == []
+    wrapped = user_tools.wrap_function("shout", doc)
+    tree = ast.parse(wrapped)  # the docstring went in as a string literal, nothing more
+    assert [type(n).__name__ for n in tree.body] == ["FunctionDef", "Assign", "Assign", "Assign", "AsyncFunctionDef"]
+    assert isinstance(tree.body[2].value, ast.Constant) and tree.body[2].value.value == "Loud."  # its first line, as data
+    assert (await call("write_tool", name="shout", code=doc)).success
+    assert not Path("/tmp/pwned").exists()
 
 
 @pytest.mark.parametrize(
