@@ -146,6 +146,20 @@ _HTTP_HEADER = re.compile(r"^\s*(content-type|content-length|server|date|locatio
                           re.IGNORECASE | re.MULTILINE)
 _CALL_TEXT = re.compile(r'"name"\s*:\s*"[^"]*"\s*,\s*"(arguments|parameters)"\s*:', re.IGNORECASE)
 _FENCE = re.compile(r"```[a-zA-Z]*")
+# A stock refusal ("I'm sorry, but I can't assist with that request."): no answer, whatever the
+# end state (issue 40: 8 of 28 published successes ended in one).
+_REFUSAL = re.compile(
+    r"\b(can(?:no|['\u2019])t|unable to|not able to|won['\u2019]t)\s+(assist|help)\s+(you\s+)?with\s+(that|this|your)"
+    r"|\bI(?:['\u2019]m| am) sorry,? but I (can(?:no|['\u2019])t|am unable|am not able)",
+    re.IGNORECASE,
+)
+# An answer that opens by saying the work failed, over a turn whose end state is right: it
+# contradicts the results the owner would rely on (a later "at first I could not…" is a story).
+_CLAIMS_FAILURE = re.compile(
+    r"\bI (could(?: ?no|n['\u2019])t|was(?: ?no|n['\u2019])t able to|was unable to|failed to)\b"
+    r"|\b(an error occurred|did(?: ?no|n['\u2019])t work)\b",
+    re.IGNORECASE,
+)
 
 
 def _json_values(text: str) -> list[tuple[int, int, Any]]:
@@ -187,6 +201,10 @@ def answer_problem(run: Run) -> str:
         return "the final answer is empty"
     if _GIVE_UP.search(text):
         return "the final answer is the give-up notice (ran out of tool-calling steps)"
+    if _REFUSAL.search(text):
+        return "the final answer is a stock refusal"
+    if _CLAIMS_FAILURE.search(re.split(r"(?<=[.!?])\s", text, maxsplit=1)[0]):
+        return "the final answer says the work failed (it contradicts the results)"
     if "<tool_call>" in text or "</tool_call>" in text:
         return "the final answer holds an unexecuted <tool_call> block"
     values = _json_values(text)
@@ -218,6 +236,13 @@ PAGES = {
     "and board games.</p><p>Opening hours: Monday to Saturday, 9:00 to 17:30. Closed on Sundays.</p></body></html>",
     "/shop.html": "<html><body><h1>Kitchen corner</h1><ul><li>Nimbus toaster: 54.00 EUR</li>"
     "<li>Aurora kettle: 39.90 EUR</li><li>Stratus blender: 89.50 EUR</li></ul></body></html>",
+    # the held-out paraphrase tasks' pages (bench/_eval_heldout.py)
+    "/ferry.html": "<html><body><h1>Skerra ferry</h1><p>Timetable, weekdays. The first ferry to Skerra leaves "
+    "the harbour at 06:40; after that every two hours until 20:40.</p></body></html>",
+    "/museum.html": "<html><body><h1>Quellin town museum</h1><p>Open Tuesday to Sunday. A ticket costs 14 EUR, "
+    "children under 12 go free.</p></body></html>",
+    "/api/order.json": json.dumps({"order": 5521, "status": "shipped", "carrier": "PostNord", "items": 2}),
+    "/api/health.json": json.dumps({"service": "backup", "status": "degraded", "failed_jobs": 3}),
 }
 
 
@@ -280,6 +305,9 @@ class Task:
     setup: Callable[[Run], None] | None = None
     # Tools whose approval the user's request calls for (approved); every other ask is denied.
     approve: tuple[str, ...] = ()
+    needs: tuple[str, ...] = ()  # one of these must be offered at the first step (bench/tool_offer.py)
+    split: str = ""  # "tuning" or "heldout" (bench/_eval_heldout.py: frozen, never tuned on)
+    pair: str = ""  # the paraphrase pair a held-out task belongs to ("" for the original 52)
 
 
 def _todo_create(run: Run) -> str:

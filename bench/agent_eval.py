@@ -17,6 +17,12 @@ user tools are reset before every run. Modes are profiles:
   navi   planning auto, text tool-call recovery, argument repair, at most --max-tools tools
   plain  native tool calls only, every tool offered, no repair, no recovery, no planning
 
+Tasks come in two splits (bench/_eval_heldout.py): tuning, and held-out (half of the original 52
+by a frozen rule, plus paraphrase pairs written for it). Every report gives each split its own
+figures (`summary.<mode>.tuning` / `.heldout`, and `.two_step`) and the offered-tool rate at the
+first step (`offer_at_step1`, bench/tool_offer.py); a held-out run's reasons and texts are left
+out of the report unless --show-heldout (an audit, never while tuning).
+
 Per task and mode it reports success (and success_old), valid-call rate (calls that ran without
 an unknown-tool or argument error ÷ all calls, from the audit table and the tool results), LLM
 calls and tokens (from the proxy), constrained requests, wall time, time to the first text,
@@ -34,6 +40,7 @@ import shutil
 import signal
 import sqlite3
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -49,6 +56,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench._eval_heldout import is_two_step, prepare  # noqa: E402
 from bench._eval_tasks import SHOUT_TOOL, TASKS, Run, Task, WebFixture, answer_problem  # noqa: E402
 from bench._llm_proxy import LLMProxy  # noqa: E402
 from tests.live_server import LiveNavi  # noqa: E402
@@ -60,6 +68,9 @@ CALL_ERROR = re.compile(
     r"could not (be )?repair|did you mean",
     re.IGNORECASE,
 )
+# The original 52 tasks (half of them held out) and the held-out paraphrase pairs.
+ALL_TASKS = prepare(list(TASKS))
+SPLITS = ("tuning", "heldout")
 RELIABILITY = ("native_calls", "recovered_calls", "repaired_arguments", "refused_calls", "unknown_tools", "broken_loops",
                "repeated_calls", "constrained_calls")
 
@@ -126,6 +137,7 @@ class Options:
     label: str = ""  # free text kept in the report (how the server was run, e.g. "llama-server --jinja")
     planning: str = "auto"  # navi mode: auto | always | never
     verbose: bool = True
+    show_heldout: bool = False  # keep held-out runs' reasons and texts in the report (audit only)
 
 
 @dataclass
@@ -306,6 +318,9 @@ class Evaluation:
         return {
             "task": task.name,
             "mode": mode,
+            "split": task.split,
+            "pair": task.pair,
+            "two_step": is_two_step(task),
             "success": not detail and not answer,
             "success_old": not detail,  # the end-state checker alone, as before the answer check
             "detail": detail or answer or ("(timed out, but the end state is right)" if seen.timed_out else ""),
@@ -445,6 +460,19 @@ def _stats(values: list[float]) -> dict[str, float | None]:
     return {"mean": round(statistics.fmean(values), 2), "median": round(statistics.median(values), 2)}
 
 
+def _part(rows: list[dict]) -> dict[str, Any]:
+    """Success and calls of one part of a mode's runs (the tuning or held-out split, two-step tasks)."""
+    calls = [c for r in rows for c in r["tool_calls"]]
+    return {
+        "tasks": len(rows),
+        "succeeded": sum(r["success"] for r in rows),
+        "success_rate": round(sum(r["success"] for r in rows) / len(rows), 3) if rows else None,
+        "tool_calls": len(calls),
+        "valid_calls": sum(c["valid"] for c in calls),
+        "successful_calls": sum(c["success"] for c in calls),
+    }
+
+
 def summarise(results: list[dict], modes: tuple[str, ...]) -> dict[str, dict]:
     summary = {}
     for mode in modes:
@@ -455,6 +483,8 @@ def summarise(results: list[dict], modes: tuple[str, ...]) -> dict[str, dict]:
         n = len(rows)
         first_text = [r["first_text_s"] for r in rows if r.get("first_text_s") is not None]
         summary[mode] = {
+            **{split: _part([r for r in rows if r.get("split", "tuning") == split]) for split in SPLITS},
+            "two_step": _part([r for r in rows if r.get("two_step")]),
             "tasks": n,
             "succeeded": sum(r["success"] for r in rows),
             "success_rate": round(sum(r["success"] for r in rows) / n, 3),
@@ -464,6 +494,9 @@ def summarise(results: list[dict], modes: tuple[str, ...]) -> dict[str, dict]:
             "tool_calls": len(calls),
             "valid_calls": sum(c["valid"] for c in calls),
             "valid_call_rate": round(sum(c["valid"] for c in calls) / len(calls), 3) if calls else None,
+            # a call that parsed is not a call that worked: counted apart (issue 40)
+            "successful_calls": sum(c["success"] for c in calls),
+            "successful_call_rate": round(sum(c["success"] for c in calls) / len(calls), 3) if calls else None,
             "llm_calls_per_task": round(sum(r["llm_calls"] for r in rows) / n, 2),
             "llm_calls": _stats([r["llm_calls"] for r in rows]),
             "prompt_tokens_per_task": round(sum(r["prompt_tokens"] for r in rows) / n),
@@ -507,8 +540,12 @@ def table(summary: dict[str, dict], results: list[dict]) -> str:
     lines = [f"{'':30}" + "".join(f"{m:>22}" for m in modes)]
     rows = [
         ("task success", lambda s: pct(s["succeeded"], s["tasks"])),
+        ("  tuning split", lambda s: pct(s["tuning"]["succeeded"], s["tuning"]["tasks"])),
+        ("  held-out split", lambda s: pct(s["heldout"]["succeeded"], s["heldout"]["tasks"])),
+        ("  two-step tasks", lambda s: pct(s["two_step"]["succeeded"], s["two_step"]["tasks"])),
         ("success_old (end state only)", lambda s: pct(s["succeeded_old"], s["tasks"])),
         ("valid tool calls", lambda s: pct(s["valid_calls"], s["tool_calls"])),
+        ("tool calls that worked", lambda s: pct(s["successful_calls"], s["tool_calls"])),
         ("tool calls / task", lambda s: f"{s['tool_calls'] / s['tasks']:.2f}"),
         ("LLM calls / task", lambda s: f"{s['llm_calls_per_task']:.2f}"),
         ("constrained LLM requests", lambda s: f"{s['constrained_requests']}/{s['llm_requests']}"),
@@ -548,8 +585,25 @@ def _cell(result: dict | None) -> str:
 def _progress_line(r: dict) -> str:
     mark = "ok  " if r["success"] else "ANSW" if r["success_old"] else "FAIL"
     first = "-" if r["first_text_s"] is None else f"{r['first_text_s']:.1f}s"
+    detail = "(held out: counted, not read)" if r.get("split") == "heldout" else r["detail"][:80]
     return (f"{mark} {r['mode']:5} {r['task']:24} {r['wall_s']:6.1f}s first={first} llm={r['llm_calls']} "
-            f"calls={len(r['tool_calls'])} denied={r['denied_approvals']} {r['detail'][:80]}")
+            f"calls={len(r['tool_calls'])} denied={r['denied_approvals']} {detail}")
+
+
+# What a held-out run may show while tuning: whether it succeeded and its counters, never what
+# went wrong (no detail, answers, calls' arguments or model output): it is counted, not read.
+_HELDOUT_HIDDEN = ("detail", "answer_problem", "error", "answers", "denied", "web_posts", "llm_outputs", "llm_requests")
+
+
+def redact_heldout(results: list[dict]) -> list[dict]:
+    """The results with every held-out run's reasons and texts removed (see _HELDOUT_HIDDEN)."""
+    out = []
+    for r in results:
+        if r.get("split") == "heldout":
+            r = {k: v for k, v in r.items() if k not in _HELDOUT_HIDDEN}
+            r["tool_calls"] = [{k: c[k] for k in ("tool", "valid", "success")} for c in r.get("tool_calls", [])]
+        out.append(r)
+    return out
 
 
 def _mark(mode_summary: dict) -> str:
@@ -558,24 +612,27 @@ def _mark(mode_summary: dict) -> str:
     return "~" if mode_summary["usage_estimated"] else ""
 
 
-def select_tasks(count: int | None, only: str | None) -> list[Task]:
-    tasks = TASKS
+def select_tasks(count: int | None, only: str | None, split: str = "all") -> list[Task]:
+    """The tasks to run: all, one split, or the named ones; the first `count` of them."""
+    tasks = ALL_TASKS if split == "all" else [t for t in ALL_TASKS if t.split == split]
     if only:
         wanted = [n.strip() for n in only.split(",") if n.strip()]
-        unknown = sorted(set(wanted) - {t.name for t in TASKS})
+        unknown = sorted(set(wanted) - {t.name for t in ALL_TASKS})
         if unknown:
-            raise SystemExit(f"unknown task(s): {', '.join(unknown)}; known: {', '.join(t.name for t in TASKS)}")
-        tasks = [t for t in TASKS if t.name in wanted]
+            raise SystemExit(f"unknown task(s): {', '.join(unknown)}; known: {', '.join(t.name for t in ALL_TASKS)}")
+        tasks = [t for t in tasks if t.name in wanted]
     return tasks[:count] if count else tasks
 
 
 def evaluate(options: Options, tasks: list[Task], out: str = "") -> dict:
     """Run the tasks in every mode and return the report (written to `out` after every run)."""
     started = time.monotonic()
+    offer = offer_at_step1(options.max_tools) if "navi" in options.modes and options.max_tools else {}
 
     def write(results: list[dict]) -> None:
         if out:
-            Path(out).write_text(json.dumps(report(options, results, started), indent=1, ensure_ascii=False), encoding="utf-8")
+            text = json.dumps(report(options, results, started, offer), indent=1, ensure_ascii=False)
+            Path(out).write_text(text, encoding="utf-8")
 
     with Evaluation(options) as evaluation:
         results = evaluation.run(tasks, write)
@@ -585,10 +642,19 @@ def evaluate(options: Options, tasks: list[Task], out: str = "") -> dict:
                     fh.write(json.dumps({"label": record.label, "model": record.model, "request": record.request,
                                          "content": record.content, "tool_calls": record.tool_calls}) + "\n")
     write(results)
-    return report(options, results, started)
+    return report(options, results, started, offer)
 
 
-def report(options: Options, results: list[dict], started: float) -> dict:
+def offer_at_step1(cap: int) -> dict:
+    """bench/tool_offer.py's figures for this cap (its own process: it sets Django up)."""
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "tool_offer.py"), "--json", "--cap", str(cap)],
+                          capture_output=True, text=True, timeout=300)
+    if done.returncode:
+        return {"error": (done.stderr or done.stdout).strip()[-300:]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def report(options: Options, results: list[dict], started: float, offer: dict | None = None) -> dict:
     settings = {k: v for k, v in vars(options).items() if k not in ("api_key", "verbose", "llm_log", "web_port", "label")}
     settings["modes"] = {m: s for m, s in mode_settings(options.max_tools, options.compact_schemas, options.planning).items() if m in options.modes}
     return {
@@ -600,7 +666,8 @@ def report(options: Options, results: list[dict], started: float) -> dict:
         "total_s": round(time.monotonic() - started, 1),
         "settings": settings,
         "summary": summarise(results, options.modes),
-        "results": results,
+        "offer_at_step1": offer or {},
+        "results": results if options.show_heldout else redact_heldout(results),
     }
 
 
@@ -615,7 +682,8 @@ def merge_reports(reports: list[dict]) -> dict:
     runs = [{k: r.get(k) for k in ("label", "url", "date", "total_s", "settings")} for r in reports]
     return {"model": reports[0]["model"], "label": " | ".join(r.get("label") or "" for r in reports),
             "backend": reports[0].get("backend"), "date": reports[0].get("date"), "runs": runs,
-            "summary": summarise(results, modes), "results": results}
+            "summary": summarise(results, modes), "offer_at_step1": reports[0].get("offer_at_step1", {}),
+            "results": results}
 
 
 def _exit_on_term(signum: int, frame: object) -> None:
@@ -632,6 +700,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--api-key", default="")
     ap.add_argument("--tasks", type=int, help="only the first N tasks")
     ap.add_argument("--only", help="comma-separated task names")
+    ap.add_argument("--split", default="all", choices=("all", "tuning", "heldout"),
+                    help="run one split only (bench/_eval_heldout.py); held-out runs are counted, not read")
+    ap.add_argument("--show-heldout", action="store_true",
+                    help="keep held-out runs' reasons, answers and model output in the report (an audit after tuning)")
     ap.add_argument("--modes", default="navi,plain")
     ap.add_argument("--timeout", type=float, default=300, help="seconds per task and mode (then Stop)")
     ap.add_argument("--max-iterations", type=int, default=6, help="tool-calling steps per turn")
@@ -661,9 +733,9 @@ def main(argv: list[str] | None = None) -> None:
         print(table(merged["summary"], merged["results"]))
         return
     if args.list:
-        for task in TASKS:
-            print(f"{task.name:24} {task.messages[0]}")
-        print(f"{len(TASKS)} tasks")
+        for task in ALL_TASKS:
+            print(f"{task.name:28} {task.split:8} {task.messages[0]}")
+        print(f"{len(ALL_TASKS)} tasks ({sum(t.split == 'heldout' for t in ALL_TASKS)} held out)")
         return
     if not (args.ollama or args.openai):
         ap.error("give the model's server: --ollama URL or --openai URL")
@@ -678,12 +750,15 @@ def main(argv: list[str] | None = None) -> None:
                       max_iterations=args.max_iterations, max_tools=args.max_tools, compact_schemas=not args.no_compact,
                       temperature=args.temperature, num_ctx=args.num_ctx, context_window=args.context_window,
                       max_tokens=args.max_tokens, llm_log=args.llm_log, server_parses_hermes=args.server_parses_hermes,
-                      label=args.label, planning=args.planning)
-    tasks = select_tasks(args.tasks, args.only)
+                      label=args.label, planning=args.planning, show_heldout=args.show_heldout)
+    tasks = select_tasks(args.tasks, args.only, args.split)
     print(f"agent_eval: {len(tasks)} tasks x {len(modes)} modes, {backend} {url} model {model}", flush=True)
     result = evaluate(options, tasks, args.out)
     print()
     print(table(result["summary"], result["results"]))
+    for split, part in result["offer_at_step1"].items():
+        if isinstance(part, dict):
+            print(f"needed tool offered at step 1 ({split}): {part['offered']}/{part['wordings']}")
     print(f"\ntotal {result['total_s']:.0f} s")
     if args.out:
         print(f"report written to {args.out}")

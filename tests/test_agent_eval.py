@@ -10,9 +10,10 @@ from datetime import datetime
 import httpx
 import pytest
 
-from bench._eval_tasks import Run, answer_problem, mentions_date, next_fridays
+from bench._eval_heldout import HELDOUT_ORIGINAL, PARAPHRASE_TASKS, heldout_by_rule, is_two_step
+from bench._eval_tasks import TASKS, Run, answer_problem, mentions_date, next_fridays
 from bench._llm_proxy import LLMProxy
-from bench.agent_eval import Options, evaluate, select_tasks, table
+from bench.agent_eval import ALL_TASKS, Options, evaluate, redact_heldout, report, select_tasks, summarise, table
 from tests.live_server import free_port
 from tests.live_ws import planning_rule
 from tests.llm_server import LLMServer, Rule, Turn
@@ -75,7 +76,7 @@ def test_it_checks_end_states_answers_approvals_and_counts_calls():
              "web_price_to_file,todo_next_friday")
     tasks = select_tasks(None, names)
     options = Options(backend="ollama", url=llm.url, model="fake-llm", modes=("plain",), timeout=60,
-                      web_port=web_port, verbose=False, label="scripted test LLM")
+                      web_port=web_port, verbose=False, label="scripted test LLM", show_heldout=True)
     try:
         report = evaluate(options, tasks)
     finally:
@@ -145,6 +146,10 @@ def _run(answer: str, **kw) -> Run:
      "Veltria ... Its capital is Marnhold", "raw tool result"),
     (STOCK, "raw JSON"),
     (f"```json\n{STOCK}\n```", "raw JSON"),
+    ("I'm sorry, but I can't assist with that request.", "stock refusal"),
+    ("Your todo list is saved. I’m sorry, but I cannot help with that.", "stock refusal"),
+    ("I am sorry, but I am unable to do this.", "stock refusal"),
+    ("I couldn't write the file. The disk may be full.", "says the work failed"),
 ])
 def test_answers_that_are_no_answers_are_named(answer, why):
     assert why in answer_problem(_run(answer))
@@ -156,6 +161,8 @@ def test_answers_that_are_no_answers_are_named(answer, why):
     "76205685",
     'I created config.json:\n```json\n{"debug": true, "port": 8080}\n```',
     "Done. Date: Friday, 27 November 2026.",
+    "Saved to notes.txt. At first I couldn't find the folder, so I created it.",
+    "I can help with that: the total is 1044.",
 ])
 def test_prose_that_states_the_result_passes(answer):
     assert answer_problem(_run(answer)) == ""
@@ -262,7 +269,7 @@ def test_every_daily_task_passes_when_the_model_does_it_right():
     for rule in _right_answers(f"http://127.0.0.1:{web_port}", today.isoformat(), next_fridays(today)[0].isoformat()):
         llm.add_rule(rule)
     options = Options(backend="ollama", url=llm.url, model="fake-llm", modes=("plain",), timeout=60,
-                      web_port=web_port, verbose=False)
+                      web_port=web_port, verbose=False, show_heldout=True)
     try:
         report = evaluate(options, DAILY_TASKS)
     finally:
@@ -271,6 +278,78 @@ def test_every_daily_task_passes_when_the_model_does_it_right():
     assert failed == {}
     assert len(DAILY_TASKS) >= 12 and len(select_tasks(None, None)) >= 50
     assert report["summary"]["plain"]["approved"] == 1  # the kettle price file, written after reading the page
+    assert report["summary"]["plain"]["denied_approvals"] == 0
+
+
+def _paraphrases_done_right(web: str) -> list[Rule]:
+    """Each held-out paraphrase task done the way a competent model would."""
+    fs = lambda **a: _call("filesystem", **a)  # noqa: E731
+    done = Turn(content="Done: I did what you asked and checked the result.")
+    profiles = [_call("list_profiles"), Turn(content="You can pick secretary, server_admin or smart_home.")]
+    steps = {
+        "spare key": [_call("memory_save", category="home", key="spare key", value="under the blue flowerpot"), done],
+        "bike lock": [_call("memory_save", category="personal", key="bike lock code", value="4182"), done],
+        "mother's birthday": [_call("memory_search", query="mother birthday"), Turn(content="Her birthday is on 2 June.")],
+        "blood type": [_call("memory_search", query="blood type"), Turn(content="You told me you are AB negative.")],
+        "gym membership": [_call("memory_forget", category="fitness", key="gym membership"), done],
+        "old phone number": [_call("memory_forget", category="contact", key="phone number"), done],
+        "this weekend": [_call("todo", action="set", tasks=["wash the car", "fix the fence", "return the library books"]), done],
+        "Start a checklist": [_call("todo", action="set", tasks=["book flights", "renew passport", "buy sunscreen"]), done],
+        "second item": [_call("todo", action="update", index=2, status="done"), done],
+        "Cross off the first": [_call("todo", action="update", index=1, status="done"), done],
+        "4096 multiplied": [_call("code_exec", code="print(4096 * 37)"), Turn(content="4096 times 37 is 151552.")],
+        "power of 20": [_call("code_exec", code="print(2 ** 20)"), Turn(content="2 to the power of 20 is 1048576.")],
+        "between 1 and 5000": [_call("code_exec", code="print(sum(range(1, 5001)))"), Turn(content="The total is 12502500.")],
+        "below 500": [_call("code_exec", code="print(sum(1 for n in range(500) if n and (n % 7 == 0 or n % 11 == 0)))"),
+                      Turn(content="110 numbers below 500 are divisible by 7 or 11.")],
+        "reminder.txt": [fs(action="read", path="reminder.txt"), Turn(content="The meeting moved to room Orchid.")],
+        "network name": [fs(action="read", path="wifi.txt"), Turn(content="The network is called HARBOR-5G.")],
+        "Call Mum": [fs(action="write", path="reminder_sunday.txt", content="Call Mum on Sunday"), done],
+        "dry cleaning": [fs(action="write", path="errands.txt", content="pick up dry cleaning"), done],
+        "chapter 3": [fs(action="append", path="progress.txt", content="chapter 3 done\n"), done],
+        "meeting.txt": [fs(action="write", path="meeting.txt", content="Meeting in room B12 at 14:00 with Jo.\n"), done],
+        "When does the first ferry": [_call("web_view", url=f"{web}/ferry.html"), Turn(content="It leaves at 06:40.")],
+        "ticket for the museum": [_call("web_view", url=f"{web}/museum.html"), Turn(content="A ticket costs 14 EUR.")],
+        "order.json": [_call("http_request", method="GET", url=f"{web}/api/order.json"),
+                       Turn(content="Your order 5521 has shipped with PostNord.")],
+        "health.json": [_call("http_request", method="GET", url=f"{web}/api/health.json"),
+                        Turn(content="Not quite: the backup service is degraded, with 3 failed jobs.")],
+        "working note": [_call("scratchpad", action="write", section="status", content="deployment paused until Monday"), done],
+        "rooftop": [_call("scratchpad", action="write", section="ideas", content="try the rooftop bar"), done],
+        "assistant modes": profiles,
+        "profiles I can switch": profiles,
+        "home automation": [_call("switch_profile", profile_id="smart_home"), done],
+        "server administrator": [_call("switch_profile", profile_id="server_admin"), done],
+        "first departure": [_call("web_view", url=f"{web}/ferry.html"), _call("todo", action="set", tasks=["catch the 06:40 ferry"]),
+                            done],
+        "museum ticket price": [_call("web_view", url=f"{web}/museum.html"),
+                                _call("memory_save", category="places", key="museum ticket", value="14 EUR"), done],
+        "landlord.txt": [fs(action="read", path="landlord.txt"),
+                         _call("memory_save", category="home", key="landlord phone", value="0470 22 19 85"), done],
+        "home network": [fs(action="read", path="wifi.txt"),
+                         _call("memory_save", category="home", key="wifi network", value="HARBOR-5G"), done],
+        "15% of 240": [_call("code_exec", code="print(240 * 0.15)"), fs(action="write", path="tip.txt", content="36"), done],
+        "average of 12": [_call("code_exec", code="print((12 + 18 + 27) / 3)"), fs(action="write", path="avg.txt", content="19"),
+                          done],
+    }
+    return [Rule(match=match, turns=turns) for match, turns in steps.items()]
+
+
+def test_every_paraphrase_task_passes_when_the_model_does_it_right():
+    """A held-out checker that failed a correct run would make the held-out figure a lie."""
+    web_port = free_port()
+    llm = LLMServer().start()
+    llm.add_rule(planning_rule())
+    for rule in _paraphrases_done_right(f"http://127.0.0.1:{web_port}"):
+        llm.add_rule(rule)
+    options = Options(backend="ollama", url=llm.url, model="fake-llm", modes=("plain",), timeout=60,
+                      web_port=web_port, verbose=False, show_heldout=True)
+    try:
+        report = evaluate(options, PARAPHRASE_TASKS)
+    finally:
+        llm.stop()
+    failed = {r["task"]: r["detail"] for r in report["results"] if not r["success"]}
+    assert failed == {}
     assert report["summary"]["plain"]["denied_approvals"] == 0
 
 
@@ -295,3 +374,70 @@ def test_runs_of_one_mode_each_merge_into_one_report():
     assert set(merged["summary"]) == {"plain", "navi"} and [r["label"] for r in merged["runs"]] == ["plain", "navi"]
     with pytest.raises(SystemExit, match="different models"):
         merge_reports([plain, dict(navi, model="other")])
+
+
+def test_the_heldout_split_is_the_frozen_rule_and_every_task_says_what_it_needs():
+    """Half of the original tasks (sorted by name, every other one) and every paraphrase task are
+    held out; the written-out list cannot drift from the rule, and no name is used twice."""
+    assert heldout_by_rule([t.name for t in TASKS]) == list(HELDOUT_ORIGINAL)
+    names = [t.name for t in ALL_TASKS]
+    assert len(names) == len(set(names)) and len(PARAPHRASE_TASKS) >= 30
+    assert {t.split for t in ALL_TASKS} == {"tuning", "heldout"}
+    assert sum(t.split == "tuning" for t in ALL_TASKS) == 26
+    assert all(t.split == "heldout" and t.pair for t in PARAPHRASE_TASKS)
+    pairs: dict[str, list] = {}
+    for task in PARAPHRASE_TASKS:
+        pairs.setdefault(task.pair, []).append(task)
+    assert all(len(p) == 2 and p[0].messages != p[1].messages for p in pairs.values())
+    assert all(t.needs for t in ALL_TASKS)
+    assert sum(is_two_step(t) for t in ALL_TASKS) >= 20
+    assert [t.split for t in select_tasks(None, None, "heldout")] == ["heldout"] * 62
+
+
+def _row(task: str, split: str, success: bool) -> dict:
+    call = {"tool": "filesystem", "arguments": {"path": "secret.txt"}, "valid": True, "success": success,
+            "decision": "allow", "problem": ""}
+    return {"task": task, "mode": "navi", "split": split, "two_step": False, "success": success,
+            "success_old": success, "detail": "" if success else "secret.txt is 'x'", "answer_problem": "",
+            "answers": ["the answer"], "llm_outputs": [{"content": "text"}], "tool_calls": [call], "error": "",
+            "first_text_s": 1.0, "wall_s": 2.0, "llm_calls": 2, "prompt_tokens": 10, "completion_tokens": 5,
+            "usage_reported": True, "usage_estimated": False, "broken_loops": 0, "repeated_calls": 0,
+            "constrained_calls": 1, "constrained_requests": 1, "approved": 0, "denied_approvals": 0,
+            "timed_out": False, "plan": False, "reliability": {}, "llm_purposes": {}}
+
+
+def test_heldout_runs_are_counted_apart_and_not_shown():
+    """The summary gives each split its own figures, and calls that worked apart from calls that
+    parsed; a held-out run's reasons, answers and arguments stay out of the report."""
+    rows = [_row("a", "tuning", True), _row("b", "heldout", False), _row("c", "heldout", True)]
+    for row in rows:
+        row["reliability"] = {k: 0 for k in ("native_calls", "recovered_calls", "repaired_arguments", "refused_calls",
+                                             "unknown_tools", "broken_loops", "repeated_calls", "constrained_calls")}
+    summary = summarise(rows, ("navi",))["navi"]
+    assert summary["tuning"]["succeeded"] == 1 and summary["tuning"]["tasks"] == 1
+    assert summary["heldout"]["succeeded"] == 1 and summary["heldout"]["tasks"] == 2
+    assert summary["valid_calls"] == 3 and summary["successful_calls"] == 2
+    shown = redact_heldout(rows)
+    assert shown[0]["detail"] == "secret.txt is 'x'" or shown[0]["success"]
+    assert "detail" not in shown[1] and "answers" not in shown[1] and "llm_outputs" not in shown[1]
+    assert shown[1]["tool_calls"] == [{"tool": "filesystem", "valid": True, "success": False}]
+    options = Options(backend="ollama", url="http://x", model="m", modes=("navi",))
+    written = report(options, rows, 0.0)
+    assert "detail" not in written["results"][1] and written["summary"]["navi"]["heldout"]["tasks"] == 2
+    audit = report(Options(backend="ollama", url="http://x", model="m", modes=("navi",), show_heldout=True), rows, 0.0)
+    assert audit["results"][1]["detail"] == "secret.txt is 'x'"
+
+
+def test_the_offer_rate_counts_every_wording_and_hides_heldout_misses():
+    """bench/tool_offer.py runs the loop's own selection over every task's first message."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "bench" / "tool_offer.py"
+    done = subprocess.run([sys.executable, str(script), "--json", "--cap", "8"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    rates = json.loads(done.stdout.strip().splitlines()[-1])
+    assert rates["tuning"]["wordings"] == 26 and rates["heldout"]["wordings"] == 62
+    assert 0 <= rates["heldout"]["offered"] <= 62 and "misses" not in rates["heldout"]
