@@ -335,6 +335,10 @@ SSH_HOSTS_FILE = _path(env.str("SSH_HOSTS_FILE", default="ssh_hosts.json"))
 USER_TOOL_IMPORT_TIMEOUT_S = env.float("USER_TOOL_IMPORT_TIMEOUT_S", default=10.0)
 TOOL_OUTPUT_MAX_BYTES = env.int("TOOL_OUTPUT_MAX_BYTES", default=100_000)
 FS_READ_MAX_BYTES = env.int("FS_READ_MAX_BYTES", default=200_000)
+# Before a filesystem call writes over, deletes or moves onto a file, its old content is kept
+# (tools_app.file_versions): files up to this size, the newest FILE_VERSIONS_KEPT per user.
+FILE_VERSION_MAX_BYTES = env.int("FILE_VERSION_MAX_BYTES", default=10_000_000)
+FILE_VERSIONS_KEPT = env.int("FILE_VERSIONS_KEPT", default=200)
 CODE_EXEC_MEMORY_MB = env.int("CODE_EXEC_MEMORY_MB", default=512)
 CODE_EXEC_MAX_PROCS = env.int("CODE_EXEC_MAX_PROCS", default=64)
 CODE_EXEC_MAX_FILE_MB = env.int("CODE_EXEC_MAX_FILE_MB", default=64)

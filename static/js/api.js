@@ -66,6 +66,7 @@ export const api = {
   linkTelegram: () => request("POST", "/settings/telegram/link"),
   unlinkTelegram: () => request("DELETE", "/settings/telegram"),
   memory: () => request("GET", "/memory"),
+  restoreFileVersion: (versionId) => request("POST", `/files/versions/${encodeURIComponent(versionId)}/restore`),
   addFact: (category, key, value) => request("POST", "/memory", { category, key, value }),
   saveFact: (id, value) => request("PATCH", `/memory/facts/${id}`, { value }),
   forgetFact: (id) => request("DELETE", `/memory/facts/${id}`),

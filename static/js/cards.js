@@ -1,6 +1,7 @@
 // Small DOM builders for the pieces of a conversation: bubbles, thinking blocks, tool cards,
 // plan cards and notices. Text from the model or the user is only ever set as textContent or
 // through renderMarkdown (sanitised).
+import { api } from "./api.js";
 import { renderMarkdown } from "./markdown.js";
 
 export function el(tag, className, text) {
@@ -149,6 +150,32 @@ export function completeToolCard(card, result, success) {
   const pre = el("pre", "tool-result", result ?? "");
   pre.tabIndex = 0;
   body.append(el("div", "label result", success ? "Result" : "Error"), pre);
+  body.querySelector(".restore-row")?.remove();
+  const kept = success && card.dataset.tool === "filesystem" ? KEPT.exec(String(result ?? "")) : null;
+  if (kept) body.append(restoreRow(kept[1]));
+}
+
+// The filesystem tool's own words after a write, delete or move over a file (tools_app.file_versions).
+const KEPT = /^(?:Wrote|Deleted|Moved|Restored) [\s\S]*\[previous version kept: (\d{19}-[0-9a-f]{6})\]$/;
+
+/** One click undoes the call: the file's content from before it is written back. */
+function restoreRow(versionId) {
+  const row = el("div", "restore-row");
+  const status = el("span", "restore-status");
+  status.setAttribute("role", "status");
+  const button = actionButton("Restore previous version", "restore", "Write back the file as it was before this call", async () => {
+    button.disabled = true;
+    status.textContent = "restoring…";
+    try {
+      const done = await api.restoreFileVersion(versionId);
+      status.textContent = done.result;
+    } catch (err) {
+      status.textContent = err.message;
+      button.disabled = false;
+    }
+  });
+  row.append(button, status);
+  return row;
 }
 
 /** Where sub-agent cards go: a nested list inside a spawn_agent card. */

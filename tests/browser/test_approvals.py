@@ -400,3 +400,37 @@ def test_an_unanswered_approval_times_out(browser, login_state, live_llm):
         expect(page.locator(".bubble.assistant").last).to_have_text("No answer, so I did not run it.")
         expect(page.locator("details.tool[data-tool=terminal]")).to_have_class(re.compile(r"\bfailed\b"))
         context.close()
+
+
+def test_a_file_written_over_is_restored_from_its_card_in_one_click(page, navi, live_llm):
+    """Issue 40, do no harm: the overwrite is approved, then its card's Restore button writes
+    the old content back, and the model's next read sees it."""
+    write = {"name": "filesystem", "arguments": {"action": "write", "path": "plan.txt", "content": "the plan"}}
+    over = {"name": "filesystem", "arguments": {"action": "write", "path": "plan.txt", "content": "garbage"}}
+    live_llm.add_rule(Rule(match="write the plan", turns=[Turn(tool_calls=[write]), Turn(content="Written.")]))
+    live_llm.add_rule(Rule(match="scribble over it", turns=[Turn(tool_calls=[over]), Turn(content="Done.")]))
+    live_llm.add_rule(Rule(match="read it back", turns=[
+        Turn(tool_calls=[{"name": "filesystem", "arguments": {"action": "read", "path": "plan.txt"}}]),
+        Turn(content="Read.")]))
+    open_new_chat(page, navi)
+    for text in ("write the plan", "scribble over it"):
+        send(page, text)
+        page.locator(CARD).locator("button.approve").click()
+        expect(page.locator(".bubble.assistant").last).not_to_have_text("")
+        expect(page.locator("#send")).to_be_visible()
+    cards = page.locator("details.tool[data-tool=filesystem]")
+    expect(cards).to_have_count(2)
+    assert cards.nth(0).locator("button.restore").count() == 0  # a new file replaced nothing
+    last = cards.nth(1)
+    last.locator("summary").click()
+    button = last.locator("button.restore")
+    expect(button).to_have_text("Restore previous version")
+    button.focus()
+    screenshot(page, "36-file-restore-offered")
+    page.keyboard.press("Enter")
+    expect(last.locator(".restore-status")).to_contain_text("Restored plan.txt")
+    expect(button).to_be_disabled()
+    screenshot(page, "37-file-restored")
+    send(page, "read it back")
+    expect(page.locator(".bubble.assistant").last).to_have_text("Read.")
+    assert "the plan" in tool_results(live_llm)[-1]

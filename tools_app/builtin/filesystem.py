@@ -5,7 +5,8 @@ A user without `run_host_tools` works in their own workspace (and reads their se
 uploads); FS_ALLOWED_PATHS extras and `*` are for holders of that permission. TOOLS_DIR is never
 changed, even with `*`. Paths are resolved and checked once, then opened from the root through
 directory fds with O_NOFOLLOW (tools_app.safe_paths): a symlink swapped in after the check is
-refused, not followed.
+refused, not followed. A write over a file, a delete of one and a move onto one keep the old
+content first (tools_app.file_versions): action=restore brings it back.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from typing import Any
 
 from django.conf import settings
 
+from tools_app import file_versions
 from tools_app.base import Tool, ToolResult
+from tools_app.context import current_user_id
 from tools_app.safe_paths import (
     PathRefused,
     check_writable,
@@ -34,8 +37,8 @@ from tools_app.workspace import Root, current_file_roots, workspace_for
 
 __all__ = ["FilesystemTool", "PathRefused"]
 
-ACTIONS = ("read", "write", "append", "list", "mkdir", "delete", "move", "search")
-CHANGES = {"write", "append", "mkdir", "delete", "move"}
+ACTIONS = ("read", "write", "append", "list", "mkdir", "delete", "move", "search", "restore")
+CHANGES = {"write", "append", "mkdir", "delete", "move", "restore"}
 MAX_LIST = 500
 MAX_MATCHES = 200
 SEARCH_READ_BYTES = 5_000_000
@@ -65,10 +68,12 @@ class FilesystemTool(Tool):
     keywords = "file files folder directory path txt csv json md read open write save create make new append add line list contents rename move copy delete remove mkdir search find mention workspace text edit change replace"
     description = (
         "Read, write, append to, list, search, move (rename) or delete files and folders in the "
-        "workspace (and the other allowed folders). Relative paths start in the workspace."
+        "workspace (and the other allowed folders). Relative paths start in the workspace. Writing over "
+        "a file, deleting or moving onto one keeps its old content: action=restore brings it back."
     )
     actions = {"read": "path offset?", "write": "path content", "append": "path content", "list": "path",
-               "mkdir": "path", "delete": "path recursive?", "move": "path destination", "search": "path pattern? text?"}
+               "mkdir": "path", "delete": "path recursive?", "move": "path destination", "search": "path pattern? text?",
+               "restore": "path version?"}
     parameters = {
         "type": "object",
         "properties": {
@@ -80,6 +85,7 @@ class FilesystemTool(Tool):
             "text": {"type": "string", "description": "search: only files containing this text"},
             "offset": {"type": "integer", "minimum": 0, "description": "read: start at this byte"},
             "recursive": {"type": "boolean", "description": "delete: also non-empty folders"},
+            "version": {"type": "string", "description": "restore: a kept version's id (default: the newest)"},
         },
         "required": ["action", "path"],
     }
@@ -92,6 +98,8 @@ class FilesystemTool(Tool):
             return ToolResult(False, error=f"refused: {exc}")
         except FileNotFoundError as exc:
             return ToolResult(False, error=f"not found: {exc.filename or params.get('path')}; list the folder to see what exists")
+        except file_versions.NoVersion as exc:
+            return ToolResult(False, error=str(exc))
         except (IsADirectoryError, NotADirectoryError, FileExistsError, PermissionError, OSError) as exc:
             return ToolResult(False, error=f"{params['action']} failed: {exc}")
 
@@ -127,12 +135,13 @@ class FilesystemTool(Tool):
         content = params.get("content")
         if content is None:
             return ToolResult(False, error=f"{params['action']} needs `content`")
+        kept = file_versions.Kept() if append else _keep(target, "write")
         flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
         fd = open_regular(target.root, target.real, flags, create_parents=True)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(content)
         verb = "Appended" if append else "Wrote"
-        return ToolResult(True, f"{verb} {len(content.encode())} bytes to {target.shown}")
+        return ToolResult(True, f"{verb} {len(content.encode())} bytes to {target.shown}{kept.note(target.shown)}")
 
     def _append(self, target: _Target, params: dict) -> ToolResult:
         return self._write(target, params, append=True)
@@ -161,18 +170,31 @@ class FilesystemTool(Tool):
     def _delete(self, target: _Target, params: dict) -> ToolResult:
         if target.is_root:
             raise PathRefused(f"{target.real} is an allowed root folder itself and cannot be deleted")
+        kept, note = file_versions.Kept(), ""
         with parent_dir(target.root, target.real) as (dir_fd, name):
             mode = _lstat_at(dir_fd, name, target.real).st_mode
+            if stat.S_ISREG(mode):
+                kept = _keep(target, "delete")
             if not stat.S_ISDIR(mode):
                 os.unlink(name, dir_fd=dir_fd)  # a symlink itself goes, never its target
             elif params.get("recursive"):
                 shutil.rmtree(name, dir_fd=dir_fd)  # fd-based on Linux: does not follow links
+                note = " (a folder's contents are not kept: it cannot be restored)"
             else:
                 try:
                     os.rmdir(name, dir_fd=dir_fd)
                 except OSError:
                     return ToolResult(False, error=f"{target.shown} is not empty; pass recursive=true to delete it with its contents")
-        return ToolResult(True, f"Deleted {target.shown}")
+        return ToolResult(True, f"Deleted {target.shown}{note}{kept.note(target.shown)}")
+
+    def _restore(self, target: _Target, params: dict) -> ToolResult:
+        user_id = current_user_id.get()
+        version = str(params.get("version") or "")
+        if version and version not in {v["id"] for v in file_versions.versions(user_id, target.real)}:
+            return ToolResult(False, error=f"no kept version {version!r} of {target.shown}; omit `version` for the newest")
+        version = version or file_versions.latest_for(user_id, target.real)
+        roots = [target.root]  # the path was checked against the run's roots already
+        return ToolResult(True, file_versions.restore(version, user_id, roots, target.root.path))
 
     def _move(self, source: _Target, destination: _Target) -> ToolResult:
         if source.is_root:
@@ -180,9 +202,10 @@ class FilesystemTool(Tool):
         with parent_dir(source.root, source.real) as (src_fd, src_name):
             if stat.S_ISLNK(_lstat_at(src_fd, src_name, source.real).st_mode):
                 raise PathRefused(f"{source.real} is a symbolic link; links are not moved")
+            kept = _keep(destination, "move")  # a file moved onto another replaces it
             with parent_dir(destination.root, destination.real, create=True) as (dst_fd, dst_name):
                 final = _move_into(src_fd, src_name, dst_fd, dst_name, source.real, destination.real)
-        return ToolResult(True, f"Moved {source.real} to {final}")
+        return ToolResult(True, f"Moved {source.real} to {final}{kept.note(destination.shown)}")
 
     def _search(self, target: _Target, params: dict) -> ToolResult:
         pattern, text = params.get("pattern") or "*", params.get("text")
@@ -203,6 +226,11 @@ class FilesystemTool(Tool):
         finally:
             os.close(top)
         return ToolResult(True, "\n".join(matches) or "no matching files")
+
+
+def _keep(target: _Target, action: str) -> file_versions.Kept:
+    """Keep the file at the target before `action` changes it (nothing when it is no file)."""
+    return file_versions.keep(target.root, target.real, target.shown, action, current_user_id.get())
 
 
 def _describe(entry: os.DirEntry) -> str:
