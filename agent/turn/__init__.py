@@ -1,0 +1,4 @@
+"""One turn of the agent: `loop` (Agent: the turn's steps in order), `turns` (one LLM call, streamed
+and saved), `planning`, `stopping`, the work around a turn (`workers`, `compression`, `titles`) and
+the `reflect` tool.
+May import toolcalling, trust, context, frames, llm and models; never runs, memory or web."""
