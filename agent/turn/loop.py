@@ -14,24 +14,7 @@ from typing import AsyncIterator
 
 from agent.context.conversation import Conversation, DBConversation
 from agent.context.window import effective_window
-from agent.frames.events import (
-    AgentEvent,
-    ApprovalRequired,
-    ApprovalResolved,
-    ErrorEvent,
-    PlanReady,
-    StreamEnd,
-    StreamStart,
-    StreamStopped,
-    SubagentTextDelta,
-    TextDelta,
-    ThinkingDelta,
-    ThinkingEnd,
-    ToolEvent,
-    ToolStarted,
-    TurnThinking,
-    mark_subagent,
-)
+from agent.frames.events import AgentEvent, ErrorEvent, PlanReady, StreamEnd, StreamStart, StreamStopped, TurnThinking
 from agent.llm import BackendRegistry
 from agent.llm.messages import ChatMessage
 from agent.models import Profile
@@ -39,7 +22,7 @@ from agent.toolcalling import constrained
 from agent.toolcalling.calls import CallTracker, DoesNotFit, fit_request
 from agent.toolcalling.tool_step import run_tool
 from agent.trust.approvals import RunGuard, current_guard
-from agent.turn import planning, workers
+from agent.turn import ending, planning, subagent, workers
 from agent.turn.planning import should_plan
 from agent.turn.stopping import Stopped, raise_if_stopped, until_stopped
 from agent.turn.turns import (
@@ -65,10 +48,6 @@ from tools_app.context import (
 from tools_app.registry import ToolRegistry
 
 log = logging.getLogger(__name__)
-
-# Events a sub-agent forwards to its parent (its text becomes the spawn_agent result instead).
-_SUBAGENT_FORWARDED = (ToolStarted, ToolEvent, TurnThinking, ApprovalRequired, ApprovalResolved)
-
 
 class RunFailed(Exception):
     """`run()` could not produce an answer; the message says why and what to do."""
@@ -157,20 +136,7 @@ class Agent:
             current_guard.set(await RunGuard.for_run(conv.owner_id, current_chat_session_id.get(), current_run_id.get()))
         await conv.add(ChatMessage(role="user", content=user_message))
         backend = self.backends.get(profile.llm_backend)
-        content, problem = "", ""
-        async for event in self._loop(conv, profile, backend, is_subagent=True):
-            if isinstance(event, StreamEnd):
-                content = event.content
-            elif isinstance(event, ErrorEvent):
-                problem = event.message
-            elif isinstance(event, StreamStopped):
-                problem = "stopped by the owner"
-            elif parent_sink is not None and isinstance(event, _SUBAGENT_FORWARDED):
-                parent_sink.put_nowait(mark_subagent(event))
-            elif parent_sink is not None and isinstance(event, TextDelta):
-                parent_sink.put_nowait(SubagentTextDelta(event.delta))  # its card shows the text as it comes
-            elif parent_sink is not None and not isinstance(event, (ThinkingDelta, ThinkingEnd)):
-                parent_sink.put_nowait(event)
+        content, problem = await subagent.relay(self._loop(conv, profile, backend, is_subagent=True), parent_sink)
         if problem:
             raise RunFailed(f"sub-agent failed: {problem}")
         return content
@@ -227,7 +193,7 @@ class Agent:
                 async for event in stream_turn(conv, setup, offer, turn, query):
                     yield event
             if not turn.calls:
-                async for event in self._answer(conv, setup, turn, is_subagent):
+                async for event in ending.answer(conv, setup, turn, is_subagent):
                     yield event
                 return
             # A tool-calling turn: the whole reasoning block closes the live thinking display.
@@ -239,7 +205,7 @@ class Agent:
                 tracker = setup.tracker
                 setup = await self._setup(await _load_profile(conv.profile_id))
                 setup.tracker.continue_from(tracker)  # one turn: the switch was its step
-        async for event in self._give_up(conv, setup):
+        async for event in ending.give_up(conv, setup):
             yield event
 
     async def _constrained_step(self, conv: Conversation, setup: Setup, offer: list, turn: Turn, query: str):
@@ -285,30 +251,6 @@ class Agent:
             await setup.tracker.flush()
             raise
         await setup.tracker.flush()
-
-    async def _answer(self, conv: Conversation, setup: Setup, turn: Turn, is_subagent: bool):
-        """A turn without tool calls is the answer (saved with the context's size by
-        stream_turn): stream_end, then the post-turn workers."""
-        if is_subagent and turn.message.thinking:
-            yield TurnThinking(thinking=turn.message.thinking)
-        await setup.tracker.flush()  # nothing to write on a plain answer; counted before the run is seen ending
-        yield StreamEnd(turn.message.content, turn.tokens, setup.limit)
-        if not is_subagent:
-            for event in await workers.run_phase(
-                workers.post_turn_workers, conv, setup.profile, setup.backend, "post", setup.limit
-            ):
-                yield event
-
-    @staticmethod
-    async def _give_up(conv: Conversation, setup: Setup) -> AsyncIterator[AgentEvent]:
-        text = (
-            f"I stopped after {setup.profile.max_iterations} tool-calling steps (this profile's max_iterations) "
-            "without reaching a final answer. Say 'continue' to let me go on, or raise max_iterations "
-            "for the profile in the admin."
-        )
-        await conv.add(ChatMessage(role="assistant", content=text))
-        yield TextDelta(text)
-        yield StreamEnd(text, conv.token_count, setup.limit)
 
     async def _setup(self, profile: Profile, backend=None, limit: int = 0) -> Setup:
         backend = backend or self.backends.get(profile.llm_backend)
