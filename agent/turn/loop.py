@@ -19,11 +19,11 @@ from agent.llm import BackendRegistry
 from agent.llm.messages import ChatMessage
 from agent.models import Profile
 from agent.toolcalling import constrained
-from agent.toolcalling.calls import CallTracker, DoesNotFit, fit_request
+from agent.toolcalling.calls import CallTracker
 from agent.toolcalling.tool_step import run_tool
 from agent.trust.approvals import RunGuard, current_guard
-from agent.turn import ending, planning, subagent, workers
-from agent.turn.planning import should_plan
+from agent.turn import ending, subagent, workers
+from agent.turn.planning import plan_turn, should_plan
 from agent.turn.stopping import Stopped, raise_if_stopped, until_stopped
 from agent.turn.turns import (
     Setup,
@@ -91,7 +91,7 @@ class Agent:
             yield StreamStopped()
             return
         if planning and should_plan(profile, user_message):
-            plan = await self._run_planning(conv, setup)
+            plan = await plan_turn(conv, setup, await turn_context(conv, setup))
             if plan:
                 yield PlanReady(plan=plan)
         async for event in self._loop(conv, profile, backend, limit=limit, setup=setup):
@@ -140,30 +140,6 @@ class Agent:
         if problem:
             raise RunFailed(f"sub-agent failed: {problem}")
         return content
-
-    # --- planning -----------------------------------------------------------------------
-    async def _run_planning(self, conv: Conversation, setup: Setup) -> str | None:
-        """One short call on the answer call's prefix (agent.turn.planning): a validated plan or None.
-
-        The plan guides this turn's answer calls only; it never enters later turns' context.
-        """
-        context = await turn_context(conv, setup)
-        if setup.constrained:  # the tools are in the system prompt's catalogue, not the request
-            schemas = None
-        else:
-            try:  # the answer call's own selection and form of tools: one shared prefix, one cache
-                schemas = fit_request(context, setup.tools, setup.profile, setup.limit, conv.last_request(), set()).schemas
-            except DoesNotFit:
-                return None  # the answer call reports it
-        try:
-            plan = await until_stopped(
-                planning.make_plan(setup.backend, setup.profile, context, schemas), current_stop_event.get()
-            )
-        except Stopped:
-            return None  # the loop reports stream_stopped
-        if plan:
-            await planning.remember_plan(conv, plan)
-        return plan
 
     # --- the tool-calling loop -------------------------------------------------------------
     async def _loop(

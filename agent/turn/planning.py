@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
@@ -22,6 +22,12 @@ from agent.context.conversation import Conversation
 from agent.llm import LLMBackend, LLMError, oneshot
 from agent.llm.messages import ChatMessage
 from agent.models import Profile
+from agent.toolcalling.calls import DoesNotFit, fit_request
+from agent.turn.stopping import Stopped, until_stopped
+from tools_app.context import current_stop_event
+
+if TYPE_CHECKING:
+    from agent.turn.turns import Setup  # turns reads the plan (with_plan): no import back at run time
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +110,26 @@ async def remember_plan(conv: Conversation, plan: str) -> None:
     index = _turn_request(conv.context)
     conv.plan = (conv.context[index] if index is not None else None, plan)
     await conv.add(ChatMessage(role="assistant", content=plan, name="plan"), context=False)
+
+
+async def plan_turn(conv: Conversation, setup: Setup, context: list[ChatMessage]) -> str | None:
+    """The turn's planning step: one short call on the answer call's prefix (`context`, the
+    answer call's own), a validated plan or None. The plan guides this turn's answer calls only;
+    it never enters later turns' context."""
+    if setup.constrained:  # the tools are in the system prompt's catalogue, not the request
+        schemas = None
+    else:
+        try:  # the answer call's own selection and form of tools: one shared prefix, one cache
+            schemas = fit_request(context, setup.tools, setup.profile, setup.limit, conv.last_request(), set()).schemas
+        except DoesNotFit:
+            return None  # the answer call reports it
+    try:
+        plan = await until_stopped(make_plan(setup.backend, setup.profile, context, schemas), current_stop_event.get())
+    except Stopped:
+        return None  # the loop reports stream_stopped
+    if plan:
+        await remember_plan(conv, plan)
+    return plan
 
 
 def with_plan(context: list[ChatMessage], conv: Conversation) -> list[ChatMessage]:
