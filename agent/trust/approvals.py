@@ -29,9 +29,10 @@ from agent.trust import policy
 from navi_project import hotsql
 from navi_project.hop import db_hop
 from sessions_app.models import Message
-from tools_app.context import current_approval_timeout_s
+from tools_app.context import current_approval_timeout_s, current_user_id
 from tools_app.egress import hosts_in
 from tools_app.permissions import is_host_call, offered_without_permission, refusal, user_has_host_tools
+from tools_app.registry import ToolRegistry
 
 Decision = ToolCallRecord.Decision
 POLL_S = 1.0
@@ -235,6 +236,17 @@ class RunGuard:
         """Untrusted content entered a context that is not the chat's (a sub-agent's)."""
         if not self.run_taint:
             self.run_taint = source
+
+
+def offered_tools(tools: ToolRegistry, profile: Any) -> list:
+    """The profile's tools this user may be offered (no host tools without the permission,
+    nothing the policy denies)."""
+    guard = current_guard.get()
+    user_id = guard.user_id if guard is not None else current_user_id.get()
+    found = tools.tools_for(profile.enabled_tools, user_id, profile.id)
+    if guard is None:
+        return found
+    return [t for t in found if guard.offers(t.name, profile.tool_policy)]
 
 
 def _owner_hosts(session_id: str | None) -> set[str]:

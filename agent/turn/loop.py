@@ -18,10 +18,8 @@ from agent.frames.events import AgentEvent, ErrorEvent, PlanReady, StreamEnd, St
 from agent.llm import BackendRegistry
 from agent.llm.messages import ChatMessage
 from agent.models import Profile
-from agent.toolcalling import constrained
-from agent.toolcalling.calls import CallTracker
 from agent.toolcalling.tool_step import run_tool
-from agent.trust.approvals import RunGuard, current_guard
+from agent.trust.approvals import RunGuard, current_guard, offered_tools
 from agent.turn import ending, subagent, workers
 from agent.turn.planning import plan_turn, should_plan
 from agent.turn.stopping import Stopped, raise_if_stopped, until_stopped
@@ -31,6 +29,7 @@ from agent.turn.turns import (
     TurnFailed,
     answer_from_results,
     decide_step,
+    make_setup,
     rewrite_call,
     stream_turn,
     turn_context,
@@ -230,29 +229,7 @@ class Agent:
 
     async def _setup(self, profile: Profile, backend=None, limit: int = 0) -> Setup:
         backend = backend or self.backends.get(profile.llm_backend)
-        limit = limit or await effective_window(backend, profile)
-        tools, model = self._offered(profile), profile.resolved_model()
-        setup = Setup(profile, backend, tools, limit, CallTracker(backend.name, model))
-        if tools and profile.tool_calling != Profile.ToolCalling.NATIVE:
-            setup.constrained = await until_stopped(constrained.support(backend, model), current_stop_event.get())
-            if not setup.constrained and profile.tool_calling == Profile.ToolCalling.CONSTRAINED:
-                log.warning("profile %s asks for constrained tool calls, but %s/%s enforces no JSON schema: "
-                            "tool calls are read from text", profile.id, backend.name, model)
-            # Every tool offered: one catalogue in the system prompt, the same in every chat (a
-            # cached prefix). A profile that caps its tools (a small model's) sends each step's
-            # few tools the way the chat template shows them instead.
-            setup.catalogue = constrained.catalogue(tools) if setup.constrained and not profile.max_tools else ""
-        return setup
-
-    def _offered(self, profile: Profile) -> list:
-        """The profile's tools this user may be offered (no host tools without the permission,
-        nothing the policy denies)."""
-        guard = current_guard.get()
-        user_id = guard.user_id if guard is not None else current_user_id.get()
-        tools = self.tools.tools_for(profile.enabled_tools, user_id, profile.id)
-        if guard is None:
-            return tools
-        return [t for t in tools if guard.offers(t.name, profile.tool_policy)]
+        return await make_setup(profile, backend, offered_tools(self.tools, profile), limit)
 
 
 async def _load_profile(profile_id: str) -> Profile:

@@ -15,7 +15,7 @@ from typing import AsyncIterator
 
 from agent.context import prompts
 from agent.context.conversation import Conversation
-from agent.context.window import estimate_text
+from agent.context.window import effective_window, estimate_text
 from agent.frames.events import AgentEvent, ErrorEvent, TextDelta, ThinkingDelta, ThinkingEnd
 from agent.llm import LLMBackend, LLMError
 from agent.llm.base import (
@@ -74,6 +74,24 @@ class TurnFailed(Exception):
     def __init__(self, event: ErrorEvent) -> None:
         super().__init__(event.message)
         self.event = event
+
+
+async def make_setup(profile: Profile, backend: LLMBackend, tools: list[Tool], limit: int = 0) -> Setup:
+    """What the turn's calls use of `profile` offering `tools`: the window, a call tracker, and
+    how the server takes a schema when the steps are constrained (probed once per server and model)."""
+    limit = limit or await effective_window(backend, profile)
+    model = profile.resolved_model()
+    setup = Setup(profile, backend, tools, limit, CallTracker(backend.name, model))
+    if tools and profile.tool_calling != Profile.ToolCalling.NATIVE:
+        setup.constrained = await until_stopped(constrained.support(backend, model), current_stop_event.get())
+        if not setup.constrained and profile.tool_calling == Profile.ToolCalling.CONSTRAINED:
+            log.warning("profile %s asks for constrained tool calls, but %s/%s enforces no JSON schema: "
+                        "tool calls are read from text", profile.id, backend.name, model)
+        # Every tool offered: one catalogue in the system prompt, the same in every chat (a
+        # cached prefix). A profile that caps its tools (a small model's) sends each step's
+        # few tools the way the chat template shows them instead.
+        setup.catalogue = constrained.catalogue(tools) if setup.constrained and not profile.max_tools else ""
+    return setup
 
 
 async def turn_context(conv: Conversation, setup: Setup) -> list[ChatMessage]:
