@@ -1,15 +1,14 @@
 """The agent loop: run, run_stream, run_ephemeral.
 
-run_stream: user row saved → pre-turn workers → optional planning → tool-calling loop up to
-max_iterations (one LLM call: agent.turn.turns; each tool call: agent.toolcalling.tool_step) → stream_end →
-post-turn workers. Stop is cooperative (current_stop_event) and ends the loop as `Stopped`; a
-failed call as `TurnFailed` with its error frame; a partial answer is kept as `interrupted`.
+run_stream: user row saved → pre-turn workers → planning (turn.planning) → up to max_iterations
+steps (an LLM call or a constrained step: turn.turns; tool calls: toolcalling.tool_step) → the
+answer or the give-up (turn.ending) → post-turn workers. Stop (current_stop_event) ends it as
+`Stopped`, a failed call as `TurnFailed` with its error frame; a partial answer stays `interrupted`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 from typing import AsyncIterator
 
 from agent.context.conversation import Conversation, DBConversation
@@ -23,17 +22,7 @@ from agent.trust.approvals import RunGuard, current_guard, offered_tools
 from agent.turn import ending, subagent, workers
 from agent.turn.planning import plan_turn, should_plan
 from agent.turn.stopping import Stopped, raise_if_stopped, until_stopped
-from agent.turn.turns import (
-    Setup,
-    Turn,
-    TurnFailed,
-    answer_from_results,
-    decide_step,
-    make_setup,
-    rewrite_call,
-    stream_turn,
-    turn_context,
-)
+from agent.turn.turns import Setup, Turn, TurnFailed, constrained_step, make_setup, stream_turn, turn_context
 from memory_app.services import get_summary
 from navi_project.hop import db_hop
 from tools_app.context import (
@@ -46,7 +35,6 @@ from tools_app.context import (
 )
 from tools_app.registry import ToolRegistry
 
-log = logging.getLogger(__name__)
 
 class RunFailed(Exception):
     """`run()` could not produce an answer; the message says why and what to do."""
@@ -162,7 +150,7 @@ class Agent:
             raise_if_stopped(stop)
             turn, offer = Turn(), setup.tracker.offer(setup.tools)
             if setup.constrained and offer:
-                async for event in self._constrained_step(conv, setup, offer, turn, query):
+                async for event in constrained_step(conv, setup, offer, turn, query, self.tools):
                     yield event
             else:
                 async for event in stream_turn(conv, setup, offer, turn, query):
@@ -183,39 +171,8 @@ class Agent:
         async for event in ending.give_up(conv, setup):
             yield event
 
-    async def _constrained_step(self, conv: Conversation, setup: Setup, offer: list, turn: Turn, query: str):
-        """One step on a server that enforces schemas (agent.toolcalling.constrained): the model chooses
-        "answer" or one valid call under the step's schema. The answer then streams
-        unconstrained: on a profile that caps its tools (a small model's), after tool results,
-        from a short prompt of the request and the results (a small model asked in the long
-        context writes the call again, or copies the instruction); otherwise in the step's own
-        context. A call written in that answer anyway is written again under its schema when
-        it is not valid: what runs is never malformed."""
-        decision = await decide_step(conv, setup, offer, turn, query)
-        if decision is not None and decision.call is not None:
-            return
-        if decision is not None and setup.profile.max_tools and setup.tracker.used:
-            async for event in answer_from_results(conv, setup, turn):
-                yield event
-            return
-        async for event in stream_turn(conv, setup, offer, turn, query, answer_only=decision is not None,
-                                       recover=not (decision and decision.repeated)):
-            yield event
-        if not turn.calls:
-            return
-        call = turn.calls[0]
-        names = [t.name for t in setup.step_tools]
-        if call.name not in names or self.tools.prepare(call.name, call.arguments, repair=setup.profile.repair_arguments,
-                                                        offered=names).problem is not None:
-            rewritten = await rewrite_call(conv, setup, turn, call)
-            if rewritten is not None and rewritten.call is not None:
-                call = rewritten.call
-        if turn.calls != [call]:
-            turn.calls = [call]
-            turn.message.tool_calls = [call]
-            await conv.save_streaming(turn.message, tokens=turn.tokens)
-
     async def _run_calls(self, conv, setup: Setup, calls: list, offer: list, is_subagent: bool):
+        """The turn's tool calls in order (agent.toolcalling.tool_step); the counters are written even on a stop."""
         allowed = [t.name for t in offer]
         try:
             for call in calls:
@@ -228,6 +185,7 @@ class Agent:
         await setup.tracker.flush()
 
     async def _setup(self, profile: Profile, backend=None, limit: int = 0) -> Setup:
+        """What the turn's calls use of `profile` (switch_profile may change it mid-run)."""
         backend = backend or self.backends.get(profile.llm_backend)
         return await make_setup(profile, backend, offered_tools(self.tools, profile), limit)
 

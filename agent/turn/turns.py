@@ -37,6 +37,7 @@ from agent.turn.stopping import Stopped, raise_if_stopped, stoppable, until_stop
 from navi_project.llm_purpose import llm_purpose
 from tools_app.base import Tool
 from tools_app.context import current_stop_event
+from tools_app.registry import ToolRegistry
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +144,41 @@ async def stream_turn(
         yield ThinkingEnd()
     turn.message.tool_calls = list(turn.calls)
     await conv.save_streaming(turn.message, tokens=turn.tokens)  # the context's size with it: one hop
+
+
+async def constrained_step(
+    conv: Conversation, setup: Setup, offer: list[Tool], turn: Turn, query: str, tools: ToolRegistry
+) -> AsyncIterator[AgentEvent]:
+    """One step on a server that enforces schemas (agent.toolcalling.constrained): the model chooses
+    "answer" or one valid call under the step's schema. The answer then streams
+    unconstrained: on a profile that caps its tools (a small model's), after tool results,
+    from a short prompt of the request and the results (a small model asked in the long
+    context writes the call again, or copies the instruction); otherwise in the step's own
+    context. A call written in that answer anyway is written again under its schema when
+    it is not valid: what runs is never malformed."""
+    decision = await decide_step(conv, setup, offer, turn, query)
+    if decision is not None and decision.call is not None:
+        return
+    if decision is not None and setup.profile.max_tools and setup.tracker.used:
+        async for event in answer_from_results(conv, setup, turn):
+            yield event
+        return
+    async for event in stream_turn(conv, setup, offer, turn, query, answer_only=decision is not None,
+                                   recover=not (decision and decision.repeated)):
+        yield event
+    if not turn.calls:
+        return
+    call = turn.calls[0]
+    names = [t.name for t in setup.step_tools]
+    if call.name not in names or tools.prepare(call.name, call.arguments, repair=setup.profile.repair_arguments,
+                                               offered=names).problem is not None:
+        rewritten = await rewrite_call(conv, setup, turn, call)
+        if rewritten is not None and rewritten.call is not None:
+            call = rewritten.call
+    if turn.calls != [call]:
+        turn.calls = [call]
+        turn.message.tool_calls = [call]
+        await conv.save_streaming(turn.message, tokens=turn.tokens)
 
 
 MAX_LEFT_ASKS = 2  # per turn: a small model asked again about a part of its request left
