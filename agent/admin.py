@@ -4,10 +4,10 @@ from django import forms
 from django.contrib import admin, messages
 from django.utils.html import format_html
 
-from agent import policy
-from agent.memory_extraction import regenerate_summary
+from agent.memory.extraction import regenerate_summary
 from agent.models import LLMCall, ModelReliability, Profile, SessionToolGrant, ToolCallRecord
 from agent.registry import get_agent
+from agent.trust import policy
 from memory_app.admin import MemoryFactAdmin, MemorySummaryAdmin
 from memory_app.models import MemoryFact, MemorySummary
 

@@ -1,5 +1,5 @@
 """Tools that act on the agent itself: switch_profile, list_profiles, spawn_agent (and reflect,
-from agent.reflect). They live in agent/ because they need the agent; tools_app never imports it."""
+from agent.turn.reflect). They live in agent/ because they need the agent; tools_app never imports it."""
 
 from __future__ import annotations
 
@@ -7,16 +7,16 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
-from agent.events import ProfileSwitched
-from agent.loop import RunFailed
+from agent.frames.events import ProfileSwitched
 from agent.models import Profile
-from agent.reflect import ReflectTool
+from agent.turn.loop import RunFailed
+from agent.turn.reflect import ReflectTool
 from sessions_app.models import Session
 from tools_app.base import Tool, ToolResult
 from tools_app.context import current_chat_session_id, current_session_id, emit
 
 if TYPE_CHECKING:
-    from agent.loop import Agent
+    from agent.turn.loop import Agent
 
 
 class SwitchProfileTool(Tool):

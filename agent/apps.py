@@ -10,9 +10,11 @@ class AgentConfig(AppConfig):
 
     def ready(self) -> None:
         # Imported here, not at the top: these modules import models (Django's app-loading rule).
-        from agent import compression, memory_background, startup, titles
+        from agent.memory import background as memory_background
+        from agent.runs import startup
+        from agent.turn import compression, titles
 
         compression.register_workers()  # context compression before and after a turn
         titles.register_workers()  # a generated title after the first answer
-        session_created.connect(memory_background.on_session_created, dispatch_uid="agent.memory_extraction")
-        server_started.connect(startup.on_server_started, dispatch_uid="agent.startup")
+        session_created.connect(memory_background.on_session_created, dispatch_uid="agent.memory.extraction")
+        server_started.connect(startup.on_server_started, dispatch_uid="agent.runs.startup")

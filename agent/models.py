@@ -19,10 +19,10 @@ class Profile(models.Model):
     planning_enabled = models.BooleanField(default=False)
     llm_backend = models.CharField(max_length=32, default="ollama")
     scratchpad_sections = models.JSONField(default=list, blank=True)
-    # {tool name: "allow" | "ask" | "deny"}; a tool not listed follows agent.policy.DEFAULTS.
+    # {tool name: "allow" | "ask" | "deny"}; a tool not listed follows agent.trust.policy.DEFAULTS.
     tool_policy = models.JSONField(default=dict, blank=True)
 
-    # --- small models (agent.toolcalls, agent.toolselect) -------------------------------------
+    # --- small models (agent.toolcalling.toolcalls, agent.toolcalling.toolselect) -------------------------------------
     class Planning(models.TextChoices):
         ALWAYS = "always"
         AUTO = "auto"  # skip the planning call for short single-request messages
@@ -47,7 +47,7 @@ class Profile(models.Model):
     )
     class ToolCalling(models.TextChoices):
         NATIVE = "native"  # the server's own tool calls (and text recovery when on)
-        CONSTRAINED = "constrained"  # the deciding step is schema-constrained JSON (agent.constrained)
+        CONSTRAINED = "constrained"  # the deciding step is schema-constrained JSON (agent.toolcalling.constrained)
         AUTO = "auto"  # constrained when the server supports it, else native
 
     tool_calling = models.CharField(
@@ -157,7 +157,7 @@ class ModelReliability(models.Model):
     broken_loops = models.PositiveIntegerField(default=0)  # the same failing call twice in a row
     repeated_calls = models.PositiveIntegerField(default=0)  # a successful call made again, not run
     constrained_calls = models.PositiveIntegerField(default=0)  # calls chosen in a constrained step
-    # Schema-constrained output (agent.constrained): "" not probed yet, else the way it works
+    # Schema-constrained output (agent.toolcalling.constrained): "" not probed yet, else the way it works
     # ("format", "response_format", "json_schema") or "unsupported".
     constrained_output = models.CharField(max_length=32, blank=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import threading
 
-from agent import llmcalls
 from agent.agent_tools import agent_tools
-from agent.llm import BackendRegistry, LLMBackend
+from agent.llm import BackendRegistry, LLMBackend, llmcalls
 from agent.llm.ollama_backend import OllamaBackend
 from agent.llm.openai_backend import OpenAIBackend
-from agent.loop import Agent
+from agent.turn.loop import Agent
 from tools_app.toolset import get_tool_registry, reset_tool_registry
 
 _lock = threading.Lock()

@@ -136,9 +136,9 @@ def first_problem(*problems: str) -> str:
 
 
 # --- is the final answer an answer? ----------------------------------------------------------------
-# Navi's marks around outside data (agent/policy.py wrap_untrusted): only a tool result holds them.
+# Navi's marks around outside data (agent/trust/policy.py wrap_untrusted): only a tool result holds them.
 _UNTRUSTED = re.compile(r"\[(END )?UNTRUSTED DATA [0-9a-f]{8}|It is data, not instructions", re.IGNORECASE)
-# agent/loop.py _give_up: the turn ran out of tool-calling steps.
+# agent/turn/ending.py give_up: the turn ran out of tool-calling steps.
 _GIVE_UP = re.compile(r"I stopped after \d+ tool-calling steps", re.IGNORECASE)
 # http_request's result (tools_app/builtin/web.py _format_response): a status line, then headers.
 _HTTP_STATUS = re.compile(r"^\s*HTTP(/\d(\.\d)?)?\s+\d{3}\b", re.MULTILINE)

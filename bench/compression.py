@@ -56,10 +56,10 @@ def _make_session(user):
 
 
 async def _compress_once(session_id: str, backend) -> tuple[float, float, int, int]:
-    from agent.compression import CompressionWorker
-    from agent.conversation import DBConversation
+    from agent.context.conversation import DBConversation
     from agent.models import Profile
-    from agent.workers import WorkerContext
+    from agent.turn.compression import CompressionWorker
+    from agent.turn.workers import WorkerContext
 
     conv = await DBConversation.open(session_id)
     profile = await Profile.objects.aget(pk="secretary")

@@ -34,8 +34,8 @@ def _make_session(user, existing: int):
 
 
 async def _save_turns(session_id: str) -> list[float]:
-    from agent.conversation import DBConversation
-    from agent.messages import ChatMessage
+    from agent.context.conversation import DBConversation
+    from agent.llm.messages import ChatMessage
 
     conv = await DBConversation.open(session_id)
     timings = []

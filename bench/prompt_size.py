@@ -34,11 +34,12 @@ async def build(profile_id: str, mode: str) -> tuple[dict, dict[str, str]]:
     """(the request body, the system prompt's parts) of a new chat's first call in `mode`."""
     from django.conf import settings
 
-    from agent import constrained, prompts, toolselect
+    from agent.context import prompts
+    from agent.llm.messages import ChatMessage
     from agent.llm.openai_backend import _request_body
-    from agent.messages import ChatMessage
     from agent.models import Profile
     from agent.registry import get_agent
+    from agent.toolcalling import constrained, toolselect
 
     profile = await Profile.objects.aget(pk=profile_id)
     tools = get_agent().tools.tools_for(profile.enabled_tools, None, profile.id)

@@ -1,5 +1,5 @@
 """Memory app: facts, summaries and their search index. The LLM work on memory (extraction,
-summary regeneration) is the agent's (agent.memory_extraction, agent.memory_background)."""
+summary regeneration) is the agent's (agent.memory.extraction, agent.memory.background)."""
 
 from __future__ import annotations
 

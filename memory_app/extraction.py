@@ -2,7 +2,7 @@
 
 A session is stale when it has been idle for STALE_AFTER and has not been extracted since its
 last activity. The LLM call itself, the upserts and the `memory_saved` frames are the agent's
-job (agent.memory_extraction): every LLM call is made from agent/.
+job (agent.memory.extraction): every LLM call is made from agent/.
 """
 
 from __future__ import annotations

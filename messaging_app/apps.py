@@ -9,7 +9,7 @@ class MessagingAppConfig(AppConfig):
 
     def ready(self) -> None:
         # Imported here, not at the top: these modules import models (Django's app-loading rule).
-        from agent.health import register_check
+        from agent.web.health import register_check
         from messaging_app import links
         from messaging_app.telegram import service, status
         from messaging_app.telegram.notify import TelegramSender

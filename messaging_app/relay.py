@@ -16,8 +16,8 @@ from typing import Any
 
 from channels.layers import get_channel_layer
 
-from agent.groups import frames_group
-from agent.runs import Run
+from agent.frames.groups import frames_group
+from agent.runs.manager import Run
 from messaging_app.transport import Button, Transport
 from sessions_app.models import SessionFile
 from sessions_app.services import session_files_dir

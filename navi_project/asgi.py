@@ -1,8 +1,8 @@
 """ASGI entry point: HTTP through Django, WebSockets through Channels.
 
     ProtocolTypeRouter
-      http      → body size limit → /mcp: Navi's MCP endpoint (agent.mcp_server); else Django
-      websocket → cookie/Bearer auth → Origin check → URLRouter(agent.routing)
+      http      → body size limit → /mcp: Navi's MCP endpoint (agent.web.mcp_server); else Django
+      websocket → cookie/Bearer auth → Origin check → URLRouter(agent.web.routing)
 
 Under `python -m navi_project.serve` (daphne with limits at the protocol level) oversized
 bodies never get this far; the ASGI body limit is the guard under any other server.
@@ -23,8 +23,8 @@ django_asgi_app = BodyFileASGIHandler()  # reads a body the server spooled to di
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 
-from agent.mcp_server import endpoint as mcp_endpoint  # noqa: E402
-from agent.routing import websocket_urlpatterns  # noqa: E402
+from agent.web.mcp_server import endpoint as mcp_endpoint  # noqa: E402
+from agent.web.routing import websocket_urlpatterns  # noqa: E402
 from navi_project.origin import header, origin_allowed  # noqa: E402
 from sessions_app.auth import WebSocketAuthStack  # noqa: E402
 from sessions_app.bodylimit import BodyLimitMiddleware  # noqa: E402
@@ -57,7 +57,7 @@ class OriginCheck:
 
 
 class MCPRoute:
-    """`/mcp` is Navi's own MCP endpoint (the SDK's streamable-HTTP app, agent.mcp_server);
+    """`/mcp` is Navi's own MCP endpoint (the SDK's streamable-HTTP app, agent.web.mcp_server);
     every other path is Django's (`/mcp/servers` included)."""
 
     def __init__(self, application):

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 CLEAN_INTERVAL_S = 1.0  # expiry is 60 s: a second of slack in noticing it changes nothing
 
 
-IMMUTABLE = frozenset({"run.event"})  # agent.groups.run_event: a published frame
+IMMUTABLE = frozenset({"run.event"})  # agent.frames.groups.run_event: a published frame
 
 
 def _copy(message: dict) -> dict:
@@ -52,7 +52,7 @@ class NaviInMemoryChannelLayer(InMemoryChannelLayer):
     def attach(self, channel: str, receiver: Callable[[dict], Awaitable[None]]) -> None:
         """Hand `channel`'s run frames sent to its groups (type run.event) to `receiver` (a
         bound async method) in the sending task, when it sends from the receiver's event loop;
-        anything else still queues. The receiver keeps its own order (agent.consumers)."""
+        anything else still queues. The receiver keeps its own order (agent.web.consumers)."""
         self._attached[channel] = (weakref.WeakMethod(receiver), asyncio.get_running_loop())
 
     def detach(self, channel: str) -> None:

@@ -1,5 +1,5 @@
 """What an LLM call is for (planning, answer, compression, extraction, title, reflect): set by
-whoever makes the call, read when the call is recorded (agent.llmcalls). Shared by the apps
+whoever makes the call, read when the call is recorded (agent.llm.llmcalls). Shared by the apps
 that call LLMs, so none of them has to import the agent to say it."""
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ RUNS_STARTED = Counter("navi_runs_started_total", "Runs started")
 RUNS_FAILED = Counter("navi_runs_failed_total", "Runs that ended with an error frame")
 RUNS_STOPPED = Counter("navi_runs_stopped_total", "Runs stopped by the owner")
 
-# --- LLM calls (agent.llmcalls records every one) ---------------------------------------------
+# --- LLM calls (agent.llm.llmcalls records every one) ---------------------------------------------
 LLM_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
 LLM_CALL_SECONDS = Histogram(
     "navi_llm_call_duration_seconds", "Wall-clock time of one LLM call", ["backend", "model", "purpose"], buckets=LLM_BUCKETS
@@ -87,7 +87,7 @@ def run_started() -> None:
 
 
 def run_finished(run) -> None:
-    """agent.runs.Run at its end (error / stopped flags set by the run manager)."""
+    """agent.runs.manager.Run at its end (error / stopped flags set by the run manager)."""
     RUNS_ACTIVE.dec()
     if run.error:
         RUNS_FAILED.inc()
@@ -96,7 +96,7 @@ def run_finished(run) -> None:
 
 
 def llm_call(call: dict) -> None:
-    """The call record of LLMBackend.observer (agent.llmcalls.observe)."""
+    """The call record of LLMBackend.observer (agent.llm.llmcalls.observe)."""
     backend, model = str(call.get("backend") or "")[:32], str(call.get("model") or "")[:200]
     purpose = str(call.get("purpose") or "")[:32]
     LLM_CALLS.labels(backend, model, purpose, str(call.get("outcome") or "")[:16]).inc()

@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from agent.health import health
+from agent.web.health import health
 from sessions_app.metrics_access import metrics_view
 from sessions_app.throttle import login_throttled
 
@@ -15,15 +15,15 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("login/", login_throttled(auth_views.LoginView.as_view()), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("agents/", include("agent.urls")),
+    path("agents/", include("agent.web.urls")),
     path("", include("sessions_app.urls")),
-    path("", include("agent.session_urls")),
+    path("", include("agent.web.session_urls")),
     path("", include("memory_app.urls")),
     path("", include("notify_app.urls")),
     path("", include("routines_app.urls")),
     path("", include("messaging_app.urls")),
     path("", include("tools_app.urls")),
-    path("", include("agent.page_urls")),
+    path("", include("agent.web.page_urls")),
 ]
 
 handler404 = "navi_project.views.not_found"

@@ -1,4 +1,4 @@
-"""Project-level JSON error handlers (CSRF failure, 404). /health is agent.health."""
+"""Project-level JSON error handlers (CSRF failure, 404). /health is agent.web.health."""
 
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Min
 from django.utils import timezone
 
-from agent.runs import RunActive, get_run_manager
+from agent.runs.manager import RunActive, get_run_manager
 from navi_project import metrics
 from navi_project.hop import db_hop
 from sessions_app.models import Session, UserSettings

@@ -15,7 +15,7 @@ from sessions_app.models import UserSettings, profile_model
 from . import schedule as sched
 from .models import Routine, RoutineRun
 
-MAX_INSTRUCTION_CHARS = 100_000  # a chat message's limit (agent.consumers.MAX_CONTENT_CHARS)
+MAX_INSTRUCTION_CHARS = 100_000  # a chat message's limit (agent.web.consumers.MAX_CONTENT_CHARS)
 FIELDS = {"name", "instruction", "schedule", "time_zone", "profile_id", "enabled", "catch_up_s", "jitter_s"}
 
 

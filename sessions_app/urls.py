@@ -3,7 +3,7 @@ from django.urls import path
 from . import files, settings_views, views
 
 # No trailing slashes: the same paths as the original Navi, so existing clients work. The paths
-# that start or steer a run (messages, stop, regenerate, edit, approvals) are in agent.session_urls.
+# that start or steer a run (messages, stop, regenerate, edit, approvals) are in agent.web.session_urls.
 urlpatterns = [
     path("sessions", views.sessions, name="sessions"),
     path("sessions/import", views.session_import, name="session-import"),  # before <session_id>

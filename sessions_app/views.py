@@ -1,5 +1,5 @@
 """REST views for sessions: list, create, detail, pin, context, export/import. Every view requires
-login or a Bearer token. The views that start or steer a run are in agent.views."""
+login or a Bearer token. The views that start or steer a run are in agent.web.views."""
 
 from __future__ import annotations
 

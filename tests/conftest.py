@@ -94,7 +94,7 @@ def _isolated_dirs(settings, tmp_path):
     settings.ALLOWED_HOSTS = ["testserver", "localhost", "127.0.0.1"]
     # A test that meets an approval it did not expect fails in seconds, not after 10 minutes.
     settings.APPROVAL_TIMEOUT_S = 20
-    from agent.health import _llm_probe_cache
+    from agent.web.health import _llm_probe_cache
 
     _llm_probe_cache.clear()  # /health caches the LLM probe; each test has its own LLM
     reset_agent()
@@ -113,7 +113,7 @@ def _fresh_channel_layer():
 @pytest.fixture(autouse=True)
 def _fresh_schema_probe():
     """Each test's LLM server is probed for schema support anew (a port may be reused)."""
-    from agent import constrained
+    from agent.toolcalling import constrained
 
     constrained.forget_support()
     yield

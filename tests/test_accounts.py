@@ -184,7 +184,7 @@ class TestHealth:
         assert set(token_body) == {"status", "db", "channel_layer", "llm", "mcp"}  # mcp: failing MCP servers
 
     def test_the_llm_probe_is_cached_for_a_few_seconds(self, owner_client, anon_client, monkeypatch):
-        from agent import health as views
+        from agent.web import health as views
 
         calls = []
         monkeypatch.setattr(views, "_check_llm", lambda: calls.append(1) or "ok")

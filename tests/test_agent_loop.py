@@ -7,10 +7,10 @@ import asyncio
 
 import pytest
 
-from agent.events import to_frame
-from agent.loop import RunFailed
+from agent.frames.events import to_frame
 from agent.models import Profile
 from agent.registry import get_agent
+from agent.turn.loop import RunFailed
 from sessions_app.models import Message, Session
 from tests.llm_server import Rule, Turn
 from tools_app.base import Tool, ToolResult
@@ -84,7 +84,7 @@ class TestSequences:
         assert (stored.context_token_count, stored.context_window) == (15, 8192)  # the meter after a reload
 
     async def test_an_answer_saved_in_parts_ends_complete_with_the_contexts_size(self, llm, session, no_planning, monkeypatch):
-        from agent import conversation
+        from agent.context import conversation
 
         monkeypatch.setattr(conversation, "FLUSH_INTERVAL_S", 0.0)  # a partial save at every delta
         llm.script(Turn(content="one two three four", chunk_size=4, delay=0.02))

@@ -9,8 +9,8 @@ import json
 import pytest
 from django.test import AsyncClient
 
-from agent import titles
 from agent.models import Profile
+from agent.turn import titles
 from sessions_app.models import Message, Session, SessionFile, UserSettings
 from tests.llm_server import Turn
 from tests.test_consumer import TIMEOUT, TokenClient, connect, receive_until

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 from asgiref.sync import sync_to_async
 
-from agent.compression import SUMMARY_PREFIX, compress_context, format_for_summary, partition
-from agent.conversation import DBConversation
-from agent.events import ContextCompressed, StreamEnd
+from agent.context.conversation import DBConversation
+from agent.frames.events import ContextCompressed, StreamEnd
+from agent.llm.messages import ChatMessage, ToolCall
 from agent.llm.ollama_backend import OllamaBackend
-from agent.messages import ChatMessage, ToolCall
 from agent.registry import get_agent
+from agent.turn.compression import SUMMARY_PREFIX, compress_context, format_for_summary, partition
 from sessions_app.models import Message, Session
 from tests.llm_server import Rule, Turn
 
@@ -96,7 +96,7 @@ class TestCompressContext:
         assert len(request["messages"][-1]["content"]) <= 12_000
 
     async def test_an_empty_summary_is_an_error(self, llm):
-        from agent.compression import CompressionError
+        from agent.turn.compression import CompressionError
 
         llm.script(Turn(content="  "))
         with pytest.raises(CompressionError):
@@ -194,8 +194,8 @@ class TestWorkersNotWanted:
     async def test_an_unwanted_worker_is_not_run_and_a_wanted_one_is(self):
         from types import SimpleNamespace
 
-        from agent import workers
-        from agent.compression import CompressionWorker
+        from agent.turn import workers
+        from agent.turn.compression import CompressionWorker
 
         ran = []
 

@@ -10,9 +10,9 @@ import json
 import jsonschema
 import pytest
 
-from agent import constrained, toolselect
-from agent.messages import ChatMessage
+from agent.llm.messages import ChatMessage
 from agent.models import ModelReliability, Profile
+from agent.toolcalling import constrained, toolselect
 from tests.llm_server import Turn
 from tests.test_small_models import of, run, shown
 from tools_app.models import ScratchpadSection
@@ -153,7 +153,7 @@ class TestConstrainedStep:
         from datetime import datetime
         from zoneinfo import ZoneInfo
 
-        from agent import clock
+        from agent.context import clock
         from sessions_app.models import Session
 
         monkeypatch.setattr(clock, "now", lambda: datetime(2026, 11, 25, 9, 30, tzinfo=ZoneInfo("UTC")))
@@ -420,7 +420,7 @@ class TestSmallModelStep:
         assert frames[-1]["content"] == "It says apple."
 
     def test_the_answer_prompt_puts_failed_calls_on_one_line_before_the_results_that_worked(self):
-        from agent.messages import ToolCall
+        from agent.llm.messages import ToolCall
 
         get = ToolCall(id="a", name="http_request", arguments={"method": "GET", "url": "http://x/stock.json"})
         read = ToolCall(id="b", name="filesystem", arguments={"action": "read", "path": "stock.json"})
@@ -434,7 +434,7 @@ class TestSmallModelStep:
         assert failed < worked and "list the folder" not in prompt  # the failure kept, short, and not last
 
     def test_a_path_is_put_right_only_where_it_plainly_meant_a_named_file(self):
-        from agent.messages import ToolCall
+        from agent.llm.messages import ToolCall
 
         def fixed(request: str, **arguments) -> str:
             call = ToolCall(id="1", name="filesystem", arguments=arguments)
@@ -452,7 +452,7 @@ class TestSmallModelStep:
         assert fixed("Write a haiku to a file.", action="write", path="poem") == "poem"
 
     def test_what_is_left_names_untouched_files_and_unused_named_tools(self):
-        from agent.messages import ToolCall
+        from agent.llm.messages import ToolCall
 
         save = FakeTool("memory_save", {})
         save.offer_when = "remember"
@@ -602,7 +602,7 @@ class TestTheSchema:
             assert not {"write_tool", "schedule_routine", "share_file", "ssh_exec", "todo"} & set(offered(request))
 
     def test_subjects_and_file_names_match_whatever_the_case_or_padding(self):
-        from agent.messages import ToolCall
+        from agent.llm.messages import ToolCall
 
         files = FakeTool("filesystem", {}, "Write text to a file.")
         plugin = FakeTool("write_tool", {}, "Write a new tool.")

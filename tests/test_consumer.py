@@ -166,7 +166,7 @@ class TestHandshake:
     async def test_a_token_socket_costs_two_thread_hops_to_open_and_none_to_close(self, session, owner_token, monkeypatch):
         import asgiref.sync
 
-        from agent import consumers
+        from agent.web import consumers
 
         monkeypatch.setattr(consumers, "_persistent_sqlite", lambda: True)  # as `make run` serves
 
@@ -401,7 +401,7 @@ class TestAfterTheAnswer:
     async def test_a_message_sent_right_after_stream_end_waits_for_post_turn_work(
         self, llm, session, owner_token, no_planning, monkeypatch
     ):
-        from agent import workers
+        from agent.turn import workers
 
         finished = []
 
@@ -427,7 +427,7 @@ class TestGapRepair:
     async def test_a_frame_lost_by_the_channel_layer_is_fetched_from_the_run_buffer(
         self, llm, session, owner_token, no_planning, monkeypatch
     ):
-        from agent.runs import RunManager
+        from agent.runs.manager import RunManager
 
         original = RunManager.publish
 
@@ -457,7 +457,7 @@ class TestSlowReplay:
         from channels.layers import get_channel_layer
         from django.utils import timezone
 
-        from agent.groups import control_group
+        from agent.frames.groups import control_group
 
         layer = get_channel_layer()
         owner = await layer.new_channel()  # stands in for the run's (slow) owner
@@ -477,7 +477,7 @@ class TestSlowReplay:
         await comm.disconnect()
 
     async def test_a_gone_run_is_announced_after_the_attempts(self, session, owner_token):
-        from agent.consumers import REPLAY_ATTEMPTS
+        from agent.web.consumers import REPLAY_ATTEMPTS
 
         comm = connect(session.id, token=owner_token, query=f"run_id={uuid.uuid4().hex}&after_seq=2")
         connected, _ = await comm.connect(timeout=TIMEOUT)
@@ -492,7 +492,7 @@ class TestTwoDeliverers:
         """With the single-process layer a run's frames arrive in the run's own task while a
         replay is written by the socket's task: a live frame must queue behind the replay, not
         slip between its frames (which would look like a gap and stall the stream)."""
-        from agent.consumers import SessionConsumer
+        from agent.web.consumers import SessionConsumer
         from navi_project.inmemory_layer import NaviInMemoryChannelLayer
 
         consumer = SessionConsumer()

@@ -149,7 +149,7 @@ def _partial_answer(session) -> Message:
 def test_start_up_recovery_voids_every_claim_without_redis(session, settings) -> None:
     from django.utils import timezone
 
-    from agent.runs import recover_after_crash
+    from agent.runs.manager import recover_after_crash
 
     settings.REDIS_URL = ""  # in-memory layer: this process is the only worker, every claim is dead
     session.active_run_id, session.active_run_heartbeat = "dead-run", timezone.now()
@@ -164,7 +164,7 @@ def test_start_up_recovery_voids_every_claim_without_redis(session, settings) ->
 def test_start_up_recovery_spares_a_live_claim_of_another_worker_with_redis(session, settings) -> None:
     from django.utils import timezone
 
-    from agent.runs import recover_after_crash
+    from agent.runs.manager import recover_after_crash
 
     settings.REDIS_URL = "redis://127.0.0.1:9/0"  # several workers: a fresh heartbeat is alive
     session.active_run_id, session.active_run_heartbeat = "live-run", timezone.now()
@@ -180,7 +180,7 @@ async def test_taking_over_a_stale_claim_interrupts_the_dead_runs_partial_row(se
     from asgiref.sync import sync_to_async
     from django.utils import timezone
 
-    from agent.runs import CLAIM_TTL, claim_run
+    from agent.runs.manager import CLAIM_TTL, claim_run
 
     session.active_run_id = "crashed-worker-run"
     session.active_run_heartbeat = timezone.now() - CLAIM_TTL * 2

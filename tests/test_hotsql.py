@@ -80,7 +80,7 @@ def test_an_update_returns_the_rows_it_changed_as_a_select_would_read_them(sessi
 def test_a_run_claim_reads_the_session_it_claims_and_works_without_returning(session, monkeypatch):
     from django.db import connection
 
-    from agent.runs import _claim
+    from agent.runs.manager import _claim
 
     claimed = _claim(str(session.pk), "run-1")
     assert isinstance(claimed, Session) and claimed.pk == session.pk and claimed.active_run_id == "run-1"

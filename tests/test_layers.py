@@ -4,6 +4,9 @@ routines_app, messaging_app → agent → tools_app → memory_app → notify_ap
 package imports only those to its right. The one arrow running back up is the wiring
 (navi_project's urls, asgi and serve import the apps they serve). No circle of files, and no
 import placed inside a function except where Django requires it (AppConfig.ready).
+
+Inside agent/ the rooms keep the same rule among themselves (AGENT_ROOMS, top to bottom); Django's
+files (admin, apps, management) are agent's wiring and may import any room.
 """
 
 from __future__ import annotations
@@ -14,6 +17,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 ORDER = ["routines_app", "messaging_app", "agent", "tools_app", "memory_app", "notify_app", "sessions_app", "navi_project"]
 WIRING = {"navi_project.urls", "navi_project.asgi", "navi_project.wsgi", "navi_project.serve"}
+# agent/'s rooms, top to bottom: a room imports only the rooms after it. Every module of agent/
+# belongs to one; registry (the composition root) and agent_tools are the two left directly in agent/.
+AGENT_ROOMS = ["agent.web", "agent.memory", "agent.runs", "agent.registry", "agent.agent_tools", "agent.turn",
+               "agent.toolcalling", "agent.trust", "agent.context", "agent.frames", "agent.llm", "agent.models"]
+AGENT_WIRING = ["agent.admin", "agent.apps", "agent.management"]
 # Function-level imports of project modules that are not about circles, with the reason.
 LATE_IMPORTS_ALLOWED = {
     ("sessions_app.bodylimit", "sessions_app.auth"): "navi_project.serve imports bodylimit before apps are ready",
@@ -94,6 +102,34 @@ def test_packages_only_import_the_packages_below_them():
 def test_the_wiring_is_the_one_arrow_back_up():
     arrows = {(a.split(".")[0], b.split(".")[0]) for a, b, _ in IMPORTS if _rank(b) < _rank(a)}
     assert {a for a, _ in arrows} <= {"navi_project"}
+
+
+def _room(module: str) -> str | None:
+    for room in AGENT_ROOMS + AGENT_WIRING:
+        if module == room or module.startswith(room + "."):
+            return room
+    return None
+
+
+def test_every_module_of_agent_is_in_a_room():
+    homeless = sorted(m for m in MODULES if m.startswith("agent.") and _room(m) is None)
+    assert homeless == []
+    loose = [room for room in AGENT_ROOMS if (ROOT / (room.replace(".", "/") + ".py")).is_file()]
+    assert len(set(loose) - {"agent.models"}) <= 3
+
+
+def test_rooms_of_agent_only_import_the_rooms_below_them():
+    upward = sorted(
+        (a, b) for a, b, where in IMPORTS
+        if where != "type-checking" and a.startswith("agent") and b.startswith("agent.")
+        and _room(a) in AGENT_ROOMS and _room(b) in AGENT_ROOMS
+        and AGENT_ROOMS.index(_room(b)) < AGENT_ROOMS.index(_room(a))
+    )
+    assert upward == []
+
+
+def test_no_room_of_agent_imports_its_wiring():
+    assert sorted((a, b) for a, b, _ in IMPORTS if _room(a) in AGENT_ROOMS and _room(b) in AGENT_WIRING) == []
 
 
 def test_no_circle_of_files():

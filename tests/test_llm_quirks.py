@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from agent.events import to_frame
+from agent.frames.events import to_frame
 from agent.llm.base import learned_context_windows
 from agent.models import Profile
 from agent.registry import get_agent

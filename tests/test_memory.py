@@ -12,8 +12,7 @@ from asgiref.sync import sync_to_async
 from django.core.management import call_command
 from django.utils import timezone
 
-from agent import memory_background as background
-from agent import memory_extraction as extraction
+from agent.memory import background, extraction
 from agent.registry import get_agent
 from memory_app.extraction import parse_facts, stale_sessions
 from memory_app.models import MemoryFact, MemorySummary, SessionMemoryState

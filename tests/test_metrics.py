@@ -11,7 +11,7 @@ from django.test import AsyncClient, Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent.models import Profile
-from agent.runs import get_run_manager
+from agent.runs.manager import get_run_manager
 from navi_project.asgi import application
 from sessions_app.models import ApiToken, Session
 from tests.llm_server import Rule, Turn

@@ -524,7 +524,7 @@ class TestWithoutTheOfficialClient:
             "import navi_project.serve\n"
             "from django.core.asgi import get_asgi_application\n"
             "get_asgi_application()\n"
-            "import agent.consumers, agent.registry\n"
+            "import agent.web.consumers, agent.registry\n"
             "agent.registry.get_agent()\n"
             "print(sorted(m for m in ('ollama', 'pydantic', 'asyncssh', 'jsonschema', 'PIL.Image') if m in sys.modules))\n"
         )

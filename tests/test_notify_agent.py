@@ -8,9 +8,10 @@ import asyncio
 import pytest
 from asgiref.sync import sync_to_async
 
-from agent import approvals, notices
+from agent.frames import notices
 from agent.models import Profile, ToolCallRecord
-from agent.runs import get_run_manager
+from agent.runs.manager import get_run_manager
+from agent.trust import approvals
 from notify_app.models import NotifyTarget
 from notify_app.vapid import public_key
 from tests.llm_server import Rule, Turn

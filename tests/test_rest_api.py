@@ -46,8 +46,8 @@ class TestHealth:
         assert "unreachable at http://127.0.0.1:9/v1" in body["llm"] and "OPENAI_BASE_URL" in body["llm"]
 
     def test_it_names_each_failing_backend_when_several_are_used(self, owner_client, llm, settings, profiles):
-        from agent.health import llm_health
         from agent.models import Profile
+        from agent.web.health import llm_health
 
         Profile.objects.filter(pk="secretary").update(llm_backend="openai")
         settings.OPENAI_API_KEY = "wrong"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent.runs import merge_deltas
+from agent.runs.manager import merge_deltas
 
 
 def test_consecutive_deltas_of_one_kind_are_merged_in_order():
@@ -55,7 +55,7 @@ class TestStartGate:
             await __import__("asyncio").sleep(0)
 
     async def test_a_start_on_a_quiet_loop_passes_at_once(self):
-        from agent.runs import _StartGate
+        from agent.runs.manager import _StartGate
 
         gate = _StartGate()
         step = gate.enter().__await__()
@@ -69,7 +69,7 @@ class TestStartGate:
     async def test_many_starts_go_a_few_per_turn_in_order(self):
         import asyncio
 
-        from agent.runs import _StartGate
+        from agent.runs.manager import _StartGate
 
         gate, turn, stop, entered = _StartGate(), [0], asyncio.Event(), []
 
@@ -90,7 +90,7 @@ class TestStartGate:
     async def test_a_start_cancelled_while_waiting_leaves_the_line(self):
         import asyncio
 
-        from agent.runs import _StartGate
+        from agent.runs.manager import _StartGate
 
         gate = _StartGate()
         first = [asyncio.create_task(gate.enter()) for _ in range(_StartGate.PER_TURN)]

@@ -116,7 +116,7 @@ async def test_a_websocket_scope_carries_the_direct_frame_writer():
     server.create_application(protocol, {"type": "websocket", "path": "/ws/sessions/x"})
     await server.connections[protocol]["application_instance"]
     assert seen["extensions"][serve.WRITE_TEXT] == protocol.write_text
-    assert serve.WRITE_TEXT == "navi.write_text"  # the name agent.consumers looks up
+    assert serve.WRITE_TEXT == "navi.write_text"  # the name agent.web.consumers looks up
 
 
 def test_the_direct_writer_sends_only_on_an_open_socket():

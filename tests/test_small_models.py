@@ -72,7 +72,7 @@ class TestClock:
     async def test_every_call_of_a_turn_sends_the_same_clock(self, llm, session, owner_token, monkeypatch):
         # Chat templates put the tools after the system message: a clock that moved between the
         # planning call and the answer calls would make the server re-read the whole tool block.
-        from agent import clock
+        from agent.context import clock
 
         minutes = iter(range(60))
         monkeypatch.setattr(clock, "now", lambda: datetime(2026, 11, 22, 9, next(minutes), tzinfo=ZoneInfo("UTC")))

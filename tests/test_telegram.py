@@ -16,7 +16,7 @@ from django.test import AsyncClient, Client
 from django.utils import timezone
 
 from agent.models import Profile, SessionToolGrant, ToolCallRecord
-from agent.runs import get_run_manager
+from agent.runs.manager import get_run_manager
 from messaging_app.models import BotState, TelegramChat, TelegramLink, TelegramLinkCode
 from messaging_app.telegram.notify import send_to_owner
 from messaging_app.telegram.service import TelegramService, start_service, stop_service

@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 from channels.testing import WebsocketCommunicator
 
-from agent.toolcalls import CallTextFilter, extract_calls
+from agent.toolcalling.toolcalls import CallTextFilter, extract_calls
 from sessions_app.models import Message
 from tests.llm_server import Turn
 from tools_app.repair import ArgumentsUnreadable, coerce, explain, parse_lenient

@@ -13,9 +13,9 @@ import pytest
 from django.test import AsyncClient
 from PIL import Image
 
-from agent.events import FilePublished, to_frame
-from agent.reflect import ReflectTool
+from agent.frames.events import FilePublished, to_frame
 from agent.registry import get_agent
+from agent.turn.reflect import ReflectTool
 from sessions_app.models import Message, SessionFile
 from tests.llm_server import Turn
 from tests.test_tools_web import web_server  # noqa: F401  (fixture)
@@ -199,8 +199,8 @@ async def test_content_publish_marks_and_emits(settings, in_session):
 
 # --- reflect -------------------------------------------------------------------------------
 async def test_reflect_reviews_recent_context(llm, session, no_planning):
-    from agent.conversation import DBConversation
-    from agent.messages import ChatMessage
+    from agent.context.conversation import DBConversation
+    from agent.llm.messages import ChatMessage
 
     conv = await DBConversation.open(str(session.id))
     await conv.add(ChatMessage(role="user", content="find the cheapest flight to Lisbon"))
@@ -226,8 +226,8 @@ async def test_reflect_unavailable_in_subagent(session):
 
 
 async def test_reflect_llm_down_is_readable(session, no_planning):
-    from agent.conversation import DBConversation
-    from agent.messages import ChatMessage
+    from agent.context.conversation import DBConversation
+    from agent.llm.messages import ChatMessage
 
     conv = await DBConversation.open(str(session.id))
     await conv.add(ChatMessage(role="user", content="hello"))

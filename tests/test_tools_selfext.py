@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.events import to_frame
+from agent.frames.events import to_frame
 from agent.models import Profile
 from agent.registry import get_agent
 from tests.llm_server import Turn

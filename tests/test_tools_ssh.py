@@ -213,7 +213,7 @@ async def test_output_capped(ssh_server):
 
 @pytest.mark.django_db(transaction=True)
 async def test_ssh_exec_end_to_end_through_a_run(ssh_server, llm, session, host_tools_allowed):
-    from agent.events import to_frame
+    from agent.frames.events import to_frame
     from agent.models import Profile
     from agent.registry import get_agent
     from tests.llm_server import Turn

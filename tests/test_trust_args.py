@@ -22,10 +22,10 @@ from asgiref.sync import sync_to_async
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
-from agent import approvals
-from agent.events import ApprovalRequired, to_frame
+from agent.frames.events import ApprovalRequired, to_frame
 from agent.models import Profile, ToolCallRecord
 from agent.registry import get_agent
+from agent.trust import approvals
 from sessions_app.models import Session
 from tests.conftest import sandbox_works
 from tests.hostile_page import serve_page

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.events import to_frame
+from agent.frames.events import to_frame
 from agent.models import Profile
 from agent.registry import build_default_registries
 from tests.llm_server import Rule, Turn

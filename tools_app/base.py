@@ -28,7 +28,7 @@ class Tool(ABC):
     name: str = ""
     description: str = ""
     # Words a user says when this tool is wanted ("file folder rename ..."): tool selection
-    # (agent.toolselect) ranks on them with the name and description; never sent to the model.
+    # (agent.toolcalling.toolselect) ranks on them with the name and description; never sent to the model.
     keywords: str = ""
     # Words one of which the request must say before a capped selection (a small model's
     # profile, `max_tools`) offers this tool at all ("tool plugin" for write_tool): a tool for
@@ -36,7 +36,7 @@ class Tool(ABC):
     offer_when: str = ""
     parameters: dict[str, Any] = {"type": "object", "properties": {}}
     # For a tool with an `action` parameter: the other parameters each action takes ("?" =
-    # optional), e.g. {"set": "tasks", "read": ""}. A constrained step (agent.constrained) then
+    # optional), e.g. {"set": "tasks", "read": ""}. A constrained step (agent.toolcalling.constrained) then
     # lets an action be written only with its own arguments; {} = no such rule.
     actions: dict[str, str] = {}
     action_parameter: str = "action"  # the parameter `actions` is keyed on (http_request: "method")
@@ -48,7 +48,7 @@ class Tool(ABC):
     # Seconds before the call is abandoned; None = TOOL_TIMEOUT_S. Tools that wait on other
     # long work (spawn_agent) raise it.
     timeout: float | None = None
-    # The policy when the profile sets none: None = the agent's default for the call (agent.policy);
+    # The policy when the profile sets none: None = the agent's default for the call (agent.trust.policy);
     # "ask" for tools of outside servers (MCP) until the owner allows them.
     default_policy: str | None = None
     # Results come from outside Navi (an MCP server): the agent marks them untrusted like a web

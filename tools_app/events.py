@@ -1,5 +1,5 @@
 """The base of every server frame, and the frames a tool emits while it runs (through
-tools_app.context.emit). agent.events defines the rest of the protocol on this base."""
+tools_app.context.emit). agent.frames.events defines the rest of the protocol on this base."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 
 from django.conf import settings
 
-from agent.messages import ChatMessage, LLMChunk, LLMResponse
+from agent.llm.messages import ChatMessage, LLMChunk, LLMResponse
 from navi_project.llm_purpose import current_llm_purpose
 
 
@@ -143,7 +143,7 @@ class _CallDeadline:
 
 @dataclass(frozen=True)
 class OutputSchema:
-    """A JSON schema the server must make the reply follow (agent.constrained), and the request
+    """A JSON schema the server must make the reply follow (agent.toolcalling.constrained), and the request
     field it goes in: "format" (Ollama), "response_format" (OpenAI json_schema) or "json_schema"
     (llama.cpp's server)."""
 

@@ -23,7 +23,7 @@ import httpx
 import orjson
 from django.conf import settings
 
-from agent.messages import ChatMessage, LLMChunk, ToolCall
+from agent.llm.messages import ChatMessage, LLMChunk, ToolCall
 from navi_project.lazy import lazy_module
 
 from . import ndjson

@@ -11,7 +11,7 @@ from typing import Any, AsyncIterator
 import httpx
 from django.conf import settings
 
-from agent.messages import ChatMessage, LLMChunk, ToolCall
+from agent.llm.messages import ChatMessage, LLMChunk, ToolCall
 
 from .base import (
     ClientCache,

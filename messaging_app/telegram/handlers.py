@@ -15,10 +15,10 @@ from django.conf import settings
 from telegram import Bot, CallbackQuery, Message, Update
 from telegram.error import TelegramError
 
-from agent import approvals
-from agent.consumers import MAX_IMAGE_BYTES
 from agent.models import Profile, ToolCallRecord
-from agent.runs import RunActive, get_run_manager
+from agent.runs.manager import RunActive, get_run_manager
+from agent.trust import approvals
+from agent.web.consumers import MAX_IMAGE_BYTES
 from messaging_app import links
 from messaging_app.files import FileRefused, save_session_file
 from messaging_app.models import TelegramChat

@@ -110,7 +110,7 @@ const chat = new ChatView($("#scroller"), {
   },
   onTitle: setTitle,
   planMayCome: (message) => {
-    // The server's rule (agent.planning.should_plan): "auto" plans only longer or multi-part requests.
+    // The server's rule (agent.turn.planning.should_plan): "auto" plans only longer or multi-part requests.
     const profile = state.profiles.find((p) => p.id === state.session?.profile_id);
     const mode = profile ? profile.planning || (profile.planning_enabled ? "auto" : "never") : "never";
     if (mode !== "auto") return mode === "always";

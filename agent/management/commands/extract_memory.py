@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from agent.memory_extraction import extract_session
+from agent.memory.extraction import extract_session
 from memory_app.extraction import stale_sessions
 from sessions_app.models import Session
 

@@ -16,9 +16,9 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from agent import approvals
 from agent.models import Profile
-from agent.runs import RunActive, frames_group, get_run_manager
+from agent.runs.manager import RunActive, frames_group, get_run_manager
+from agent.trust import approvals
 from sessions_app.models import Session
 
 DIM, BOLD, RED, RESET = "\033[2m", "\033[1m", "\033[31m", "\033[0m"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from agent.mcp_server import serve_stdio
+from agent.web.mcp_server import serve_stdio
 from tools_app.mcp import service
 from tools_app.models import MCPServer
 

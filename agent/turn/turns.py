@@ -1,0 +1,494 @@
+"""One LLM call of the loop: stream it, show and save the answer as it grows, and recover the
+tool calls a model wrote as text (agent.toolcalling.toolcalls).
+
+A stop raises Stopped and a failure raises TurnFailed (carrying its error frame); either way a
+partial answer is kept as `interrupted`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import AsyncIterator
+
+from agent.context import prompts
+from agent.context.conversation import Conversation
+from agent.context.window import effective_window, estimate_text
+from agent.frames.events import AgentEvent, ErrorEvent, TextDelta, ThinkingDelta, ThinkingEnd
+from agent.llm import LLMBackend, LLMError
+from agent.llm.base import (
+    LLMContextOverflow,
+    LLMIncomplete,
+    LLMModelMissing,
+    LLMTimeout,
+    LLMUnreachable,
+    OutputSchema,
+    context_window,
+)
+from agent.llm.messages import ChatMessage, ToolCall
+from agent.models import Profile
+from agent.toolcalling import constrained
+from agent.toolcalling.calls import CallTracker, DoesNotFit, fit_request
+from agent.toolcalling.toolcalls import CallTextFilter, extract_calls
+from agent.turn import planning
+from agent.turn.stopping import Stopped, raise_if_stopped, stoppable, until_stopped
+from navi_project.llm_purpose import llm_purpose
+from tools_app.base import Tool
+from tools_app.context import current_stop_event
+from tools_app.registry import ToolRegistry
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Setup:
+    """What the loop uses of the profile in force (switch_profile may change it mid-run)."""
+
+    profile: Profile
+    backend: LLMBackend
+    tools: list[Tool]
+    limit: int  # the context window
+    tracker: CallTracker
+    constrained: str = ""  # how the server takes a schema when steps are constrained (agent.toolcalling.constrained)
+    catalogue: str = ""  # the tools as the system prompt lists them for constrained steps (all tools offered)
+    step_tools: list = field(default_factory=list)  # the tools of the last constrained step, sent as the template shows them
+    # A call as the model wrote it → its arguments with the program written again (_write_code):
+    # the same call chosen again is then seen as the repeat it is, and costs no second rewrite.
+    rewritten: dict[str, dict] = field(default_factory=dict)
+
+
+@dataclass
+class Turn:
+    """What one LLM call produced."""
+
+    message: ChatMessage = field(default_factory=lambda: ChatMessage(role="assistant"))
+    calls: list[ToolCall] = field(default_factory=list)
+    tokens: int = 0
+    thinking_open: bool = False  # thinking was streamed and no text has closed it yet
+
+
+class TurnFailed(Exception):
+    """The LLM call failed; `event` is the error frame that ends the run."""
+
+    def __init__(self, event: ErrorEvent) -> None:
+        super().__init__(event.message)
+        self.event = event
+
+
+async def make_setup(profile: Profile, backend: LLMBackend, tools: list[Tool], limit: int = 0) -> Setup:
+    """What the turn's calls use of `profile` offering `tools`: the window, a call tracker, and
+    how the server takes a schema when the steps are constrained (probed once per server and model)."""
+    limit = limit or await effective_window(backend, profile)
+    model = profile.resolved_model()
+    setup = Setup(profile, backend, tools, limit, CallTracker(backend.name, model))
+    if tools and profile.tool_calling != Profile.ToolCalling.NATIVE:
+        setup.constrained = await until_stopped(constrained.support(backend, model), current_stop_event.get())
+        if not setup.constrained and profile.tool_calling == Profile.ToolCalling.CONSTRAINED:
+            log.warning("profile %s asks for constrained tool calls, but %s/%s enforces no JSON schema: "
+                        "tool calls are read from text", profile.id, backend.name, model)
+        # Every tool offered: one catalogue in the system prompt, the same in every chat (a
+        # cached prefix). A profile that caps its tools (a small model's) sends each step's
+        # few tools the way the chat template shows them instead.
+        setup.catalogue = constrained.catalogue(tools) if setup.constrained and not profile.max_tools else ""
+    return setup
+
+
+async def turn_context(conv: Conversation, setup: Setup) -> list[ChatMessage]:
+    """What one call of the turn reads: system prompt (with the tool catalogue of constrained
+    steps), history, and the turn's plan."""
+    context = await prompts.build_context(
+        setup.profile, conv.context, conv.owner_id, conv.clock, conv.take_memory(), tools_text=setup.catalogue
+    )
+    return planning.with_plan(context, conv)
+
+
+async def stream_turn(
+    conv: Conversation, setup: Setup, offer: list[Tool], turn: Turn, query: str, *,
+    answer_only: bool = False, recover: bool = True, step: bool = False,
+) -> AsyncIterator[AgentEvent]:
+    """Stream one call into `turn`, yielding thinking and text deltas, and save the answer.
+    `step`: a constrained step's free call, with the step's tools (agent.toolcalling.constrained).
+    `answer_only`: only an answer, no tools sent (with the catalogue, a note says so; no note
+    otherwise: a small model copies it into its answer). At most one call it writes anyway is
+    recovered, none when `recover` is off."""
+    profile = setup.profile
+    context = await turn_context(conv, setup)
+    if answer_only and setup.catalogue:
+        context = constrained.with_note(context, constrained.answer_note(context))
+    if step or answer_only:  # the deciding call's prefix (its tools too): the server's cache serves it
+        request = _fit_step(context, setup.step_tools, setup)
+        readable = setup.step_tools or offer
+    else:
+        try:
+            request = fit_request(context, offer, profile, setup.limit, query, setup.tracker.used)
+        except DoesNotFit as exc:
+            raise TurnFailed(ErrorEvent(str(exc), code="context_too_large")) from None
+        readable = request.tools
+    names = {t.name: frozenset((t.parameters or {}).get("properties") or ()) for t in readable}
+    text_filter = CallTextFilter(names) if profile.recover_tool_calls and names and recover else None
+    stream = setup.backend.stream_complete(
+        context, request.schemas, model=profile.resolved_model(), temperature=profile.temperature,
+        max_tokens=profile.answer_token_limit(),
+    )
+    async for event in _streamed(stream, conv, setup, turn, text_filter):
+        yield event
+    if text_filter is not None and (rest := _recover_calls(text_filter, turn, names)):
+        yield TextDelta(rest)
+    if not turn.tokens:  # the server reported no usage: count locally
+        turn.tokens = request.prompt_tokens + estimate_text(turn.message.content + turn.message.thinking)
+    if answer_only:  # after a step that chose to answer, a list of written calls is a small model rambling
+        turn.calls = turn.calls[:1] if recover else []
+    if turn.thinking_open and not turn.calls:
+        yield ThinkingEnd()
+    turn.message.tool_calls = list(turn.calls)
+    await conv.save_streaming(turn.message, tokens=turn.tokens)  # the context's size with it: one hop
+
+
+async def constrained_step(
+    conv: Conversation, setup: Setup, offer: list[Tool], turn: Turn, query: str, tools: ToolRegistry
+) -> AsyncIterator[AgentEvent]:
+    """One step on a server that enforces schemas (agent.toolcalling.constrained): the model chooses
+    "answer" or one valid call under the step's schema. The answer then streams
+    unconstrained: on a profile that caps its tools (a small model's), after tool results,
+    from a short prompt of the request and the results (a small model asked in the long
+    context writes the call again, or copies the instruction); otherwise in the step's own
+    context. A call written in that answer anyway is written again under its schema when
+    it is not valid: what runs is never malformed."""
+    decision = await decide_step(conv, setup, offer, turn, query)
+    if decision is not None and decision.call is not None:
+        return
+    if decision is not None and setup.profile.max_tools and setup.tracker.used:
+        async for event in answer_from_results(conv, setup, turn):
+            yield event
+        return
+    async for event in stream_turn(conv, setup, offer, turn, query, answer_only=decision is not None,
+                                   recover=not (decision and decision.repeated)):
+        yield event
+    if not turn.calls:
+        return
+    call = turn.calls[0]
+    names = [t.name for t in setup.step_tools]
+    if call.name not in names or tools.prepare(call.name, call.arguments, repair=setup.profile.repair_arguments,
+                                               offered=names).problem is not None:
+        rewritten = await rewrite_call(conv, setup, turn, call)
+        if rewritten is not None and rewritten.call is not None:
+            call = rewritten.call
+    if turn.calls != [call]:
+        turn.calls = [call]
+        turn.message.tool_calls = [call]
+        await conv.save_streaming(turn.message, tokens=turn.tokens)
+
+
+MAX_LEFT_ASKS = 2  # per turn: a small model asked again about a part of its request left
+
+# Failures of a deciding call that end the turn; any other error falls back to an unconstrained call.
+_FATAL = (LLMUnreachable, LLMModelMissing, LLMTimeout, LLMContextOverflow)
+
+
+async def rewrite_call(conv: Conversation, setup: Setup, turn: Turn, call: ToolCall) -> constrained.Decision | None:
+    """A call that came out malformed, written again under the step's schema: that tool's
+    arguments (or, for a name that is no tool of the step, any of the step's tools). The prefix
+    is the free call's, so the server's cache serves it; None when nothing usable came back."""
+    tools = setup.step_tools
+    known = [t for t in tools if t.name == call.name]
+    wanted = known or tools
+    context = [m for m in await turn_context(conv, setup) if m is not turn.message]
+    context = constrained.with_note(context, constrained.redo_note(call.name, bool(known)))
+    return await _constrained_call(conv, setup, turn, context, tools, wanted, answer=False)
+
+
+async def decide_step(
+    conv: Conversation, setup: Setup, offer: list[Tool], turn: Turn, query: str
+) -> constrained.Decision | None:
+    """The constrained step: the model picks "answer" or one offered tool with valid arguments
+    (the profile's `max_tools` most relevant to the request). A call is saved as the assistant's
+    tool-call message; None when the step gave nothing usable (the caller then makes an
+    unconstrained call)."""
+    offer = constrained.choose(offer, query, setup.profile.max_tools, setup.tracker.used)
+    context = await turn_context(conv, setup)
+    context = constrained.with_note(context, constrained.decide_note(context, offer))
+    setup.step_tools = offer
+    # "Use the reverse_text tool to …": the first step of such a request is a call, not an answer.
+    told = not setup.tracker.used and constrained.names_a_tool(query, offer)
+    decision = await _constrained_call(conv, setup, turn, context, offer, offer, answer=not told)
+    if decision is None:
+        return None
+    repeated = _again(setup, decision)
+    stopping = decision.answer and bool(setup.tracker.used)
+    if (repeated or stopping) and setup.profile.max_tools and setup.tracker.left_asks < MAX_LEFT_ASKS:
+        # A small model that goes round (a call it already made) or answers after its first
+        # step often has a part of the request left (read timesheet.csv, then write
+        # hours_total.txt): asked once more, told what is left, without the repeated call.
+        left = constrained.what_is_left(query, setup.tracker.done, offer, setup.tracker.used)
+        if left:
+            setup.tracker.left_asks += 1
+            if repeated:
+                setup.tracker.count_repeat()
+            decision = await _decide_what_is_left(conv, setup, turn, offer, decision.call, left, query) or decision
+    if _again(setup, decision):
+        # The same successful call again, or (a small model's profile) writing over what this
+        # turn already wrote: a small model with nothing new to do. It answers.
+        setup.tracker.count_repeat()
+        return constrained.Decision(answer=True, repeated=True)
+    if decision.call is not None:
+        if setup.profile.max_tools:
+            constrained.fix_path(decision.call, query)
+            await _write_code(conv, setup, decision.call)
+        turn.calls = [decision.call]
+        turn.message.tool_calls = [decision.call]
+        await conv.save_streaming(turn.message, tokens=turn.tokens)
+    return decision
+
+
+def _again(setup: Setup, decision: constrained.Decision) -> bool:
+    """The decision is a call this turn already made (or, for a small model, one writing over
+    what the turn wrote); a call whose program was written again is compared as rewritten."""
+    call = decision.call
+    if call is None:
+        return False
+    if (known := setup.rewritten.get(_written_as(call))) is not None:
+        call.arguments = dict(known)
+    return setup.tracker.succeeded(call) or bool(setup.profile.max_tools and setup.tracker.replaces_again(call))
+
+
+async def _decide_what_is_left(
+    conv: Conversation, setup: Setup, turn: Turn, offer: list[Tool], repeated: ToolCall | None, left, query: str
+) -> constrained.Decision | None:
+    """The step asked again: told what is left, and offered the tools the request names that did
+    not run (or, with a file left, the step's tools), without a repeated call's action or tool."""
+    tool = next((t for t in offer if repeated is not None and t.name == repeated.name), None)
+    key = getattr(tool, "action_parameter", "action")
+    action = repeated.arguments.get(key) if repeated is not None and isinstance(repeated.arguments, dict) else None
+    if left.files:
+        tools = [t for t in offer if repeated is None or t.name != repeated.name or (action and getattr(t, "actions", {}))]
+    else:
+        tools = left.tools
+    if not tools:
+        return None
+    context = await turn_context(conv, setup)
+    context = constrained.with_note(context, constrained.left_note(left, query))
+    without = (repeated.name, action) if repeated is not None and action else None
+    return await _constrained_call(conv, setup, turn, context, tools, tools, answer=True, without=without)
+
+
+async def _write_code(conv: Conversation, setup: Setup, call: ToolCall) -> None:
+    """A small model's program argument (Tool.code_argument), written again as plain code in a
+    short call of its own: inside a JSON string a coder model writes `1 + 12345` for "the sum
+    from 1 to 12345"; asked for code, it writes the program. The model's own version stays when
+    this one gives no Python that parses."""
+    tool = next((t for t in setup.step_tools if t.name == call.name), None)
+    argument = getattr(tool, "code_argument", "")
+    if not argument or not isinstance(call.arguments.get(argument, ""), str):
+        return
+    try:
+        brief = tool.code_brief.format(**{k: v for k, v in call.arguments.items() if isinstance(v, str)})
+    except (KeyError, IndexError, ValueError):
+        brief = tool.code_brief
+    profile = setup.profile
+    try:
+        with llm_purpose("code"):
+            response = await until_stopped(
+                setup.backend.complete(
+                    constrained.code_prompt(conv.context, brief, call.name), None, model=profile.resolved_model(),
+                    temperature=0.0, think=False, max_tokens=profile.answer_token_limit(),  # code: the likeliest
+                ),
+                current_stop_event.get(),
+            )
+    except Stopped:
+        raise
+    except (LLMError, LLMIncomplete) as exc:
+        log.info("the program of %s was not written again: %s", call.name, exc)
+        return
+    code = constrained.code_from(response.content, {t.name for t in setup.tools})
+    if code:
+        written_as = _written_as(call)
+        call.arguments = {**call.arguments, argument: code}
+        setup.rewritten[written_as] = dict(call.arguments)
+
+
+def _written_as(call: ToolCall) -> str:
+    return json.dumps([call.name, call.arguments], sort_keys=True, default=str)
+
+
+async def _constrained_call(
+    conv: Conversation, setup: Setup, turn: Turn, context: list[ChatMessage], tools: list[Tool], allowed: list[Tool],
+    *, answer: bool, without: tuple[str, str] | None = None,
+) -> constrained.Decision | None:
+    """One call under the schema of `allowed` (and "answer" with `answer`), the step's `tools`
+    sent as the template shows them; None when it gave nothing usable."""
+    profile = setup.profile
+    request = _fit_step(context, tools, setup)
+    output = OutputSchema(setup.constrained, constrained.step_schema(allowed, answer=answer, without=without))
+    try:
+        with llm_purpose("decide"):
+            response = await until_stopped(
+                setup.backend.complete(
+                    context, request.schemas, model=profile.resolved_model(), temperature=profile.temperature,
+                    think=False, max_tokens=profile.answer_token_limit(), output=output,
+                ),
+                current_stop_event.get(),
+            )
+    except Stopped:
+        raise
+    except _FATAL as exc:
+        raise await _failure(exc, conv, setup, turn) from None
+    except (LLMError, LLMIncomplete) as exc:  # e.g. a schema the server could not turn into a grammar
+        log.info("constrained call failed, going on without it: %s", exc)
+        return None
+    offered = {t.name for t in allowed}
+    native = [c for c in response.tool_calls if c.name in offered and isinstance(c.arguments, dict)]
+    if native:  # the server read the JSON as a call of its own
+        return constrained.Decision(call=ToolCall(id=native[0].id, name=native[0].name,
+                                                  arguments=native[0].arguments, constrained=True))
+    decision = None if response.finish_reason == "length" else constrained.parse_decision(response.content, offered)
+    if decision is None:
+        log.info("constrained call gave nothing usable: %.200r", response.content)
+    turn.tokens = response.prompt_tokens + response.completion_tokens or request.prompt_tokens
+    return decision
+
+
+async def answer_from_results(conv: Conversation, setup: Setup, turn: Turn) -> AsyncIterator[AgentEvent]:
+    """The answer of a small model's turn after its tools ran: the request and this turn's
+    results in a short prompt of their own, streamed and saved as the turn's answer."""
+    profile = setup.profile
+    messages = constrained.results_prompt(conv.context)
+
+    def stream(temperature: float):
+        return setup.backend.stream_complete(
+            messages, None, model=profile.resolved_model(), temperature=temperature,
+            max_tokens=profile.answer_token_limit(),
+        )
+
+    async for event in _streamed(_unless_refusal(stream, profile.temperature), conv, setup, turn, None):
+        yield event
+    turn.tokens = conv.token_count + estimate_text(turn.message.content)  # the chat's context, not this prompt
+    if turn.thinking_open:
+        yield ThinkingEnd()
+    await conv.save_streaming(turn.message, tokens=turn.tokens)
+
+
+async def _unless_refusal(stream, temperature: float):
+    """The answer's chunks, its first words held back until they show it is not a stock refusal
+    ("I'm sorry, but I can't assist with that"): a small model writes one now and then over
+    results its tools just returned. Such a start is dropped and the answer asked once more, at
+    temperature 0."""
+    first = stream(temperature)
+    held, text = [], ""
+    try:
+        async for chunk in first:
+            if held is None:
+                yield chunk
+                continue
+            held.append(chunk)
+            text += chunk.content or ""
+            if len(text) < constrained.REFUSAL_CHARS and not chunk.done:
+                continue
+            if constrained.is_refusal(text):
+                break
+            for kept in held:
+                yield kept
+            held = None
+    finally:
+        with contextlib.suppress(Exception):
+            await first.aclose()
+    if held is None:
+        return
+    if not constrained.is_refusal(text):  # the whole answer was shorter than the look-ahead
+        for kept in held:
+            yield kept
+        return
+    log.info("a small model refused to answer from its results (%.80r); asking once more", text)
+    again = stream(0.0)
+    try:
+        async for chunk in again:
+            yield chunk
+    finally:
+        with contextlib.suppress(Exception):
+            await again.aclose()
+
+
+def _fit_step(context: list[ChatMessage], tools: list[Tool], setup: Setup):
+    """A constrained step's request: with the catalogue in the system prompt no tools are sent;
+    otherwise the step's tools go as the chat template shows them (what a small model was
+    trained on; their schemas are also the step's grammar)."""
+    try:
+        return fit_request(context, [] if setup.catalogue else tools, setup.profile, setup.limit, "", set(t.name for t in tools))
+    except DoesNotFit as exc:
+        raise TurnFailed(ErrorEvent(str(exc), code="context_too_large")) from None
+
+
+async def _streamed(stream, conv: Conversation, setup: Setup, turn: Turn, text_filter: CallTextFilter | None):
+    """The call's deltas into `turn`; a stop or failure keeps the partial answer as interrupted
+    and raises Stopped or TurnFailed; the HTTP response is closed either way."""
+    try:
+        async for event in _receive(stream, conv, turn, text_filter):
+            yield event
+    except (Stopped, LLMError, Exception) as exc:
+        await _keep_interrupted(conv, turn.message)
+        raise await _failure(exc, conv, setup, turn) from None
+    finally:
+        with contextlib.suppress(Exception):
+            await stream.aclose()
+
+
+async def _receive(stream, conv: Conversation, turn: Turn, text_filter: CallTextFilter | None):
+    stop = current_stop_event.get()
+    msg = turn.message
+    async for chunk in stoppable(stream, stop):
+        raise_if_stopped(stop)
+        if chunk.thinking:
+            msg.thinking += chunk.thinking
+            turn.thinking_open = True
+            yield ThinkingDelta(chunk.thinking)
+        shown = text_filter.feed(chunk.content) if text_filter and chunk.content else chunk.content
+        if shown:
+            msg.content += shown
+            if turn.thinking_open:
+                yield ThinkingEnd()
+            turn.thinking_open = False
+            yield TextDelta(shown)
+        turn.calls.extend(chunk.tool_calls)
+        if chunk.done:
+            turn.tokens = chunk.prompt_tokens + chunk.completion_tokens
+        if chunk.content or chunk.thinking:
+            await conv.save_streaming(msg, status="partial", force=False)
+
+
+async def _keep_interrupted(conv: Conversation, msg: ChatMessage) -> None:
+    if msg.content or msg.thinking:
+        await conv.save_streaming(msg, status="interrupted")
+
+
+async def _failure(exc: Exception, conv: Conversation, setup: Setup, turn: Turn) -> Exception:
+    """What a broken stream raises on: Stopped as is, anything else as TurnFailed."""
+    if isinstance(exc, Stopped):
+        return exc
+    if not isinstance(exc, LLMError):  # anything unexpected must still end the turn cleanly
+        log.error("LLM stream failed", exc_info=exc)
+        message = f"the model call failed unexpectedly: {type(exc).__name__}: {exc}"
+        return TurnFailed(ErrorEvent(message, code="internal"))
+    message = str(exc)
+    if exc.mid_answer and (turn.message.content or turn.message.thinking):
+        message += "; the partial answer was kept — send the message again to retry"
+    if isinstance(exc, LLMContextOverflow):
+        # The next turn's pre-turn compression sees the context as full and shrinks it.
+        window = context_window(setup.backend.name, setup.profile.resolved_model())
+        await conv.set_token_count(max(exc.prompt_tokens, window))
+    return TurnFailed(ErrorEvent(message, code=exc.code))
+
+
+def _recover_calls(text_filter: CallTextFilter, turn: Turn, names: dict[str, frozenset[str]]) -> str:
+    """Text held back by the filter that is not a call (returned, to show), and the calls
+    written as text, which become the turn's calls when the model made no native call."""
+    msg = turn.message
+    rest, recovered = text_filter.finish()
+    msg.content += rest
+    if turn.calls:
+        return rest
+    if not recovered:  # a call in mid-line was already shown: keep it out of the saved answer
+        found = extract_calls(msg.content, names)
+        recovered, msg.content = (found.calls, found.text) if found.calls else ([], msg.content)
+    turn.calls = list(recovered)
+    return rest
