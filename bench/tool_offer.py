@@ -4,7 +4,7 @@ is offered? Reported per split (tuning / held-out), the way agent_eval's results
 
     .venv/bin/python bench/tool_offer.py [--cap 8] [--json] [--show-heldout]
 
-The selection is the one the loop uses (`agent.constrained.choose` over the built-in tools, as
+The selection is the one the loop uses (`agent.toolcalling.constrained.choose` over the built-in tools, as
 agent_eval's navi profile enables them). Held-out misses are counted, not listed, unless
 --show-heldout is given (an audit after tuning, never while tuning).
 """
@@ -28,8 +28,8 @@ def offer_rates(cap: int, show_heldout: bool = False) -> dict:
     from _django import setup
 
     setup()
-    from agent import constrained
     from agent.registry import get_agent
+    from agent.toolcalling import constrained
     from bench.agent_eval import ALL_TASKS
 
     registry = get_agent().tools
