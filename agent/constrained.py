@@ -54,6 +54,13 @@ AFTER_RESULT_NOTE = (
     'of it is done, choose {{"name": "answer"}}; if a part is left (say, saving or writing what you found), '
     "call the tool for that part. Never repeat a call that succeeded."
 )
+# The same instruction when the answer may be written in the step (`step_schema(text=True)`).
+DECIDE_TEXT_NOTE = (
+    "[next step] Reply with one JSON object. If my request asks you to do or find out something a tool "
+    'can, call the tool that does it: {"name": "<tool>", "arguments": {…}}. When nothing is left to do, '
+    'answer me: {"name": "answer", "text": "<your whole reply to me>"}.'
+)
+ANSWER_TEXT = "text"  # the answer's own field in a step that may carry it
 REQUEST_CHARS = 300  # of the request restated after a result
 ANSWER_NOTE = "[answer] Now answer me in plain sentences. No JSON, no tool calls."
 ANSWER_AFTER_TOOLS_NOTE = (
@@ -69,10 +76,15 @@ BRIEF_CHARS = 90  # of a tool's description in the catalogue
 
 
 # --- the schema of a step --------------------------------------------------------------------
-def step_schema(tools: list, *, answer: bool = True, without: tuple[str, str] | None = None) -> dict[str, Any]:
+def step_schema(
+    tools: list, *, answer: bool = True, without: tuple[str, str] | None = None, text: bool = False
+) -> dict[str, Any]:
     """`answer` (unless `answer` is off), or one of `tools` with arguments valid for its schema
-    (one branch each); `without` = (tool, action): that action of that tool is not offered."""
-    branches: list[dict[str, Any]] = [_object({"name": {"const": ANSWER}}, ["name"])] if answer else []
+    (one branch each); `without` = (tool, action): that action of that tool is not offered.
+    `text`: the answer may carry the reply itself (ANSWER_TEXT), so a turn that needs no tool
+    is one call."""
+    answering = {"name": {"const": ANSWER}, **({ANSWER_TEXT: {"type": "string"}} if text else {})}
+    branches: list[dict[str, Any]] = [_object(answering, ["name"])] if answer else []
     for tool in tools:
         actions = dict(getattr(tool, "actions", {}))
         if without is not None and without[0] == tool.name:
@@ -254,10 +266,10 @@ def with_note(context: list[ChatMessage], note: str) -> list[ChatMessage]:
     return out
 
 
-def decide_note(context: list[ChatMessage], offer: list) -> str:
+def decide_note(context: list[ChatMessage], offer: list, text: bool = False) -> str:
     """The deciding call's instruction: the tools that fit the request best (in that order), and
-    after a successful result, the nudge to answer."""
-    note = DECIDE_NOTE
+    after a successful result, the nudge to answer; `text`: the answer is written in the step."""
+    note = DECIDE_TEXT_NOTE if text else DECIDE_NOTE
     if offer:
         note += f" The tools that fit this request best: {', '.join(t.name for t in offer[:MAX_NAMED])}."
     if context and context[-1].role == "tool" and not context[-1].content.startswith("Error"):
@@ -380,6 +392,7 @@ class Decision:
     answer: bool = False
     call: ToolCall | None = None
     repeated: bool = False  # the model chose a call that already succeeded: it has nothing new to do
+    text: str = ""  # the answer itself, written in the step (already shown and saved)
 
 
 def parse_decision(text: str, offered: set[str]) -> Decision | None:

@@ -249,8 +249,10 @@ class Agent:
         context writes the call again, or copies the instruction); otherwise in the step's own
         context. A call written in that answer anyway is written again under its schema when
         it is not valid: what runs is never malformed."""
-        decision = await decide_step(conv, setup, offer, turn, query)
-        if decision is not None and decision.call is not None:
+        async for event in decide_step(conv, setup, offer, turn, query):
+            yield event  # an answer written in the step itself: the turn's one call
+        decision = turn.decision
+        if decision is not None and (decision.call is not None or decision.text):
             return
         if decision is not None and setup.profile.max_tools and setup.tracker.used:
             async for event in answer_from_results(conv, setup, turn):
