@@ -446,6 +446,8 @@ async def _receive(stream, conv: Conversation, turn: Turn, text_filter: CallText
             turn.tokens = chunk.prompt_tokens + chunk.completion_tokens
         if chunk.content or chunk.thinking:
             await conv.save_streaming(msg, status="partial", force=False)
+        if text_filter is not None and text_filter.enough:
+            return  # a call found, then only talk: the call runs now (the stream is closed)
 
 
 async def _keep_interrupted(conv: Conversation, msg: ChatMessage) -> None:
