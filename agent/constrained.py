@@ -28,7 +28,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from agent import reliability, toolselect
+from agent import prompts, reliability, toolselect
 from agent.llm import LLMBackend, LLMError
 from agent.llm.base import LLMTimeout, LLMUnreachable, OutputSchema
 from agent.messages import ChatMessage, ToolCall
@@ -274,6 +274,7 @@ def decide_note(context: list[ChatMessage], offer: list, text: bool = False) -> 
         note += f" The tools that fit this request best: {', '.join(t.name for t in offer[:MAX_NAMED])}."
     if context and context[-1].role == "tool" and not context[-1].content.startswith("Error"):
         request = next((m.content for m in reversed(context) if m.role == "user" and not m.is_summary), "")
+        request = prompts.without_clock(request)
         request = request if len(request) <= REQUEST_CHARS else request[:REQUEST_CHARS] + "…"
         note += AFTER_RESULT_NOTE.format(request=" ".join(request.split()))
     return note

@@ -79,8 +79,11 @@ class TurnFailed(Exception):
 async def turn_context(conv: Conversation, setup: Setup) -> list[ChatMessage]:
     """What one call of the turn reads: system prompt (with the tool catalogue of constrained
     steps), history, and the turn's plan."""
+    # A profile that caps its tools (a small model's) sends each step's tools anyway, and copies
+    # what is written under its request: its clock stays in the system message.
     context = await prompts.build_context(
-        setup.profile, conv.context, conv.owner_id, conv.clock, conv.take_memory(), tools_text=setup.catalogue
+        setup.profile, conv.context, conv.owner_id, conv.clock, conv.take_memory(), tools_text=setup.catalogue,
+        clock_after=not setup.profile.max_tools,
     )
     return planning.with_plan(context, conv)
 

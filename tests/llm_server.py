@@ -709,7 +709,8 @@ def _shaped(schema: dict, turn: Turn, words: str) -> Turn:
     value[key] = ""  # written last, so the text streams at the end of the object
     head = _dumps(value)[:-2]  # `{"name":"answer","text":"` — the text is written from here
     parts = [json.dumps(piece)[1:-1] for piece in turn.pieces(turn.content)]
-    parts[0], parts[-1] = head + parts[0], parts[-1] + '"}'
+    parts[0] = head + parts[0]
+    parts[-1] += '"}'
     return replace(turn, content="".join(parts), tool_calls=[], parts=parts)
 
 

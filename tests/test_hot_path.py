@@ -112,3 +112,34 @@ class TestFieldText:
         reader = FieldText()
         assert reader.feed('{"name": "memory_save", "arguments": {"text": "not an answer"}}') == ""
         assert not reader.started
+
+
+class TestCachedPrefix:
+    @pytest.mark.parametrize("tool_calling,schemas", [("auto", {"format"}), ("native", set())])
+    async def test_the_prompt_prefix_is_the_same_bytes_turn_to_turn_and_chat_to_chat(
+        self, llm, session, owner, owner_token, monkeypatch, tool_calling, schemas
+    ):
+        # A minute passes between every call: the clock must not sit before the tools or the history.
+        from datetime import datetime
+        from zoneinfo import ZoneInfo
+
+        from agent import clock
+        from sessions_app.models import Session
+
+        minutes = iter(range(60))
+        monkeypatch.setattr(clock, "now", lambda: datetime(2026, 11, 25, 9, next(minutes), tzinfo=ZoneInfo("UTC")))
+        await Profile.objects.filter(pk="secretary").aupdate(tool_calling=tool_calling)
+        llm.schemas = schemas
+        other = await Session.objects.acreate(owner=owner, profile_id="secretary")
+        llm.script(Turn(content="Paris."), Turn(content="Rome."), Turn(content="Hello."))
+        await run(session, owner_token, "What is the capital of France?")
+        await run(session, owner_token, "And the capital of Italy?")
+        await run(other, owner_token, "hi")
+        first, second, elsewhere = answer_calls(llm)
+        # System prompt (persona, profile, catalogue, memory) and the tools sent: identical everywhere.
+        prefix = {(r["messages"][0]["content"], str(r.get("tools"))) for r in (first, second, elsewhere)}
+        assert len(prefix) == 1
+        # The next turn re-sends the first one's request as it was read, up to where its clock began.
+        assert second["messages"][1]["role"] == "user" and second["messages"][1]["content"] == "What is the capital of France?"
+        assert first["messages"][1]["content"].startswith(second["messages"][1]["content"] + "\n\n---\nCurrent date and time: ")
+        assert "09:01" in second["messages"][-1]["content"] or "09:02" in second["messages"][-1]["content"]
