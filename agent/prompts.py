@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime
 
 from asgiref.sync import sync_to_async
@@ -72,9 +73,6 @@ def without_clock(text: str) -> str:
 
 
 def _with_clock(message: ChatMessage, clock: str) -> ChatMessage:
-    """The turn's request with the clock under it (a copy: never stored)."""
-    return ChatMessage(
-        role=message.role, content=f"{message.content}{CLOCK_SEPARATOR}{clock}", thinking=message.thinking,
-        images=list(message.images), tool_calls=list(message.tool_calls), tool_call_id=message.tool_call_id,
-        name=message.name, is_summary=message.is_summary,
-    )
+    """The turn's request with the clock under it (a copy: never stored; the same row, so a
+    plan anchored on the request still finds it)."""
+    return dataclasses.replace(message, content=f"{message.content}{CLOCK_SEPARATOR}{clock}")

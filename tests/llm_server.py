@@ -120,7 +120,8 @@ class LLMServer:
     """Fake Ollama/OpenAI server in a background thread.
 
     Priority for choosing a reply: the ``script()`` FIFO, then rules in insertion
-    order (first match wins), then ``Turn(content="echo: <last user content>")``.
+    order (first match wins), then ``Turn(content="echo: <last user content>")`` (the user's
+    own words: what Navi writes under them after a ``---`` line is left out).
     """
 
     def __init__(self, models: list[str] | None = None, api_key: str | None = None,
@@ -312,7 +313,7 @@ class LLMServer:
                 if rule.match in user_text and rule.turns and (
                         not rule.system or (system is not None and rule.system in system)):
                     return rule.turns[min(k, len(rule.turns) - 1)]
-        return Turn(content=f"echo: {user_text}")
+        return Turn(content=f"echo: {_user_words(messages)}")
 
 
 class _HTTPServer(ThreadingHTTPServer):
