@@ -86,13 +86,30 @@ def step_schema(
     answering = {"name": {"const": ANSWER}, **({ANSWER_TEXT: {"type": "string"}} if text else {})}
     branches: list[dict[str, Any]] = [_object(answering, ["name"])] if answer else []
     for tool in tools:
-        actions = dict(getattr(tool, "actions", {}))
-        if without is not None and without[0] == tool.name:
-            actions.pop(without[1], None)
-        arguments = _by_action(_clean(tool.parameters or {"type": "object", "properties": {}}), actions,
-                               getattr(tool, "action_parameter", "action"))
-        branches.append(_object({"name": {"const": tool.name}, "arguments": arguments}, ["name", "arguments"]))
+        branches.append(_branch(tool, without[1] if without is not None and without[0] == tool.name else None))
     return {"title": STEP_TITLE, "anyOf": branches}
+
+
+_EMPTY = {"type": "object", "properties": {}}
+_branches: dict[tuple, tuple[Any, Any, dict]] = {}
+BRANCHES_KEPT = 1024
+
+
+def _branch(tool, dropped: str | None) -> dict[str, Any]:
+    """A tool's branch of the step schema (shared: never changed by its users). Built once per
+    tool version and process: cleaning every schema cost ~2 ms of each constrained step."""
+    params, actions = tool.parameters or _EMPTY, getattr(tool, "actions", {})
+    key = (tool.name, id(params), id(actions), dropped)
+    hit = _branches.get(key)
+    if hit is not None and hit[0] is params and hit[1] is actions:
+        return hit[2]
+    kept = {k: v for k, v in actions.items() if k != dropped}
+    arguments = _by_action(_clean(params), kept, getattr(tool, "action_parameter", "action"))
+    branch = _object({"name": {"const": tool.name}, "arguments": arguments}, ["name", "arguments"])
+    if len(_branches) >= BRANCHES_KEPT:
+        _branches.clear()
+    _branches[key] = (params, actions, branch)  # the objects themselves kept: an id is never reused meanwhile
+    return branch
 
 
 def _object(properties: dict, required: list[str]) -> dict[str, Any]:
@@ -233,8 +250,22 @@ def names_a_tool(request: str, tools: list) -> bool:
 
 
 # --- what the model reads ------------------------------------------------------------------------
+_catalogues: dict[tuple, str] = {}
+
+
 def catalogue(tools: list) -> str:
-    """One line per tool: its name, its parameters (`?` = optional) and its first sentence."""
+    """One line per tool: its name, its parameters (`?` = optional) and its first sentence.
+    The same tools give the same text every turn: kept per process."""
+    key = tuple((t.name, t.description, tuple((t.parameters or {}).get("properties") or ()),
+                 tuple((t.parameters or {}).get("required") or ())) for t in tools)
+    if (text := _catalogues.get(key)) is None:
+        if len(_catalogues) >= BRANCHES_KEPT:
+            _catalogues.clear()
+        text = _catalogues[key] = _catalogue(tools)
+    return text
+
+
+def _catalogue(tools: list) -> str:
     lines = [CATALOGUE_HEADER]
     for tool in tools:
         params = tool.parameters or {}
