@@ -97,8 +97,9 @@ class Agent:
         yield StreamStart(user_message=user_message)
         # Provided tools (MCP servers) connect on first use, each bounded; Stop does not wait for
         # them (a stop here ends the run at the loop's first check).
-        with contextlib.suppress(Stopped):
-            await until_stopped(self.tools.prepare_provided(conv.owner_id), current_stop_event.get())
+        if self.tools.provided_pending(conv.owner_id):
+            with contextlib.suppress(Stopped):
+                await until_stopped(self.tools.prepare_provided(conv.owner_id), current_stop_event.get())
         profile = conv.session.profile  # loaded with the session
         backend = self.backends.get(profile.llm_backend)
         limit = await effective_window(backend, profile)
@@ -317,7 +318,9 @@ class Agent:
         tools, model = self._offered(profile), profile.resolved_model()
         setup = Setup(profile, backend, tools, limit, CallTracker(backend.name, model))
         if tools and profile.tool_calling != Profile.ToolCalling.NATIVE:
-            setup.constrained = await until_stopped(constrained.support(backend, model), current_stop_event.get())
+            known = constrained.known_support(backend, model)  # probed once per server and model
+            setup.constrained = (known if known != constrained.UNSUPPORTED else "") if known is not None else (
+                await until_stopped(constrained.support(backend, model), current_stop_event.get()))
             if not setup.constrained and profile.tool_calling == Profile.ToolCalling.CONSTRAINED:
                 log.warning("profile %s asks for constrained tool calls, but %s/%s enforces no JSON schema: "
                             "tool calls are read from text", profile.id, backend.name, model)

@@ -68,13 +68,19 @@ def _terms(text: str) -> tuple[int, Counter]:
     return len(words), Counter(words)
 
 
+@functools.lru_cache(maxsize=64)
+def _collection(texts: tuple[str, ...]) -> tuple[float, Counter]:
+    """The documents' average length and in how many of them each word occurs (per set of tools)."""
+    stats = [_terms(text) for text in texts]
+    return sum(n for n, _ in stats) / len(stats) or 1.0, Counter(w for _, counts in stats for w in counts)
+
+
 def bm25_rank(documents: dict[str, str], query: str) -> list[tuple[str, float]]:
     """Names by BM25 score of their document against the query, best first (stable)."""
     docs = {name: _terms(text) for name, text in documents.items()}
     if not docs:
         return []
-    average = sum(n for n, _ in docs.values()) / len(docs) or 1.0
-    frequency = Counter(w for _, counts in docs.values() for w in counts)
+    average, frequency = _collection(tuple(documents.values()))
     terms = Counter(_words(query_words(query)))  # a word said twice weighs twice
     scores = []
     for order, (name, (length, counts)) in enumerate(docs.items()):
