@@ -91,6 +91,7 @@ def step_schema(
 
 
 _EMPTY = {"type": "object", "properties": {}}
+_NO_ACTIONS: dict[str, str] = {}
 _branches: dict[tuple, tuple[Any, Any, dict]] = {}
 BRANCHES_KEPT = 1024
 
@@ -98,7 +99,7 @@ BRANCHES_KEPT = 1024
 def _branch(tool, dropped: str | None) -> dict[str, Any]:
     """A tool's branch of the step schema (shared: never changed by its users). Built once per
     tool version and process: cleaning every schema cost ~2 ms of each constrained step."""
-    params, actions = tool.parameters or _EMPTY, getattr(tool, "actions", {})
+    params, actions = tool.parameters or _EMPTY, getattr(tool, "actions", None) or _NO_ACTIONS
     key = (tool.name, id(params), id(actions), dropped)
     hit = _branches.get(key)
     if hit is not None and hit[0] is params and hit[1] is actions:
@@ -246,7 +247,8 @@ def fix_path(call: ToolCall, request: str) -> bool:
 def names_a_tool(request: str, tools: list) -> bool:
     """The request names one of `tools` by an exact name no sentence says by chance ("use
     code_exec to …": one with an underscore; "the scratchpad" or "my todo" are just words)."""
-    return any("_" in t.name and re.search(rf"(?<![\w-]){re.escape(t.name)}(?![\w-])", request or "") for t in tools)
+    return any("_" in t.name and t.name in (request or "")
+               and re.search(rf"(?<![\w-]){re.escape(t.name)}(?![\w-])", request) for t in tools)
 
 
 # --- what the model reads ------------------------------------------------------------------------
@@ -460,6 +462,12 @@ PROBE_SCHEMA = {
 def known_support(backend: LLMBackend, model: str) -> str | None:
     """The cached answer of `support` (None: not probed yet)."""
     return _support.get((backend.name, backend.server_key(), model))
+
+
+def known_way(backend: LLMBackend, model: str) -> str | None:
+    """What `support` would return, without awaiting it, once probed (None: not yet)."""
+    known = known_support(backend, model)
+    return None if known is None else ("" if known == UNSUPPORTED else known)
 
 
 async def support(backend: LLMBackend, model: str) -> str:

@@ -318,9 +318,9 @@ class Agent:
         tools, model = self._offered(profile), profile.resolved_model()
         setup = Setup(profile, backend, tools, limit, CallTracker(backend.name, model))
         if tools and profile.tool_calling != Profile.ToolCalling.NATIVE:
-            known = constrained.known_support(backend, model)  # probed once per server and model
-            setup.constrained = (known if known != constrained.UNSUPPORTED else "") if known is not None else (
-                await until_stopped(constrained.support(backend, model), current_stop_event.get()))
+            setup.constrained = constrained.known_way(backend, model)  # probed once per server and model
+            if setup.constrained is None:
+                setup.constrained = await until_stopped(constrained.support(backend, model), current_stop_event.get())
             if not setup.constrained and profile.tool_calling == Profile.ToolCalling.CONSTRAINED:
                 log.warning("profile %s asks for constrained tool calls, but %s/%s enforces no JSON schema: "
                             "tool calls are read from text", profile.id, backend.name, model)
