@@ -101,6 +101,7 @@ class FieldText:
                     out.append(chr(0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)))
                     i = j + 12
                     continue
-            out.append(chr(code))
+            # A lone half of a pair is no character (and no encoder downstream would take it).
+            out.append("\ufffd" if 0xD800 <= code < 0xE000 else chr(code))
             i = j + 6
         return "".join(out)

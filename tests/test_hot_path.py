@@ -113,6 +113,13 @@ class TestFieldText:
         assert reader.feed('{"name": "memory_save", "arguments": {"text": "not an answer"}}') == ""
         assert not reader.started
 
+    def test_broken_escapes_from_a_server_never_fail_the_answer(self):
+        from agent.partial_json import FieldText
+
+        reader = FieldText()
+        shown = reader.feed('{"name": "answer", "text": "a\\uZZZZb \\ud83d') + reader.feed("x and \\q end")
+        assert shown == "a\\uZZZZb \ufffdx and q end" and not reader.ended  # a lone surrogate: U+FFFD
+
 
 class TestCachedPrefix:
     @pytest.mark.parametrize("tool_calling,schemas", [("auto", {"format"}), ("native", set())])
