@@ -1,12 +1,20 @@
-"""One simple question to a real OpenAI-compatible server (llama.cpp), through Navi's WebSocket
-and directly with the very request Navi sent, back to back: how much time Navi adds.
+"""A real OpenAI-compatible server (llama.cpp's llama-server) through Navi's WebSocket.
 
-    python bench/real_model_chat.py --openai http://127.0.0.1:8093/v1 [--model M] [--rounds 3]
+    python bench/real_model_chat.py --openai http://127.0.0.1:8093/v1 [--model M]            # five questions
+    python bench/real_model_chat.py --openai http://127.0.0.1:8093/v1 --replay [--rounds 3]  # Navi vs direct
 
-A capturing proxy between Navi and the server records Navi's request body; the direct call
-replays that body, so both sides make the server read the same prompt. Between the two a tiny
-unrelated request evicts the server's prompt cache, so the direct call is as cold as Navi's;
-"direct again" replays once more at once: the same prompt from the cache. Needs a running server.
+Default (issue 41): five plain questions, one after another in one chat, with the profile's
+`tool_calling` `auto` and then `native` (a new chat each), same server, same run: for each
+question the first word and the whole answer, the LLM calls it made, and how many prompt tokens
+the server read against those its prompt cache served (llama-server's `timings`: prompt_n,
+cache_n), so a prefix that changed between turns shows as a cache miss.
+
+`--replay`: one question through Navi and then directly with the very request Navi sent, back
+to back: how much time Navi adds. A capturing proxy between Navi and the server records Navi's
+request body; the direct call replays that body, so both sides make the server read the same
+prompt. Between the two a tiny unrelated request evicts the server's prompt cache, so the direct
+call is as cold as Navi's; "direct again" replays once more at once: the same prompt from the
+cache. Needs a running server.
 """
 
 from __future__ import annotations
@@ -28,10 +36,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.live_server import LiveNavi  # noqa: E402
 
 QUESTION = "What is the capital of France? Answer in one short sentence."
+QUESTIONS = [
+    QUESTION,
+    "And the capital of Italy?",
+    "What is 12 times 12?",
+    "Name one primary colour.",
+    "Thank you! Say goodbye in one word.",
+]
 
 
 def capturing_proxy(upstream: str) -> tuple[ThreadingHTTPServer, list[dict]]:
-    """Forwards every request to `upstream` (streaming the answer back) and keeps chat bodies."""
+    """Forwards every request to `upstream` (streaming the answer back) and keeps chat bodies,
+    each with the server's `timings` of its answer under "_timings" when it reports them."""
     bodies: list[dict] = []
 
     class Handler(BaseHTTPRequestHandler):
@@ -40,16 +56,25 @@ def capturing_proxy(upstream: str) -> tuple[ThreadingHTTPServer, list[dict]]:
 
         def _forward(self, method: str) -> None:
             raw = self.rfile.read(int(self.headers.get("Content-Length") or 0)) if method == "POST" else None
+            body = None
             if raw and self.path.endswith("/chat/completions"):
-                bodies.append(json.loads(raw))
+                body = json.loads(raw)
+                bodies.append(body)
+            tail = b""
             with httpx.stream(method, upstream.rstrip("/") + self.path.removeprefix("/v1"), content=raw,
-                              headers={"Content-Type": "application/json"}, timeout=600) as response:
+                              headers={"Content-Type": "application/json"}, timeout=900) as response:
                 self.send_response(response.status_code)
                 self.send_header("Content-Type", response.headers.get("content-type", "application/json"))
                 self.end_headers()
-                for chunk in response.iter_raw():
-                    self.wfile.write(chunk)
-                    self.wfile.flush()
+                try:
+                    for chunk in response.iter_raw():
+                        tail = (tail + chunk)[-4096:]
+                        self.wfile.write(chunk)
+                        self.wfile.flush()
+                except OSError:  # Navi hung up (a stop, or a stream it cut)
+                    pass
+            if body is not None:
+                body["_timings"] = _timings(tail)
 
         def do_GET(self):
             self._forward("GET")
@@ -62,11 +87,23 @@ def capturing_proxy(upstream: str) -> tuple[ThreadingHTTPServer, list[dict]]:
     return server, bodies
 
 
-async def through_navi(navi: LiveNavi, session_id: str) -> tuple[float, float]:
+def _timings(tail: bytes) -> dict:
+    """llama-server's `timings` of an answer (its last lines), {} when the server sends none."""
+    for line in reversed(tail.decode("utf-8", "replace").splitlines()):
+        if '"timings"' in line:
+            try:
+                return json.loads(line.removeprefix("data: ")).get("timings") or {}
+            except ValueError:
+                return {}
+    return {}
+
+
+async def through_navi(navi: LiveNavi, session_id: str, question: str = QUESTION) -> tuple[float, float, str]:
+    """(first word, whole answer, the answer) of one message through the WebSocket."""
     async with websockets.connect(navi.ws_url(session_id), additional_headers=navi.headers, max_size=None) as ws:
         start = time.monotonic()
         first = None
-        await ws.send(json.dumps({"type": "message", "content": QUESTION}))
+        await ws.send(json.dumps({"type": "message", "content": question}))
         while True:
             frame = json.loads(await asyncio.wait_for(ws.recv(), 900))
             if frame["type"] == "stream_delta" and first is None:
@@ -74,7 +111,7 @@ async def through_navi(navi: LiveNavi, session_id: str) -> tuple[float, float]:
             if frame["type"] in ("stream_end", "error", "stream_stopped") and "run_id" in frame:
                 if frame["type"] != "stream_end":
                     raise SystemExit(f"the run ended with {frame}")
-                return first or 0.0, time.monotonic() - start
+                return first or 0.0, time.monotonic() - start, frame.get("content", "")
 
 
 def evict(upstream: str, model: str) -> None:
@@ -94,11 +131,34 @@ def direct(upstream: str, body: dict) -> tuple[float, float]:
     return first or 0.0, time.monotonic() - start
 
 
+async def questions(navi: LiveNavi, bodies: list[dict], modes: list[str]) -> None:
+    """Five plain questions in one chat per mode; one line per question."""
+    print(f"{'mode':>7} {'#':>2} {'first word':>11} {'total':>9} {'calls':>6} {'prompt read':>12} {'from cache':>11}  answer")
+    for mode in modes:
+        navi._manage("shell", "-c", f"from agent.models import Profile; Profile.objects.update(tool_calling={mode!r})")
+        with navi.api() as client:
+            session = client.post("/sessions", json={"new": True}).json()["session_id"]
+        firsts = []
+        for number, question in enumerate(QUESTIONS, 1):
+            seen = len(bodies)
+            first, total, answer = await through_navi(navi, session, question)
+            made = bodies[seen:]
+            read = sum(b["_timings"].get("prompt_n", 0) for b in made)
+            cached = sum(b["_timings"].get("cache_n", 0) for b in made)
+            firsts.append(first)
+            print(f"{mode:>7} {number:>2} {first:>10.2f}s {total:>8.2f}s {len(made):>6} {read:>12} {cached:>11}  "
+                  f"{' '.join(answer.split())[:60]!r}")
+        print(f"{mode:>7} median first word {statistics.median(firsts):.2f} s; after the first question "
+              f"{statistics.median(firsts[1:]):.2f} s")
+
+
 async def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--openai", required=True, help="the server's /v1 URL")
     ap.add_argument("--model", default="")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--modes", default="auto,native", help="the profile's tool_calling modes, in order")
+    ap.add_argument("--replay", action="store_true", help="Navi against the very request replayed directly")
+    ap.add_argument("--rounds", type=int, default=3, help="--replay: questions, a new chat each")
     args = ap.parse_args()
     proxy, bodies = capturing_proxy(args.openai)
     proxy_url = f"http://127.0.0.1:{proxy.server_address[1]}/v1"
@@ -106,15 +166,21 @@ async def main() -> None:
            "MEMORY_EXTRACTION_IDLE_S": "3600"}
     rows = []
     with LiveNavi(env=env) as navi:
-        navi._manage("shell", "-c", "from agent.models import Profile; Profile.objects.update(llm_backend='openai')")
+        navi._manage("shell", "-c", "from agent.models import Profile; Profile.objects.update(llm_backend='openai', "
+                                    "planning_enabled=False)")
+        if not args.replay:
+            await questions(navi, bodies, args.modes.split(","))
+            proxy.shutdown()
+            return
         for _ in range(args.rounds):
             with navi.api() as client:
                 session = client.post("/sessions", json={"new": True}).json()["session_id"]
             seen = len(bodies)
-            navi_first, navi_total = await through_navi(navi, session)
+            navi_first, navi_total, _answer = await through_navi(navi, session)
             answer_body = bodies[-1] if len(bodies) > seen else None
             if answer_body is None:
                 raise SystemExit("Navi made no chat call through the proxy")
+            answer_body = {k: v for k, v in answer_body.items() if k != "_timings"}
             evict(args.openai, answer_body["model"])  # the server's prompt cache now holds Navi's prompt
             direct_first, direct_total = direct(args.openai, answer_body)
             warm_first, _ = direct(args.openai, answer_body)

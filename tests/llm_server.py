@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import re
 import select
 import signal
 import socket
@@ -17,7 +18,7 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterator
@@ -53,6 +54,9 @@ class Turn:
     stream_error: Any = None
     no_finish: bool = False
     endless: bool = False
+    # The content's streamed pieces when a schema shaped it (set by the server, never scripted):
+    # the answer's text piece by piece inside its JSON, as a constrained model writes it.
+    parts: list[str] = field(default_factory=list)
 
     @classmethod
     def from_obj(cls, obj: Turn | dict | str) -> Turn:
@@ -66,6 +70,8 @@ class Turn:
 
     def pieces(self, text: str) -> list[str]:
         """Split text into streamed fragments of ``chunk_size`` characters."""
+        if self.parts and text == self.content:
+            return list(self.parts)
         n = self.chunk_size if self.chunk_size > 0 else max(len(text), 1)
         return [text[i:i + n] for i in range(0, len(text), n)]
 
@@ -114,11 +120,12 @@ class LLMServer:
     """Fake Ollama/OpenAI server in a background thread.
 
     Priority for choosing a reply: the ``script()`` FIFO, then rules in insertion
-    order (first match wins), then ``Turn(content="echo: <last user content>")``.
+    order (first match wins), then ``Turn(content="echo: <last user content>")`` (the user's
+    own words: what Navi writes under them after a ``---`` line is left out).
     """
 
     def __init__(self, models: list[str] | None = None, api_key: str | None = None,
-                 host: str = "127.0.0.1", port: int = 0) -> None:
+                 host: str = "127.0.0.1", port: int = 0, schemas: set[str] | None = None) -> None:
         self.models = models
         self.api_key = api_key
         # /api/show per model name (without ":latest"); unknown models get DEFAULT_SHOW.
@@ -130,10 +137,12 @@ class LLMServer:
         self.props: dict | None = None
         # The request fields whose JSON schema this server enforces, as a grammar would: "format"
         # (Ollama), "response_format" (json_schema), "json_schema" (llama.cpp). Others are ignored,
-        # as servers ignore fields they do not know. A scripted reply to an enforced schema must
-        # follow it (else HTTP 500: the script is wrong). Navi's support probe (schema title
-        # "navi_probe") is answered here without using the script, and kept in ``probes``.
-        self.schemas: set[str] = set()
+        # as servers ignore fields they do not know. A scripted reply that does not follow an
+        # enforced schema is made to, as a grammar would (``_shaped``): a scripted tool call, or a
+        # tool the user's words name, becomes that call; otherwise the schema's first branch, its
+        # minimal value with the scripted text in its free string field. Navi's support probe
+        # (schema title "navi_probe") is answered here without using the script, kept in ``probes``.
+        self.schemas: set[str] = set(schemas or ())
         self._probes: list[dict] = []
         self._addr = (host, port)
         self._cond = threading.Condition()
@@ -304,7 +313,7 @@ class LLMServer:
                 if rule.match in user_text and rule.turns and (
                         not rule.system or (system is not None and rule.system in system)):
                     return rule.turns[min(k, len(rule.turns) - 1)]
-        return Turn(content=f"echo: {user_text}")
+        return Turn(content=f"echo: {_user_words(messages)}")
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -495,8 +504,8 @@ class _Handler(BaseHTTPRequestHandler):
             turn = Turn(content=_dumps({"probe": value}) if enforced else "Hello! How can I help you today?")
         else:
             turn = fake.pick_turn(body.get("messages") or [])
-        if enforced and not probe and turn.status == 200 and (problem := _breaks(schema, turn)):
-            return self._error(500, f"fake server: the scripted reply does not follow the request's schema: {problem}")
+        if enforced and not probe and turn.status == 200 and _breaks(schema, turn):
+            turn = _shaped(schema, turn, _user_words(body.get("messages") or []))
         if turn.hold:
             try:
                 self._wait(turn.hold)
@@ -654,15 +663,94 @@ def _schema_of(body: dict) -> tuple[str, Any]:
     return "", None
 
 
-def _breaks(schema: dict, turn: Turn) -> str:
-    """Why a scripted reply could not have come from a server enforcing `schema` ("" if it could)."""
+def _violation(value: Any, schema: dict) -> str:
+    """Why `value` does not follow `schema` ("" if it does). The schema itself is not checked
+    against its meta-schema (`jsonschema.validate` does: ~0.6 s for a step's schema of 30 tools)."""
     import jsonschema
 
+    error = jsonschema.exceptions.best_match(jsonschema.validators.validator_for(schema)(schema).iter_errors(value))
+    return "" if error is None else str(error).splitlines()[0]
+
+
+def _breaks(schema: dict, turn: Turn) -> str:
+    """Why a scripted reply could not have come from a server enforcing `schema` ("" if it could)."""
     try:
-        jsonschema.validate(json.loads(turn.content), schema)
-    except (ValueError, jsonschema.ValidationError) as exc:
-        return str(exc).splitlines()[0]
-    return ""
+        value = json.loads(turn.content)
+    except ValueError as exc:
+        return str(exc)
+    return _violation(value, schema)
+
+
+def _user_words(messages: list[dict]) -> str:
+    """The last user message as its writer wrote it: an instruction Navi appends after a
+    ``---`` line (its step note, which names tools) is not the user's."""
+    users = [_text(m.get("content")) for m in messages if m.get("role") == "user"]
+    return users[-1].split("\n\n---\n", 1)[0] if users else ""
+
+
+def _shaped(schema: dict, turn: Turn, words: str) -> Turn:
+    """What a server enforcing `schema` sends for the scripted `turn`: a scripted tool call the
+    schema allows, or a tool named in the user's `words`, as ``{"name", "arguments"}``; else the
+    schema's first branch at its minimal valid value, the scripted text in its first free
+    string field (an answer's text), streamed piece by piece inside the JSON."""
+    branches = schema.get("anyOf") if isinstance(schema.get("anyOf"), list) else [schema]
+    named = {b.get("properties", {}).get("name", {}).get("const"): b for b in branches if isinstance(b, dict)}
+    for call in turn.tool_calls:
+        if call.get("name") in named and "arguments" in named[call["name"]].get("properties", {}):
+            value = {"name": call["name"], "arguments": call.get("arguments", {})}
+            if _violation(value, named[call["name"]]):
+                value = _minimal(named[call["name"]])
+            return replace(turn, content=_dumps(value), tool_calls=[], parts=[])
+    for name, branch in named.items():
+        if isinstance(name, str) and "arguments" in branch.get("properties", {}) and re.search(
+                rf"(?<![\w-]){re.escape(name)}(?![\w-])", words):
+            return replace(turn, content=_dumps(_minimal(branch)), tool_calls=[], parts=[])
+    branch = branches[0] if branches else {}
+    value, key = _minimal(branch), _free_string(branch)
+    if key is None or not turn.content:
+        return replace(turn, content=_dumps(value), tool_calls=[], parts=[])
+    value.pop(key, None)
+    value[key] = ""  # written last, so the text streams at the end of the object
+    head = _dumps(value)[:-2]  # `{"name":"answer","text":"` — the text is written from here
+    parts = [json.dumps(piece)[1:-1] for piece in turn.pieces(turn.content)]
+    parts[0] = head + parts[0]
+    parts[-1] += '"}'
+    return replace(turn, content="".join(parts), tool_calls=[], parts=parts)
+
+
+def _free_string(schema: dict) -> str | None:
+    """The last property of an object schema that is a string of any value (no const, no enum)."""
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    free = [k for k, v in (props or {}).items() if isinstance(v, dict) and v.get("type") == "string"
+            and "const" not in v and "enum" not in v]
+    return free[-1] if free else None
+
+
+def _minimal(schema: Any) -> Any:
+    """The smallest value `schema` allows (required properties only, empty strings and lists)."""
+    if not isinstance(schema, dict):
+        return None
+    if "const" in schema:
+        return schema["const"]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    for key in ("anyOf", "oneOf", "allOf"):
+        if schema.get(key):
+            return _minimal(schema[key][0])
+    kind = schema.get("type")
+    kind = kind[0] if isinstance(kind, list) and kind else kind
+    if kind == "object" or (kind is None and "properties" in schema):
+        props = schema.get("properties") or {}
+        return {k: _minimal(props.get(k, {})) for k in schema.get("required") or []}
+    if kind == "array":
+        return [_minimal(schema.get("items", {})) for _ in range(schema.get("minItems") or 0)]
+    if kind == "string":
+        return "x" * (schema.get("minLength") or 0)
+    if kind in ("integer", "number"):
+        return schema.get("minimum", 0)
+    if kind == "boolean":
+        return False
+    return None
 
 
 def _pieces(turn: Turn, thinking: str, thinking_key: str = "thinking") -> Iterator[tuple[str, str]]:
@@ -705,9 +793,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rules", help="JSON file: list of {match, turns:[{...Turn fields}|str], system}")
     ap.add_argument("--models", help="comma-separated known models (others get 404)")
     ap.add_argument("--api-key", help="require 'Authorization: Bearer KEY'")
+    ap.add_argument("--schemas", default="", help="comma-separated schema fields to enforce, as a real server does "
+                                                   "(format, response_format, json_schema)")
     args = ap.parse_args(argv)
     server = LLMServer(models=args.models.split(",") if args.models else None, api_key=args.api_key,
-                       host=args.host, port=args.port)
+                       host=args.host, port=args.port, schemas={s for s in args.schemas.split(",") if s})
     if args.rules:
         with open(args.rules, encoding="utf-8") as fh:
             for rule in json.load(fh):

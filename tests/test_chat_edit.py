@@ -41,7 +41,11 @@ async def _id_of(session, content: str) -> int:
 
 
 def _user_texts(request: dict) -> list[str]:
-    return [m["content"] for m in request["messages"] if m["role"] == "user"]
+    """The user messages the model read, as the owner wrote them (the clock under the turn's
+    request left out)."""
+    from agent.context.prompts import without_clock
+
+    return [without_clock(m["content"]) for m in request["messages"] if m["role"] == "user"]
 
 
 async def _error(comm) -> str:

@@ -231,7 +231,8 @@ def test_cli_serves_rules_file(tmp_path: Path) -> None:
     rules = tmp_path / "rules.json"
     rules.write_text(json.dumps([{"match": "ping", "turns": [{"content": "pong"}, "second"]}]))
     root = Path(__file__).resolve().parent.parent
-    proc = subprocess.Popen([sys.executable, "-m", "tests.llm_server", "--port", "0", "--rules", str(rules)],
+    proc = subprocess.Popen([sys.executable, "-m", "tests.llm_server", "--port", "0", "--rules", str(rules),
+                             "--schemas", "format"],
                             cwd=root, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(root)})
     try:
         line = proc.stdout.readline().strip()  # type: ignore[union-attr]
@@ -243,6 +244,9 @@ def test_cli_serves_rules_file(tmp_path: Path) -> None:
         httpx.post(line.split()[1] + "/_fake/script", json=["scripted"])
         assert client.chat("m", messages=USER).message.content == "scripted"
         assert len(httpx.get(line.split()[1] + "/_fake/state").json()["requests"]) == 3
+        # --schemas format: a JSON schema in `format` is honoured, as Ollama does.
+        shaped = client.chat("m", messages=[{"role": "user", "content": "ping"}], format=STEP).message.content
+        assert json.loads(shaped) == {"name": "answer", "text": "pong"}
     finally:
         proc.terminate()
         assert proc.wait(timeout=5) == 0
@@ -290,3 +294,59 @@ def test_real_server_quirks_over_ollama(server: LLMServer) -> None:
     parts = list(client.chat("small", messages=USER, stream=True, options={"num_predict": 3}))
     assert "".join(p.message.content for p in parts) == "abcdef" and parts[-1].done_reason == "length"
     assert server.max_active == 1
+
+
+# --- a request's JSON schema, honoured as a real server's grammar would ------------------------------
+STEP = {"anyOf": [
+    {"type": "object", "properties": {"name": {"const": "answer"}, "text": {"type": "string"}},
+     "required": ["name"], "additionalProperties": False},
+    {"type": "object", "properties": {"name": {"const": "get_weather"}, "arguments": {
+        "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1}},
+        "required": ["city", "days"], "additionalProperties": False}},
+     "required": ["name", "arguments"], "additionalProperties": False},
+]}
+
+
+def _ollama_json(server: LLMServer, text: str, schema: dict = STEP) -> tuple[list[str], dict]:
+    parts = [p.message.content for p in ollama.Client(host=server.url).chat(
+        "m", messages=[{"role": "user", "content": text}], format=schema, stream=True) if not p.done]
+    return parts, json.loads("".join(parts))
+
+
+def test_an_enforced_schema_gets_the_answer_text_streamed_inside_its_json() -> None:
+    with LLMServer(schemas={"format"}) as server:
+        server.script(Turn(content="Paris, on the Seine.", chunk_size=4))
+        parts, value = _ollama_json(server, "capital of France?")
+        assert value == {"name": "answer", "text": "Paris, on the Seine."}
+        assert len(parts) == 5 and parts[0] == '{"name":"answer","text":"Pari'  # the text piece by piece
+        # Without a script: the echo, as an answer.
+        assert _ollama_json(server, "hello")[1] == {"name": "answer", "text": "echo: hello"}
+
+
+def test_a_tool_named_by_the_user_or_scripted_becomes_the_call_with_valid_arguments() -> None:
+    with LLMServer(schemas={"format"}) as server:
+        assert _ollama_json(server, "use get_weather for Oslo")[1] == {
+            "name": "get_weather", "arguments": {"city": "", "days": 1}}  # the minimal valid value
+        # Navi's own step note after a --- line names tools too: not the user's words.
+        assert _ollama_json(server, "hi\n\n---\n[next step] best: get_weather")[1]["name"] == "answer"
+        server.script(Turn(tool_calls=[{"name": "get_weather", "arguments": {"city": "Oslo", "days": 2}}]))
+        assert _ollama_json(server, "weather?")[1] == {"name": "get_weather", "arguments": {"city": "Oslo", "days": 2}}
+        server.script(Turn(tool_calls=[{"name": "get_weather", "arguments": {"town": "Oslo"}}]))  # off-schema
+        assert _ollama_json(server, "weather?")[1] == {"name": "get_weather", "arguments": {"city": "", "days": 1}}
+        # A scripted reply that already follows the schema is sent as it is.
+        server.script(Turn(content='{"name": "answer"}'))
+        assert _ollama_json(server, "x")[1] == {"name": "answer"}
+
+
+def test_openai_response_format_is_honoured_and_unknown_fields_ignored() -> None:
+    with LLMServer(schemas={"response_format"}) as server:
+        server.script(Turn(content="Rome."), Turn(content="Rome."))
+        body = {"model": "m", "messages": [{"role": "user", "content": "Italy?"}],
+                "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": STEP}}}
+        resp = httpx.post(server.openai_url + "/chat/completions", json=body).json()
+        assert json.loads(resp["choices"][0]["message"]["content"]) == {"name": "answer", "text": "Rome."}
+        # A field this server does not enforce (Ollama's `format` on the OpenAI path) changes nothing.
+        resp = httpx.post(server.openai_url + "/chat/completions", json={**body, "response_format": None,
+                                                                          "format": STEP}).json()
+        assert resp["choices"][0]["message"]["content"] == "Rome."
+

@@ -361,7 +361,8 @@ class TestTools:
         # One system message (some chat templates drop a second one): persona, profile, memory.
         system = [m for m in llm.requests[-1]["messages"] if m["role"] == "system"]
         assert len(system) == 1 and system[0]["content"].startswith("You are Navi (test persona).")
-        assert "\n\n---\n\n## What I remember about the user\n\nThe user is called Sam.\n\n---\n\nCurrent date and time: " in system[0]["content"]
+        assert system[0]["content"].endswith("\n\n---\n\n## What I remember about the user\n\nThe user is called Sam.")
+        assert "\n\n---\nCurrent date and time: " in llm.requests[-1]["messages"][-1]["content"]  # after the history
         assert len(memory_msgs()) == 1
         await agent.run(str(session.pk), "again")
         assert len(memory_msgs()) == 1

@@ -60,8 +60,10 @@ class TestClock:
         settings.TIME_ZONE = "Europe/Lisbon"
         llm.script(Turn(content="It is today."))
         await run(session, owner_token, "what day is it?")
-        system = llm.requests[-1]["messages"][0]["content"]
+        # Under the turn's request (the system prompt before it stays the same every minute).
+        system = llm.requests[-1]["messages"][-1]["content"]
         now = datetime.now(ZoneInfo("Europe/Lisbon"))
+        assert system.startswith("what day is it?\n\n---\nCurrent date and time: ")
         assert f"{now:%A, %d %B %Y}" in system and "Europe/Lisbon" in system
         assert system.rstrip().endswith("Use them for 'today', 'tomorrow', 'next Friday' and other dates.")
         # The coming week spelled out, so "next Friday" needs no weekday arithmetic.
@@ -81,10 +83,14 @@ class TestClock:
         llm.add_rule(Rule(match="", turns=[Turn(tool_calls=[{"name": "todo", "arguments": {"action": "list"}}]), Turn(content="ok")]))
         await run(session, owner_token, "read my list, then add milk")
         systems = {r["messages"][0]["content"] for r in llm.requests}
-        assert len(llm.requests) == 3 and len(systems) == 1
-        assert "09:00" in systems.pop()  # the turn's start, not a later minute
+        clocks = {next(m["content"] for m in r["messages"] if m["role"] == "user").split("(time zone")[0]
+                  for r in llm.requests}
+        assert len(llm.requests) == 3 and len(systems) == 1 and len(clocks) == 1
+        assert clocks.pop().endswith("09:00 ")  # the turn's start, not a later minute
         await run(session, owner_token, "thanks")
-        assert "09:01" in llm.requests[-1]["messages"][0]["content"]  # a new turn reads the clock again
+        last = [m["content"] for m in llm.requests[-1]["messages"] if m["role"] == "user"]
+        assert "09:01" in last[-1] and "09:0" not in last[0]  # a new turn reads the clock again; the last one's is gone
+        assert llm.requests[-1]["messages"][0]["content"] in systems  # the system prompt did not move
 
     def test_the_default_time_zone_is_the_hosts(self, monkeypatch):
         from navi_project.settings import _host_time_zone

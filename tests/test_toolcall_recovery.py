@@ -332,3 +332,50 @@ async def test_an_invented_result_never_reaches_the_user_the_history_or_the_mode
     history = llm.requests[-1]["messages"]
     assert FAKE not in json.dumps(history)
     assert [m for m in history if m["role"] == "tool"][-1]["content"].count("buy milk") >= 1
+
+
+# --- held text is bounded ------------------------------------------------------------------------
+def test_json_looking_text_is_shown_after_a_few_hundred_tokens_not_at_the_end():
+    # A small model writing an endless JSON-looking answer: held only up to HOLD_CHARS.
+    from agent.toolcalling.toolcalls import HOLD_CHARS
+
+    text = '("{\\"' + "x, " * 2000
+    shown, total, calls = stream(text, 7)
+    assert total == text and calls == []
+    assert len("".join(shown)) >= len(text) - HOLD_CHARS - 7  # streamed, not kept for finish()
+
+
+def test_a_call_longer_than_the_hold_is_shown_but_still_recovered_from_the_whole_answer():
+    # What the turn does at the end of the stream (agent.turn.turns._recover_calls).
+    from agent.toolcalling.toolcalls import HOLD_CHARS
+
+    content = "word " * (HOLD_CHARS // 4)
+    text = json.dumps({"name": "memory_save", "arguments": {"key": "notes", "value": content}})
+    shown, total, calls = stream(text, 9)
+    assert calls == [] and total == text
+    found = extract_calls(total, OFFERED)
+    assert [c.name for c in found.calls] == ["memory_save"] and found.calls[0].arguments["value"] == content
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("no_planning")
+async def test_an_unfinished_json_answer_reaches_the_owner_before_the_stream_ends(llm, session, owner_token):
+    # The stream breaks after 150 pieces (~3 000 characters) of an answer that never closes its
+    # bracket: what passed the hold limit was shown and is kept.
+    llm.script(Turn(content='{"reply": "' + "la " * 2000, chunk_size=20, drop_after=150))
+    frames = await chat(session, owner_token, "sing")
+    text = "".join(f["delta"] for f in frames if f["type"] == "stream_delta")
+    assert frames[-1]["type"] == "error" and len(text) >= 1500
+    row = await Message.objects.filter(session_id=session.pk, role="assistant").aget()
+    assert row.status == "interrupted" and row.content == text
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("no_planning")
+async def test_a_call_followed_by_endless_talk_is_cut_and_runs(llm, session, owner_token):
+    llm.script(Turn(content=f"<tool_call>\n{TODO}\n</tool_call>\nAnd then I will " + "keep talking " * 1000,
+                    chunk_size=8), Turn(content="Added."))
+    frames = await chat(session, owner_token, "add buy milk to my list")
+    [call] = [f for f in frames if f["type"] == "tool_call"]
+    assert call["tool"] == "todo" and call["success"] and frames[-1]["content"] == "Added."
+    assert llm.disconnects == 1  # the rambling stream was hung up on, not read to the token cap

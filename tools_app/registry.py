@@ -66,6 +66,11 @@ class ToolRegistry:
         for provider in self.providers:
             provider.load(user_id)
 
+    def provided_pending(self, user_id: int | None) -> bool:
+        """Whether `prepare_provided` has anything to do (most turns: no; then a turn does not
+        pay for awaiting it). A provider that cannot tell is asked to prepare."""
+        return any(getattr(p, "pending", lambda _u: True)(user_id) for p in self.providers)
+
     async def prepare_provided(self, user_id: int | None) -> None:
         """Make the user's provided tools ready (MCP: connect on first use, bounded)."""
         for provider in self.providers:

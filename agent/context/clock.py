@@ -17,13 +17,16 @@ def now() -> datetime:
     return datetime.now(ZoneInfo(settings.TIME_ZONE))
 
 
+CLOCK_START = "Current date and time: "
+
+
 def clock_line(moment: datetime | None = None) -> str:
     moment = moment or now()
     offset = moment.strftime("%z")
     offset = f"UTC{offset[:3]}:{offset[3:]}" if offset else "UTC"
     days = ", ".join(f"{moment + timedelta(days=n):%a %d %b}" for n in range(1, 8))
     return (
-        f"Current date and time: {moment:%A, %d %B %Y, %H:%M} "
+        f"{CLOCK_START}{moment:%A, %d %B %Y, %H:%M} "
         f"(time zone {settings.TIME_ZONE}, {offset}). The next seven days: {days}. "
         "Use them for 'today', 'tomorrow', 'next Friday' and other dates."
     )  # the days spelled out: a small model counts weekdays wrong

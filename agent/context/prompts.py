@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
-from agent.context.clock import clock_line
+from agent.context.clock import CLOCK_START, clock_line
 from agent.llm.messages import ChatMessage
 from agent.models import Profile
 from memory_app.services import get_summary
@@ -22,6 +23,7 @@ PLANNING_PROMPT = """[planning step] Do not answer yet. Decide whether my reques
 PLAN_NOTE = """[the plan you made for this request before answering: carry it out and answer me; do not repeat the plan]"""
 
 MEMORY_HEADER = "## What I remember about the user"
+CLOCK_SEPARATOR = "\n\n---\n"  # between the turn's request and the clock under it
 
 def system_prompt(profile: Profile) -> str:
     """persona + '---' + profile prompt, built fresh for every call."""
@@ -39,12 +41,15 @@ async def memory_text(user_id: int | None, summary: str | None = None) -> str:
 
 async def build_context(
     profile: Profile, history: list[ChatMessage], user_id: int | None, moment: datetime | None = None,
-    memory_summary: str | None = None, tools_text: str = "",
+    memory_summary: str | None = None, tools_text: str = "", clock_after: bool = False,
 ) -> list[ChatMessage]:
-    """One system message (persona, profile, the tool catalogue of a constrained step, memory,
-    the clock at `moment`) + the history. Memory goes into that one message because some chat
-    templates drop or reject a second system message; what changes least comes first, so a
-    server's prompt cache keeps the longest prefix."""
+    """One system message (persona, profile, the tool catalogue of a constrained step, memory)
+    + the history, and the clock at `moment`. Memory goes into that one message because some
+    chat templates drop or reject a second system message; what changes least comes first, so a
+    server's prompt cache keeps the longest prefix. The clock changes every minute: with
+    `clock_after` it is written under the turn's request (the last user message), so the system
+    prompt, the tools a template renders after it and the history before the request are the
+    same bytes from turn to turn and chat to chat; otherwise it ends the system message."""
     system = system_prompt(profile)
     if tools_text:
         system = f"{system}\n\n---\n\n{tools_text}" if system else tools_text
@@ -52,7 +57,22 @@ async def build_context(
     if memory:
         system = f"{system}\n\n---\n\n{memory}" if system else memory
     clock = clock_line(moment)
-    system = f"{system}\n\n---\n\n{clock}" if system else clock
-    messages = [ChatMessage(role="system", content=system)]
-    messages.extend(m for m in history if m.role != "system")
-    return messages
+    history = [m for m in history if m.role != "system"]
+    request = max((i for i, m in enumerate(history) if m.role == "user" and not m.is_summary), default=-1)
+    if clock_after and request >= 0:
+        history[request] = _with_clock(history[request], clock)
+    else:
+        system = f"{system}\n\n---\n\n{clock}" if system else clock
+    return [ChatMessage(role="system", content=system), *history]
+
+
+def without_clock(text: str) -> str:
+    """A request as its writer wrote it, without the clock `build_context` put under it."""
+    head, sep, tail = text.rpartition(CLOCK_SEPARATOR)
+    return head if sep and tail.startswith(CLOCK_START) else text
+
+
+def _with_clock(message: ChatMessage, clock: str) -> ChatMessage:
+    """The turn's request with the clock under it (a copy: never stored; the same row, so a
+    plan anchored on the request still finds it)."""
+    return dataclasses.replace(message, content=f"{message.content}{CLOCK_SEPARATOR}{clock}")

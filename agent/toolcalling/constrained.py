@@ -28,6 +28,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from agent.context import prompts
 from agent.llm import LLMBackend, LLMError
 from agent.llm.base import LLMTimeout, LLMUnreachable, OutputSchema
 from agent.llm.messages import ChatMessage, ToolCall
@@ -54,6 +55,13 @@ AFTER_RESULT_NOTE = (
     'of it is done, choose {{"name": "answer"}}; if a part is left (say, saving or writing what you found), '
     "call the tool for that part. Never repeat a call that succeeded."
 )
+# The same instruction when the answer may be written in the step (`step_schema(text=True)`).
+DECIDE_TEXT_NOTE = (
+    "[next step] Reply with one JSON object. If my request asks you to do or find out something a tool "
+    'can, call the tool that does it: {"name": "<tool>", "arguments": {…}}. When nothing is left to do, '
+    'answer me: {"name": "answer", "text": "<your whole reply to me>"}.'
+)
+ANSWER_TEXT = "text"  # the answer's own field in a step that may carry it
 REQUEST_CHARS = 300  # of the request restated after a result
 ANSWER_NOTE = "[answer] Now answer me in plain sentences. No JSON, no tool calls."
 ANSWER_AFTER_TOOLS_NOTE = (
@@ -69,18 +77,41 @@ BRIEF_CHARS = 90  # of a tool's description in the catalogue
 
 
 # --- the schema of a step --------------------------------------------------------------------
-def step_schema(tools: list, *, answer: bool = True, without: tuple[str, str] | None = None) -> dict[str, Any]:
+def step_schema(
+    tools: list, *, answer: bool = True, without: tuple[str, str] | None = None, text: bool = False
+) -> dict[str, Any]:
     """`answer` (unless `answer` is off), or one of `tools` with arguments valid for its schema
-    (one branch each); `without` = (tool, action): that action of that tool is not offered."""
-    branches: list[dict[str, Any]] = [_object({"name": {"const": ANSWER}}, ["name"])] if answer else []
+    (one branch each); `without` = (tool, action): that action of that tool is not offered.
+    `text`: the answer may carry the reply itself (ANSWER_TEXT), so a turn that needs no tool
+    is one call."""
+    answering = {"name": {"const": ANSWER}, **({ANSWER_TEXT: {"type": "string"}} if text else {})}
+    branches: list[dict[str, Any]] = [_object(answering, ["name"])] if answer else []
     for tool in tools:
-        actions = dict(getattr(tool, "actions", {}))
-        if without is not None and without[0] == tool.name:
-            actions.pop(without[1], None)
-        arguments = _by_action(_clean(tool.parameters or {"type": "object", "properties": {}}), actions,
-                               getattr(tool, "action_parameter", "action"))
-        branches.append(_object({"name": {"const": tool.name}, "arguments": arguments}, ["name", "arguments"]))
+        branches.append(_branch(tool, without[1] if without is not None and without[0] == tool.name else None))
     return {"title": STEP_TITLE, "anyOf": branches}
+
+
+_EMPTY = {"type": "object", "properties": {}}
+_NO_ACTIONS: dict[str, str] = {}
+_branches: dict[tuple, tuple[Any, Any, dict]] = {}
+BRANCHES_KEPT = 1024
+
+
+def _branch(tool, dropped: str | None) -> dict[str, Any]:
+    """A tool's branch of the step schema (shared: never changed by its users). Built once per
+    tool version and process: cleaning every schema cost ~2 ms of each constrained step."""
+    params, actions = tool.parameters or _EMPTY, getattr(tool, "actions", None) or _NO_ACTIONS
+    key = (tool.name, id(params), id(actions), dropped)
+    hit = _branches.get(key)
+    if hit is not None and hit[0] is params and hit[1] is actions:
+        return hit[2]
+    kept = {k: v for k, v in actions.items() if k != dropped}
+    arguments = _by_action(_clean(params), kept, getattr(tool, "action_parameter", "action"))
+    branch = _object({"name": {"const": tool.name}, "arguments": arguments}, ["name", "arguments"])
+    if len(_branches) >= BRANCHES_KEPT:
+        _branches.clear()
+    _branches[key] = (params, actions, branch)  # the objects themselves kept: an id is never reused meanwhile
+    return branch
 
 
 def _object(properties: dict, required: list[str]) -> dict[str, Any]:
@@ -217,12 +248,27 @@ def fix_path(call: ToolCall, request: str) -> bool:
 def names_a_tool(request: str, tools: list) -> bool:
     """The request names one of `tools` by an exact name no sentence says by chance ("use
     code_exec to …": one with an underscore; "the scratchpad" or "my todo" are just words)."""
-    return any("_" in t.name and re.search(rf"(?<![\w-]){re.escape(t.name)}(?![\w-])", request or "") for t in tools)
+    return any("_" in t.name and t.name in (request or "")
+               and re.search(rf"(?<![\w-]){re.escape(t.name)}(?![\w-])", request) for t in tools)
 
 
 # --- what the model reads ------------------------------------------------------------------------
+_catalogues: dict[tuple, str] = {}
+
+
 def catalogue(tools: list) -> str:
-    """One line per tool: its name, its parameters (`?` = optional) and its first sentence."""
+    """One line per tool: its name, its parameters (`?` = optional) and its first sentence.
+    The same tools give the same text every turn: kept per process."""
+    key = tuple((t.name, t.description, tuple((t.parameters or {}).get("properties") or ()),
+                 tuple((t.parameters or {}).get("required") or ())) for t in tools)
+    if (text := _catalogues.get(key)) is None:
+        if len(_catalogues) >= BRANCHES_KEPT:
+            _catalogues.clear()
+        text = _catalogues[key] = _catalogue(tools)
+    return text
+
+
+def _catalogue(tools: list) -> str:
     lines = [CATALOGUE_HEADER]
     for tool in tools:
         params = tool.parameters or {}
@@ -254,14 +300,15 @@ def with_note(context: list[ChatMessage], note: str) -> list[ChatMessage]:
     return out
 
 
-def decide_note(context: list[ChatMessage], offer: list) -> str:
+def decide_note(context: list[ChatMessage], offer: list, text: bool = False) -> str:
     """The deciding call's instruction: the tools that fit the request best (in that order), and
-    after a successful result, the nudge to answer."""
-    note = DECIDE_NOTE
+    after a successful result, the nudge to answer; `text`: the answer is written in the step."""
+    note = DECIDE_TEXT_NOTE if text else DECIDE_NOTE
     if offer:
         note += f" The tools that fit this request best: {', '.join(t.name for t in offer[:MAX_NAMED])}."
     if context and context[-1].role == "tool" and not context[-1].content.startswith("Error"):
         request = next((m.content for m in reversed(context) if m.role == "user" and not m.is_summary), "")
+        request = prompts.without_clock(request)
         request = request if len(request) <= REQUEST_CHARS else request[:REQUEST_CHARS] + "…"
         note += AFTER_RESULT_NOTE.format(request=" ".join(request.split()))
     return note
@@ -380,6 +427,7 @@ class Decision:
     answer: bool = False
     call: ToolCall | None = None
     repeated: bool = False  # the model chose a call that already succeeded: it has nothing new to do
+    text: str = ""  # the answer itself, written in the step (already shown and saved)
 
 
 def parse_decision(text: str, offered: set[str]) -> Decision | None:
@@ -415,6 +463,12 @@ PROBE_SCHEMA = {
 def known_support(backend: LLMBackend, model: str) -> str | None:
     """The cached answer of `support` (None: not probed yet)."""
     return _support.get((backend.name, backend.server_key(), model))
+
+
+def known_way(backend: LLMBackend, model: str) -> str | None:
+    """What `support` would return, without awaiting it, once probed (None: not yet)."""
+    known = known_support(backend, model)
+    return None if known is None else ("" if known == UNSUPPORTED else known)
 
 
 async def support(backend: LLMBackend, model: str) -> str:

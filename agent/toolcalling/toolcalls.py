@@ -292,8 +292,12 @@ def _cut(text: str, spans: list[tuple[int, int]]) -> str:
 
 
 # --- on the stream ----------------------------------------------------------------------------
+HOLD_CHARS = 1200  # ~300 tokens: the most text held back as a possible call before it is shown
+
+
 class CallTextFilter:
-    """Shows text as it streams, except what may be a call: that is held until it is known.
+    """Shows text as it streams, except what may be a call: that is held until it is known
+    (at most HOLD_CHARS).
 
     A call can only start at the beginning of a line. While a line's start could still become
     a call marker it is held; once it cannot, it is shown and the rest of the line streams
@@ -342,7 +346,22 @@ class CallTextFilter:
                 else:
                     self._show(self.held, shown)
                 self.held = ""
+            elif len(self.held) > HOLD_CHARS:
+                # Still "maybe a call" after a few hundred tokens: a small model writing
+                # JSON-looking text would keep the owner waiting to the token cap. It is shown
+                # (a call in it is still recovered from the whole answer at the end).
+                self._show(self.held, shown)
+                self._track_fence(self.held)
+                self.streaming_line = not self.held.endswith("\n")
+                self.held = ""
         return "".join(shown)
+
+    @property
+    def enough(self) -> bool:
+        """A call was recovered and more than HOLD_CHARS followed it without another: the rest
+        is a small model rambling (its invented result), and the call waits for it. The caller
+        cuts the stream."""
+        return bool(self.calls) and len(self.after) + len(self.held) > HOLD_CHARS
 
     def finish(self) -> tuple[str, list[ToolCall]]:
         """Text still to show, and every call recovered from the answer."""

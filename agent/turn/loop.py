@@ -64,8 +64,9 @@ class Agent:
         yield StreamStart(user_message=user_message)
         # Provided tools (MCP servers) connect on first use, each bounded; Stop does not wait for
         # them (a stop here ends the run at the loop's first check).
-        with contextlib.suppress(Stopped):
-            await until_stopped(self.tools.prepare_provided(conv.owner_id), current_stop_event.get())
+        if self.tools.provided_pending(conv.owner_id):
+            with contextlib.suppress(Stopped):
+                await until_stopped(self.tools.prepare_provided(conv.owner_id), current_stop_event.get())
         profile = conv.session.profile  # loaded with the session
         backend = self.backends.get(profile.llm_backend)
         limit = await effective_window(backend, profile)

@@ -138,7 +138,7 @@ def with_plan(context: list[ChatMessage], conv: Conversation) -> list[ChatMessag
     if not plan:
         return context
     for i, msg in enumerate(context):
-        if msg is anchor:
+        if msg is anchor or (anchor.db_id is not None and msg.db_id == anchor.db_id):  # or its copy with the clock
             return _append_to(context, i, f"{prompts.PLAN_NOTE}\n{plan}")
     return context
 

@@ -31,6 +31,7 @@ from agent.llm.messages import ChatMessage, ToolCall
 from agent.models import Profile
 from agent.toolcalling import constrained
 from agent.toolcalling.calls import CallTracker, DoesNotFit, fit_request
+from agent.toolcalling.partial_json import FieldText
 from agent.toolcalling.toolcalls import CallTextFilter, extract_calls
 from agent.turn import planning
 from agent.turn.stopping import Stopped, raise_if_stopped, stoppable, until_stopped
@@ -67,6 +68,7 @@ class Turn:
     calls: list[ToolCall] = field(default_factory=list)
     tokens: int = 0
     thinking_open: bool = False  # thinking was streamed and no text has closed it yet
+    decision: constrained.Decision | None = None  # of a constrained step (decide_step)
 
 
 class TurnFailed(Exception):
@@ -84,7 +86,9 @@ async def make_setup(profile: Profile, backend: LLMBackend, tools: list[Tool], l
     model = profile.resolved_model()
     setup = Setup(profile, backend, tools, limit, CallTracker(backend.name, model))
     if tools and profile.tool_calling != Profile.ToolCalling.NATIVE:
-        setup.constrained = await until_stopped(constrained.support(backend, model), current_stop_event.get())
+        setup.constrained = constrained.known_way(backend, model)  # probed once per server and model
+        if setup.constrained is None:
+            setup.constrained = await until_stopped(constrained.support(backend, model), current_stop_event.get())
         if not setup.constrained and profile.tool_calling == Profile.ToolCalling.CONSTRAINED:
             log.warning("profile %s asks for constrained tool calls, but %s/%s enforces no JSON schema: "
                         "tool calls are read from text", profile.id, backend.name, model)
@@ -98,8 +102,11 @@ async def make_setup(profile: Profile, backend: LLMBackend, tools: list[Tool], l
 async def turn_context(conv: Conversation, setup: Setup) -> list[ChatMessage]:
     """What one call of the turn reads: system prompt (with the tool catalogue of constrained
     steps), history, and the turn's plan."""
+    # A profile that caps its tools (a small model's) sends each step's tools anyway, and copies
+    # what is written under its request: its clock stays in the system message.
     context = await prompts.build_context(
-        setup.profile, conv.context, conv.owner_id, conv.clock, conv.take_memory(), tools_text=setup.catalogue
+        setup.profile, conv.context, conv.owner_id, conv.clock, conv.take_memory(), tools_text=setup.catalogue,
+        clock_after=not setup.profile.max_tools,
     )
     return planning.with_plan(context, conv)
 
@@ -156,8 +163,10 @@ async def constrained_step(
     context writes the call again, or copies the instruction); otherwise in the step's own
     context. A call written in that answer anyway is written again under its schema when
     it is not valid: what runs is never malformed."""
-    decision = await decide_step(conv, setup, offer, turn, query)
-    if decision is not None and decision.call is not None:
+    async for event in decide_step(conv, setup, offer, turn, query):
+        yield event  # an answer written in the step itself: the turn's one call
+    decision = turn.decision
+    if decision is not None and (decision.call is not None or decision.text):
         return
     if decision is not None and setup.profile.max_tools and setup.tracker.used:
         async for event in answer_from_results(conv, setup, turn):
@@ -201,20 +210,25 @@ async def rewrite_call(conv: Conversation, setup: Setup, turn: Turn, call: ToolC
 
 async def decide_step(
     conv: Conversation, setup: Setup, offer: list[Tool], turn: Turn, query: str
-) -> constrained.Decision | None:
+) -> AsyncIterator[AgentEvent]:
     """The constrained step: the model picks "answer" or one offered tool with valid arguments
-    (the profile's `max_tools` most relevant to the request). A call is saved as the assistant's
-    tool-call message; None when the step gave nothing usable (the caller then makes an
-    unconstrained call)."""
+    (the profile's `max_tools` most relevant to the request), left in `turn.decision`. A call is
+    saved as the assistant's tool-call message. At a turn's first step of a profile that does
+    not cap its tools the answer may be written in the step itself: its text is streamed as it
+    grows and saved, and the turn needs no second call (a message that needs no tool is one
+    call). None when the step gave nothing usable (the caller then makes an unconstrained call)."""
     offer = constrained.choose(offer, query, setup.profile.max_tools, setup.tracker.used)
-    context = await turn_context(conv, setup)
-    context = constrained.with_note(context, constrained.decide_note(context, offer))
-    setup.step_tools = offer
     # "Use the reverse_text tool to …": the first step of such a request is a call, not an answer.
     told = not setup.tracker.used and constrained.names_a_tool(query, offer)
-    decision = await _constrained_call(conv, setup, turn, context, offer, offer, answer=not told)
-    if decision is None:
-        return None
+    text = not told and not setup.tracker.used and not setup.profile.max_tools
+    context = await turn_context(conv, setup)
+    context = constrained.with_note(context, constrained.decide_note(context, offer, text))
+    setup.step_tools = offer
+    async for event in _constrained_stream(conv, setup, turn, context, offer, offer, answer=not told, text=text):
+        yield event
+    decision = turn.decision
+    if decision is None or decision.text:
+        return
     repeated = _again(setup, decision)
     stopping = decision.answer and bool(setup.tracker.used)
     if (repeated or stopping) and setup.profile.max_tools and setup.tracker.left_asks < MAX_LEFT_ASKS:
@@ -231,7 +245,8 @@ async def decide_step(
         # The same successful call again, or (a small model's profile) writing over what this
         # turn already wrote: a small model with nothing new to do. It answers.
         setup.tracker.count_repeat()
-        return constrained.Decision(answer=True, repeated=True)
+        turn.decision = constrained.Decision(answer=True, repeated=True)
+        return
     if decision.call is not None:
         if setup.profile.max_tools:
             constrained.fix_path(decision.call, query)
@@ -239,7 +254,7 @@ async def decide_step(
         turn.calls = [decision.call]
         turn.message.tool_calls = [decision.call]
         await conv.save_streaming(turn.message, tokens=turn.tokens)
-    return decision
+    turn.decision = decision
 
 
 def _again(setup: Setup, decision: constrained.Decision) -> bool:
@@ -318,35 +333,75 @@ async def _constrained_call(
 ) -> constrained.Decision | None:
     """One call under the schema of `allowed` (and "answer" with `answer`), the step's `tools`
     sent as the template shows them; None when it gave nothing usable."""
+    async for _ in _constrained_stream(conv, setup, turn, context, tools, allowed, answer=answer, without=without):
+        pass
+    return turn.decision
+
+
+async def _constrained_stream(
+    conv: Conversation, setup: Setup, turn: Turn, context: list[ChatMessage], tools: list[Tool], allowed: list[Tool],
+    *, answer: bool, without: tuple[str, str] | None = None, text: bool = False,
+) -> AsyncIterator[AgentEvent]:
+    """`_constrained_call` as a stream: with `text`, an answer written in the step is shown
+    (TextDelta) as the JSON grows, and saved; the decision is left in `turn.decision`."""
     profile = setup.profile
+    turn.decision = None
     request = _fit_step(context, tools, setup)
-    output = OutputSchema(setup.constrained, constrained.step_schema(allowed, answer=answer, without=without))
-    try:
-        with llm_purpose("decide"):
-            response = await until_stopped(
-                setup.backend.complete(
-                    context, request.schemas, model=profile.resolved_model(), temperature=profile.temperature,
-                    think=False, max_tokens=profile.answer_token_limit(), output=output,
-                ),
-                current_stop_event.get(),
-            )
-    except Stopped:
-        raise
-    except _FATAL as exc:
-        raise await _failure(exc, conv, setup, turn) from None
-    except (LLMError, LLMIncomplete) as exc:  # e.g. a schema the server could not turn into a grammar
-        log.info("constrained call failed, going on without it: %s", exc)
-        return None
+    output = OutputSchema(setup.constrained, constrained.step_schema(allowed, answer=answer, without=without, text=text))
+    reader = FieldText(constrained.ANSWER_TEXT) if text else None
+    msg, stop = turn.message, current_stop_event.get()
+    parts: list[str] = []
+    calls: list[ToolCall] = []
+    finish = ""
+    with llm_purpose("decide"):
+        stream = setup.backend.stream_complete(
+            context, request.schemas, model=profile.resolved_model(), temperature=profile.temperature,
+            think=False, max_tokens=profile.answer_token_limit(), output=output,
+        )
+        try:
+            async for chunk in stoppable(stream, stop):
+                raise_if_stopped(stop)
+                if chunk.content:
+                    parts.append(chunk.content)
+                    if reader is not None and (shown := reader.feed(chunk.content)):
+                        msg.content += shown
+                        yield TextDelta(shown)
+                        await conv.save_streaming(msg, status="partial", force=False)
+                calls.extend(chunk.tool_calls)
+                if chunk.done:
+                    finish = chunk.finish_reason or "stop"
+                    turn.tokens = chunk.prompt_tokens + chunk.completion_tokens
+        except Stopped:
+            await _keep_interrupted(conv, msg)
+            raise
+        except _FATAL as exc:
+            await _keep_interrupted(conv, msg)
+            raise await _failure(exc, conv, setup, turn) from None
+        except (LLMError, LLMIncomplete) as exc:  # e.g. a schema the server could not turn into a grammar
+            if msg.content:  # the owner saw the start of an answer: the turn failed
+                await _keep_interrupted(conv, msg)
+                raise await _failure(exc, conv, setup, turn) from None
+            log.info("constrained call failed, going on without it: %s", exc)
+            return
+        finally:
+            with contextlib.suppress(Exception):
+                await stream.aclose()
     offered = {t.name for t in allowed}
-    native = [c for c in response.tool_calls if c.name in offered and isinstance(c.arguments, dict)]
+    native = [c for c in calls if c.name in offered and isinstance(c.arguments, dict)]
+    if not turn.tokens:
+        turn.tokens = request.prompt_tokens + estimate_text("".join(parts))
     if native:  # the server read the JSON as a call of its own
-        return constrained.Decision(call=ToolCall(id=native[0].id, name=native[0].name,
-                                                  arguments=native[0].arguments, constrained=True))
-    decision = None if response.finish_reason == "length" else constrained.parse_decision(response.content, offered)
-    if decision is None:
-        log.info("constrained call gave nothing usable: %.200r", response.content)
-    turn.tokens = response.prompt_tokens + response.completion_tokens or request.prompt_tokens
-    return decision
+        turn.decision = constrained.Decision(call=ToolCall(id=native[0].id, name=native[0].name,
+                                                           arguments=native[0].arguments, constrained=True))
+        return
+    if msg.content:  # the answer, written in the step (cut by the token cap, it is still what was said)
+        turn.decision = constrained.Decision(answer=True, text=msg.content)
+        await conv.save_streaming(msg, tokens=turn.tokens)
+        return
+    content = "".join(parts)
+    turn.decision = None if finish == "length" else constrained.parse_decision(content, offered)
+    if turn.decision is None:
+        log.info("constrained call gave nothing usable: %.200r", content)
 
 
 async def answer_from_results(conv: Conversation, setup: Setup, turn: Turn) -> AsyncIterator[AgentEvent]:
@@ -454,6 +509,8 @@ async def _receive(stream, conv: Conversation, turn: Turn, text_filter: CallText
             turn.tokens = chunk.prompt_tokens + chunk.completion_tokens
         if chunk.content or chunk.thinking:
             await conv.save_streaming(msg, status="partial", force=False)
+        if text_filter is not None and text_filter.enough:
+            return  # a call found, then only talk: the call runs now (the stream is closed)
 
 
 async def _keep_interrupted(conv: Conversation, msg: ChatMessage) -> None:

@@ -182,6 +182,13 @@ class MCPProvider:
             if not row.enabled and hub is not None and row.pk in hub.connections:
                 hub.submit(hub.drop(row.pk, "disabled"))
 
+    def pending(self, user_id: int | None) -> bool:
+        """Whether a server the user may use has no open connection (what `prepare` opens)."""
+        configs = self._visible.get(user_id) or []
+        hub = mcp_client._hub
+        return bool(configs) and (hub is None or any(
+            (conn := hub.connections.get(c.id)) is None or conn.state != "connected" for c in configs))
+
     async def prepare(self, user_id: int | None) -> None:
         """Open the connections not open yet (first use), all at once, each bounded."""
         configs = self._visible.get(user_id) or []

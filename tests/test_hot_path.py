@@ -1,0 +1,152 @@
+"""The default path's cost before the first word: a message that needs no tool is one streaming
+model call (its answer read out of the constrained step's JSON as it grows), and the prompt's
+prefix stays byte-identical from turn to turn and chat to chat so a server's prompt cache serves
+it — over a real WebSocket run against the protocol-level test LLM, which enforces a request's
+JSON schema as Ollama and llama.cpp do."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.models import Profile
+from agent.toolcalling import constrained
+from agent.turn.titles import TITLE_PROMPT
+from tests.llm_server import Turn
+from tests.test_constrained import schema_of
+from tests.test_small_models import of, run, shown
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ANSWER = "Paris is the capital of France. It sits on the Seine."
+
+
+@pytest.fixture(autouse=True)
+def _plain_secretary(profiles):
+    Profile.objects.update(planning_enabled=False)
+
+
+def answer_calls(llm) -> list[dict]:
+    """The chat's own calls (the title call after a new chat's first answer left out)."""
+    return [r for r in llm.requests if r["messages"][0]["content"] != TITLE_PROMPT]
+
+
+class TestOneCall:
+    @pytest.mark.parametrize("backend,way", [("ollama", "format"), ("openai", "response_format")])
+    async def test_a_plain_message_on_the_default_profile_is_one_streamed_call(
+        self, llm, session, owner_token, backend, way
+    ):
+        from sessions_app.models import Message
+
+        if backend == "openai":
+            await Profile.objects.filter(pk="secretary").aupdate(llm_backend="openai", model="m")
+        llm.schemas = {way}
+        llm.script(Turn(content=ANSWER, chunk_size=4))
+        frames = await run(session, owner_token, "What is the capital of France?")
+        (call,) = answer_calls(llm)
+        # The step may answer in words: its answer branch carries the text, which is shown as it comes.
+        answer_branch = schema_of(call)["anyOf"][0]
+        assert answer_branch["properties"]["name"] == {"const": "answer"} and "text" in answer_branch["properties"]
+        assert shown(frames) == ANSWER
+        assert frames[-1]["type"] == "stream_end" and frames[-1]["content"] == ANSWER
+        stored = [m async for m in Message.objects.filter(session=session).order_by("seq").values_list("role", "content")]
+        assert stored == [("user", "What is the capital of France?"), ("assistant", ANSWER)]
+        # The next message of the chat: one call, nothing else.
+        llm.script(Turn(content="Rome.", chunk_size=2))
+        frames = await run(session, owner_token, "And the capital of Italy?")
+        assert len(answer_calls(llm)) == 2 and shown(frames) == "Rome."
+
+    async def test_the_answer_is_shown_before_its_json_is_closed(self, llm, session, owner_token):
+        # The stream breaks after five pieces (the JSON never closed): what came is shown and kept.
+        from sessions_app.models import Message
+
+        llm.schemas = {"format"}
+        llm.script(Turn(content=ANSWER, chunk_size=4, drop_after=5))
+        frames = await run(session, owner_token, "What is the capital of France?")
+        assert shown(frames) == ANSWER[:20] and frames[-1]["type"] == "error"
+        row = await Message.objects.filter(session=session, role="assistant").aget()
+        assert row.content == ANSWER[:20] and row.status == "interrupted"
+
+    async def test_a_step_that_chooses_answer_without_words_still_gets_its_answer(self, llm, session, owner_token):
+        llm.schemas = {"format"}
+        llm.script(Turn(content='{"name": "answer"}'), Turn(content="Hello!"))
+        frames = await run(session, owner_token, "hi")
+        first, second = answer_calls(llm)
+        assert schema_of(first) is not None and schema_of(second) is None
+        assert frames[-1]["content"] == "Hello!"
+
+    async def test_a_tool_the_owner_names_is_still_called(self, llm, session, owner_token):
+        llm.schemas = {"format"}
+        frames = await run(session, owner_token, "run list_tools please")
+        assert [c["tool"] for c in of(frames, "tool_call")] == ["list_tools"]
+        assert frames[-1]["type"] == "stream_end"
+
+    async def test_a_small_models_profile_keeps_its_separate_answer_call(self, llm, session, owner_token):
+        # A capped profile's step was tuned on a 0.5B model with a plain "answer" choice: unchanged.
+        await Profile.objects.filter(pk="secretary").aupdate(max_tools=3)
+        llm.schemas = {"format"}
+        llm.script(Turn(content='{"name": "answer"}'), Turn(content="Hello!"))
+        frames = await run(session, owner_token, "hello there")
+        decide = answer_calls(llm)[0]
+        assert "text" not in schema_of(decide)["anyOf"][0]["properties"]
+        assert constrained.DECIDE_NOTE in decide["messages"][-1]["content"] and frames[-1]["content"] == "Hello!"
+
+
+class TestFieldText:
+    def test_the_text_is_decoded_piece_by_piece_escapes_and_all(self):
+        import json
+
+        from agent.toolcalling.partial_json import FieldText
+
+        text = 'He said "hi"\n\tthen left \\ é 😀 /'
+        for ascii_only in (True, False):
+            written = json.dumps({"name": "answer", "text": text}, ensure_ascii=ascii_only)
+            for size in (1, 2, 3, 5):
+                reader = FieldText()
+                pieces = [reader.feed(written[i:i + size]) for i in range(0, len(written), size)]
+                assert "".join(pieces) == text and reader.ended
+                assert sum(1 for p in pieces if p) > 3  # shown as it came, not at the end
+
+    def test_a_text_field_inside_a_calls_arguments_is_not_an_answer(self):
+        from agent.toolcalling.partial_json import FieldText
+
+        reader = FieldText()
+        assert reader.feed('{"name": "memory_save", "arguments": {"text": "not an answer"}}') == ""
+        assert not reader.started
+
+    def test_broken_escapes_from_a_server_never_fail_the_answer(self):
+        from agent.toolcalling.partial_json import FieldText
+
+        reader = FieldText()
+        shown = reader.feed('{"name": "answer", "text": "a\\uZZZZb \\ud83d') + reader.feed("x and \\q end")
+        assert shown == "a\\uZZZZb \ufffdx and q end" and not reader.ended  # a lone surrogate: U+FFFD
+
+
+class TestCachedPrefix:
+    @pytest.mark.parametrize("tool_calling,schemas", [("auto", {"format"}), ("native", set())])
+    async def test_the_prompt_prefix_is_the_same_bytes_turn_to_turn_and_chat_to_chat(
+        self, llm, session, owner, owner_token, monkeypatch, tool_calling, schemas
+    ):
+        # A minute passes between every call: the clock must not sit before the tools or the history.
+        from datetime import datetime
+        from zoneinfo import ZoneInfo
+
+        from agent.context import clock
+        from sessions_app.models import Session
+
+        minutes = iter(range(60))
+        monkeypatch.setattr(clock, "now", lambda: datetime(2026, 11, 25, 9, next(minutes), tzinfo=ZoneInfo("UTC")))
+        await Profile.objects.filter(pk="secretary").aupdate(tool_calling=tool_calling)
+        llm.schemas = schemas
+        other = await Session.objects.acreate(owner=owner, profile_id="secretary")
+        llm.script(Turn(content="Paris."), Turn(content="Rome."), Turn(content="Hello."))
+        await run(session, owner_token, "What is the capital of France?")
+        await run(session, owner_token, "And the capital of Italy?")
+        await run(other, owner_token, "hi")
+        first, second, elsewhere = answer_calls(llm)
+        # System prompt (persona, profile, catalogue, memory) and the tools sent: identical everywhere.
+        prefix = {(r["messages"][0]["content"], str(r.get("tools"))) for r in (first, second, elsewhere)}
+        assert len(prefix) == 1
+        # The next turn re-sends the first one's request as it was read, up to where its clock began.
+        assert second["messages"][1]["role"] == "user" and second["messages"][1]["content"] == "What is the capital of France?"
+        assert first["messages"][1]["content"].startswith(second["messages"][1]["content"] + "\n\n---\nCurrent date and time: ")
+        assert "09:01" in second["messages"][-1]["content"] or "09:02" in second["messages"][-1]["content"]
