@@ -10,9 +10,11 @@ class AgentConfig(AppConfig):
 
     def ready(self) -> None:
         # Imported here, not at the top: these modules import models (Django's app-loading rule).
-        from agent import compression, memory_background, startup, titles
+        from agent import compression, memory_background, model_choice, startup, titles
+        from sessions_app.model_choice import register_model_lister
 
         compression.register_workers()  # context compression before and after a turn
         titles.register_workers()  # a generated title after the first answer
+        register_model_lister(model_choice.names_for_profile)  # PATCH /sessions/<id> {"model"}
         session_created.connect(memory_background.on_session_created, dispatch_uid="agent.memory_extraction")
         server_started.connect(startup.on_server_started, dispatch_uid="agent.startup")

@@ -60,6 +60,9 @@ class Session(models.Model):
     origin = models.CharField(max_length=16, blank=True, default="")
     # Written to by something other than the owner (a routine) since the owner last opened it.
     unread = models.BooleanField(default=False)
+    # The model this chat uses instead of its profile's ("" = the profile's): every call of the
+    # chat (answer, tool steps, title, planning, compression) asks for it.
+    model = models.CharField(max_length=200, blank=True, default="")
 
     objects = SessionQuerySet.as_manager()
 
@@ -78,6 +81,8 @@ class Session(models.Model):
             "profile_id": self.profile_id,
             "profile_name": profile.name,
             "profile_model": profile.resolved_model(),
+            "profile_backend": getattr(profile, "llm_backend", ""),
+            "model": self.model,
             "title": self.title,
             "pinned": self.pinned,
             "created_at": self.created_at.isoformat(),

@@ -53,6 +53,8 @@ export const api = {
   search: (q) => request("GET", `/sessions?q=${encodeURIComponent(q)}`).then((d) => d.sessions),
   importSession: (data) => request("POST", "/sessions/import", data),
   setProfile: (id, profileId) => request("PATCH", `/sessions/${id}`, { profile_id: profileId }),
+  setModel: (id, model) => request("PATCH", `/sessions/${id}`, { model }),
+  models: () => request("GET", "/models"),
   settings: () => request("GET", "/settings"),
   saveSettings: (changes) => request("PATCH", "/settings", changes),
   tokens: () => request("GET", "/settings/tokens").then((d) => d.tokens),

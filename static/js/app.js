@@ -5,6 +5,7 @@ import { api } from "./api.js";
 import { ChatView } from "./chat.js";
 import { Composer } from "./composer.js";
 import { closeMenusOn } from "./menus.js";
+import { ModelPicker } from "./models.js";
 import { Sidebar } from "./sidebar.js";
 import { SessionSocket } from "./ws.js";
 import { applyTheme } from "./theme.js";
@@ -52,7 +53,7 @@ function showSession(session) {
   state.session = session;
   $("#session-title").textContent = session.title || "New chat";
   document.title = `${session.title || "New chat"} — Navi`;
-  $("#session-model").textContent = session.profile_model ? `${session.profile_name} · ${session.profile_model}` : session.profile_name || "";
+  $("#session-model").textContent = session.profile_name || "";
   const select = $("#session-profile");
   select.value = session.profile_id;
   for (const format of ["md", "json"]) $(`#export-${format}`).href = `/sessions/${session.id}/export?format=${format}`;
@@ -178,6 +179,13 @@ function stopRun() {
   api.stop(state.sessionId).catch((err) => toast(`Stop failed: ${err.message}`));
 }
 
+const models = new ModelPicker($("#chat-model"), $("#model-notice"), {
+  onError: toast,
+  onChanged: (saved) => {
+    if (state.session?.id === saved.id) state.session.model = saved.model;
+  },
+});
+
 const sidebar = new Sidebar($("#sidebar"), {
   onOpen: (id, match) => {
     document.body.classList.remove("sidebar-open");
@@ -243,6 +251,7 @@ async function openSession(id) {
   }
   if (state.sessionId !== id) return;
   showSession(session);
+  models.show(session);
   setContext(session.context_token_count, session.context_window || 0);
   chat.loadHistory(session.messages, session.has_more);
   state.ready = true;
@@ -301,6 +310,7 @@ async function switchProfile(profileId) {
     const session = await api.setProfile(id, profileId);
     if (state.sessionId !== id) return;
     showSession({ ...state.session, ...session });
+    models.show(state.session);
     sidebar.refresh().catch(() => {});
   } catch (err) {
     toast(`Could not switch the profile: ${err.message}`);
@@ -343,7 +353,7 @@ async function start() {
     e.currentTarget.href = `/debug#${state.sessionId || ""}`;
   });
   try {
-    const [profiles] = await Promise.all([sidebar.loadProfiles(), sidebar.refresh(), loadPrefs()]);
+    const [profiles] = await Promise.all([sidebar.loadProfiles(), sidebar.refresh(), loadPrefs(), models.load()]);
     state.profiles = profiles;
     if (state.prefs.default_profile && profiles.some((p) => p.id === state.prefs.default_profile)) {
       sidebar.profileSelect.value = state.prefs.default_profile;

@@ -1,0 +1,150 @@
+"""First run and daily use (issue #38) in a real browser: a fresh install whose configured model
+is not on the server picks an installed one and chats, the chat's model picker, pulling a model
+with progress, the empty state; desktop and phone, both themes, axe at 0 serious findings."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.test_daily import DIRECT, axe_serious, open_chat, send
+from tests.browser_support import CHROMIUM, screenshot
+from tests.live_server import LiveNavi
+from tests.llm_server import LLMServer
+
+pytestmark = pytest.mark.skipif(not shutil.which(CHROMIUM), reason="needs Debian's chromium (apt-get install chromium)")
+
+INSTALLED = ["qwen2.5:0.5b", "llama3.2:1b"]
+FIRST, OTHER = "llama3.2:1b", "qwen2.5:0.5b"  # the page preselects the first by name
+DESKTOP = {"width": 1280, "height": 800}
+PHONE = {"width": 390, "height": 844}
+
+
+@pytest.fixture(scope="module")
+def live_llm():
+    """A server that has two small models, not the shipped default."""
+    with LLMServer(models=list(INSTALLED)) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def navi(live_llm):
+    env = {"OLLAMA_HOST": live_llm.url, "CHAT_TITLES": "first_words", "OLLAMA_DEFAULT_MODEL": "gemma4:e2b-it-q8_0"}
+    with LiveNavi(env=env) as server:
+        yield server
+
+
+@pytest.fixture
+def llm(live_llm):
+    live_llm.reset()
+    live_llm.models = list(INSTALLED)
+    live_llm.unpullable.clear()
+    live_llm.pull_delay = 0.0
+    live_llm.add_rule(DIRECT)
+    return live_llm
+
+
+def _page(browser, login_state, viewport=DESKTOP, scheme="light"):
+    context = browser.new_context(storage_state=login_state, viewport=viewport, color_scheme=scheme)
+    page = context.new_page()
+    page.on("dialog", lambda dialog: dialog.accept())
+    return context, page
+
+
+def _session(navi, sid):
+    with navi.api() as client:
+        return client.get(f"/sessions/{sid}").json()
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["desktop", "phone"])
+def test_a_fresh_install_preselects_an_installed_model_and_chats(browser, login_state, navi, llm, scheme, viewport):
+    context, page = _page(browser, login_state, viewport, scheme)
+    try:
+        sid = open_chat(page, navi)
+        notice = page.locator("#model-notice")
+        expect(notice).to_contain_text("gemma4:e2b-it-q8_0")
+        expect(notice).to_contain_text(FIRST)
+        expect(page.locator("#chat-model")).to_have_value(FIRST)
+        assert _session(navi, sid)["model"] == FIRST
+        name = f"firstrun-01-preselected-{'phone' if viewport is PHONE else 'desktop'}-{scheme}"
+        screenshot(page, name)
+        assert axe_serious(page) == []
+        # Pick the other installed model: the chat answers with it.
+        page.select_option("#chat-model", OTHER)
+        page.wait_for_function("([sid, m]) => fetch(`/sessions/${sid}`).then(r => r.json()).then(s => s.model === m)", arg=[sid, OTHER])
+        send(page, "hello there")
+        expect(page.locator(".bubble.assistant").last).to_have_text("echo: hello there")
+        assert {r["model"] for r in llm.requests} == {OTHER}
+        expect(page.locator("#chat-model")).to_have_value(OTHER)
+    finally:
+        context.close()
+
+
+def test_a_model_the_server_lost_is_refused_with_a_toast(browser, login_state, navi, llm):
+    context, page = _page(browser, login_state)
+    try:
+        sid = open_chat(page, navi)
+        expect(page.locator("#chat-model")).to_have_value(FIRST)
+        page.evaluate("""() => { const s = document.querySelector('#chat-model');
+            s.append(new Option('gone:1b', 'gone:1b')); s.value = 'gone:1b'; s.dispatchEvent(new Event('change')); }""")
+        expect(page.locator("#toast .toast")).to_contain_text("has no model 'gone:1b'")
+        expect(page.locator("#chat-model")).to_have_value(FIRST)
+        assert _session(navi, sid)["model"] == FIRST
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_an_empty_server_shows_how_to_start_and_the_owner_pulls_with_progress(browser, login_state, navi, llm, scheme):
+    llm.models = []
+    llm.pull_delay = 0.4
+    context, page = _page(browser, login_state, PHONE if scheme == "dark" else DESKTOP, scheme)
+    try:
+        sid = open_chat(page, navi)
+        notice = page.locator("#model-notice")
+        expect(notice).to_contain_text("no models yet")
+        expect(page.locator(".pull-form input")).to_be_focused()
+        assert axe_serious(page) == []
+        screenshot(page, f"firstrun-02-empty-{scheme}")
+        page.fill(".pull-form input", "qwen2.5:0.5b")
+        page.click(".pull-form button")
+        expect(page.locator(".pull-form progress")).to_be_visible()
+        page.wait_for_function("() => { const p = document.querySelector('.pull-form progress'); return p && p.value > 0 && p.value < 1; }")
+        screenshot(page, f"firstrun-03-pulling-{scheme}")
+        expect(notice).to_contain_text("Pulled qwen2.5:0.5b")
+        expect(page.locator("#chat-model")).to_have_value("qwen2.5:0.5b")
+        assert llm.pulls == ["qwen2.5:0.5b"]
+        assert _session(navi, sid)["model"] == "qwen2.5:0.5b"
+        send(page, "now answer")
+        expect(page.locator(".bubble.assistant").last).to_have_text("echo: now answer")
+    finally:
+        context.close()
+
+
+def test_a_failed_pull_says_what_to_do(browser, login_state, navi, llm):
+    llm.models = []
+    llm.unpullable.add("no-such-model")
+    context, page = _page(browser, login_state)
+    try:
+        open_chat(page, navi)
+        page.fill(".pull-form input", "no-such-model")
+        page.click(".pull-form button")
+        expect(page.locator("#toast .toast")).to_contain_text("file does not exist")
+        expect(page.locator("#toast .toast")).to_contain_text("try again")
+        expect(page.locator(".pull-form button")).to_be_enabled()
+    finally:
+        context.close()
+
+
+def test_a_plain_user_sees_no_pull_and_is_refused(browser, navi, llm):
+    token = navi.add_user("guest")
+    with navi.api() as client:
+        client.headers["Authorization"] = f"Bearer {token}"
+        assert client.get("/models").json()["can_pull"] is False
+        response = client.post("/models/pull", json={"name": "qwen2.5:0.5b"})
+        assert response.status_code == 403, json.dumps(response.json())
+    assert llm.pulls == []
