@@ -4,6 +4,7 @@
 import { csrfToken } from "./api.js";
 import { el } from "./cards.js";
 import { $, toast } from "./pagekit.js";
+import { guessZone, preview, setUpWords } from "./routine-when.js";
 
 let editing = null; // the routine being edited, or null for a new one
 
@@ -41,14 +42,17 @@ function describe(schedule) {
 
 function showKind() {
   const kind = $("#r-kind").value;
+  $("#w-words").hidden = kind !== "words";
   $("#w-cron").hidden = kind !== "cron";
   $("#w-every").hidden = kind !== "every";
   $("#w-at").hidden = kind !== "at";
 }
 
-function formBody() {
+async function formBody() {
   const kind = $("#r-kind").value;
-  const schedule = kind === "cron" ? { cron: $("#r-cron").value.trim() }
+  const zoneGiven = $("#r-zone").value.trim();
+  const schedule = kind === "words" ? (await preview($("#r-when").value.trim(), zoneGiven)).schedule
+    : kind === "cron" ? { cron: $("#r-cron").value.trim() }
     : kind === "every" ? { every_s: Math.round(Number($("#r-every").value) * 60) }
       : { at: $("#r-at").value };
   const body = { name: $("#r-name").value.trim(), instruction: $("#r-instruction").value.trim(), schedule,
@@ -69,7 +73,11 @@ function fillForm(r) {
   $("#r-profile").value = r && r.profile_id ? r.profile_id : "";
   $("#r-enabled").checked = r ? r.enabled : true;
   const s = r ? r.schedule : { cron: "0 8 * * 1-5" };
-  $("#r-kind").value = s.cron ? "cron" : s.every_s ? "every" : "at";
+  $("#r-kind").value = !r ? "words" : s.cron ? "cron" : s.every_s ? "every" : "at";
+  if (!r) {
+    $("#r-when").value = "every weekday at 8";
+    guessZone();
+  }
   if (s.cron) $("#r-cron").value = s.cron;
   if (s.every_s) $("#r-every").value = s.every_s / 60;
   if (s.at) $("#r-at").value = s.at.slice(0, 16);
@@ -178,11 +186,13 @@ async function load() {
 async function start() {
   $("#r-kind").addEventListener("change", showKind);
   $("#r-cancel").addEventListener("click", () => fillForm(null));
+  setUpWords();
+  showKind();
   $("#routine-form").addEventListener("submit", async (e) => {
     e.preventDefault();
     try {
-      if (editing) await call("PATCH", `/routines/${editing.id}`, formBody());
-      else await call("POST", "/routines", formBody());
+      if (editing) await call("PATCH", `/routines/${editing.id}`, await formBody());
+      else await call("POST", "/routines", await formBody());
       fillForm(null);
       await load();
     } catch (err) {

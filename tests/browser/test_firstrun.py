@@ -148,3 +148,48 @@ def test_a_plain_user_sees_no_pull_and_is_refused(browser, navi, llm):
         response = client.post("/models/pull", json={"name": "qwen2.5:0.5b"})
         assert response.status_code == 403, json.dumps(response.json())
     assert llm.pulls == []
+
+
+# --- 3. routines in plain words ------------------------------------------------------------------
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["desktop", "phone"])
+def test_a_routine_in_plain_words_with_a_live_preview(browser, login_state, navi, llm, scheme, viewport):
+    context = browser.new_context(storage_state=login_state, viewport=viewport, color_scheme=scheme,
+                                  timezone_id="Europe/Berlin", locale="en-GB")
+    page = context.new_page()
+    tag = f"{'phone' if viewport is PHONE else 'desktop'}-{scheme}"
+    try:
+        page.goto(f"{navi.url}/routines/")
+        expect(page.locator("#r-zone")).to_have_value("Europe/Berlin")  # guessed from the browser
+        expect(page.locator("#zone-hint")).to_contain_text("Guessed from this browser")
+        preview = page.locator("#when-preview")
+        expect(preview.locator("li")).to_have_count(3)
+        expect(preview).to_contain_text("every weekday at 08:00 (cron 0 8 * * 1-5)")
+        expect(preview.locator("li").first).to_contain_text("08:00")
+        page.fill("#r-when", "every Monday and Thursday at 18:00")
+        expect(preview).to_contain_text("cron 0 18 * * 1,4")
+        for item in preview.locator("li").all():
+            assert "18:00" in item.inner_text() and ("Mon" in item.inner_text() or "Thu" in item.inner_text())
+        page.fill("#r-when", "whenever the moon is full")
+        expect(preview).to_contain_text("cannot read")
+        expect(page.locator("#r-when")).to_have_attribute("aria-invalid", "true")
+        screenshot(page, f"firstrun-04-routine-words-error-{tag}")
+        page.get_by_role("button", name="Every 2 hours").click()
+        expect(preview).to_contain_text("every 2 hours")
+        expect(page.locator("#r-when")).to_be_focused()
+        page.fill("#r-when", "every Monday and Thursday at 18:00")
+        expect(preview).to_contain_text("cron 0 18 * * 1,4")
+        page.fill("#r-name", f"Stretch {tag}")
+        page.fill("#r-instruction", "Remind me to stretch.")
+        screenshot(page, f"firstrun-05-routine-words-{tag}")
+        assert axe_serious(page) == []
+        page.click("#r-save")
+        item = page.locator(".routine", has_text=f"Stretch {tag}")
+        expect(item).to_be_visible()
+        expect(item.locator(".fires li")).to_have_count(3)
+        with navi.api() as client:
+            saved = [r for r in client.get("/routines").json()["routines"] if r["name"] == f"Stretch {tag}"][0]
+        assert saved["schedule"] == {"cron": "0 18 * * 1,4"} and saved["time_zone"] == "Europe/Berlin"
+        expect(page.locator("#r-when")).to_have_value("every weekday at 8")  # a fresh form again
+    finally:
+        context.close()
