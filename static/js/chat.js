@@ -254,7 +254,26 @@ export class ChatView {
     const u = group.user;
     const node = userBubble(u.content, u.images || []);
     node.dataset.messageId = u.id;
+    if (u.meta?.routine) return this.decorateRoutine(node, u.meta.routine);
     return this.decorateUser(node, u.versions);
+  }
+
+  /** A routine's instruction: marked as the routine's (with a link to it), Copy but no Edit. */
+  decorateRoutine(node, routine) {
+    node.classList.add("routine-turn");
+    const ran = new Date(routine.ran_at);
+    const label = el("p", "routine-mark");
+    const link = el("a", "", `Routine “${routine.name}”`);
+    link.href = `/routines/#routine-${encodeURIComponent(routine.id)}`;
+    const time = el("time", "", Number.isNaN(ran.getTime()) ? "" : ran.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }));
+    time.dateTime = routine.ran_at || "";
+    time.title = Number.isNaN(ran.getTime()) ? "" : ran.toLocaleString();
+    label.append(link, " ran at ", time);
+    node.prepend(label);
+    const bar = el("div", "msg-actions");
+    bar.append(actionButton("Copy", "copy-message", "Copy this instruction", (e) => this.copy(e.currentTarget, node.source)));
+    node.append(bar);
+    return node;
   }
 
   /** Copy and Edit under a user message (Edit needs the message's id: known once saved), and

@@ -134,6 +134,7 @@ function action(label, handler, cls = "") {
 function routineItem(r) {
   const li = el("li", `routine${r.enabled ? "" : " paused"}`);
   li.dataset.id = r.id;
+  li.id = `routine-${r.id}`; // a routine's chat links here
   li.append(el("h3", "", r.name), el("p", "hint", `${describe(r.schedule)} · ${r.time_zone}`));
   li.append(el("p", "", r.instruction));
   if (r.next_fires.length) {
@@ -181,6 +182,15 @@ async function load() {
   $("#routines").replaceChildren(...routines.map(routineItem));
   $("#routines-empty").hidden = routines.length > 0;
   for (const id of open) $(`.routine[data-id="${id}"] .routine-actions button[aria-expanded]`)?.click();
+  showLinked();
+}
+
+/** Opened from a routine's chat (/routines/#routine-<id>): that routine, in view and marked. */
+function showLinked() {
+  const target = location.hash.startsWith("#routine-") && document.getElementById(location.hash.slice(1));
+  if (!target) return;
+  target.classList.add("linked");
+  target.scrollIntoView({ block: "center" });
 }
 
 async function start() {

@@ -5,6 +5,7 @@ with progress, the empty state; desktop and phone, both themes, axe at 0 serious
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -191,5 +192,37 @@ def test_a_routine_in_plain_words_with_a_live_preview(browser, login_state, navi
             saved = [r for r in client.get("/routines").json()["routines"] if r["name"] == f"Stretch {tag}"][0]
         assert saved["schedule"] == {"cron": "0 18 * * 1,4"} and saved["time_zone"] == "Europe/Berlin"
         expect(page.locator("#r-when")).to_have_value("every weekday at 8")  # a fresh form again
+    finally:
+        context.close()
+
+
+# --- 4. a routine's turn is the routine's -----------------------------------------------------
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_a_routines_turn_is_marked_and_links_to_the_routine(browser, login_state, navi, llm, scheme):
+    from tests.browser.test_routines import wait_for_run
+    from tests.llm_server import Rule, Turn
+
+    llm.models = None  # a server that has the profile's model (a routine's chat has no model of its own)
+    llm.add_rule(Rule(match="Remind me to stretch", turns=[Turn(content="Time to stretch!")]))
+    with navi.api() as client:
+        routine = client.post("/routines", json={"name": f"Stretch {scheme}", "instruction": "Remind me to stretch.",
+                                                 "schedule": {"every_s": 86400}}).json()
+        assert client.post(f"/routines/{routine['id']}/run").status_code == 202
+    run = wait_for_run(navi, routine["id"])
+    assert run["status"] == "ok"
+    context, page = _page(browser, login_state, PHONE if scheme == "dark" else DESKTOP, scheme)
+    try:
+        open_chat(page, navi, run["session_id"])
+        turn = page.locator(".group.routine-turn")
+        expect(turn.locator(".routine-mark")).to_contain_text(f"Routine “Stretch {scheme}” ran at")
+        expect(turn.locator(".routine-mark time")).to_have_text(re.compile(r"\d{1,2}:\d{2}"))
+        expect(turn.locator("button.edit")).to_have_count(0)  # not the owner's words to edit
+        expect(turn.locator("button.copy-message")).to_have_count(1)
+        expect(page.locator(".bubble.assistant").last).to_have_text("Time to stretch!")
+        assert axe_serious(page) == []
+        screenshot(page, f"firstrun-06-routine-turn-{scheme}")
+        turn.locator(".routine-mark a").click()
+        page.wait_for_url(f"**/routines/#routine-{routine['id']}")
+        expect(page.locator(f"#routine-{routine['id']}")).to_have_class(re.compile("linked"))
     finally:
         context.close()
