@@ -9,6 +9,7 @@ import { ModelPicker } from "./models.js";
 import { Sidebar } from "./sidebar.js";
 import { SessionSocket } from "./ws.js";
 import { applyTheme } from "./theme.js";
+import { welcome } from "./welcome.js";
 
 const $ = (sel) => document.querySelector(sel);
 const state = {
@@ -167,7 +168,18 @@ function revealMatch() {
   });
 }
 
+/** An empty chat shows what Navi can do; an example is sent like a typed message. */
+function showWelcome(empty) {
+  $("#welcome")?.remove();
+  if (!empty) return;
+  $("#scroller").prepend(welcome((text) => {
+    $("#input").value = text;
+    $("#composer").requestSubmit();
+  }));
+}
+
 function sendMessage({ content, images, files }) {
+  showWelcome(false);
   chat.addUserMessage(content, images, files);
   state.socket.send({ type: "message", content, images, files });
 }
@@ -214,6 +226,7 @@ function receive(frame) {
     if (state.sessionId) openSession(state.sessionId);
     return;
   }
+  if (frame.type === "stream_start") showWelcome(false); // written from elsewhere (another tab, a routine)
   if (!state.ready) state.buffer.push(frame);
   else chat.frame(frame);
 }
@@ -254,6 +267,7 @@ async function openSession(id) {
   models.show(session);
   setContext(session.context_token_count, session.context_window || 0);
   chat.loadHistory(session.messages, session.has_more);
+  showWelcome(!session.messages.length && !session.has_more);
   state.ready = true;
   for (const frame of state.buffer.splice(0)) chat.frame(frame);
   const unsent = state.unsent;
@@ -331,6 +345,7 @@ async function start() {
   $("#menu").addEventListener("click", () => setMenu(!document.body.classList.contains("sidebar-open")));
   $("#backdrop").addEventListener("click", () => setMenu(false));
   $("#session-profile").addEventListener("change", (e) => switchProfile(e.target.value));
+  $("#header-new-chat").addEventListener("click", () => newSession(sidebar.profileSelect.value));
   closeMenusOn();
   $("#skip-to-input").addEventListener("click", (e) => {
     e.preventDefault(); // the hash names the open chat, not a place on the page

@@ -8,7 +8,9 @@ export class Sidebar {
   constructor(root, { onOpen, onNew, onDeleted, onError, onImported, onRenamed }) {
     this.root = root;
     this.list = root.querySelector("#session-list");
-    this.profileSelect = root.querySelector("#profile-select");
+    // One profile control on the page (the chat header's): a new chat starts with your default
+    // profile, kept here in a select that is not shown.
+    this.profileSelect = document.createElement("select");
     this.searchBox = root.querySelector("#search");
     this.onOpen = onOpen;
     this.onDeleted = onDeleted;

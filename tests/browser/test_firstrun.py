@@ -226,3 +226,77 @@ def test_a_routines_turn_is_marked_and_links_to_the_routine(browser, login_state
         expect(page.locator(f"#routine-{routine['id']}")).to_have_class(re.compile("linked"))
     finally:
         context.close()
+
+
+# --- 2. the welcome of an empty chat ---------------------------------------------------------------
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["desktop", "phone"])
+def test_an_empty_chat_welcomes_with_examples_one_click_sends(browser, login_state, navi, llm, scheme, viewport):
+    context, page = _page(browser, login_state, viewport, scheme)
+    tag = f"{'phone' if viewport is PHONE else 'desktop'}-{scheme}"
+    try:
+        sid = open_chat(page, navi)
+        examples = page.locator("#welcome button.example")
+        expect(examples).to_have_count(5)
+        for kind in ("Files", "Web", "Routines", "Memory", "Documents"):
+            expect(page.locator("#welcome")).to_contain_text(kind)
+        assert axe_serious(page) == []
+        screenshot(page, f"firstrun-07-welcome-{tag}")
+        examples.nth(1).focus()
+        page.keyboard.press("Enter")  # keyboard works as a click does
+        expect(page.locator("#welcome")).to_have_count(0)
+        expect(page.locator(".group.user .text")).to_contain_text("Search the web")
+        expect(page.locator(".bubble.assistant").last).to_contain_text("echo: Search the web")
+        page.reload()
+        page.wait_for_selector("body[data-ready='1']")
+        expect(page.locator(".bubble.assistant")).to_have_count(1)
+        expect(page.locator("#welcome")).to_have_count(0)  # not an empty chat any more
+        assert [m["content"] for m in _session(navi, sid)["messages"] if m["role"] == "user"][0].startswith("Search the web")
+    finally:
+        context.close()
+
+
+# --- 5. the phone header -------------------------------------------------------------------------
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_the_phone_header_keeps_the_title_and_new_chat_is_one_tap(browser, login_state, navi, llm, scheme):
+    context, page = _page(browser, login_state, PHONE, scheme)
+    try:
+        sid = open_chat(page, navi)
+        send(page, "hello")  # not an empty chat: New chat makes another one (an empty one is reused)
+        expect(page.locator(".bubble.assistant").last).to_have_text("echo: hello")
+        long_title = "Planning the summer trip to Lisbon with Anna and the kids, flights and hotels"
+        with navi.api() as client:
+            client.patch(f"/sessions/{sid}", json={"title": long_title})
+        page.reload()
+        page.wait_for_selector("body[data-ready='1']")
+        title = page.locator("#session-title")
+        expect(title).to_be_visible()
+        expect(title).to_have_text(long_title)
+        box = title.bounding_box()
+        assert box["width"] > 120 and box["x"] + box["width"] <= 390  # visible, inside the screen
+        assert page.evaluate("(() => { const t = document.querySelector('#session-title'); return t.scrollWidth > t.clientWidth; })()")
+        assert page.evaluate("getComputedStyle(document.querySelector('#session-title')).textOverflow") == "ellipsis"
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+        new = page.locator("#header-new-chat")
+        expect(new).to_be_visible()
+        screenshot(page, f"firstrun-08-phone-header-{scheme}")
+        assert axe_serious(page) == []
+        new.click()
+        page.wait_for_function("sid => location.hash && location.hash.slice(1) !== sid", arg=sid)
+        expect(page.locator("#session-title")).to_have_text("New chat")
+        expect(page.locator("#input")).to_be_focused()
+    finally:
+        context.close()
+
+
+def test_the_desktop_header_leaves_new_chat_to_the_sidebar(browser, login_state, navi, llm):
+    context, page = _page(browser, login_state)
+    try:
+        open_chat(page, navi)
+        expect(page.locator("#header-new-chat")).to_be_hidden()
+        expect(page.locator("#new-chat")).to_be_visible()
+        # 7. one profile control (the chat's, in the header), not a second one for new chats
+        expect(page.locator("select[aria-label*='Profile' i]")).to_have_count(1)
+        expect(page.locator("#session-profile")).to_be_visible()
+    finally:
+        context.close()
