@@ -264,3 +264,19 @@ class UserSettings(models.Model):
     @property
     def time_zone_name(self) -> str:
         return self.time_zone or settings.TIME_ZONE
+
+
+class AllowedHost(models.Model):
+    """A host on the owner's network that web tools, notification and MCP targets may reach
+    although it resolves to a private address (navi_project.netguard); set in Settings."""
+
+    entry = models.CharField(max_length=260, unique=True)  # `host` or `host:port`, lower case
+    added_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["entry"]
+
+    def as_dict(self) -> dict:
+        return {"entry": self.entry, "added_by": self.added_by.get_username() if self.added_by else None,
+                "created_at": self.created_at.isoformat()}

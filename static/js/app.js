@@ -264,7 +264,8 @@ async function openSession(id) {
   }
   if (state.sessionId !== id) return;
   showSession(session);
-  models.show(session);
+  // The model notice above the chat may come or go: a chat opened at its end stays there.
+  models.show(session).then(() => state.sessionId === id && chat.pinned && chat.scrollToBottom());
   setContext(session.context_token_count, session.context_window || 0);
   chat.loadHistory(session.messages, session.has_more);
   showWelcome(!session.messages.length && !session.has_more);

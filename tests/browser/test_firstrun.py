@@ -300,3 +300,70 @@ def test_the_desktop_header_leaves_new_chat_to_the_sidebar(browser, login_state,
         expect(page.locator("#session-profile")).to_be_visible()
     finally:
         context.close()
+
+
+# --- 6. hosts on your network, from Settings ------------------------------------------------------
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["desktop", "phone"])
+def test_the_owner_allows_a_lan_host_in_settings_and_it_works_at_once(browser, login_state, navi, llm, scheme, viewport):
+    context, page = _page(browser, login_state, viewport, scheme)
+    target = f"127.0.0.1:{llm.port}"  # a service on this machine (loopback: refused unless allowed)
+    apprise = f"json://{target}/hook-{scheme}-{viewport['width']}"
+    try:
+        page.goto(f"{navi.url}/settings/")
+        page.wait_for_selector("body[data-ready='1']")
+        expect(page.locator("#hosts-empty")).to_be_visible()
+        page.fill("#apprise-url", apprise)
+        page.click("#new-apprise button[type=submit]")
+        expect(page.locator("#toast .toast").last).to_contain_text("Hosts on your network")
+        page.fill("#host-entry", target)
+        page.press("#host-entry", "Enter")
+        expect(page.locator("#host-warning")).to_contain_text("Allow only devices you trust")
+        expect(page.locator("#hosts")).to_contain_text(target)
+        expect(page.locator("#hosts")).to_contain_text("allowed by owner")
+        # The same URL is accepted now: no restart, no environment variable.
+        page.fill("#apprise-url", apprise)
+        page.click("#new-apprise button[type=submit]")
+        expect(page.locator("#notify-targets")).to_contain_text("json://")
+        page.locator("#allowed-hosts").scroll_into_view_if_needed()
+        screenshot(page, f"firstrun-09-allowed-hosts-{'phone' if viewport is PHONE else 'desktop'}-{scheme}")
+        assert axe_serious(page) == []
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+        page.get_by_role("button", name=f"Remove {target}").click()
+        expect(page.locator("#hosts-empty")).to_be_visible()
+        expect(page.locator("#host-entry")).to_be_focused()
+    finally:
+        with navi.api() as client:  # leave the module's server as it was
+            for t in client.get("/settings/notify").json().get("targets", []):
+                client.delete(f"/settings/notify/{t['id']}")
+        context.close()
+
+
+def test_a_plain_user_sees_the_hosts_but_cannot_change_them(browser, navi, llm):
+    from tests.browser_support import log_in
+
+    token = navi.add_user("visitor")
+    with navi.api() as client:
+        client.post("/settings/allowed-hosts", json={"host": "nas.lan"}).raise_for_status()
+    context = browser.new_context(viewport=DESKTOP)
+    page = context.new_page()
+    try:
+        navi.username, owner = "visitor", navi.username
+        try:
+            log_in(page, navi)
+        finally:
+            navi.username = owner
+        page.goto(f"{navi.url}/settings/")
+        page.wait_for_selector("body[data-ready='1']")
+        expect(page.locator("#hosts")).to_contain_text("nas.lan")
+        expect(page.locator("#hosts-readonly")).to_be_visible()
+        expect(page.locator("#host-add")).to_be_hidden()
+        expect(page.locator("#hosts button")).to_have_count(0)
+        with navi.api() as client:
+            client.headers["Authorization"] = f"Bearer {token}"
+            assert client.post("/settings/allowed-hosts", json={"host": "router.lan"}).status_code == 403
+            assert client.delete("/settings/allowed-hosts/nas.lan").status_code == 403
+    finally:
+        with navi.api() as client:
+            client.delete("/settings/allowed-hosts/nas.lan")
+        context.close()
