@@ -1,6 +1,6 @@
 // Settings → Hosts on your network: the owner allows hosts on the LAN that Navi may reach
 // (GET/POST /settings/allowed-hosts, DELETE /settings/allowed-hosts/<entry>); others see the list.
-import { csrfToken } from "./api.js";
+import { csrfToken, saved } from "./api.js";
 import { el } from "./cards.js";
 import { $, toast } from "./pagekit.js";
 
@@ -13,6 +13,7 @@ async function call(method, path, body) {
   const response = await fetch(path, init);
   const data = await response.json().catch(() => ({}));
   if (!response.ok) throw new Error(data.error || `${method} ${path} failed with HTTP ${response.status}`);
+  if (method !== "GET") saved();
   return data;
 }
 

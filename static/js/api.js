@@ -45,7 +45,13 @@ async function request(method, path, body) {
     const detail = data.error || `${method} ${path} failed with HTTP ${response.status}`;
     throw new ApiError(detail, response.status);
   }
+  if (method !== "GET") saved();
   return data;
+}
+
+/** A change went through: the page's error toasts about earlier attempts are stale now. */
+export function saved() {
+  document.dispatchEvent(new CustomEvent("navi:saved"));
 }
 
 export const api = {

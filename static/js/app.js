@@ -5,6 +5,7 @@ import { api } from "./api.js";
 import { ChatView } from "./chat.js";
 import { Composer } from "./composer.js";
 import { closeMenusOn } from "./menus.js";
+import { toast } from "./pagekit.js";
 import { ModelPicker } from "./models.js";
 import { Sidebar } from "./sidebar.js";
 import { SessionSocket } from "./ws.js";
@@ -18,15 +19,6 @@ const state = {
   unsent: null, // a message sent while the chat's history was still loading: sent once it is drawn
 };
 
-function toast(message) {
-  const box = $("#toast");
-  const item = document.createElement("div");
-  item.className = "toast";
-  item.setAttribute("role", "alert");
-  item.textContent = message;
-  box.append(item);
-  setTimeout(() => item.remove(), 8000);
-}
 
 function setContext(tokens, max) {
   if (max) state.maxContext = max;
@@ -164,7 +156,7 @@ function revealMatch() {
   const { messageId, query } = state.reveal;
   state.reveal = null;
   chat.reveal(messageId, query).then((found) => {
-    if (!found) toast("The matching message is no longer in this chat's history.");
+    if (!found) toast("The matching message is no longer in this chat's history.", "info");
   });
 }
 
@@ -258,7 +250,7 @@ async function openSession(id) {
     if (state.sessionId !== id) return;
     state.socket.close();
     state.socket = null;
-    toast(err.status === 404 ? "That session does not exist any more; opening your latest one." : err.message);
+    toast(err.status === 404 ? "That session does not exist any more; opening your latest one." : err.message, err.status === 404 ? "info" : "error");
     if (err.status === 404) openMostRecent();
     return;
   }

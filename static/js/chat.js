@@ -158,6 +158,30 @@ class RunView {
   }
 }
 
+/** When a message was written (`node.created`, ISO; now for one just sent or streamed): shown
+ * on hover, keyboard focus or a long press (phones), the full date as its title. */
+function timeStamp(node) {
+  node.created = node.created || new Date().toISOString();
+  const when = new Date(node.created);
+  const stamp = el("time", "msg-time", when.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }));
+  stamp.dateTime = node.created;
+  stamp.title = when.toLocaleString();
+  return stamp;
+}
+
+/** A long press on a message (touch) shows its time, as hovering does with a mouse. */
+function showTimesOnLongPress(list) {
+  let timer = null;
+  const cancel = () => clearTimeout(timer);
+  list.addEventListener("pointerdown", (e) => {
+    if (e.pointerType !== "touch") return;
+    const group = e.target.closest(".group");
+    timer = setTimeout(() => group?.classList.toggle("show-time"), 450);
+  });
+  for (const type of ["pointerup", "pointercancel", "pointermove"]) list.addEventListener(type, cancel);
+  list.addEventListener("contextmenu", (e) => e.target.closest(".group")?.classList.add("show-time"));
+}
+
 export class ChatView {
   /**
    * hooks: onRunState(running), onContext(tokens, max), onRunEnd(run, frame), onApproval(id,
@@ -170,6 +194,7 @@ export class ChatView {
     this.list = el("div", "messages");
     this.sentinel = el("div", "older");
     scroller.replaceChildren(this.sentinel, this.list);
+    showTimesOnLongPress(this.list);
     this.onRunState = hooks.onRunState;
     this.onContext = hooks.onContext;
     this.onRunEnd = hooks.onRunEnd;
@@ -249,11 +274,13 @@ export class ChatView {
     if (!group.user) {
       const turn = renderTurnRows(group.rows);
       turn.versions = turnVersions(group.rows);
+      turn.created = group.rows.at(-1)?.created_at;
       return this.decorateTurn(turn);
     }
     const u = group.user;
     const node = userBubble(u.content, u.images || []);
     node.dataset.messageId = u.id;
+    node.created = u.created_at;
     if (u.meta?.routine) return this.decorateRoutine(node, u.meta.routine);
     return this.decorateUser(node, u.versions);
   }
@@ -284,6 +311,7 @@ export class ChatView {
       actionButton("Copy", "copy-message", "Copy this message", (e) => this.copy(e.currentTarget, node.source)),
       actionButton("Edit", "edit", "Edit this message and answer it again", () => this.startEdit(node)),
     );
+    bar.append(timeStamp(node));
     node.append(bar);
     this.setUserVersions(node, versions);
     return node;
@@ -337,6 +365,7 @@ export class ChatView {
     const failed = turn.querySelector(":scope > .error-box, :scope > .status-badge");
     const label = failed ? "Retry" : "Regenerate";
     bar.append(actionButton(label, `regen${failed ? " retry" : ""}`, failed ? "Try this answer again" : "Answer the last message again", () => this.regenerate()));
+    bar.append(timeStamp(turn));
     turn.append(bar);
     return turn;
   }

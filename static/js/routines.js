@@ -1,7 +1,7 @@
 // The routines page: create, edit, pause/resume, run now, delete; next fire times in each
 // routine's zone; the history of runs with links to the chat each one wrote in
 // (GET/POST /routines, GET/PATCH/DELETE /routines/<id>, POST /routines/<id>/run, GET /routines/<id>/runs).
-import { csrfToken } from "./api.js";
+import { csrfToken, saved } from "./api.js";
 import { el } from "./cards.js";
 import { $, toast } from "./pagekit.js";
 import { guessZone, preview, setUpWords } from "./routine-when.js";
@@ -22,6 +22,7 @@ async function call(method, path, body) {
   }
   const data = await response.json().catch(() => ({}));
   if (!response.ok) throw new Error(data.error || `${method} ${path} failed with HTTP ${response.status}`);
+  if (method !== "GET") saved();
   return data;
 }
 
@@ -157,7 +158,7 @@ function routineItem(r) {
   actions.append(
     action("Run now", async () => {
       await call("POST", `/routines/${r.id}/run`);
-      toast(`“${r.name}” is running; its chat and history update when it finishes.`);
+      toast(`“${r.name}” is running; its chat and history update when it finishes.`, "info");
       setTimeout(load, 1500);
     }, "primary"),
     action(r.enabled ? "Pause" : "Resume", async () => {

@@ -367,3 +367,116 @@ def test_a_plain_user_sees_the_hosts_but_cannot_change_them(browser, navi, llm):
         with navi.api() as client:
             client.delete("/settings/allowed-hosts/nas.lan")
         context.close()
+
+
+# --- 7. smaller things ----------------------------------------------------------------------------
+def _rgb(page, selector):
+    return page.evaluate(f"getComputedStyle(document.querySelector({selector!r})).backgroundColor")
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["desktop", "phone"])
+def test_message_times_show_on_hover_or_long_press(browser, login_state, navi, llm, viewport):
+    context, page = _page(browser, login_state, viewport, "light")
+    try:
+        open_chat(page, navi)
+        send(page, "what time is it")
+        expect(page.locator(".bubble.assistant").last).to_have_text("echo: what time is it")
+        user_time = page.locator(".group.user .msg-time").last
+        expect(user_time).to_be_hidden()
+        if viewport is DESKTOP:
+            page.locator(".group.user").last.hover()
+        else:
+            page.locator(".group.user .user-bubble").last.dispatch_event("contextmenu")  # what a long press sends
+        expect(user_time).to_be_visible()
+        expect(user_time).to_have_text(re.compile(r"^\d{1,2}:\d{2}"))
+        assert user_time.get_attribute("datetime")
+        page.reload()
+        page.wait_for_selector("body[data-ready='1']")
+        turn_time = page.locator(".group.turn .msg-time").last
+        page.locator(".group.turn").last.hover()
+        expect(turn_time).to_be_visible()
+        assert turn_time.get_attribute("datetime").startswith(str(__import__("datetime").date.today().year))
+        screenshot(page, f"firstrun-10-times-{'phone' if viewport is PHONE else 'desktop'}")
+    finally:
+        context.close()
+
+
+def test_an_imported_chat_is_marked_and_listed_first(browser, login_state, navi, llm, tmp_path):
+    export = {"format": "navi.session", "version": 1,
+              "session": {"title": "Trip notes", "last_active": "2020-01-01T00:00:00+00:00"},
+              "messages": [{"seq": 1, "role": "user", "content": "old question"},
+                           {"seq": 2, "role": "assistant", "content": "old answer"}]}
+    path = tmp_path / "trip.json"
+    path.write_text(json.dumps(export), encoding="utf-8")
+    context, page = _page(browser, login_state)
+    try:
+        sid = open_chat(page, navi)
+        page.set_input_files("#import-file", str(path))
+        page.wait_for_function("id => location.hash && location.hash.slice(1) !== id", arg=sid)
+        expect(page.locator("#session-title")).to_have_text("Trip notes (imported)")
+        first = page.locator("#session-list li").first
+        expect(first.locator(".session-title")).to_have_text("Trip notes (imported)")
+        expect(first).to_have_class(re.compile("active"))
+    finally:
+        context.close()
+
+
+def test_a_search_snippet_opens_its_chat_and_pin_keeps_focus(browser, login_state, navi, llm):
+    with navi.api() as client:
+        sid = navi.create_session()
+        client.patch(f"/sessions/{sid}", json={"model": FIRST}).raise_for_status()  # the default is not installed
+        client.post(f"/sessions/{sid}/messages", json={"content": "the kumquat marmalade recipe"}).raise_for_status()
+    context, page = _page(browser, login_state)
+    try:
+        open_chat(page, navi)
+        page.fill("#search", "kumquat")
+        snippet = page.locator(f"#session-list.results li[data-id='{sid}'] .snippet")
+        expect(snippet).to_contain_text("kumquat")
+        snippet.click()
+        page.wait_for_function("sid => location.hash.slice(1) === sid", arg=sid)
+        expect(page.locator(".messages > .group.search-hit")).to_contain_text("kumquat")
+        page.fill("#search", "")
+        pin = page.locator(f"#session-list li[data-id='{sid}'] button.pin")
+        pin.click()
+        unpin = page.locator(f"#session-list li[data-id='{sid}'] button.pin")
+        expect(unpin).to_have_attribute("aria-label", "Unpin")
+        expect(unpin).to_be_focused()  # the list was redrawn; focus did not fall to the page
+        page.keyboard.press("Enter")
+        expect(page.locator(f"#session-list li[data-id='{sid}'] button.pin")).to_have_attribute("aria-label", "Pin")
+        expect(page.locator(f"#session-list li[data-id='{sid}'] button.pin")).to_be_focused()
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_info_toasts_are_quiet_and_an_error_goes_after_a_successful_save(browser, login_state, navi, llm, scheme):
+    context, page = _page(browser, login_state, DESKTOP, scheme)
+    try:
+        with navi.api() as client:
+            routine = client.post("/routines", json={"name": f"Quiet {scheme}", "instruction": "say hi",
+                                                     "schedule": {"every_s": 86400}}).json()
+        page.goto(f"{navi.url}/routines/")
+        page.locator(f"#routine-{routine['id']}").get_by_role("button", name="Run now").click()
+        info = page.locator("#toast .toast.info")
+        expect(info).to_contain_text("is running")
+        assert "166, 27, 16" not in _rgb(page, "#toast .toast.info")  # not the error red
+        assert info.get_attribute("role") == "status"
+        assert axe_serious(page) == []
+        screenshot(page, f"firstrun-11-info-toast-{scheme}")
+        # The page leaves room below its last routine: the toast is not over it when scrolled to the end.
+        page.evaluate("window.scrollTo(0, document.body.scrollHeight)")
+        last, toast = page.locator(".routine").last.bounding_box(), info.bounding_box()
+        assert last["y"] + last["height"] <= toast["y"] or toast["x"] >= last["x"] + last["width"]
+        # An error toast, then a successful save: the error goes.
+        page.goto(f"{navi.url}/settings/")
+        page.wait_for_selector("body[data-ready='1']")
+        page.fill("#apprise-url", "nonsense://")
+        page.click("#new-apprise button[type=submit]")
+        expect(page.locator("#toast .toast.error")).to_be_visible()
+        page.select_option("#theme", scheme)
+        expect(page.locator("#prefs-status")).to_have_text("Saved.")
+        expect(page.locator("#toast .toast.error")).to_have_count(0)
+    finally:
+        with navi.api() as client:
+            client.delete(f"/routines/{routine['id']}")
+        context.close()
