@@ -117,6 +117,24 @@ class TestEveryCallUsesTheChatsModel:
         await comm.disconnect()
 
 
+    async def test_the_planning_call_asks_for_it_too(self, llm, session, owner_token, profiles):
+        """Profiles plan here (the `profiles` fixture): the plan call and the answer use the chat's model."""
+        from tests.live_ws import planning_rule
+
+        llm.models = ["qwen2.5:0.5b"]
+        client = _bearer(owner_token)
+        await client.patch(f"/sessions/{session.id}", {"model": "qwen2.5:0.5b"}, content_type="application/json")
+        llm.add_rule(planning_rule())
+        comm = await _socket(session, owner_token)
+        await comm.send_json_to({"type": "message", "content": "first list the files and then summarise them please"})
+        frames = await receive_until(comm)
+        assert frames[-1]["type"] == "stream_end"
+        planned = [r for r in llm.requests if any("planning step" in str(m.get("content")) for m in r["messages"])]
+        assert planned and len(llm.requests) > len(planned)  # the plan call, then the answer
+        assert {r["model"] for r in llm.requests} == {"qwen2.5:0.5b"}
+        await comm.disconnect()
+
+
 @pytest.mark.django_db(transaction=True)
 class TestPull:
     async def test_the_owner_pulls_a_model_with_progress_and_it_is_listed(self, llm, owner_token):
