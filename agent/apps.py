@@ -13,8 +13,11 @@ class AgentConfig(AppConfig):
         from agent.memory import background as memory_background
         from agent.runs import startup
         from agent.turn import compression, titles
+        from agent.web import model_choice
+        from sessions_app.model_choice import register_model_lister
 
         compression.register_workers()  # context compression before and after a turn
         titles.register_workers()  # a generated title after the first answer
+        register_model_lister(model_choice.names_for_profile)  # PATCH /sessions/<id> {"model"}
         session_created.connect(memory_background.on_session_created, dispatch_uid="agent.memory.extraction")
         server_started.connect(startup.on_server_started, dispatch_uid="agent.runs.startup")

@@ -6,7 +6,8 @@ checked: only http/https; non-canonical numeric hosts (`2130706433`, `0177.0.0.1
 `0x7f000001`, `127.1`) refused outright; the host resolved and *every* address checked —
 loopback, private, link-local (169.254.169.254), unspecified, multicast, reserved, CGNAT and
 IPv4 embedded in IPv6 (::ffff:127.0.0.1, 6to4, NAT64) are refused unless the hostname is
-listed in `settings.HTTP_ALLOWED_HOSTS` (`nas.lan:8123` allows only that port; a bare host any).
+listed in `settings.HTTP_ALLOWED_HOSTS` or allowed by the owner in Settings (`nas.lan:8123` allows
+only that port; a bare host any).
 
 Credentials do not follow a redirect to another origin: only a short list of harmless request
 headers crosses (SAFE_REDIRECT_HEADERS), so a model-set token never reaches a third party.
@@ -21,14 +22,19 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import logging
 import re
 import socket
+import time
 from dataclasses import dataclass, field
+from typing import Callable
 from urllib.parse import urljoin
 
 import httpx
+from asgiref.sync import sync_to_async
 from django.conf import settings
 
+log = logging.getLogger(__name__)
 MAX_REDIRECTS = 5
 DEFAULT_MAX_BYTES = 5 * 1024 * 1024
 _NUMERIC_PART = re.compile(r"^(0x[0-9a-f]*|[0-9]+)$", re.IGNORECASE)
@@ -86,10 +92,71 @@ def _split_allowed_entry(entry: str) -> tuple[str, int | None]:
     return host.rstrip("."), int(port) if port.isdigit() else None
 
 
+# Hosts the owner allowed in Settings (stored by sessions_app, which registers the reader: this
+# module sits below every app). Re-read at most every HOSTS_TTL_S, so every worker sees a change
+# within seconds, without a query per request.
+HOSTS_TTL_S = 2.0
+_hosts_source: Callable[[], list[str]] | None = None
+_hosts_cache: tuple[float, list[str]] = (0.0, [])
+
+
+def register_allowed_hosts(source: Callable[[], list[str]]) -> None:
+    global _hosts_source
+    _hosts_source = source
+
+
+def forget_allowed_hosts() -> None:
+    """This process changed the list: read it again at the next check."""
+    global _hosts_cache
+    _hosts_cache = (0.0, [])
+
+
+def _stale() -> bool:
+    return _hosts_source is not None and time.monotonic() - _hosts_cache[0] > HOSTS_TTL_S
+
+
+def _store(hosts: list[str]) -> None:
+    global _hosts_cache
+    _hosts_cache = (time.monotonic(), list(hosts))
+
+
+def _read_failed(exc: Exception) -> None:
+    # The database is away (or not open to this caller): the guard keeps working with the
+    # environment's list and the last list read; tried again after HOSTS_TTL_S.
+    log.warning("netguard: could not read the allowed hosts from the database: %s", exc)
+    _store(_hosts_cache[1])
+
+
+async def refresh_allowed_hosts() -> None:
+    if _stale():
+        try:
+            _store(await sync_to_async(_hosts_source)())
+        except Exception as exc:  # noqa: BLE001 - any failure means "use what we had"
+            _read_failed(exc)
+
+
+def refresh_allowed_hosts_sync() -> None:
+    """The sync refresh (blocking code in a thread); on the event loop the cached list is used."""
+    try:
+        asyncio.get_running_loop()
+        return
+    except RuntimeError:
+        pass
+    if _stale():
+        try:
+            _store(_hosts_source())
+        except Exception as exc:  # noqa: BLE001
+            _read_failed(exc)
+
+
+def allowed_entries() -> list[str]:
+    return [*settings.HTTP_ALLOWED_HOSTS, *_hosts_cache[1]]
+
+
 def host_allowed(host: str, port: int | None = None) -> bool:
     """Is this host (and port) explicitly allowed to reach non-public addresses?"""
     wanted = host.lower().rstrip(".")
-    for entry in settings.HTTP_ALLOWED_HOSTS:
+    for entry in allowed_entries():
         if not entry.strip():
             continue
         allowed_host, allowed_port = _split_allowed_entry(entry)
@@ -160,6 +227,7 @@ async def resolve_checked(url: httpx.URL) -> list[str]:
     host = url.host
     port = url.port or (443 if url.scheme == "https" else 80)
     addresses = await _resolve(host, port)
+    await refresh_allowed_hosts()
     return check_addresses(host, port, addresses, scheme=url.scheme)
 
 
@@ -169,6 +237,7 @@ def resolve_checked_sync(host: str, port: int, scheme: str = "http") -> list[str
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
         raise HostUnresolved(f"could not resolve host '{host}' ({exc.strerror}); check the URL") from None
+    refresh_allowed_hosts_sync()
     return check_addresses(host, port, _unique_addresses(infos), scheme=scheme)
 
 
@@ -183,7 +252,7 @@ def check_addresses(host: str, port: int, addresses: list[str], scheme: str = "h
         if problem:
             raise URLRefused(
                 f"refused to fetch {scheme}://{host}: {problem}. Internal addresses are blocked; "
-                "the owner can allow this host by adding it to HTTP_ALLOWED_HOSTS"
+                "the owner can allow this host in Settings → Hosts on your network (or HTTP_ALLOWED_HOSTS)"
             )
     return addresses
 

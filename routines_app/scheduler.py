@@ -44,6 +44,7 @@ from sessions_app.models import Session, UserSettings
 from . import delivery
 from . import schedule as sched
 from .models import Routine, RoutineRun
+from .turns import mark_turn
 
 log = logging.getLogger(__name__)
 
@@ -289,6 +290,7 @@ class Scheduler:
             if agent_run is None:
                 return
             self.live[run.pk] = agent_run
+            await db_hop(mark_turn, session_id, routine, self.now())  # the routine's words, not the owner's
             await db_hop(_set_run_id, run, agent_run.run_id)
             await agent_run.done.wait()
             await self._finish(routine, run, agent_run)

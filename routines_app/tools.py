@@ -8,18 +8,21 @@ cannot multiply itself unattended.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db.models import Q
+from django.utils import timezone
 
 from navi_project.hop import db_hop
 from tools_app.base import Tool, ToolResult
 from tools_app.context import current_run_origin, current_user_id
 from tools_app.toolset import register_app_tools
 
-from . import services
+from . import phrases, services
 from .models import Routine
+from .schedule import ScheduleError
 from .scheduler import ORIGIN, wake_all
 
 
@@ -43,10 +46,12 @@ class ScheduleRoutineTool(_RoutineTool):
     keywords = "remind reminder schedule later tomorrow every daily weekly hourly cron recurring routine job at in minutes"
     offer_when = "remind reminder schedule scheduled later every daily weekly hourly monthly routine cron recurring tomorrow"
     description = (
-        "Schedule an instruction for Navi to run later: once (`at`, an ISO 8601 date-time with offset, e.g. "
+        "Schedule an instruction for Navi to run later. Easiest: `when` in plain words, e.g. 'every weekday at 8', "
+        "'every Monday and Thursday at 18:00', 'every 2 hours', 'on the 1st of each month at 9', 'tomorrow at 9', "
+        "'in 20 minutes'. Or: once (`at`, an ISO 8601 date-time with offset, e.g. "
         "2026-05-01T08:00:00+02:00; compute it from the current date and time), on a cron schedule (`cron`, "
         "'minute hour day-of-month month day-of-week' in the user's time zone, e.g. '0 8 * * 1-5' for weekdays "
-        "at 08:00) or every N seconds (`every_s`). Give exactly one of at/cron/every_s. `instruction` is what "
+        "at 08:00) or every N seconds (`every_s`). Give exactly one of when/at/cron/every_s. `instruction` is what "
         "you will be asked at that time, e.g. 'Remind the user to stretch.' The answer lists the next fire "
         "times: check them against what the user asked."
     )
@@ -54,6 +59,7 @@ class ScheduleRoutineTool(_RoutineTool):
         "type": "object",
         "properties": {
             "name": {"type": "string", "description": "short name, e.g. 'Stretch reminder'"},
+            "when": {"type": "string", "description": "the schedule in plain words, e.g. 'every weekday at 8'"},
             "instruction": {"type": "string", "description": "the message Navi runs at each time"},
             "at": {"type": "string", "description": "one-shot ISO 8601 date-time with offset"},
             "cron": {"type": "string", "description": "5-field cron expression in the time zone"},
@@ -64,17 +70,17 @@ class ScheduleRoutineTool(_RoutineTool):
     }
 
     async def execute(self, params: dict[str, Any]) -> ToolResult:
-        given = [k for k in ("at", "cron", "every_s") if params.get(k) not in (None, "")]
+        given = [k for k in ("when", "at", "cron", "every_s") if params.get(k) not in (None, "")]
         if len(given) != 1:
-            return ToolResult(False, error="give exactly one of at (ISO date-time), cron (5 fields) or every_s "
-                                           f"(seconds); got {', '.join(given) or 'none'}")
+            return ToolResult(False, error="give exactly one of when (plain words, e.g. 'every weekday at 8'), at "
+                                           f"(ISO date-time), cron (5 fields) or every_s (seconds); got {', '.join(given) or 'none'}")
         data = {"name": params.get("name"), "instruction": params.get("instruction"),
                 "schedule": {given[0]: params[given[0]]}}
         if params.get("time_zone"):
             data["time_zone"] = params["time_zone"]
         try:
             routine, fires = await db_hop(_create, _owner_id(), data)
-        except services.RoutineError as exc:
+        except (services.RoutineError, ScheduleError) as exc:
             return ToolResult(False, error=f"not scheduled: {exc}")
         wake_all()
         return ToolResult(True, f"Scheduled routine #{routine.id} '{routine.name}' ({routine.time_zone}). "
@@ -83,8 +89,18 @@ class ScheduleRoutineTool(_RoutineTool):
 
 
 def _create(owner_id: int, data: dict) -> tuple[Routine, str]:
+    (key, value), = data["schedule"].items()
+    # Plain words, in `when` or (a small model's habit) in `cron` / `at`: read in the routine's zone.
+    if key == "when" or (isinstance(value, str) and key in ("cron", "at") and _wordy(value)):
+        tz = data.get("time_zone") or services.user_zone(owner_id)
+        data = {**data, "schedule": phrases.parse_phrase(value, tz, timezone.now())}
     routine = services.create(get_user_model().objects.get(pk=owner_id), data)
     return routine, services.describe_fires(routine)
+
+
+def _wordy(value: str) -> bool:
+    """Words rather than cron fields or an ISO date ("every weekday at 8", "tomorrow at 9")."""
+    return bool(re.search(r"\b(every|each|daily|hourly|in|at|on|tomorrow|today|tonight)\b", value.lower()))
 
 
 class ListRoutinesTool(Tool):

@@ -6,16 +6,19 @@ like a missing one. Bad input is a 400 naming the problem, and nothing is saved.
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.db.models import OuterRef, Subquery
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
+from django.utils import timezone
 
 from navi_project.hop import db_hop
 from navi_project.http import ApiError, json_view, parse_json_body
 from sessions_app.auth import api_login_required, unauthenticated_response
 
-from . import services
+from . import phrases, services
+from . import schedule as sched
 from .models import Routine, RoutineRun
 from .scheduler import get_scheduler
 
@@ -44,6 +47,25 @@ def routines(request: HttpRequest) -> JsonResponse:
     except services.RoutineError as exc:
         raise ApiError(str(exc), 400) from None
     return JsonResponse(services.as_dict(routine, None), status=201)
+
+
+@api_login_required
+@json_view("GET")
+def routine_preview(request: HttpRequest) -> JsonResponse:
+    """`?text=every weekday at 8&time_zone=Europe/Berlin` → the schedule it means and its next
+    three runs in that zone (the owner's when none is given); nothing is saved."""
+    tz = request.GET.get("time_zone", "").strip() or services.user_zone(request.user.pk)
+    now = timezone.now()
+    try:
+        schedule = phrases.parse_phrase(request.GET.get("text", ""), tz, now)
+        parsed = sched.parse(schedule, tz, now=now, anchor=now, min_interval_s=int(settings.ROUTINE_MIN_INTERVAL_S))
+    except sched.ScheduleError as exc:
+        raise ApiError(str(exc), 400) from None
+    fires = sched.next_fires(parsed, next(sched.slots_after(parsed, now), None))
+    return JsonResponse({
+        "schedule": parsed.as_json(), "description": phrases.describe(parsed.as_json()), "time_zone": tz,
+        "next_runs": [f.astimezone(sched.zone(tz)).isoformat() for f in fires],
+    })
 
 
 @api_login_required

@@ -9,8 +9,12 @@ class SessionsAppConfig(AppConfig):
     verbose_name = "Chat sessions"
 
     def ready(self) -> None:
+        from navi_project import netguard
+
+        from .allowed_hosts import listed
         from .cleanup import on_server_started  # these modules import models: only once apps are ready
         from .search import ensure_search_index_after_migrate
 
         post_migrate.connect(ensure_search_index_after_migrate, sender=self, dispatch_uid="sessions_app_search_index")
         server_started.connect(on_server_started, dispatch_uid="sessions_app.cleanup_loop")
+        netguard.register_allowed_hosts(listed)  # Settings → Hosts on your network

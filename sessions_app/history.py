@@ -66,6 +66,12 @@ def rewind_for_edit(session_id: str, message_id: int) -> tuple[list[str], list[i
             raise HistoryError(
                 f"message {message_id} is a {row.role} message; only your own messages can be edited", 400
             )
+        if (row.meta or {}).get("routine"):
+            raise HistoryError(
+                f"message {message_id} is the instruction of routine '{row.meta['routine'].get('name', '')}', not your "
+                "words; change the routine on /routines/ or send a new message",
+                400,
+            )
         if not row.in_context:
             raise HistoryError(
                 f"message {message_id} was summarised to keep the conversation inside the model's context "

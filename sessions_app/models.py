@@ -60,6 +60,9 @@ class Session(models.Model):
     origin = models.CharField(max_length=16, blank=True, default="")
     # Written to by something other than the owner (a routine) since the owner last opened it.
     unread = models.BooleanField(default=False)
+    # The model this chat uses instead of its profile's ("" = the profile's): every call of the
+    # chat (answer, tool steps, title, planning, compression) asks for it.
+    model = models.CharField(max_length=200, blank=True, default="")
 
     objects = SessionQuerySet.as_manager()
 
@@ -78,6 +81,8 @@ class Session(models.Model):
             "profile_id": self.profile_id,
             "profile_name": profile.name,
             "profile_model": profile.resolved_model(),
+            "profile_backend": getattr(profile, "llm_backend", ""),
+            "model": self.model,
             "title": self.title,
             "pinned": self.pinned,
             "created_at": self.created_at.isoformat(),
@@ -259,3 +264,19 @@ class UserSettings(models.Model):
     @property
     def time_zone_name(self) -> str:
         return self.time_zone or settings.TIME_ZONE
+
+
+class AllowedHost(models.Model):
+    """A host on the owner's network that web tools, notification and MCP targets may reach
+    although it resolves to a private address (navi_project.netguard); set in Settings."""
+
+    entry = models.CharField(max_length=260, unique=True)  # `host` or `host:port`, lower case
+    added_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["entry"]
+
+    def as_dict(self) -> dict:
+        return {"entry": self.entry, "added_by": self.added_by.get_username() if self.added_by else None,
+                "created_at": self.created_at.isoformat()}

@@ -264,14 +264,17 @@ def import_json(user, data) -> Session:
         _check(bad is None, f"messages[{bad}].{name} names no message of this export; use the seq of one, or 0")
     title_source = _str(meta.get("title_source"), "session.title_source", 8)
     _check(title_source in ("", "model", "user"), 'session.title_source must be "", "model" or "user"')
+    title = _str(meta.get("title"), "session.title", 200).strip()
     session = Session(
         owner=user,
         profile=_profile_for(user, meta.get("profile_id")),
-        title=_str(meta.get("title"), "session.title", 200),
-        title_source=title_source,
+        # Marked, so it is not taken for the chat it was exported from; and listed first (it is
+        # what the owner just did), its own dates kept in the export's created_at.
+        title=f"{title[:200 - len(IMPORTED)]}{IMPORTED}" if title else "Imported chat",
+        title_source="user",
         pinned=_bool(meta.get("pinned"), "session.pinned", False),
         created_at=_time(meta.get("created_at"), "session.created_at"),
-        last_active=_time(meta.get("last_active"), "session.last_active"),
+        last_active=now,
         context_token_count=_count(meta.get("context_token_count")),
     )
     messages.sort(key=lambda m: m[0])
@@ -279,6 +282,9 @@ def import_json(user, data) -> Session:
         session.save()
         _insert_messages(session, messages)
     return session
+
+
+IMPORTED = " (imported)"
 
 
 def _insert_messages(session: Session, messages: list[tuple]) -> None:

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import files, settings_views, views
+from . import allowed_hosts, files, settings_views, views
 
 # No trailing slashes: the same paths as the original Navi, so existing clients work. The paths
 # that start or steer a run (messages, stop, regenerate, edit, approvals) are in agent.web.session_urls.
@@ -20,5 +20,7 @@ urlpatterns = [
     path("sessions/<str:session_id>/files/<str:name>", files.download_file, name="session-file"),
     path("settings", settings_views.user_settings, name="user-settings"),
     path("settings/tokens", settings_views.tokens, name="user-tokens"),
+    path("settings/allowed-hosts", allowed_hosts.allowed_hosts, name="allowed-hosts"),
+    path("settings/allowed-hosts/<str:entry>", allowed_hosts.allowed_host_detail, name="allowed-host"),
     path("settings/tokens/<str:token_id>", settings_views.token_detail, name="user-token"),
 ]

@@ -13,7 +13,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from navi_project.http import NESTED_TOO_DEEP, ApiError, json_view, parse_json_body
 
-from . import history, search, services, transfer
+from . import history, model_choice, search, services, transfer
 from .auth import api_login_required
 from .models import Message, Session, profile_model
 from .signals import send_session_created
@@ -171,9 +171,9 @@ def session_detail(request: HttpRequest, session_id: str) -> JsonResponse:
         return JsonResponse({"ok": True, "session_id": str(session_id)})
 
     data = parse_json_body(request, allow_empty=False)
-    unknown = set(data) - {"title", "profile_id"}
+    unknown = set(data) - {"title", "profile_id", "model"}
     if unknown:
-        raise ApiError(f"unknown field(s) {', '.join(sorted(unknown))}; PATCH takes title and profile_id", 400)
+        raise ApiError(f"unknown field(s) {', '.join(sorted(unknown))}; PATCH takes title, profile_id and model", 400)
     if "title" in data:
         title = data["title"]
         if not isinstance(title, str) or len(title) > 200:
@@ -185,8 +185,14 @@ def session_detail(request: HttpRequest, session_id: str) -> JsonResponse:
         if not isinstance(data["profile_id"], str) or not data["profile_id"]:
             raise ApiError("profile_id must be a profile id string", 400)
         # During a run this takes effect at the run's next model call (or the next turn).
+        before = session.profile.llm_backend
         session.profile = _profile_from(data["profile_id"], request.user)
-    session.save(update_fields=["title", "title_source", "profile"])
+        if session.profile.llm_backend != before:
+            session.model = ""  # a model of the other server: the new profile's own is used
+    if "model" in data:
+        # Checked with the profile's server (during a run it applies from the next turn).
+        session.model = model_choice.checked_model(session.profile, data["model"])
+    session.save(update_fields=["title", "title_source", "profile", "model"])
     return JsonResponse(session.as_dict())
 
 

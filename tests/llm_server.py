@@ -143,6 +143,11 @@ class LLMServer:
         # minimal value with the scripted text in its free string field. Navi's support probe
         # (schema title "navi_probe") is answered here without using the script, kept in ``probes``.
         self.schemas: set[str] = set(schemas or ())
+        # /api/pull: each pull's model name, names that fail, the progress parts and their pace.
+        self.pulls: list[str] = []
+        self.unpullable: set[str] = set()
+        self.pull_steps = 4
+        self.pull_delay = 0.0
         self._probes: list[dict] = []
         self._addr = (host, port)
         self._cond = threading.Condition()
@@ -220,6 +225,7 @@ class LLMServer:
             self._requests.clear()
             self._probes.clear()
             self._shows.clear()
+            self.pulls.clear()
             self._max_active = self._active
             self._disconnects = 0
 
@@ -292,6 +298,13 @@ class LLMServer:
     def show(self, model: str) -> dict:
         """What /api/show reports: ``{"capabilities": [...], "context_length": int}``."""
         return {**DEFAULT_SHOW, **self.model_show.get(model.removesuffix(":latest"), {})}
+
+    def add_model(self, name: str) -> None:
+        """List one more model (a finished pull); a server that knew every name lists it too."""
+        with self._cond:
+            have = self.models if self.models is not None else ["fake-llm:latest"]
+            if not any(m.removesuffix(":latest") == name.removesuffix(":latest") for m in have):
+                self.models = [*have, name]
 
     def model_known(self, model: str) -> bool:
         if self.models is None:
@@ -428,7 +441,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         fake, path = self.server.fake, self.path.split("?")[0]
-        names = fake.models or ["fake-llm:latest"]
+        names = fake.models if fake.models is not None else ["fake-llm:latest"]  # [] = a server with none
         if path == "/":
             body = b"Ollama is running"
             self.send_response(200)
@@ -474,6 +487,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._control(path, body)
         if not isinstance(body, dict):
             return self._error(400, "expected a JSON object")
+        if path == "/api/pull":  # model management, kept apart so `requests` stays the chat calls
+            return self._pull(body)
         via, schema = _schema_of(body)
         probe = isinstance(schema, dict) and schema.get("title") == "navi_probe"
         if path == "/api/show":  # metadata, kept apart so `requests` stays the chat calls
@@ -522,6 +537,36 @@ class _Handler(BaseHTTPRequestHandler):
                 self._openai(body, model, turn)
         finally:
             fake._busy(-1)
+
+    def _pull(self, body: dict) -> None:
+        """Ollama's /api/pull: NDJSON progress (manifest, one layer in ``pull_steps`` parts,
+        success), then the model is listed. A name in ``unpullable`` ends with an error line."""
+        fake, name = self.server.fake, str(body.get("model") or body.get("name") or "")
+        with fake._cond:
+            fake.pulls.append(name)
+        if not name or name in fake.unpullable:
+            return self._send_json(200 if name else 400, {"error": "pull model manifest: file does not exist"})
+        total = 1 << 30
+        lines = [{"status": "pulling manifest"}]
+        lines += [{"status": "pulling 6a0746a1ec1a", "digest": "sha256:6a0746a1ec1a", "total": total,
+                   "completed": total * k // fake.pull_steps} for k in range(1, fake.pull_steps + 1)]
+        lines += [{"status": "verifying sha256 digest"}, {"status": "writing manifest"}, {"status": "success"}]
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-ndjson")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            for i, line in enumerate(lines):
+                if i == len(lines) - 1:
+                    fake.add_model(name)
+                data = (_dumps(line) + "\n").encode()
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+                if fake.pull_delay and i < len(lines) - 1:
+                    self._wait(fake.pull_delay)
+            self.wfile.write(b"0\r\n\r\n")
+        except (_Dropped, *_NET_ERRORS):
+            self.close_connection = True
 
     def _control(self, path: str, body: Any) -> None:
         """Script a server living in another process (CLI mode): /_fake/script|rules|reset."""

@@ -116,14 +116,18 @@ class TestImport:
         assert response.status_code == 201, response.content
         body = json.loads(response.content)
         assert body["session_id"] != str(chat.id) and body["message_count"] == 7
-        assert body["profile_id"] == "server_admin" and body["title"] == "Disk <check>"
+        # Marked as imported and listed first (issue #38); everything else as exported.
+        assert body["profile_id"] == "server_admin" and body["title"] == "Disk <check> (imported)"
         new = Session.objects.get(pk=body["session_id"])
         assert new.owner == owner
+        assert owner_client.get("/sessions").json()["sessions"][0]["id"] == str(new.id)
         again = json.loads(_export(owner_client, new.id).content)
         assert _without_ids(again["messages"]) == _without_ids(exported["messages"])
-        assert {k: v for k, v in again["session"].items() if k != "id"} == {
-            k: v for k, v in exported["session"].items() if k != "id"
+        changed = {"id", "title", "title_source", "last_active"}
+        assert {k: v for k, v in again["session"].items() if k not in changed} == {
+            k: v for k, v in exported["session"].items() if k not in changed
         }
+        assert again["session"]["title_source"] == "user"  # the mark is not replaced by a generated title
 
     def test_it_belongs_to_the_importer_with_a_default_profile_when_unknown(
         self, owner_client, chat, client, other_user

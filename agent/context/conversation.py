@@ -139,6 +139,8 @@ class DBConversation(Conversation):
         profiles = hotsql.select(Profile, "id = %s", [session.profile_id])
         if profiles:  # the loop needs it next
             session.profile = profiles[0]
+            if session.model:  # the chat's own model (PATCH /sessions/<id>): every call of it uses it
+                session.profile.model = session.model
         # A compression summary is always the first context message (there is at most one in
         # context: the next compression folds it), yet its seq is newer than the rows it replaced.
         rows = hotsql.select(Message, "session_id = %s AND in_context = %s", [sid, True], tail="ORDER BY is_summary DESC, seq")

@@ -279,6 +279,10 @@ class LLMBackend(ABC):
     @abstractmethod
     async def list_models(self) -> list[str]: ...
 
+    async def describe_models(self) -> list[dict]:
+        """What the server has, `{"name"}` per model (a backend that knows sizes adds `size`)."""
+        return [{"name": name} for name in await self.list_models()]
+
     async def server_window(self, model: str) -> int | None:
         """The context window the server runs `model` with, when it says (None otherwise)."""
         return None

@@ -532,10 +532,40 @@ class OllamaBackend(LLMBackend):
         return f"{self.host}/api/version", {}, "is `ollama serve` running? Set OLLAMA_HOST if it runs elsewhere."
 
     async def list_models(self) -> list[str]:
+        return [m["name"] for m in await self.describe_models()]
+
+    async def describe_models(self) -> list[dict]:
+        """What the server has: `{"name", "size"}` (bytes) per model, by name."""
         try:
             listing = await self._client().list()
-            return sorted(m.model for m in listing.models if m.model)
+            return sorted(({"name": m.model, "size": m.size} for m in listing.models if m.model), key=lambda m: m["name"])
         except (ConnectionError, httpx.ConnectError, httpx.ConnectTimeout):
             raise LLMUnreachable(f"cannot reach Ollama at {self.host} — is `ollama serve` running?") from None
         except (ollama.ResponseError, httpx.HTTPError) as exc:
             raise LLMError(f"Ollama at {self.host} did not list its models: {exc}") from None
+
+    async def pull(self, model: str) -> AsyncIterator[dict]:
+        """Ollama's /api/pull progress lines (`status`, `total`, `completed`) as they come; an
+        `error` line ends it. Read with no overall deadline: a large model takes minutes."""
+        timeout = httpx.Timeout(settings.LLM_TIMEOUT_S, connect=5.0)
+        try:
+            async with httpx.AsyncClient(timeout=timeout, headers=_headers()) as client:
+                async with client.stream("POST", f"{base_url(self.host)}/api/pull", json={"model": model, "stream": True}) as r:
+                    if r.status_code != 200:
+                        body = (await r.aread()).decode(errors="replace")
+                        yield {"error": _error_text(body) or f"HTTP {r.status_code}"}
+                        return
+                    async for line in r.aiter_lines():
+                        if line.strip():
+                            yield json.loads(line)
+        except (httpx.ConnectError, httpx.ConnectTimeout):
+            yield {"error": f"cannot reach Ollama at {self.host} — is `ollama serve` running?"}
+        except (httpx.HTTPError, ValueError) as exc:
+            yield {"error": f"the pull from Ollama at {self.host} broke off: {exc}"}
+
+
+def _error_text(body: str) -> str:
+    try:
+        return str(json.loads(body).get("error", ""))
+    except (ValueError, AttributeError):
+        return body[:200]

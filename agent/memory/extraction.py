@@ -81,7 +81,7 @@ def extract_session(
             mark_extracted(session)
         return result
     backend = get_agent().backends.get(session.profile.llm_backend)
-    model = session.profile.resolved_model()
+    model = session.model or session.profile.resolved_model()  # the chat's own model, if it picked one
     if wrap_backend is not None:
         backend = wrap_backend(backend)
     answer = async_to_sync(oneshot.ask)(

@@ -167,7 +167,10 @@ class Agent:
                 yield event
             if await conv.current_profile_id() != setup.profile.id:
                 tracker = setup.tracker
-                setup = await self._setup(await _load_profile(conv.profile_id))
+                switched = await _load_profile(conv.profile_id)
+                if isinstance(conv, DBConversation) and conv.session.model:
+                    switched.model = conv.session.model  # the chat's own model outlives a profile switch
+                setup = await self._setup(switched)
                 setup.tracker.continue_from(tracker)  # one turn: the switch was its step
         async for event in ending.give_up(conv, setup):
             yield event

@@ -74,7 +74,7 @@ class ReflectTool(Tool):
         try:
             backend = self.agent.backends.get(profile.llm_backend)
             review = await oneshot.ask(
-                backend, oneshot.prompt(REFLECT_PROMPT, request), purpose="reflect", model=profile.resolved_model(),
+                backend, oneshot.prompt(REFLECT_PROMPT, request), purpose="reflect", model=conv.session.model or profile.resolved_model(),
                 temperature=0.3, max_tokens=settings.LLM_MAX_SUMMARY_TOKENS,
             )
         except LLMError as exc:

@@ -45,7 +45,13 @@ async function request(method, path, body) {
     const detail = data.error || `${method} ${path} failed with HTTP ${response.status}`;
     throw new ApiError(detail, response.status);
   }
+  if (method !== "GET") saved();
   return data;
+}
+
+/** A change went through: the page's error toasts about earlier attempts are stale now. */
+export function saved() {
+  document.dispatchEvent(new CustomEvent("navi:saved"));
 }
 
 export const api = {
@@ -53,6 +59,8 @@ export const api = {
   search: (q) => request("GET", `/sessions?q=${encodeURIComponent(q)}`).then((d) => d.sessions),
   importSession: (data) => request("POST", "/sessions/import", data),
   setProfile: (id, profileId) => request("PATCH", `/sessions/${id}`, { profile_id: profileId }),
+  setModel: (id, model) => request("PATCH", `/sessions/${id}`, { model }),
+  models: () => request("GET", "/models"),
   settings: () => request("GET", "/settings"),
   saveSettings: (changes) => request("PATCH", "/settings", changes),
   tokens: () => request("GET", "/settings/tokens").then((d) => d.tokens),

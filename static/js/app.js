@@ -5,9 +5,12 @@ import { api } from "./api.js";
 import { ChatView } from "./chat.js";
 import { Composer } from "./composer.js";
 import { closeMenusOn } from "./menus.js";
+import { toast } from "./pagekit.js";
+import { ModelPicker } from "./models.js";
 import { Sidebar } from "./sidebar.js";
 import { SessionSocket } from "./ws.js";
 import { applyTheme } from "./theme.js";
+import { welcome } from "./welcome.js";
 
 const $ = (sel) => document.querySelector(sel);
 const state = {
@@ -16,15 +19,6 @@ const state = {
   unsent: null, // a message sent while the chat's history was still loading: sent once it is drawn
 };
 
-function toast(message) {
-  const box = $("#toast");
-  const item = document.createElement("div");
-  item.className = "toast";
-  item.setAttribute("role", "alert");
-  item.textContent = message;
-  box.append(item);
-  setTimeout(() => item.remove(), 8000);
-}
 
 function setContext(tokens, max) {
   if (max) state.maxContext = max;
@@ -52,7 +46,7 @@ function showSession(session) {
   state.session = session;
   $("#session-title").textContent = session.title || "New chat";
   document.title = `${session.title || "New chat"} — Navi`;
-  $("#session-model").textContent = session.profile_model ? `${session.profile_name} · ${session.profile_model}` : session.profile_name || "";
+  $("#session-model").textContent = session.profile_name || "";
   const select = $("#session-profile");
   select.value = session.profile_id;
   for (const format of ["md", "json"]) $(`#export-${format}`).href = `/sessions/${session.id}/export?format=${format}`;
@@ -162,11 +156,22 @@ function revealMatch() {
   const { messageId, query } = state.reveal;
   state.reveal = null;
   chat.reveal(messageId, query).then((found) => {
-    if (!found) toast("The matching message is no longer in this chat's history.");
+    if (!found) toast("The matching message is no longer in this chat's history.", "info");
   });
 }
 
+/** An empty chat shows what Navi can do; an example is sent like a typed message. */
+function showWelcome(empty) {
+  $("#welcome")?.remove();
+  if (!empty) return;
+  $("#scroller").prepend(welcome((text) => {
+    $("#input").value = text;
+    $("#composer").requestSubmit();
+  }));
+}
+
 function sendMessage({ content, images, files }) {
+  showWelcome(false);
   chat.addUserMessage(content, images, files);
   state.socket.send({ type: "message", content, images, files });
 }
@@ -177,6 +182,13 @@ function stopRun() {
   composer.setStopping(true);
   api.stop(state.sessionId).catch((err) => toast(`Stop failed: ${err.message}`));
 }
+
+const models = new ModelPicker($("#chat-model"), $("#model-notice"), {
+  onError: toast,
+  onChanged: (saved) => {
+    if (state.session?.id === saved.id) state.session.model = saved.model;
+  },
+});
 
 const sidebar = new Sidebar($("#sidebar"), {
   onOpen: (id, match) => {
@@ -206,6 +218,7 @@ function receive(frame) {
     if (state.sessionId) openSession(state.sessionId);
     return;
   }
+  if (frame.type === "stream_start") showWelcome(false); // written from elsewhere (another tab, a routine)
   if (!state.ready) state.buffer.push(frame);
   else chat.frame(frame);
 }
@@ -237,14 +250,17 @@ async function openSession(id) {
     if (state.sessionId !== id) return;
     state.socket.close();
     state.socket = null;
-    toast(err.status === 404 ? "That session does not exist any more; opening your latest one." : err.message);
+    toast(err.status === 404 ? "That session does not exist any more; opening your latest one." : err.message, err.status === 404 ? "info" : "error");
     if (err.status === 404) openMostRecent();
     return;
   }
   if (state.sessionId !== id) return;
   showSession(session);
+  // The model notice above the chat may come or go: a chat opened at its end stays there.
+  models.show(session).then(() => state.sessionId === id && chat.pinned && chat.scrollToBottom());
   setContext(session.context_token_count, session.context_window || 0);
   chat.loadHistory(session.messages, session.has_more);
+  showWelcome(!session.messages.length && !session.has_more);
   state.ready = true;
   for (const frame of state.buffer.splice(0)) chat.frame(frame);
   const unsent = state.unsent;
@@ -301,6 +317,7 @@ async function switchProfile(profileId) {
     const session = await api.setProfile(id, profileId);
     if (state.sessionId !== id) return;
     showSession({ ...state.session, ...session });
+    models.show(state.session);
     sidebar.refresh().catch(() => {});
   } catch (err) {
     toast(`Could not switch the profile: ${err.message}`);
@@ -321,6 +338,7 @@ async function start() {
   $("#menu").addEventListener("click", () => setMenu(!document.body.classList.contains("sidebar-open")));
   $("#backdrop").addEventListener("click", () => setMenu(false));
   $("#session-profile").addEventListener("change", (e) => switchProfile(e.target.value));
+  $("#header-new-chat").addEventListener("click", () => newSession(sidebar.profileSelect.value));
   closeMenusOn();
   $("#skip-to-input").addEventListener("click", (e) => {
     e.preventDefault(); // the hash names the open chat, not a place on the page
@@ -343,7 +361,7 @@ async function start() {
     e.currentTarget.href = `/debug#${state.sessionId || ""}`;
   });
   try {
-    const [profiles] = await Promise.all([sidebar.loadProfiles(), sidebar.refresh(), loadPrefs()]);
+    const [profiles] = await Promise.all([sidebar.loadProfiles(), sidebar.refresh(), loadPrefs(), models.load()]);
     state.profiles = profiles;
     if (state.prefs.default_profile && profiles.some((p) => p.id === state.prefs.default_profile)) {
       sidebar.profileSelect.value = state.prefs.default_profile;

@@ -158,6 +158,30 @@ class RunView {
   }
 }
 
+/** When a message was written (`node.created`, ISO; now for one just sent or streamed): shown
+ * on hover, keyboard focus or a long press (phones), the full date as its title. */
+function timeStamp(node) {
+  node.created = node.created || new Date().toISOString();
+  const when = new Date(node.created);
+  const stamp = el("time", "msg-time", when.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }));
+  stamp.dateTime = node.created;
+  stamp.title = when.toLocaleString();
+  return stamp;
+}
+
+/** A long press on a message (touch) shows its time, as hovering does with a mouse. */
+function showTimesOnLongPress(list) {
+  let timer = null;
+  const cancel = () => clearTimeout(timer);
+  list.addEventListener("pointerdown", (e) => {
+    if (e.pointerType !== "touch") return;
+    const group = e.target.closest(".group");
+    timer = setTimeout(() => group?.classList.toggle("show-time"), 450);
+  });
+  for (const type of ["pointerup", "pointercancel", "pointermove"]) list.addEventListener(type, cancel);
+  list.addEventListener("contextmenu", (e) => e.target.closest(".group")?.classList.add("show-time"));
+}
+
 export class ChatView {
   /**
    * hooks: onRunState(running), onContext(tokens, max), onRunEnd(run, frame), onApproval(id,
@@ -170,6 +194,7 @@ export class ChatView {
     this.list = el("div", "messages");
     this.sentinel = el("div", "older");
     scroller.replaceChildren(this.sentinel, this.list);
+    showTimesOnLongPress(this.list);
     this.onRunState = hooks.onRunState;
     this.onContext = hooks.onContext;
     this.onRunEnd = hooks.onRunEnd;
@@ -249,12 +274,33 @@ export class ChatView {
     if (!group.user) {
       const turn = renderTurnRows(group.rows);
       turn.versions = turnVersions(group.rows);
+      turn.created = group.rows.at(-1)?.created_at;
       return this.decorateTurn(turn);
     }
     const u = group.user;
     const node = userBubble(u.content, u.images || []);
     node.dataset.messageId = u.id;
+    node.created = u.created_at;
+    if (u.meta?.routine) return this.decorateRoutine(node, u.meta.routine);
     return this.decorateUser(node, u.versions);
+  }
+
+  /** A routine's instruction: marked as the routine's (with a link to it), Copy but no Edit. */
+  decorateRoutine(node, routine) {
+    node.classList.add("routine-turn");
+    const ran = new Date(routine.ran_at);
+    const label = el("p", "routine-mark");
+    const link = el("a", "", `Routine “${routine.name}”`);
+    link.href = `/routines/#routine-${encodeURIComponent(routine.id)}`;
+    const time = el("time", "", Number.isNaN(ran.getTime()) ? "" : ran.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }));
+    time.dateTime = routine.ran_at || "";
+    time.title = Number.isNaN(ran.getTime()) ? "" : ran.toLocaleString();
+    label.append(link, " ran at ", time);
+    node.prepend(label);
+    const bar = el("div", "msg-actions");
+    bar.append(actionButton("Copy", "copy-message", "Copy this instruction", (e) => this.copy(e.currentTarget, node.source)));
+    node.append(bar);
+    return node;
   }
 
   /** Copy and Edit under a user message (Edit needs the message's id: known once saved), and
@@ -265,6 +311,7 @@ export class ChatView {
       actionButton("Copy", "copy-message", "Copy this message", (e) => this.copy(e.currentTarget, node.source)),
       actionButton("Edit", "edit", "Edit this message and answer it again", () => this.startEdit(node)),
     );
+    bar.append(timeStamp(node));
     node.append(bar);
     this.setUserVersions(node, versions);
     return node;
@@ -318,6 +365,7 @@ export class ChatView {
     const failed = turn.querySelector(":scope > .error-box, :scope > .status-badge");
     const label = failed ? "Retry" : "Regenerate";
     bar.append(actionButton(label, `regen${failed ? " retry" : ""}`, failed ? "Try this answer again" : "Answer the last message again", () => this.regenerate()));
+    bar.append(timeStamp(turn));
     turn.append(bar);
     return turn;
   }

@@ -1,7 +1,7 @@
 // The settings page's "MCP servers" section: each server's state (connecting / connected /
 // failed / disabled), its tools, the last error and the tail of a stdio server's stderr;
 // add an HTTP server, test the connection, enable/disable, delete (REST /mcp/servers).
-import { ApiError, csrfToken } from "./api.js";
+import { ApiError, csrfToken, saved } from "./api.js";
 import { el } from "./cards.js";
 import { $, toast } from "./pagekit.js";
 
@@ -11,6 +11,7 @@ async function call(method, path, body) {
   const response = await fetch(path, { method, headers, credentials: "same-origin", body: body === undefined ? undefined : JSON.stringify(body) });
   const data = await response.json().catch(() => ({}));
   if (!response.ok) throw new ApiError(data.error || `${method} ${path} failed with HTTP ${response.status}`, response.status);
+  if (method !== "GET") saved();
   return data;
 }
 

@@ -1,14 +1,20 @@
 // Small helpers shared by the pages (settings, memory, routines) and the chat.
 export const $ = (sel) => document.querySelector(sel);
 
-export function toast(message) {
+/** A toast: "error" (red, announced at once, until the next successful change or 8 s) or
+ * "info" (quiet colours, 4 s). */
+export function toast(message, kind = "error") {
   const item = document.createElement("div");
-  item.className = "toast";
-  item.setAttribute("role", "alert");
+  item.className = `toast ${kind}`;
+  item.setAttribute("role", kind === "error" ? "alert" : "status");
   item.textContent = message;
   $("#toast").append(item);
-  setTimeout(() => item.remove(), 8000);
+  setTimeout(() => item.remove(), kind === "error" ? 8000 : 4000);
 }
+
+document.addEventListener("navi:saved", () => {
+  for (const item of document.querySelectorAll("#toast .toast.error")) item.remove();
+});
 
 export function when(iso) {
   return iso ? new Date(iso).toLocaleString() : "never";

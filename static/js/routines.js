@@ -1,9 +1,10 @@
 // The routines page: create, edit, pause/resume, run now, delete; next fire times in each
 // routine's zone; the history of runs with links to the chat each one wrote in
 // (GET/POST /routines, GET/PATCH/DELETE /routines/<id>, POST /routines/<id>/run, GET /routines/<id>/runs).
-import { csrfToken } from "./api.js";
+import { csrfToken, saved } from "./api.js";
 import { el } from "./cards.js";
 import { $, toast } from "./pagekit.js";
+import { guessZone, preview, setUpWords } from "./routine-when.js";
 
 let editing = null; // the routine being edited, or null for a new one
 
@@ -21,6 +22,7 @@ async function call(method, path, body) {
   }
   const data = await response.json().catch(() => ({}));
   if (!response.ok) throw new Error(data.error || `${method} ${path} failed with HTTP ${response.status}`);
+  if (method !== "GET") saved();
   return data;
 }
 
@@ -41,14 +43,17 @@ function describe(schedule) {
 
 function showKind() {
   const kind = $("#r-kind").value;
+  $("#w-words").hidden = kind !== "words";
   $("#w-cron").hidden = kind !== "cron";
   $("#w-every").hidden = kind !== "every";
   $("#w-at").hidden = kind !== "at";
 }
 
-function formBody() {
+async function formBody() {
   const kind = $("#r-kind").value;
-  const schedule = kind === "cron" ? { cron: $("#r-cron").value.trim() }
+  const zoneGiven = $("#r-zone").value.trim();
+  const schedule = kind === "words" ? (await preview($("#r-when").value.trim(), zoneGiven)).schedule
+    : kind === "cron" ? { cron: $("#r-cron").value.trim() }
     : kind === "every" ? { every_s: Math.round(Number($("#r-every").value) * 60) }
       : { at: $("#r-at").value };
   const body = { name: $("#r-name").value.trim(), instruction: $("#r-instruction").value.trim(), schedule,
@@ -69,7 +74,11 @@ function fillForm(r) {
   $("#r-profile").value = r && r.profile_id ? r.profile_id : "";
   $("#r-enabled").checked = r ? r.enabled : true;
   const s = r ? r.schedule : { cron: "0 8 * * 1-5" };
-  $("#r-kind").value = s.cron ? "cron" : s.every_s ? "every" : "at";
+  $("#r-kind").value = !r ? "words" : s.cron ? "cron" : s.every_s ? "every" : "at";
+  if (!r) {
+    $("#r-when").value = "every weekday at 8";
+    guessZone();
+  }
   if (s.cron) $("#r-cron").value = s.cron;
   if (s.every_s) $("#r-every").value = s.every_s / 60;
   if (s.at) $("#r-at").value = s.at.slice(0, 16);
@@ -126,6 +135,7 @@ function action(label, handler, cls = "") {
 function routineItem(r) {
   const li = el("li", `routine${r.enabled ? "" : " paused"}`);
   li.dataset.id = r.id;
+  li.id = `routine-${r.id}`; // a routine's chat links here
   li.append(el("h3", "", r.name), el("p", "hint", `${describe(r.schedule)} · ${r.time_zone}`));
   li.append(el("p", "", r.instruction));
   if (r.next_fires.length) {
@@ -148,7 +158,7 @@ function routineItem(r) {
   actions.append(
     action("Run now", async () => {
       await call("POST", `/routines/${r.id}/run`);
-      toast(`“${r.name}” is running; its chat and history update when it finishes.`);
+      toast(`“${r.name}” is running; its chat and history update when it finishes.`, "info");
       setTimeout(load, 1500);
     }, "primary"),
     action(r.enabled ? "Pause" : "Resume", async () => {
@@ -173,16 +183,27 @@ async function load() {
   $("#routines").replaceChildren(...routines.map(routineItem));
   $("#routines-empty").hidden = routines.length > 0;
   for (const id of open) $(`.routine[data-id="${id}"] .routine-actions button[aria-expanded]`)?.click();
+  showLinked();
+}
+
+/** Opened from a routine's chat (/routines/#routine-<id>): that routine, in view and marked. */
+function showLinked() {
+  const target = location.hash.startsWith("#routine-") && document.getElementById(location.hash.slice(1));
+  if (!target) return;
+  target.classList.add("linked");
+  target.scrollIntoView({ block: "center" });
 }
 
 async function start() {
   $("#r-kind").addEventListener("change", showKind);
   $("#r-cancel").addEventListener("click", () => fillForm(null));
+  setUpWords();
+  showKind();
   $("#routine-form").addEventListener("submit", async (e) => {
     e.preventDefault();
     try {
-      if (editing) await call("PATCH", `/routines/${editing.id}`, formBody());
-      else await call("POST", "/routines", formBody());
+      if (editing) await call("PATCH", `/routines/${editing.id}`, await formBody());
+      else await call("POST", "/routines", await formBody());
       fillForm(null);
       await load();
     } catch (err) {

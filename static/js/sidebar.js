@@ -8,7 +8,9 @@ export class Sidebar {
   constructor(root, { onOpen, onNew, onDeleted, onError, onImported, onRenamed }) {
     this.root = root;
     this.list = root.querySelector("#session-list");
-    this.profileSelect = root.querySelector("#profile-select");
+    // One profile control on the page (the chat header's): a new chat starts with your default
+    // profile, kept here in a select that is not shown.
+    this.profileSelect = document.createElement("select");
     this.searchBox = root.querySelector("#search");
     this.onOpen = onOpen;
     this.onDeleted = onDeleted;
@@ -127,6 +129,19 @@ export class Sidebar {
   }
 
   render() {
+    // Redrawing (a refresh after Pin, a run's end, a search) must not drop a keyboard user's focus.
+    const focused = this.list.contains(document.activeElement) ? document.activeElement : null;
+    const id = focused?.closest("li")?.dataset.id;
+    const part = focused?.matches(".session-title") ? ".session-title" : focused?.matches(".session-actions button") ? `button.${focused.classList[1]}` : null;
+    this.draw();
+    const again = id && part && this.list.querySelector(`li[data-id="${CSS.escape(id)}"] ${part}`);
+    if (again) {
+      this.rove(again);
+      again.focus({ preventScroll: true });
+    }
+  }
+
+  draw() {
     if (this.results) {
       const items = this.results.map((s) => this.item(s));
       if (!items.length) items.push(el("li", "no-results", "No chat matches these words."));
@@ -171,6 +186,7 @@ export class Sidebar {
       // Server-made HTML (text escaped, matches in <mark>): still sanitised, only <mark> kept.
       const snippet = el("div", "snippet");
       snippet.replaceChildren(DOMPurify.sanitize(s.snippet, { ALLOWED_TAGS: ["mark"], ALLOWED_ATTR: [], RETURN_DOM_FRAGMENT: true }));
+      snippet.addEventListener("click", () => link.click()); // the snippet opens the chat too (at the match)
       li.append(snippet);
     }
     link.addEventListener("dblclick", (e) => {
@@ -196,6 +212,12 @@ export class Sidebar {
     try {
       await api.pin(s.id, !s.pinned);
       await this.refresh();
+      // The list was redrawn (the chat moved): focus stays on this chat's Pin/Unpin button.
+      const pin = this.list.querySelector(`li[data-id="${CSS.escape(s.id)}"] button.pin`);
+      if (pin) {
+        this.rove(pin);
+        pin.focus();
+      }
     } catch (err) {
       this.onError(err.message);
     }

@@ -1,0 +1,190 @@
+// The chat's model: a picker in the header listing what the profiles' servers have (GET /models),
+// the first-run fix (the configured default is not installed: the chat gets an installed one and
+// says so), the empty state of a server with no models, and pulling one with a progress bar.
+import { api, csrfToken } from "./api.js";
+
+const GB = 1024 ** 3;
+
+function sizeText(bytes) {
+  if (!bytes) return "";
+  return bytes >= GB ? ` (${(bytes / GB).toFixed(1)} GB)` : ` (${Math.round(bytes / 1024 ** 2)} MB)`;
+}
+
+const same = (a, b) => a.replace(/:latest$/, "") === b.replace(/:latest$/, "");
+
+export class ModelPicker {
+  constructor(select, notice, { onError, onChanged }) {
+    this.select = select;
+    this.notice = notice;
+    this.onError = onError;
+    this.onChanged = onChanged;
+    this.listing = { models: [], default: "", can_pull: false };
+    this.session = null;
+    select.addEventListener("change", () => this.pick(select.value));
+  }
+
+  async load() {
+    try {
+      this.listing = await api.models();
+    } catch (err) {
+      this.listing = { models: [], default: "", can_pull: false, errors: { page: err.message } };
+    }
+    return this.listing;
+  }
+
+  /** The models of this chat's server (its profile's backend). */
+  available(session) {
+    return this.listing.models.filter((m) => m.backend === (session.profile_backend || "ollama"));
+  }
+
+  /** Draw the picker for `session`; on a fresh install, choose an installed model for it. */
+  async show(session) {
+    this.session = session;
+    const models = this.available(session);
+    const wanted = session.model || session.profile_model || "";
+    const missing = wanted && !models.some((m) => same(m.name, wanted));
+    if (!session.model && missing && models.length) {
+      const chosen = models[0].name;
+      try {
+        const saved = await api.setModel(session.id, chosen);
+        if (this.session !== session) return;
+        session.model = saved.model;
+        this.onChanged?.(saved);
+        this.say(`The default model “${wanted}” is not on the server, so this chat uses “${saved.model}”. Pick another above.`);
+      } catch (err) {
+        this.onError(`Could not choose an installed model: ${err.message}`);
+      }
+    } else if (!models.length) {
+      this.emptyState();
+    } else {
+      this.say("");
+    }
+    this.draw(session, models);
+  }
+
+  draw(session, models) {
+    const options = [];
+    const own = new Option(`Profile's model (${session.profile_model || "none"})`, "");
+    options.push(own);
+    for (const m of models) options.push(new Option(`${m.name}${sizeText(m.size)}`, m.name));
+    if (session.model && !models.some((m) => m.name === session.model)) options.push(new Option(session.model, session.model));
+    if (this.listing.can_pull) options.push(new Option("Pull a model…", "__pull__"));
+    this.select.replaceChildren(...options);
+    this.select.value = session.model || "";
+    this.select.title = `Model of this chat: ${session.model || session.profile_model || "none"}`;
+  }
+
+  async pick(value) {
+    const session = this.session;
+    if (!session) return;
+    if (value === "__pull__") {
+      this.select.value = session.model || "";
+      this.pullForm();
+      return;
+    }
+    try {
+      const saved = await api.setModel(session.id, value);
+      session.model = saved.model;
+      this.onChanged?.(saved);
+      this.say("");
+    } catch (err) {
+      this.onError(`Could not switch the model: ${err.message}`);
+      this.select.value = session.model || "";
+    }
+  }
+
+  say(text) {
+    this.notice.replaceChildren();
+    this.notice.hidden = !text;
+    if (text) this.notice.append(Object.assign(document.createElement("p"), { textContent: text }));
+  }
+
+  emptyState() {
+    const problem = Object.values(this.listing.errors || {})[0];
+    if (problem) {
+      this.say(`Cannot list the server's models: ${problem}`);
+      return;
+    }
+    if (!this.listing.can_pull) {
+      this.say("The LLM server has no models yet, so Navi cannot answer. Ask the owner to pull one (Ollama: `ollama pull qwen2.5:3b`).");
+      return;
+    }
+    this.say("The LLM server has no models yet, so Navi cannot answer. Pull one to start, for example qwen2.5:3b (about 2 GB).");
+    this.pullForm();
+  }
+
+  /** A name field, Pull and a progress bar (owner only: the server says can_pull). */
+  pullForm() {
+    if (this.notice.querySelector("form")) {
+      this.notice.querySelector("input").focus();
+      return;
+    }
+    this.notice.hidden = false;
+    const form = document.createElement("form");
+    form.className = "pull-form";
+    const label = Object.assign(document.createElement("label"), { textContent: "Model to pull" });
+    const input = Object.assign(document.createElement("input"), { name: "model", placeholder: "qwen2.5:3b", required: true });
+    input.setAttribute("autocomplete", "off");
+    label.append(input);
+    const button = Object.assign(document.createElement("button"), { type: "submit", className: "primary", textContent: "Pull" });
+    const progress = Object.assign(document.createElement("progress"), { max: 1, value: 0, hidden: true });
+    progress.setAttribute("aria-label", "Pull progress");
+    const status = Object.assign(document.createElement("span"), { className: "pull-status" });
+    status.setAttribute("role", "status");
+    form.append(label, button, progress, status);
+    form.addEventListener("submit", (e) => {
+      e.preventDefault();
+      this.pull(input.value.trim(), { button, progress, status, form });
+    });
+    this.notice.append(form);
+    input.focus();
+  }
+
+  async pull(name, { button, progress, status, form }) {
+    button.disabled = true;
+    progress.hidden = false;
+    progress.value = 0;
+    status.textContent = `Pulling ${name}…`;
+    let last = {};
+    try {
+      const response = await fetch("/models/pull", {
+        method: "POST", credentials: "same-origin",
+        headers: { "Content-Type": "application/json", "X-CSRFToken": csrfToken() },
+        body: JSON.stringify({ name }),
+      });
+      if (!response.ok) {
+        const data = await response.json().catch(() => ({}));
+        throw new Error(data.error || `the pull failed with HTTP ${response.status}`);
+      }
+      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+      let rest = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        rest += value;
+        const lines = rest.split("\n");
+        rest = lines.pop();
+        for (const line of lines.filter(Boolean)) {
+          last = JSON.parse(line);
+          if (last.total) progress.value = last.completed / last.total;
+          status.textContent = last.error ? "" : `${name}: ${last.status}${last.total ? ` ${Math.round((100 * last.completed) / last.total)} %` : ""}`;
+        }
+      }
+      if (last.error || last.status !== "success") throw new Error(last.error || "the pull ended before it finished; try again");
+    } catch (err) {
+      status.textContent = "";
+      progress.hidden = true;
+      button.disabled = false;
+      this.onError(`Could not pull ${name}: ${err.message}. Check the name on ollama.com/library and try again.`);
+      return;
+    }
+    progress.value = 1;
+    form.remove();
+    await this.load();
+    const session = this.session;
+    const got = this.available(session).find((m) => same(m.name, name));
+    if (got) await this.pick(got.name);
+    this.draw(session, this.available(session));
+    this.say(`Pulled ${name}; this chat uses it now.`);
+  }
+}
