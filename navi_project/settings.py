@@ -312,10 +312,12 @@ ROUTINE_CATCH_UP_S = env.int("ROUTINE_CATCH_UP_S", default=6 * 3600)
 # A routine run whose worker has not heart-beaten for this long died with its process: interrupted.
 ROUTINE_STALE_S = env.int("ROUTINE_STALE_S", default=60)
 # MCP servers (tools_app.mcp): the handshake must finish within MCP_CONNECT_TIMEOUT_S; a tool's
-# text result is cut to MCP_MAX_RESULT_CHARS for the model; one answer may be MCP_MAX_RESPONSE_MB.
+# text result is cut to MCP_MAX_RESULT_CHARS for the model; one answer (HTTP body, SSE event, stdio
+# line) may be MCP_MAX_RESPONSE_MB, counted while it streams; MCP_MAX_CONCURRENT_CALLS per server.
 MCP_CONNECT_TIMEOUT_S = env.float("MCP_CONNECT_TIMEOUT_S", default=10.0)
 MCP_MAX_RESULT_CHARS = env.int("MCP_MAX_RESULT_CHARS", default=65536)
-MCP_MAX_RESPONSE_MB = env.int("MCP_MAX_RESPONSE_MB", default=64)
+MCP_MAX_RESPONSE_MB = env.int("MCP_MAX_RESPONSE_MB", default=8)
+MCP_MAX_CONCURRENT_CALLS = env.int("MCP_MAX_CONCURRENT_CALLS", default=4)
 # A stdio MCP server's address-space cap (its other caps are the SANDBOX_* ones): Node needs ~2 GB.
 MCP_STDIO_MEMORY_MB = env.int("MCP_STDIO_MEMORY_MB", default=4096)
 # Unlike the original ("*"), the filesystem tool defaults to the run's own workspace (an entry

@@ -10,6 +10,7 @@ from django.utils.html import format_html, format_html_join
 from . import user_tools
 from .mcp import service as mcp_service
 from .mcp.config import ConfigError, check_name, check_transport, masked
+from .mcp.paths import check_paths
 from .mcp.service import may_run_stdio, merge_secrets, state_of
 from .models import MCPServer, ScratchpadSection, TodoList, UserTool
 from .permissions import PERMISSION
@@ -180,6 +181,9 @@ class MCPServerForm(forms.ModelForm):
             )
         try:
             check_transport(data.get("transport", ""), data.get("command", ""), data.get("url", ""))
+            if data.get("transport") == MCPServer.Transport.STDIO:
+                owner = data.get("owner")
+                check_paths(data.get("paths") or [], owner.pk if owner else None)
         except ConfigError as exc:
             raise forms.ValidationError(str(exc)) from None
         return data

@@ -27,8 +27,9 @@ from django.db import OperationalError, close_old_connections, connections
 from django.utils import timezone
 
 from tools_app import sandbox
-from tools_app.mcp import listing
+from tools_app.mcp import listing, transport
 from tools_app.mcp.config import ConfigError, ServerConfig, check_url_reachable, connect_timeout, resolve_command
+from tools_app.mcp.paths import check_paths
 from tools_app.models import MCPServer
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,7 @@ class Connection:
         self.stderr_path = ""
         self.closed_as: str | None = None
         self.on_change: Callable[[Connection], None] | None = None
+        self._slots: asyncio.Semaphore | None = None
 
     # --- lifecycle (hub loop) ---------------------------------------------------------------
     async def ensure(self, wait: float) -> None:
@@ -166,13 +168,10 @@ class Connection:
             addresses = await check_url_reachable(self.config.url)
             from mcp.client.streamable_http import streamable_http_client
 
-            http = pinned_http_client(self.config.url, addresses, dict(self.config.headers))
+            limit = transport.max_response_bytes()
+            http = pinned_http_client(self.config.url, addresses, dict(self.config.headers), limit=limit)
             await stack.enter_async_context(http)
-            # One answer may be big (a 20 MB result is read, then cut for the model); past this it fails.
-            biggest = int(getattr(settings, "MCP_MAX_RESPONSE_MB", 64)) * 1024 * 1024
-            return streamable_http_client(self.config.url, http_client=http, max_sse_event_size=biggest)
-        from mcp.client.stdio import StdioServerParameters, stdio_client
-
+            return streamable_http_client(self.config.url, http_client=http, max_sse_event_size=limit)
         argv = stdio_argv(self.config)
         fd, self.stderr_path = tempfile.mkstemp(prefix=f"navi-mcp-{self.config.id}-", suffix=".stderr")
         errlog = os.fdopen(fd, "w+")
@@ -181,8 +180,18 @@ class Connection:
         if cgroup is not None:
             argv = cgroup.wrap(argv)
             stack.callback(cgroup.remove)
-        params = StdioServerParameters(command=argv[0], args=argv[1:], env=_stdio_env(self.config), cwd="/")
-        return stdio_client(params, errlog=errlog)
+        return transport.stdio_transport(argv, _stdio_env(self.config), errlog,
+                                         limit=transport.max_response_bytes(), on_exit=self._exited)
+
+    def _exited(self, returncode: int | None) -> None:
+        """The stdio program ended while Navi still held the connection: failed, with why."""
+        if self.closing is None or self.closing.is_set():
+            return
+        how = f"exit code {returncode}" if returncode is not None and returncode >= 0 else (
+            f"killed by signal {-returncode}" if returncode is not None else "no exit code")
+        self._fail(f"the program exited ({how}) while idle or in a call; see its stderr below. "
+                   "Navi starts it again on the next use, or press Test")
+        self.closing.set()
 
     def _absorb(self, tools: list[Any]) -> None:
         self.tools = list(tools)
@@ -207,14 +216,27 @@ class Connection:
     # --- calls (hub loop) -------------------------------------------------------------------
     async def call(self, tool: str, arguments: dict) -> Any:
         await self.ensure(connect_timeout())
-        client = self.client
-        if self.state != "connected" or client is None:
-            raise Unavailable(self.unavailable_reason())
+        # At most MCP_MAX_CONCURRENT_CALLS at a time per server: one user's slow or hostile
+        # server holds a bounded share of the hub (and of the memory its answers may take).
+        async with self.slots():
+            client = self.client
+            if self.state != "connected" or client is None:
+                raise Unavailable(self.unavailable_reason())
+            return await self._call(client, tool, arguments)
+
+    def slots(self) -> asyncio.Semaphore:
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(max(1, int(getattr(settings, "MCP_MAX_CONCURRENT_CALLS", 4))))
+        return self._slots
+
+    async def _call(self, client: Any, tool: str, arguments: dict) -> Any:
         try:
             return await client.call_tool(tool, arguments)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
+            if is_too_large(exc):
+                raise
             if is_connection_lost(exc):
                 self._fail(f"the connection broke during a call: {describe(exc)}")
                 if self.closing is not None:
@@ -253,10 +275,11 @@ class Connection:
         return ""
 
 
-def pinned_http_client(url: str, addresses: list[str], headers: dict[str, str]) -> Any:
+def pinned_http_client(url: str, addresses: list[str], headers: dict[str, str], *, limit: int) -> Any:
     """The SDK's HTTP client for one server, connecting only to `addresses` (those the SSRF
     check passed, in order) while speaking to the URL's host (Host header, TLS SNI and
-    certificate), so a second DNS answer is never used; no proxies from the environment."""
+    certificate), so a second DNS answer is never used; no proxies from the environment.
+    Every body is counted as it arrives and cut at `limit` bytes."""
     import httpx2
     from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 
@@ -264,6 +287,9 @@ def pinned_http_client(url: str, addresses: list[str], headers: dict[str, str]) 
 
     class Pinned(httpx2.AsyncHTTPTransport):
         async def handle_async_request(self, request):
+            return transport.capped_response(await self._pinned(request), limit)
+
+        async def _pinned(self, request):
             if request.url.host != host:
                 return await super().handle_async_request(request)
             extensions = dict(request.extensions)
@@ -281,6 +307,14 @@ def pinned_http_client(url: str, addresses: list[str], headers: dict[str, str]) 
 
     return httpx2.AsyncClient(headers=headers, trust_env=False, transport=Pinned(trust_env=False),
                               timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT))
+
+
+def is_too_large(exc: BaseException) -> bool:
+    """The server's answer passed MCP_MAX_RESPONSE_MB (a JSON body, an SSE event, a stdio line)."""
+    from mcp.shared.exceptions import MCPError
+
+    exc = first_error(exc)
+    return isinstance(exc, MCPError) and transport.is_too_large(exc.error.message)
 
 
 def is_connection_lost(exc: BaseException) -> bool:
@@ -306,6 +340,7 @@ def _sandboxed() -> bool:
 def stdio_argv(config: ServerConfig) -> list[str]:
     """The command line of a stdio server: inside the tools' bubblewrap sandbox and prlimit
     caps, no network unless allowed, only the folders its config names visible (read-only)."""
+    check_paths(config.paths, config.owner_id)  # also rows saved before the rule, or by hand
     program = resolve_command(config.command)
     argv = [program, *config.args]
     if not _sandboxed():
@@ -318,6 +353,9 @@ def stdio_argv(config: ServerConfig) -> list[str]:
     real = os.path.realpath(program)
     if real.startswith(sys.prefix.rstrip("/") + "/") or program.startswith(sys.prefix.rstrip("/") + "/"):
         ro_binds.append((sys.prefix, sys.prefix))  # a program pip installed into Navi's own venv
+        real_prefix = os.path.realpath(sys.prefix)
+        if real_prefix != sys.prefix:  # a linked venv: its scripts' #! lines name the real folder
+            ro_binds.append((real_prefix, real_prefix))
         python = sys.executable
     prefix = sandbox.bwrap_argv(
         bwrap, SANDBOX_HOME, network=config.network, throwaway_workspace=True, python=python,

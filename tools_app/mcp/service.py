@@ -18,11 +18,49 @@ from tools_app.mcp.config import (
     mask,
     masked,
 )
+from tools_app.mcp.paths import check_paths
 from tools_app.models import MCPServer
 from tools_app.permissions import PERMISSION
 
 EDITABLE = ("transport", "command", "args", "env", "url", "headers", "network", "paths", "enabled", "profiles",
             "tool_allowlist", "auto_approve", "auto_approve_tools")
+
+
+IMPORT_MAX = 50
+# What a Claude Desktop / LibreChat / VS Code entry may hold; "type" says the transport.
+CLAUDE_KEYS = {"command", "args", "env", "url", "headers", "type", "disabled"}
+
+
+def from_claude_entry(name: Any, entry: Any) -> dict[str, Any]:
+    """One `mcpServers` entry as a POST /mcp/servers body (ConfigError says what is wrong)."""
+    if not isinstance(entry, dict):
+        raise ConfigError('each entry must be an object: {"command", "args", "env"} or {"url", "headers"}')
+    unknown = set(entry) - CLAUDE_KEYS
+    if unknown:
+        raise ConfigError(f"unknown field(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(CLAUDE_KEYS))}")
+    kind = entry.get("type")
+    if kind == "sse":
+        raise ConfigError("the old SSE transport is not supported; give the server's streamable-HTTP URL "
+                          "(often the same host, path /mcp) instead")
+    if kind not in (None, "stdio", "http", "streamable-http", "streamableHttp"):
+        raise ConfigError(f'type {kind!r} is not known; use "stdio" or "http" (streamable HTTP)')
+    has_url, has_command = "url" in entry, "command" in entry
+    if has_url == has_command:
+        raise ConfigError('give either "command" (a program run here, stdio) or "url" (an HTTP server), not both')
+    body: dict[str, Any] = {"name": name}
+    if has_url:
+        body.update(transport="http", url=entry["url"], headers=entry.get("headers", {}))
+        stray = [key for key in ("args", "env") if key in entry]
+    else:
+        body.update(transport="stdio", command=entry["command"], args=entry.get("args", []), env=entry.get("env", {}))
+        stray = [key for key in ("headers",) if key in entry]
+    if stray:
+        raise ConfigError(f"{', '.join(stray)} do(es) not apply to a {body['transport']} server; remove it")
+    if "disabled" in entry:
+        if not isinstance(entry["disabled"], bool):
+            raise ConfigError("disabled must be true or false")
+        body["enabled"] = not entry["disabled"]
+    return body
 
 
 def state_of(server: MCPServer) -> str:
@@ -85,6 +123,8 @@ def save(server: MCPServer, data: dict[str, Any], user, *, creating: bool) -> MC
             "machine); add an http server instead, or ask the owner"
         )
     check_transport(server.transport, server.command, server.url)
+    if server.transport == MCPServer.Transport.STDIO:
+        check_paths(server.paths or [], server.owner_id)
     if MCPServer.objects.filter(owner__isnull=True, name=server.name).exclude(pk=server.pk).exists():
         raise ConfigError(f"a global server is already called {server.name!r}; choose another name")
     server.state, server.last_error = MCPServer.State.CONNECTING, ""

@@ -26,6 +26,7 @@ from tools_app.builtin.session_files import _copy_in, file_url
 from tools_app.context import current_chat_session_id, current_user_id, emit
 from tools_app.events import FilePublished
 from tools_app.mcp import client as mcp_client
+from tools_app.mcp import transport as mcp_transport
 from tools_app.mcp.config import ServerConfig, connect_timeout
 from tools_app.mcp.listing import ToolSpec
 from tools_app.models import MCPServer
@@ -78,6 +79,10 @@ def _call_error(server: str, tool: str, exc: BaseException) -> str:
     from mcp.shared.exceptions import MCPError
 
     inner = mcp_client.first_error(exc)
+    if mcp_client.is_too_large(inner):
+        return (f"MCP server '{server}' answered {tool} with too much data ({inner.error.message}); the limit is "
+                f"{mcp_transport.max_response_bytes() // (1024 * 1024)} MB (MCP_MAX_RESPONSE_MB). Ask the tool for "
+                "less (a narrower query, a page, a limit), or tell the user; the owner can raise the limit.")
     if mcp_client.is_connection_lost(inner):
         return (f"MCP server '{server}' went away during {tool} ({mcp_client.describe(inner)}); the server may "
                 "have crashed. Navi reconnects on the next call; tell the user if it keeps failing.")
