@@ -8,6 +8,7 @@ from tools_app.mcp import views
 
 urlpatterns = [
     path("mcp/servers", views.servers, name="mcp-servers"),
+    path("mcp/servers/import", views.servers_import, name="mcp-servers-import"),
     path("mcp/servers/<int:server_id>", views.server_detail, name="mcp-server"),
     path("mcp/servers/<int:server_id>/test", views.server_test, name="mcp-server-test"),
 ]

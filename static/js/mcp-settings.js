@@ -109,6 +109,28 @@ function start() {
       toast(`Could not add the server: ${err.message}`);
     }
   });
+  $("#mcp-import").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const errors = $("#mcp-import-errors");
+    errors.replaceChildren();
+    let config;
+    try {
+      config = JSON.parse($("#mcp-import-text").value);
+    } catch (err) {
+      errors.append(el("li", "error", `Not valid JSON (${err.message}); paste the whole {"mcpServers": …} object.`));
+      return;
+    }
+    try {
+      const result = await call("POST", "/mcp/servers/import", config);
+      for (const server of result.servers) $("#mcp-servers").append(serverItem(server));
+      $("#mcp-empty").hidden = !!$("#mcp-servers").children.length;
+      for (const [name, why] of Object.entries(result.errors)) errors.append(el("li", "error", `${name}: ${why}`));
+      if (!Object.keys(result.errors).length) $("#mcp-import").reset();
+      toast(`Imported ${result.servers.length} server(s)${Object.keys(result.errors).length ? "; see the problems below" : ""}.`);
+    } catch (err) {
+      errors.append(el("li", "error", err.message));
+    }
+  });
   load().then(() => { document.body.dataset.mcpReady = "1"; }).catch((err) => toast(`Could not load the MCP servers: ${err.message}`));
 }
 

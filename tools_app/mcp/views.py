@@ -1,4 +1,5 @@
-"""REST for MCP servers (DESIGN §9): `/mcp/servers`, `/mcp/servers/<id>`, `/mcp/servers/<id>/test`.
+"""REST for MCP servers (DESIGN §9, §10): `/mcp/servers`, `/mcp/servers/<id>`, `/mcp/servers/<id>/test`,
+and `/mcp/servers/import` (Claude Desktop's `mcpServers` JSON).
 
 A user sees their own servers and the global ones (without how those run); another user's
 server is a 404. Only staff with `run_host_tools` may add stdio servers (403)."""
@@ -88,16 +89,46 @@ def _connect_soon(server: MCPServer) -> None:
 def servers(request: HttpRequest) -> JsonResponse:
     if request.method == "GET":
         return JsonResponse([service.as_json(s) for s in _visible(request.user)], safe=False)
-    data = _body(request)
+    server = _create(request, _body(request))
+    _connect_soon(server)
+    return JsonResponse(service.as_json(server), status=201)
+
+
+def _create(request: HttpRequest, data: dict) -> MCPServer:
+    """One server made the way POST /mcp/servers makes it (ApiError when refused)."""
     server = MCPServer(owner=request.user)
     if data.get("transport") == "stdio" and not service.may_run_stdio(request.user):
         raise ApiError(
             "only staff with the 'run host tools' permission may add stdio servers (they run programs on this "
             "machine); add an http server instead, or ask the owner", 403)
     _check_url(data, server, creating=True)
-    server = _save(request, server, data, creating=True)
-    _connect_soon(server)
-    return JsonResponse(service.as_json(server), status=201)
+    return _save(request, server, data, creating=True)
+
+
+@api_login_required
+@json_view("POST")
+def servers_import(request: HttpRequest) -> JsonResponse:
+    """Claude Desktop's `{"mcpServers": {name: {command, args, env} | {url, headers}}}`: each
+    entry checked like POST /mcp/servers; the bad ones are reported by name, the others made."""
+    data = parse_json_body(request, allow_empty=False)
+    entries = data.get("mcpServers")
+    if not isinstance(entries, dict) or not entries:
+        raise ApiError('expected {"mcpServers": {"name": {"command": ..., "args": [...]} or {"url": ...}}}, '
+                       "as in Claude Desktop's claude_desktop_config.json", 400)
+    if len(entries) > service.IMPORT_MAX:
+        raise ApiError(f"{len(entries)} servers at once; import at most {service.IMPORT_MAX} per request", 400)
+    made, errors = [], {}
+    for name, entry in entries.items():
+        try:
+            fields = service.from_claude_entry(name, entry)
+            made.append(_create(request, fields))
+        except ConfigError as exc:
+            errors[name] = str(exc)
+        except ApiError as exc:
+            errors[name] = exc.message
+    for server in made:
+        _connect_soon(server)
+    return JsonResponse({"servers": [service.as_json(s) for s in made], "errors": errors}, status=201)
 
 
 @api_login_required
