@@ -318,8 +318,15 @@ MCP_CONNECT_TIMEOUT_S = env.float("MCP_CONNECT_TIMEOUT_S", default=10.0)
 MCP_MAX_RESULT_CHARS = env.int("MCP_MAX_RESULT_CHARS", default=65536)
 MCP_MAX_RESPONSE_MB = env.int("MCP_MAX_RESPONSE_MB", default=8)
 MCP_MAX_CONCURRENT_CALLS = env.int("MCP_MAX_CONCURRENT_CALLS", default=4)
-# A stdio MCP server's address-space cap (its other caps are the SANDBOX_* ones): Node needs ~2 GB.
-MCP_STDIO_MEMORY_MB = env.int("MCP_STDIO_MEMORY_MB", default=4096)
+# Each stdio MCP server's own writable, persistent folder (its HOME in the sandbox: npm/uv caches,
+# its data) is MCP_DATA_DIR/<id>; a launcher (npx, uvx) may take MCP_FIRST_START_TIMEOUT_S to start.
+MCP_DATA_DIR = _path(env.str("MCP_DATA_DIR", default="mcp_data"))
+MCP_FIRST_START_TIMEOUT_S = env.float("MCP_FIRST_START_TIMEOUT_S", default=180.0)
+# A connected MCP server is pinged this often while idle: one that died shows `failed` soon.
+MCP_PING_INTERVAL_S = env.float("MCP_PING_INTERVAL_S", default=10.0)
+# A stdio MCP server's memory cap (RLIMIT_DATA, and cgroup v2 memory.max where writable; not the
+# address space, which V8 reserves by the gigabyte); its other caps are the SANDBOX_* ones.
+MCP_STDIO_MEMORY_MB = env.int("MCP_STDIO_MEMORY_MB", default=2048)
 # Unlike the original ("*"), the filesystem tool defaults to the run's own workspace (an entry
 # naming NAVI_WORKSPACE means NAVI_WORKSPACE/<user id>). Extra entries and "*" only apply to
 # holders of tools_app.run_host_tools; user_tools/ is never writable through the file tool.

@@ -90,6 +90,10 @@ class MCPServer(models.Model):
     paths = models.JSONField(
         default=list, blank=True, help_text="stdio: host folders the program may read (a JSON list); nothing else is visible."
     )
+    writable_paths = models.JSONField(
+        default=list, blank=True,
+        help_text="stdio: host folders the program may write (a JSON list); its own data folder always is.",
+    )
     enabled = models.BooleanField(default=True)
     profiles = models.JSONField(default=list, blank=True, help_text="Profile ids that offer it; empty = every profile.")
     tool_allowlist = models.JSONField(

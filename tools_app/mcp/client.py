@@ -15,11 +15,13 @@ import concurrent.futures
 import contextlib
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import threading
 import time
 from contextlib import AsyncExitStack
+from pathlib import Path
 from typing import Any, Callable
 
 from django.conf import settings
@@ -28,16 +30,26 @@ from django.utils import timezone
 
 from tools_app import sandbox
 from tools_app.mcp import listing, transport
-from tools_app.mcp.config import ConfigError, ServerConfig, check_url_reachable, connect_timeout, resolve_command
+from tools_app.mcp.config import (
+    ConfigError,
+    ServerConfig,
+    check_url_reachable,
+    connect_timeout,
+    data_dir,
+    is_launcher,
+    resolve_command,
+)
 from tools_app.mcp.paths import check_paths
 from tools_app.models import MCPServer
 
 log = logging.getLogger(__name__)
 
+FIRST_START_MARK = ".navi-started"  # in a launcher's data folder after its first handshake
+PROGRESS_EVERY_S = 5.0
 BACKOFF_MIN_S = 1.0
 BACKOFF_MAX_S = 60.0
 STDERR_TAIL = 2000
-SANDBOX_HOME = "/home/mcp"  # the stdio server's throwaway, writable home inside the sandbox
+SANDBOX_HOME = "/home/mcp"  # the stdio server's home in the sandbox: its own data folder (data_dir)
 # Names no MCP tool may take (the registry's); set when the tool registry is built.
 reserved_names: Callable[[], set[str]] = set
 
@@ -79,6 +91,8 @@ class Connection:
         self.closed_as: str | None = None
         self.on_change: Callable[[Connection], None] | None = None
         self._slots: asyncio.Semaphore | None = None
+        self.retrying = False  # it died after it had connected: Navi reconnects by itself
+        self.live = False  # this attempt reached `connected`
 
     # --- lifecycle (hub loop) ---------------------------------------------------------------
     async def ensure(self, wait: float) -> None:
@@ -105,11 +119,22 @@ class Connection:
 
     async def _run(self) -> None:
         """Open, wait for the handshake (bounded), then hold the connection until closed."""
+        self.live = False
         body = asyncio.get_running_loop().create_task(self._body())
         ready = asyncio.ensure_future(self.ready.wait())
-        limit = connect_timeout()
-        done, _ = await asyncio.wait({body, ready}, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
+        limit, first = self._handshake_limit()
+        started = time.monotonic()
+        done: set = set()
+        while not done and time.monotonic() - started < limit:
+            step = min(PROGRESS_EVERY_S, limit - (time.monotonic() - started))
+            done, _ = await asyncio.wait({body, ready}, timeout=step, return_when=asyncio.FIRST_COMPLETED)
+            if not done and first:  # the page shows how far a long first start is
+                self._set("connecting", f"first start of {self.config.command}: it downloads the server; "
+                          f"{time.monotonic() - started:.0f} s of at most {limit:g} s")
         ready.cancel()
+        if done and first and self.state == "connected":
+            with contextlib.suppress(OSError):
+                (data_dir(self.config.id) / FIRST_START_MARK).touch()
         if not done:
             body.cancel()
             with contextlib.suppress(BaseException):
@@ -122,7 +147,7 @@ class Connection:
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001 - any failure is the server's state, never a crash
-            self._fail(self._explain(exc))
+            self._fail(self._explain(exc), retry=self.live)  # it died after connecting: retried
             return
         if self.state == "failed":
             return
@@ -132,6 +157,15 @@ class Connection:
             self._set(self.closed_as, "")
         else:
             self.state = "disabled"  # closed by Navi (reconnect, new settings, shutdown): nothing to report
+
+    def _handshake_limit(self) -> tuple[float, bool]:
+        """The handshake's time limit, and whether it is a launcher's first start (npx, uvx:
+        it downloads the package into the server's data folder, which keeps it for next time)."""
+        config = self.config
+        if config.transport == "stdio" and is_launcher(config.command):
+            if not (data_dir(config.id) / FIRST_START_MARK).exists():
+                return max(connect_timeout(), float(getattr(settings, "MCP_FIRST_START_TIMEOUT_S", 180.0))), True
+        return connect_timeout(), False
 
     def _explain(self, exc: BaseException) -> str:
         """The failure, with where and what to check."""
@@ -147,21 +181,47 @@ class Connection:
 
     async def _body(self) -> None:
         async with AsyncExitStack() as stack:
-            transport = await self._transport(stack)
+            streams = await self._transport(stack)
             from mcp import Client
 
-            client = Client(transport, mode="legacy", cache=None, message_handler=self._on_message,
+            client = Client(streams, mode="legacy", cache=None, message_handler=self._on_message,
                             client_info=_client_info())
             await stack.enter_async_context(client)
             self.client = client
             try:
                 self._absorb((await client.list_tools()).tools)
-                self.failures = 0
+                self.failures, self.retrying, self.live = 0, False, True
                 self._set("connected", "")
                 self.ready.set()
-                await self.closing.wait()
+                await self._watch(client)
             finally:
                 self.client = None
+
+    async def _watch(self, client: Any) -> None:
+        """Hold the connection until closed; ping the server every MCP_PING_INTERVAL_S, so one
+        that died or hangs while idle shows `failed` (a stdio program's exit is seen at once)."""
+        from mcp.shared.exceptions import MCPError
+
+        interval = float(getattr(settings, "MCP_PING_INTERVAL_S", 10.0))
+        while not self.closing.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.closing.wait(), interval)
+                return
+            try:
+                await asyncio.wait_for(client.send_ping(), interval)
+            except MCPError as exc:
+                if is_connection_lost(exc):
+                    return self._fail_idle(f"the connection closed ({describe(exc)})")
+                # any other answer (e.g. "method not found") is an answer: it is alive
+            except asyncio.TimeoutError:
+                return self._fail_idle(f"it did not answer a ping within {interval:g} s")
+            except Exception as exc:  # noqa: BLE001 - any failure of a ping is the server's state
+                return self._fail_idle(f"a ping failed ({describe(exc)})")
+
+    def _fail_idle(self, why: str) -> None:
+        where = self.config.url if self.config.transport == "http" else "the program"
+        self._fail(f"the server stopped answering: {why}. Check that {where} is running; Navi tries again "
+                   "by itself, or press Test", retry=True)
 
     async def _transport(self, stack: AsyncExitStack) -> Any:
         if self.config.transport == "http":
@@ -178,6 +238,7 @@ class Connection:
         stack.callback(errlog.close)
         cgroup = sandbox.PidsCgroup.for_root(stdio_limits().processes) if _sandboxed() else None
         if cgroup is not None:
+            cap_cgroup_memory(cgroup)
             argv = cgroup.wrap(argv)
             stack.callback(cgroup.remove)
         return transport.stdio_transport(argv, _stdio_env(self.config), errlog,
@@ -189,8 +250,8 @@ class Connection:
             return
         how = f"exit code {returncode}" if returncode is not None and returncode >= 0 else (
             f"killed by signal {-returncode}" if returncode is not None else "no exit code")
-        self._fail(f"the program exited ({how}) while idle or in a call; see its stderr below. "
-                   "Navi starts it again on the next use, or press Test")
+        self._fail(f"the program exited ({how}); see its stderr below. Navi starts it again by itself "
+                   "after a pause, or press Test", retry=True)
         self.closing.set()
 
     def _absorb(self, tools: list[Any]) -> None:
@@ -251,18 +312,37 @@ class Connection:
         return f"MCP server '{self.config.name}' is not connected: {self.error or self.state}.{again}"
 
     # --- state --------------------------------------------------------------------------------
-    def _fail(self, message: str) -> None:
+    def _fail(self, message: str, *, retry: bool = False) -> None:
+        """Failed, with why; a server that was in use (`retry`) is tried again after the backoff,
+        and so on while it stays down, so its state follows it back to `connected`."""
         self.failures += 1
         delay = min(BACKOFF_MAX_S, BACKOFF_MIN_S * (2 ** (self.failures - 1)))
         self.retry_at = time.monotonic() + delay
+        self.retrying = self.retrying or retry
         self._set("failed", message)
         if self.ready is not None:
             self.ready.set()  # wakes whoever waits for this attempt (the state says how it ended)
+        if self.retrying:
+            loop = asyncio.get_running_loop()
+            loop.call_later(delay, lambda: loop.create_task(self._retry()))
+
+    async def _retry(self) -> None:
+        current = _hub is not None and _hub.connections.get(self.config.id) is self
+        if current and self.retrying and self.closed_as is None and self.state == "failed":
+            self.retry_at = 0.0  # the timer may fire a hair before retry_at
+            await self.ensure(0)
 
     def _set(self, state: str, error: str) -> None:
         self.state, self.error = state, error
         if self.on_change is not None:
             self.on_change(self)
+
+    def public_error(self) -> str:
+        """The error the page shows: the failure, or the tools that are not offered."""
+        if self.state == "connected" and self.problems:
+            return f"{len(self.problems)} of its tools are not offered: " + "; ".join(
+                f"{name}: {problem}" for name, problem in self.problems.items())
+        return self.error
 
     def stderr_tail(self) -> str:
         if not self.stderr_path:
@@ -340,11 +420,17 @@ def _sandboxed() -> bool:
 def stdio_argv(config: ServerConfig) -> list[str]:
     """The command line of a stdio server: inside the tools' bubblewrap sandbox and prlimit
     caps, no network unless allowed, only the folders its config names visible (read-only)."""
-    check_paths(config.paths, config.owner_id)  # also rows saved before the rule, or by hand
+    home = data_dir(config.id)
+    # Also rows saved before the rule, or by hand.
+    check_paths([*config.paths, *config.writable_paths], config.owner_id, allowed=(home,))
     program = resolve_command(config.command)
     argv = [program, *config.args]
     if not _sandboxed():
         return argv
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    binds = [(str(home), SANDBOX_HOME)] + [(p, p) for p in config.writable_paths]
+    for path in config.writable_paths:
+        Path(path).mkdir(mode=0o700, parents=True, exist_ok=True)
     bwrap = sandbox.bwrap_binary()
     if bwrap is None:
         raise ConfigError(sandbox.missing_bwrap("a stdio MCP server"))
@@ -359,17 +445,34 @@ def stdio_argv(config: ServerConfig) -> list[str]:
         python = sys.executable
     prefix = sandbox.bwrap_argv(
         bwrap, SANDBOX_HOME, network=config.network, throwaway_workspace=True, python=python,
-        ro_binds=ro_binds, env=dict(config.env),
+        binds=binds, ro_binds=ro_binds, env=dict(config.env),
     )
-    return stdio_limits().wrap(prefix + argv)
+    return limited(prefix + argv)
 
 
 def stdio_limits() -> sandbox.Limits:
-    """The tools' caps (SANDBOX_*), with the address space of MCP_STDIO_MEMORY_MB: a server lives
-    long, and Node's V8 reserves far more address space than it uses (1 GB kills it at start)."""
+    """The tools' caps (SANDBOX_*), with the memory of MCP_STDIO_MEMORY_MB: a server lives long."""
     tools = sandbox.Limits.for_tools()
-    memory = int(getattr(settings, "MCP_STDIO_MEMORY_MB", 4096)) * 1024 * 1024
+    memory = int(getattr(settings, "MCP_STDIO_MEMORY_MB", 2048)) * 1024 * 1024
     return sandbox.Limits(memory=max(memory, tools.memory), file_size=tools.file_size, processes=tools.processes)
+
+
+def limited(argv: list[str]) -> list[str]:
+    """`argv` under prlimit. Memory is capped by RLIMIT_DATA (what a process writes: heap,
+    buffers), not the address space the tools' RLIMIT_AS caps: V8 reserves far more address
+    space than it uses, and Node's WebAssembly-based fetch() fails under any sane RLIMIT_AS."""
+    limits = stdio_limits()
+    binary = shutil.which("prlimit")
+    if binary is None:
+        log.warning("prlimit (util-linux) is missing: stdio MCP servers run without memory and file-size limits")
+        return argv
+    return [binary, f"--data={limits.memory}", f"--fsize={limits.file_size}", "--core=0", "--", *argv]
+
+
+def cap_cgroup_memory(cgroup: sandbox.PidsCgroup) -> None:
+    """Also cap the whole process tree in its cgroup (v2 memory.max) where the controller is on."""
+    with contextlib.suppress(OSError):
+        (cgroup.path / "memory.max").write_text(str(stdio_limits().memory))
 
 
 def _stdio_env(config: ServerConfig) -> dict[str, str]:
@@ -377,8 +480,10 @@ def _stdio_env(config: ServerConfig) -> dict[str, str]:
     TERM and USER from the server's own; they are replaced so bwrap's environment (which the
     sandbox can read as /proc/1/environ) holds nothing of the server's, only the tool's."""
     neutral = {"LOGNAME": "mcp", "USER": "mcp", "SHELL": "/bin/sh", "TERM": "dumb"}
-    if not _sandboxed():
-        return sandbox.safe_env(SANDBOX_HOME, {**neutral, **dict(config.env)})
+    if not _sandboxed():  # no sandbox: its data folder is its home on the host
+        home = data_dir(config.id)
+        home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return sandbox.safe_env(home, {**neutral, **dict(config.env)})
     return sandbox.sandbox_env(SANDBOX_HOME, {**neutral, **dict(config.env)})
 
 
@@ -446,10 +551,7 @@ def _save_state(conn: Connection) -> None:
     """Write the state to the row (another process's page reads it), off the hub loop."""
     tools = [{"name": s.name, "description": s.summary[:300]} for s in conn.specs]
     tools += [{"name": name, "description": "", "problem": problem} for name, problem in conn.problems.items()]
-    error = conn.error
-    if conn.state == "connected" and conn.problems:
-        error = f"{len(conn.problems)} of its tools are not offered: " + "; ".join(
-            f"{name}: {problem}" for name, problem in conn.problems.items())
+    error = conn.public_error()
     fields = {
         "state": conn.state, "last_error": error[:4000], "tools": tools,
         "stderr_tail": conn.stderr_tail(), "state_at": timezone.now(),
@@ -486,6 +588,17 @@ def get_hub() -> Hub:
         if _hub is None:
             _hub = Hub()
         return _hub
+
+
+def live_state(server_id: int) -> tuple[str, str] | None:
+    """This process's own state of a server it holds a connection to (state, error), or None.
+    Each process answers with what it sees: another process (a `navi_mcp serve` with other
+    settings, another worker) writing the row cannot make this one's state wrong."""
+    hub = _hub
+    conn = hub.connections.get(server_id) if hub is not None else None
+    if conn is None or conn.task is None or conn.state not in ("connecting", "connected", "failed"):
+        return None
+    return conn.state, conn.public_error()
 
 
 def flush_state_writes() -> None:

@@ -15,6 +15,7 @@ from tools_app.mcp.config import (
     check_name,
     check_transport,
     connect_timeout,
+    data_dir,
     mask,
     masked,
 )
@@ -22,8 +23,8 @@ from tools_app.mcp.paths import check_paths
 from tools_app.models import MCPServer
 from tools_app.permissions import PERMISSION
 
-EDITABLE = ("transport", "command", "args", "env", "url", "headers", "network", "paths", "enabled", "profiles",
-            "tool_allowlist", "auto_approve", "auto_approve_tools")
+EDITABLE = ("transport", "command", "args", "env", "url", "headers", "network", "paths", "writable_paths", "enabled",
+            "profiles", "tool_allowlist", "auto_approve", "auto_approve_tools")
 
 
 IMPORT_MAX = 50
@@ -64,28 +65,37 @@ def from_claude_entry(name: Any, entry: Any) -> dict[str, Any]:
 
 
 def state_of(server: MCPServer) -> str:
-    return MCPServer.State.DISABLED if not server.enabled else server.state
+    if not server.enabled:
+        return MCPServer.State.DISABLED
+    live = mcp_client.live_state(server.pk)
+    return live[0] if live else server.state
+
+
+def error_of(server: MCPServer) -> str:
+    live = mcp_client.live_state(server.pk) if server.enabled else None
+    return live[1][:4000] if live else server.last_error
 
 
 def as_json(server: MCPServer, *, detail: bool = True) -> dict[str, Any]:
     """The REST shape (DESIGN §9), secrets masked; `detail` adds the configuration."""
     data: dict[str, Any] = {
         "id": server.pk, "name": server.name, "transport": server.transport, "enabled": server.enabled,
-        "state": state_of(server), "tools": [dict(t) for t in server.tools or []], "last_error": server.last_error,
+        "state": state_of(server), "tools": [dict(t) for t in server.tools or []], "last_error": error_of(server),
         "global": server.owner_id is None,
     }
     if detail:
         data.update({
             "stderr_tail": server.stderr_tail, "command": server.command, "args": list(server.args or []),
             "env": masked(server.env), "url": server.url, "headers": masked(server.headers),
-            "network": server.network, "paths": list(server.paths or []), "profiles": list(server.profiles or []),
+            "network": server.network, "paths": list(server.paths or []),
+            "writable_paths": list(server.writable_paths or []), "profiles": list(server.profiles or []),
             "tool_allowlist": list(server.tool_allowlist or []), "auto_approve": server.auto_approve,
             "auto_approve_tools": list(server.auto_approve_tools or []),
             "state_at": server.state_at.isoformat() if server.state_at else None,
         })
     if server.owner_id is None and detail:
         # Offered to everyone: how it runs is the admin's business, not every user's.
-        for key in ("command", "args", "env", "url", "headers", "paths", "stderr_tail"):
+        for key in ("command", "args", "env", "url", "headers", "paths", "writable_paths", "stderr_tail"):
             data.pop(key, None)
     return data
 
@@ -124,7 +134,8 @@ def save(server: MCPServer, data: dict[str, Any], user, *, creating: bool) -> MC
         )
     check_transport(server.transport, server.command, server.url)
     if server.transport == MCPServer.Transport.STDIO:
-        check_paths(server.paths or [], server.owner_id)
+        own = (data_dir(server.pk),) if server.pk else ()
+        check_paths([*(server.paths or []), *(server.writable_paths or [])], server.owner_id, allowed=own)
     if MCPServer.objects.filter(owner__isnull=True, name=server.name).exclude(pk=server.pk).exists():
         raise ConfigError(f"a global server is already called {server.name!r}; choose another name")
     server.state, server.last_error = MCPServer.State.CONNECTING, ""
@@ -151,5 +162,6 @@ def health_for(user) -> dict[str, Any]:
     """/health's `mcp` key: the enabled servers this user may use that fail, with the reason."""
     rows = MCPServer.objects.filter(enabled=True).filter(owner__isnull=True) | MCPServer.objects.filter(
         enabled=True, owner=user)
-    failing = [{"id": s.pk, "name": s.name, "last_error": s.last_error} for s in rows if s.state == MCPServer.State.FAILED]
+    failing = [{"id": s.pk, "name": s.name, "last_error": error_of(s)} for s in rows
+               if state_of(s) == MCPServer.State.FAILED]
     return {"status": "failing" if failing else "ok", "servers": rows.count(), "failing": failing}

@@ -6,6 +6,8 @@ server is a 404. Only staff with `run_host_tools` may add stdio servers (403).""
 
 from __future__ import annotations
 
+import shutil
+
 from asgiref.sync import async_to_sync
 from django.db.models import Q
 from django.http import HttpRequest, JsonResponse
@@ -15,7 +17,7 @@ from sessions_app.auth import api_login_required
 from sessions_app.models import profile_model
 from tools_app.mcp import client as mcp_client
 from tools_app.mcp import service
-from tools_app.mcp.config import ConfigError, ServerConfig, check_url_reachable
+from tools_app.mcp.config import ConfigError, ServerConfig, check_url_reachable, data_dir
 from tools_app.models import MCPServer
 
 KNOWN = {"name", *service.EDITABLE}
@@ -138,7 +140,9 @@ def server_detail(request: HttpRequest, server_id: int) -> JsonResponse:
         return JsonResponse(service.as_json(_get(request.user, server_id)))
     server = _own(request.user, server_id)
     if request.method == "DELETE":
+        server_pk = server.pk
         server.delete()
+        shutil.rmtree(data_dir(server_pk), ignore_errors=True)  # its data folder goes with it
         return JsonResponse({"ok": True})
     data = _body(request)
     _check_url(data, server, creating=False)
