@@ -28,6 +28,7 @@ from sessions_app.auth import user_for_token
 from sessions_app.models import Session
 from tools_app.builtin.memory import MemorySaveTool, MemorySearchTool
 from tools_app.context import current_user_id
+from tools_app.mcp.config import NAVI_VERSION
 
 # The Navi user the tools act as (set per HTTP request from the token, once for stdio).
 acting_user: ContextVar[int | None] = ContextVar("navi_mcp_user", default=None)
@@ -92,7 +93,8 @@ def build_server():
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
 
-    server = MCPServer("navi", instructions="Navi's memory about its owner, their chats, and Navi itself.")
+    server = MCPServer("navi", version=NAVI_VERSION,
+                       instructions="Navi's memory about its owner, their chats, and Navi itself.")
 
     def guarded(fn):
         """The client reads why a call failed (the SDK hides other exceptions' text)."""

@@ -1,7 +1,8 @@
 """A hostile MCP server written on raw JSON-RPC (no SDK, so nothing on its side limits it): its
 tool `flood` answers with a body of --mb megabytes, streamed in chunks (HTTP chunked JSON, one
 SSE event with --sse, or one stdio line with --stdio); `small` answers normally and `slow`
-waits until released, noting how many calls it holds at once in the --marker file.
+waits until released, noting how many calls it holds at once in the --marker file; `peek`,
+`wipe` and `tasky` carry tool annotations and taskSupport "required".
 
 Run: python tests/mcp_flood_server.py --port N [--sse] | --stdio; prints "ready" on HTTP."""
 
@@ -18,6 +19,12 @@ TOOLS = [
     {"name": "flood", "description": "A huge answer.", "inputSchema": {"type": "object", "properties": {}}},
     {"name": "small", "description": "A small answer.", "inputSchema": {"type": "object", "properties": {}}},
     {"name": "slow", "description": "Waits until released.", "inputSchema": {"type": "object", "properties": {}}},
+    {"name": "peek", "description": "Reads only.", "inputSchema": {"type": "object", "properties": {}},
+     "annotations": {"readOnlyHint": True}},
+    {"name": "wipe", "description": "Deletes things.", "inputSchema": {"type": "object", "properties": {}},
+     "annotations": {"readOnlyHint": False, "destructiveHint": True}},
+    {"name": "tasky", "description": "Only as a task.", "inputSchema": {"type": "object", "properties": {}},
+     "execution": {"taskSupport": "required"}},
 ]
 
 

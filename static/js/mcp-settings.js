@@ -42,7 +42,8 @@ function serverItem(server) {
     const list = el("ul");
     for (const tool of server.tools) {
       const item = el("li");
-      item.append(el("code", "", tool.name), document.createTextNode(tool.problem ? ` — not offered: ${tool.problem}` : ` — ${tool.description || ""}`));
+      const hint = tool.read_only ? " (read-only: runs without asking)" : tool.destructive ? " (destructive)" : "";
+      item.append(el("code", "", tool.name), document.createTextNode(tool.problem ? ` — not offered: ${tool.problem}` : `${hint} — ${tool.description || ""}`));
       list.append(item);
     }
     li.append(details(`${offered.length} tool(s)`, list));

@@ -31,6 +31,7 @@ from django.utils import timezone
 from tools_app import sandbox
 from tools_app.mcp import listing, transport
 from tools_app.mcp.config import (
+    NAVI_VERSION,
     ConfigError,
     ServerConfig,
     check_url_reachable,
@@ -409,7 +410,7 @@ def is_connection_lost(exc: BaseException) -> bool:
 def _client_info() -> Any:
     from mcp.types import Implementation
 
-    return Implementation(name="navi", version="1")
+    return Implementation(name="navi", version=NAVI_VERSION)
 
 
 # --- stdio: the sandbox -------------------------------------------------------------------------
@@ -549,7 +550,8 @@ class Hub:
 
 def _save_state(conn: Connection) -> None:
     """Write the state to the row (another process's page reads it), off the hub loop."""
-    tools = [{"name": s.name, "description": s.summary[:300]} for s in conn.specs]
+    tools = [{"name": s.name, "description": s.summary[:300], "read_only": s.read_only, "destructive": s.destructive}
+             for s in conn.specs]
     tools += [{"name": name, "description": "", "problem": problem} for name, problem in conn.problems.items()]
     error = conn.public_error()
     fields = {

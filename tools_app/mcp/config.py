@@ -12,6 +12,8 @@ from django.conf import settings
 
 from navi_project import netguard
 
+# What Navi says it is to MCP peers (clientInfo here, serverInfo at /mcp).
+NAVI_VERSION = "2026.11"
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
 SEPARATOR = "__"
 # Names the model sees are `<server>__<tool>`; OpenAI-style APIs cap function names at 64.

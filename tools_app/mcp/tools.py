@@ -52,7 +52,10 @@ class MCPTool(Tool):
         self.keywords = f"{config.name} {spec.remote.replace('_', ' ')}"
         self.origin = f"MCP server '{config.name}'"
         allowed = config.auto_approve or spec.remote in config.auto_approve_tools
-        self.default_policy = "allow" if allowed else "ask"
+        # A tool its server marks read-only (readOnlyHint) runs without asking unless the owner
+        # turned that off (MCP_READ_ONLY_ALLOW); its results are still untrusted data.
+        trusted_hint = spec.read_only and bool(getattr(settings, "MCP_READ_ONLY_ALLOW", True))
+        self.default_policy = "allow" if allowed or trusted_hint else "ask"
 
     async def execute(self, params: dict[str, Any]) -> ToolResult:
         hub = mcp_client.get_hub()
