@@ -44,3 +44,56 @@ async def test_navis_server_info_has_a_version():
     async with Client(build_server()) as client:
         info = client.server_info
     assert info.name == "navi" and info.version
+
+
+def test_secrets_are_masked_but_plain_headers_and_variables_are_shown(owner_client):
+    import json
+
+    body = {"name": "web", "transport": "http", "url": "http://127.0.0.1:9/mcp",
+            "headers": {"Authorization": "Bearer very-secret-token-123", "X-Team": "blue", "X-Api-Key": "k3y-value-99"}}
+    created = owner_client.post("/mcp/servers", json.dumps(body), content_type="application/json").json()
+    assert created["headers"]["X-Team"] == "blue"
+    assert "very-secret-token-123" not in json.dumps(created) and "k3y-value-99" not in json.dumps(created)
+    # Sent back as shown, nothing changes.
+    answer = owner_client.patch(f"/mcp/servers/{created['id']}", json.dumps({"headers": created["headers"]}),
+                                content_type="application/json")
+    assert answer.status_code == 200
+    stored = MCPServer.objects.get(pk=created["id"]).headers
+    assert stored == body["headers"]
+
+
+async def test_mcp_tools_are_listed_under_agents_tools_with_their_policy(owner, owner_client, other_user, flood):  # noqa: F811
+    server = flood()
+    row = await MCPServer.objects.acreate(owner=owner, name="hints", transport="http", url=server.url,
+                                          auto_approve_tools=["small"])
+    assert await _tools(owner)
+    await sync_to_async(wait_state)(row)
+    listed = {t["name"]: t for t in (await sync_to_async(owner_client.get)("/agents/tools")).json()["tools"]}
+    assert listed["hints__small"]["mcp_server"] == "hints" and listed["hints__small"]["allowed"] is True
+    assert listed["hints__wipe"]["allowed"] is False and listed["hints__peek"]["allowed"] is True
+    assert listed["hints__small"]["parameters"] == {"type": "object", "properties": {}}
+    # Another user sees none of them.
+    from django.test import Client
+
+    mallory = Client()
+    await sync_to_async(mallory.force_login)(other_user)
+    theirs = (await sync_to_async(mallory.get)("/agents/tools")).json()["tools"]
+    assert not [t for t in theirs if t["name"].startswith("hints__")]
+
+
+async def test_a_stdio_servers_stderr_file_is_removed_when_its_connection_ends(owner, settings):
+    import sys
+    from pathlib import Path
+
+    from tests.mcp_support import reset_hub
+    from tools_app.mcp import client as mcp_client
+
+    settings.CODE_EXEC_SANDBOX = "none"
+    flood_script = Path(__file__).resolve().parent / "mcp_flood_server.py"
+    row = await MCPServer.objects.acreate(owner=owner, name="local", transport="stdio", command=sys.executable,
+                                          args=[str(flood_script), "--stdio"])
+    assert await _tools(owner)
+    path = Path(mcp_client._hub.connections[row.pk].stderr_path)
+    assert path.exists()
+    await sync_to_async(reset_hub)()
+    assert not path.exists()

@@ -1,6 +1,7 @@
 // The settings page's "MCP servers" section: each server's state (connecting / connected /
 // failed / disabled), its tools, the last error and the tail of a stdio server's stderr;
-// add an HTTP server, test the connection, enable/disable, delete (REST /mcp/servers).
+// add an HTTP server or paste a config, test the connection, enable/disable, delete, allow a
+// server or a tool to run without asking (REST /mcp/servers); the states refresh by themselves.
 import { ApiError, csrfToken } from "./api.js";
 import { el } from "./cards.js";
 import { $, toast } from "./pagekit.js";
@@ -32,6 +33,7 @@ function serverItem(server) {
   const li = el("li", "mcp-server");
   li.dataset.id = server.id;
   li.dataset.state = server.state;
+  li.dataset.stamp = JSON.stringify([server.state, server.last_error, server.tools, server.enabled]);
   const head = el("div", "head");
   head.append(el("strong", "", server.name), el("span", `mcp-state ${server.state}`, server.state),
     el("span", "hint", server.global ? "global (from the administrator)" : server.transport));
@@ -43,6 +45,8 @@ function serverItem(server) {
     for (const tool of server.tools) {
       const item = el("li");
       const hint = tool.read_only ? " (read-only: runs without asking)" : tool.destructive ? " (destructive)" : "";
+      const remote = tool.name.includes("__") ? tool.name.split("__").slice(1).join("__") : tool.name;
+      if (!server.global && !tool.problem) item.append(allowSwitch(server, remote, li));
       item.append(el("code", "", tool.name), document.createTextNode(tool.problem ? ` — not offered: ${tool.problem}` : `${hint} — ${tool.description || ""}`));
       list.append(item);
     }
@@ -50,6 +54,7 @@ function serverItem(server) {
   }
   if (server.stderr_tail) li.append(details("stderr (last lines)", el("pre", "", server.stderr_tail)));
   const actions = el("div", "actions");
+  if (!server.global) actions.append(allowSwitch(server, null, li));
   const test = button("Test connection", "", async () => {
     test.disabled = true;
     test.textContent = "Testing…";
@@ -83,6 +88,45 @@ function serverItem(server) {
   }
   li.append(actions);
   return li;
+}
+
+// "Allow without asking": the whole server (auto_approve) or one tool (auto_approve_tools).
+function allowSwitch(server, tool, li) {
+  const label = el("label", "allow-switch");
+  const box = document.createElement("input");
+  box.type = "checkbox";
+  const tools = server.auto_approve_tools || [];
+  box.checked = tool === null ? !!server.auto_approve : !!server.auto_approve || tools.includes(tool);
+  box.disabled = tool !== null && !!server.auto_approve;
+  box.addEventListener("change", async () => {
+    const body = tool === null ? { auto_approve: box.checked }
+      : { auto_approve_tools: box.checked ? [...new Set([...tools, tool])] : tools.filter((t) => t !== tool) };
+    try {
+      li.replaceWith(serverItem(await call("PATCH", `/mcp/servers/${server.id}`, body)));
+    } catch (err) {
+      box.checked = !box.checked;
+      toast(`Could not change ${server.name}: ${err.message}`);
+    }
+  });
+  label.append(box, document.createTextNode(tool === null ? " Allow all its tools without asking" : " allow "));
+  label.title = tool === null ? `Run every tool of ${server.name} without asking first` : `Run ${tool} without asking first`;
+  return label;
+}
+
+// The state follows the server: refresh what changed every few seconds (never the item in use).
+async function refresh() {
+  let servers;
+  try {
+    servers = await call("GET", "/mcp/servers");
+  } catch {
+    return;
+  }
+  for (const server of servers) {
+    const item = document.querySelector(`.mcp-server[data-id="${server.id}"]`);
+    const stamp = JSON.stringify([server.state, server.last_error, server.tools, server.enabled]);
+    if (!item || item.dataset.stamp === stamp || item.contains(document.activeElement)) continue;
+    item.replaceWith(serverItem(server));
+  }
 }
 
 async function load() {
@@ -132,6 +176,7 @@ function start() {
       errors.append(el("li", "error", err.message));
     }
   });
+  setInterval(refresh, 3000);
   load().then(() => { document.body.dataset.mcpReady = "1"; }).catch((err) => toast(`Could not load the MCP servers: ${err.message}`));
 }
 

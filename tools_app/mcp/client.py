@@ -234,8 +234,10 @@ class Connection:
             await stack.enter_async_context(http)
             return streamable_http_client(self.config.url, http_client=http, max_sse_event_size=limit)
         argv = stdio_argv(self.config)
-        fd, self.stderr_path = tempfile.mkstemp(prefix=f"navi-mcp-{self.config.id}-", suffix=".stderr")
-        errlog = os.fdopen(fd, "w+")
+        if not self.stderr_path:  # one file per connection, truncated at each start, removed by drop()
+            fd, self.stderr_path = tempfile.mkstemp(prefix=f"navi-mcp-{self.config.id}-", suffix=".stderr")
+            os.close(fd)
+        errlog = open(self.stderr_path, "w+")  # noqa: SIM115 - closed by the exit stack
         stack.callback(errlog.close)
         cgroup = sandbox.PidsCgroup.for_root(stdio_limits().processes) if _sandboxed() else None
         if cgroup is not None:
@@ -344,6 +346,11 @@ class Connection:
             return f"{len(self.problems)} of its tools are not offered: " + "; ".join(
                 f"{name}: {problem}" for name, problem in self.problems.items())
         return self.error
+
+    def remove_stderr(self) -> None:
+        if self.stderr_path:
+            with contextlib.suppress(OSError):
+                os.unlink(self.stderr_path)
 
     def stderr_tail(self) -> str:
         if not self.stderr_path:
@@ -516,6 +523,7 @@ class Hub:
         conn = self.connections.get(config.id)
         if conn is not None and conn.config.connection_key() != config.connection_key():
             await conn.close()
+            conn.remove_stderr()
             conn = None
         if conn is None:
             conn = Connection(config)
@@ -542,6 +550,7 @@ class Hub:
         conn = self.connections.pop(server_id, None)
         if conn is not None:
             await conn.close(state)
+            conn.remove_stderr()
 
     async def close_all(self) -> None:
         for server_id in list(self.connections):

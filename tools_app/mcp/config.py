@@ -130,8 +130,18 @@ def mask(value: str) -> str:
     return f"{value[:3]}••••{value[-2:]}"
 
 
+# A header or variable whose name says it holds a secret; the others (X-Team, TZ) are shown.
+SECRET_NAME_RE = re.compile(r"auth|token|key|secret|pass|cookie|session|credential|bearer|signature|private",
+                            re.IGNORECASE)
+
+
+def is_secret(name: str, value: str = "") -> bool:
+    return bool(SECRET_NAME_RE.search(name) or SECRET_NAME_RE.search(value.split(" ", 1)[0]))
+
+
 def masked(values: dict[str, str]) -> dict[str, str]:
-    return {key: mask(value) for key, value in (values or {}).items()}
+    """Secrets masked, plain values (a team header, a time zone) shown as they are."""
+    return {key: mask(value) if is_secret(key, value) else value for key, value in (values or {}).items()}
 
 
 @dataclass(frozen=True)

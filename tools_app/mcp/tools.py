@@ -223,5 +223,30 @@ class MCPProvider:
         return None
 
 
+def listed(user_id: int) -> list[dict[str, Any]]:
+    """The MCP tools a user's runs may be offered, for GET /agents/tools (sync ORM): with their
+    schema when this process holds the connection, else as the server last listed them."""
+    hub = mcp_client._hub
+    found: list[dict[str, Any]] = []
+    for row in visible_servers(user_id):
+        config = ServerConfig.from_row(row)
+        conn = hub.connections.get(row.pk) if hub is not None else None
+        if conn is not None and conn.specs:
+            specs = [{"name": s.name, "description": s.description, "parameters": s.parameters,
+                      "read_only": s.read_only, "destructive": s.destructive, "remote": s.remote} for s in conn.specs]
+        else:
+            specs = [dict(t, parameters=None, remote=t["name"].split("__", 1)[-1])
+                     for t in row.tools or [] if not t.get("problem")]
+        for spec in specs:
+            if config.tool_allowlist and spec["remote"] not in config.tool_allowlist:
+                continue
+            allowed = row.auto_approve or spec["remote"] in (row.auto_approve_tools or [])
+            found.append({"name": spec["name"], "description": spec["description"], "parameters": spec["parameters"],
+                          "builtin": False, "mcp_server": row.name, "read_only": bool(spec.get("read_only")),
+                          "destructive": bool(spec.get("destructive")), "state": row.state,
+                          "allowed": bool(allowed or (spec.get("read_only") and settings.MCP_READ_ONLY_ALLOW))})
+    return found
+
+
 async def _ensure_all(hub: mcp_client.Hub, configs: list[ServerConfig]) -> None:
     await asyncio.gather(*(hub.ensure(c, connect_timeout()) for c in configs), return_exceptions=True)
