@@ -33,7 +33,7 @@ function serverItem(server) {
   const li = el("li", "mcp-server");
   li.dataset.id = server.id;
   li.dataset.state = server.state;
-  li.dataset.stamp = JSON.stringify([server.state, server.last_error, server.tools, server.enabled]);
+  li.dataset.stamp = JSON.stringify([server.state, server.last_error, server.tools, server.enabled, server.resources, server.prompts]);
   const head = el("div", "head");
   head.append(el("strong", "", server.name), el("span", `mcp-state ${server.state}`, server.state),
     el("span", "hint", server.global ? "global (from the administrator)" : server.transport));
@@ -51,6 +51,25 @@ function serverItem(server) {
       list.append(item);
     }
     li.append(details(`${offered.length} tool(s)`, list));
+  }
+  if (server.resources && server.resources.length) {
+    const list = el("ul");
+    for (const r of server.resources) {
+      const item = el("li");
+      item.append(el("code", "", r.uri), document.createTextNode(` — ${r.name}${r.description ? `: ${r.description}` : ""}`));
+      list.append(item);
+    }
+    li.append(details(`${server.resources.length} resource(s)`, list));
+  }
+  if (server.prompts && server.prompts.length) {
+    const list = el("ul");
+    for (const p of server.prompts) {
+      const item = el("li");
+      const args = (p.arguments || []).map((a) => a.required ? a.name : `${a.name}?`).join(", ");
+      item.append(el("code", "", `${p.name}(${args})`), document.createTextNode(p.description ? ` — ${p.description}` : ""));
+      list.append(item);
+    }
+    li.append(details(`${server.prompts.length} prompt(s)`, list));
   }
   if (server.stderr_tail) li.append(details("stderr (last lines)", el("pre", "", server.stderr_tail)));
   const actions = el("div", "actions");
@@ -123,7 +142,7 @@ async function refresh() {
   }
   for (const server of servers) {
     const item = document.querySelector(`.mcp-server[data-id="${server.id}"]`);
-    const stamp = JSON.stringify([server.state, server.last_error, server.tools, server.enabled]);
+    const stamp = JSON.stringify([server.state, server.last_error, server.tools, server.enabled, server.resources, server.prompts]);
     if (!item || item.dataset.stamp === stamp || item.contains(document.activeElement)) continue;
     item.replaceWith(serverItem(server));
   }

@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 
 FIRST_START_MARK = ".navi-started"  # in a launcher's data folder after its first handshake
 PROGRESS_EVERY_S = 5.0
+LIST_CAP = 200  # resources or prompts kept per server
 BACKOFF_MIN_S = 1.0
 BACKOFF_MAX_S = 60.0
 STDERR_TAIL = 2000
@@ -92,6 +93,8 @@ class Connection:
         self.closed_as: str | None = None
         self.on_change: Callable[[Connection], None] | None = None
         self._slots: asyncio.Semaphore | None = None
+        self.resources: list[dict] = []
+        self.prompts: list[dict] = []
         self.retrying = False  # it died after it had connected: Navi reconnects by itself
         self.live = False  # this attempt reached `connected`
 
@@ -191,6 +194,7 @@ class Connection:
             self.client = client
             try:
                 self._absorb((await client.list_tools()).tools)
+                await self._list_extras(client)
                 self.failures, self.retrying, self.live = 0, False, True
                 self._set("connected", "")
                 self.ready.set()
@@ -223,6 +227,37 @@ class Connection:
         where = self.config.url if self.config.transport == "http" else "the program"
         self._fail(f"the server stopped answering: {why}. Check that {where} is running; Navi tries again "
                    "by itself, or press Test", retry=True)
+
+    async def _list_extras(self, client: Any) -> None:
+        """Its resources and prompts (first page each), when it offers them; a failure here is
+        logged, the tools still work."""
+        caps = client.server_capabilities
+        try:
+            if getattr(caps, "resources", None) is not None:
+                listed = (await client.list_resources()).resources[:LIST_CAP]
+                self.resources = [{"uri": str(r.uri), "name": r.name, "description": (r.description or "")[:300],
+                                   "mime_type": r.mime_type or ""} for r in listed]
+            if getattr(caps, "prompts", None) is not None:
+                listed = (await client.list_prompts()).prompts[:LIST_CAP]
+                self.prompts = [{"name": p.name, "description": (p.description or "")[:300], "arguments": [
+                    {"name": a.name, "required": bool(a.required), "description": (a.description or "")[:200]}
+                    for a in p.arguments or []]} for p in listed]
+        except Exception as exc:  # noqa: BLE001 - optional lists; the tools are what matters
+            log.info("MCP server %s: listing resources/prompts failed: %s", self.config.name, exc)
+
+    async def read_resource(self, uri: str) -> Any:
+        return await self._request(lambda client: client.read_resource(uri))
+
+    async def get_prompt(self, name: str, arguments: dict[str, str]) -> Any:
+        return await self._request(lambda client: client.get_prompt(name, arguments))
+
+    async def _request(self, send: Callable[[Any], Any]) -> Any:
+        await self.ensure(connect_timeout())
+        async with self.slots():
+            client = self.client
+            if self.state != "connected" or client is None:
+                raise Unavailable(self.unavailable_reason())
+            return await send(client)
 
     async def _transport(self, stack: AsyncExitStack) -> Any:
         if self.config.transport == "http":
@@ -564,7 +599,8 @@ def _save_state(conn: Connection) -> None:
     tools += [{"name": name, "description": "", "problem": problem} for name, problem in conn.problems.items()]
     error = conn.public_error()
     fields = {
-        "state": conn.state, "last_error": error[:4000], "tools": tools,
+        "state": conn.state, "last_error": error[:4000], "tools": tools, "resources": conn.resources,
+        "prompts": conn.prompts,
         "stderr_tail": conn.stderr_tail(), "state_at": timezone.now(),
     }
     _writer.submit(_write_state, conn.config.id, fields)

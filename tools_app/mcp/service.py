@@ -81,6 +81,7 @@ def as_json(server: MCPServer, *, detail: bool = True) -> dict[str, Any]:
     data: dict[str, Any] = {
         "id": server.pk, "name": server.name, "transport": server.transport, "enabled": server.enabled,
         "state": state_of(server), "tools": [dict(t) for t in server.tools or []], "last_error": error_of(server),
+        "resources": list(server.resources or []), "prompts": list(server.prompts or []),
         "global": server.owner_id is None,
     }
     if detail:
