@@ -322,8 +322,9 @@ MCP_MAX_CONCURRENT_CALLS = env.int("MCP_MAX_CONCURRENT_CALLS", default=4)
 # its data) is MCP_DATA_DIR/<id>; a launcher (npx, uvx) may take MCP_FIRST_START_TIMEOUT_S to start.
 MCP_DATA_DIR = _path(env.str("MCP_DATA_DIR", default="mcp_data"))
 MCP_FIRST_START_TIMEOUT_S = env.float("MCP_FIRST_START_TIMEOUT_S", default=180.0)
-# An MCP tool its server marks read-only (annotations.readOnlyHint) runs without asking.
-MCP_READ_ONLY_ALLOW = env.bool("MCP_READ_ONLY_ALLOW", default=True)
+# MCP tools ask until allowed (DESIGN §9); with this on, one its server marks read-only
+# (annotations.readOnlyHint, a hint from the server) runs without asking.
+MCP_READ_ONLY_ALLOW = env.bool("MCP_READ_ONLY_ALLOW", default=False)
 # A connected MCP server is pinged this often while idle: one that died shows `failed` soon.
 MCP_PING_INTERVAL_S = env.float("MCP_PING_INTERVAL_S", default=10.0)
 # A stdio MCP server's memory cap (RLIMIT_DATA, and cgroup v2 memory.max where writable; not the

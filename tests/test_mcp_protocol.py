@@ -1,6 +1,7 @@
-"""Issue 39 item 6 (part): tool annotations shown and used by the policy (a read-only tool runs
-without asking unless MCP_READ_ONLY_ALLOW is off; a destructive one asks), tools that need task
-augmentation hidden with the reason, and Navi's serverInfo carries a version."""
+"""Issue 39 item 6 (part): tool annotations shown and used by the policy (every tool asks until
+allowed, DESIGN §9; with MCP_READ_ONLY_ALLOW a read-only one runs without asking, a destructive
+one still asks), tools that need task augmentation hidden with the reason, and Navi's
+serverInfo carries a version; item 7's plain headers, /agents/tools and stderr files."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from tools_app.models import MCPServer
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-async def test_annotations_are_shown_and_read_only_tools_run_without_asking(owner, owner_client, flood):  # noqa: F811
+async def test_annotations_are_shown_and_read_only_tools_run_without_asking_when_trusted(owner, owner_client, flood,  # noqa: F811
+                                                                                          settings):
+    settings.MCP_READ_ONLY_ALLOW = True
     server = flood()
     row = await MCPServer.objects.acreate(owner=owner, name="hints", transport="http", url=server.url)
     tools = {t.name: t for t in await _tools(owner)}
@@ -28,8 +31,7 @@ async def test_annotations_are_shown_and_read_only_tools_run_without_asking(owne
     assert "taskSupport: required" in listed["tasky"]["problem"]
 
 
-async def test_the_owner_can_make_read_only_tools_ask_too(owner, flood, settings):  # noqa: F811
-    settings.MCP_READ_ONLY_ALLOW = False
+async def test_by_default_read_only_tools_ask_like_the_others(owner, flood):  # noqa: F811
     server = flood()
     await MCPServer.objects.acreate(owner=owner, name="hints", transport="http", url=server.url)
     tools = {t.name: t for t in await _tools(owner)}
@@ -70,7 +72,8 @@ async def test_mcp_tools_are_listed_under_agents_tools_with_their_policy(owner, 
     await sync_to_async(wait_state)(row)
     listed = {t["name"]: t for t in (await sync_to_async(owner_client.get)("/agents/tools")).json()["tools"]}
     assert listed["hints__small"]["mcp_server"] == "hints" and listed["hints__small"]["allowed"] is True
-    assert listed["hints__wipe"]["allowed"] is False and listed["hints__peek"]["allowed"] is True
+    assert listed["hints__wipe"]["allowed"] is False and listed["hints__peek"]["allowed"] is False
+    assert listed["hints__peek"]["read_only"] is True
     assert listed["hints__small"]["parameters"] == {"type": "object", "properties": {}}
     # Another user sees none of them.
     from django.test import Client

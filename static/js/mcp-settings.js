@@ -44,7 +44,7 @@ function serverItem(server) {
     const list = el("ul");
     for (const tool of server.tools) {
       const item = el("li");
-      const hint = tool.read_only ? " (read-only: runs without asking)" : tool.destructive ? " (destructive)" : "";
+      const hint = tool.read_only ? " (read-only)" : tool.destructive ? " (destructive)" : "";
       const remote = tool.name.includes("__") ? tool.name.split("__").slice(1).join("__") : tool.name;
       if (!server.global && !tool.problem) item.append(allowSwitch(server, remote, li));
       item.append(el("code", "", tool.name), document.createTextNode(tool.problem ? ` — not offered: ${tool.problem}` : `${hint} — ${tool.description || ""}`));

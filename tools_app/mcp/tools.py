@@ -52,9 +52,9 @@ class MCPTool(Tool):
         self.keywords = f"{config.name} {spec.remote.replace('_', ' ')}"
         self.origin = f"MCP server '{config.name}'"
         allowed = config.auto_approve or spec.remote in config.auto_approve_tools
-        # A tool its server marks read-only (readOnlyHint) runs without asking unless the owner
-        # turned that off (MCP_READ_ONLY_ALLOW); its results are still untrusted data.
-        trusted_hint = spec.read_only and bool(getattr(settings, "MCP_READ_ONLY_ALLOW", True))
+        # A tool its server marks read-only (readOnlyHint) runs without asking when the owner
+        # trusts such hints (MCP_READ_ONLY_ALLOW); its results are still untrusted data.
+        trusted_hint = spec.read_only and bool(getattr(settings, "MCP_READ_ONLY_ALLOW", False))
         self.default_policy = "allow" if allowed or trusted_hint else "ask"
 
     async def execute(self, params: dict[str, Any]) -> ToolResult:
