@@ -312,12 +312,24 @@ ROUTINE_CATCH_UP_S = env.int("ROUTINE_CATCH_UP_S", default=6 * 3600)
 # A routine run whose worker has not heart-beaten for this long died with its process: interrupted.
 ROUTINE_STALE_S = env.int("ROUTINE_STALE_S", default=60)
 # MCP servers (tools_app.mcp): the handshake must finish within MCP_CONNECT_TIMEOUT_S; a tool's
-# text result is cut to MCP_MAX_RESULT_CHARS for the model; one answer may be MCP_MAX_RESPONSE_MB.
+# text result is cut to MCP_MAX_RESULT_CHARS for the model; one answer (HTTP body, SSE event, stdio
+# line) may be MCP_MAX_RESPONSE_MB, counted while it streams; MCP_MAX_CONCURRENT_CALLS per server.
 MCP_CONNECT_TIMEOUT_S = env.float("MCP_CONNECT_TIMEOUT_S", default=10.0)
 MCP_MAX_RESULT_CHARS = env.int("MCP_MAX_RESULT_CHARS", default=65536)
-MCP_MAX_RESPONSE_MB = env.int("MCP_MAX_RESPONSE_MB", default=64)
-# A stdio MCP server's address-space cap (its other caps are the SANDBOX_* ones): Node needs ~2 GB.
-MCP_STDIO_MEMORY_MB = env.int("MCP_STDIO_MEMORY_MB", default=4096)
+MCP_MAX_RESPONSE_MB = env.int("MCP_MAX_RESPONSE_MB", default=8)
+MCP_MAX_CONCURRENT_CALLS = env.int("MCP_MAX_CONCURRENT_CALLS", default=4)
+# Each stdio MCP server's own writable, persistent folder (its HOME in the sandbox: npm/uv caches,
+# its data) is MCP_DATA_DIR/<id>; a launcher (npx, uvx) may take MCP_FIRST_START_TIMEOUT_S to start.
+MCP_DATA_DIR = _path(env.str("MCP_DATA_DIR", default="mcp_data"))
+MCP_FIRST_START_TIMEOUT_S = env.float("MCP_FIRST_START_TIMEOUT_S", default=180.0)
+# MCP tools ask until allowed (DESIGN §9); with this on, one its server marks read-only
+# (annotations.readOnlyHint, a hint from the server) runs without asking.
+MCP_READ_ONLY_ALLOW = env.bool("MCP_READ_ONLY_ALLOW", default=False)
+# A connected MCP server is pinged this often while idle: one that died shows `failed` soon.
+MCP_PING_INTERVAL_S = env.float("MCP_PING_INTERVAL_S", default=10.0)
+# A stdio MCP server's memory cap (RLIMIT_DATA, and cgroup v2 memory.max where writable; not the
+# address space, which V8 reserves by the gigabyte); its other caps are the SANDBOX_* ones.
+MCP_STDIO_MEMORY_MB = env.int("MCP_STDIO_MEMORY_MB", default=2048)
 # Unlike the original ("*"), the filesystem tool defaults to the run's own workspace (an entry
 # naming NAVI_WORKSPACE means NAVI_WORKSPACE/<user id>). Extra entries and "*" only apply to
 # holders of tools_app.run_host_tools; user_tools/ is never writable through the file tool.

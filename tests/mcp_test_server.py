@@ -81,6 +81,15 @@ def build(marker: Path) -> MCPServer:
         await ctx.session.send_tool_list_changed()
         return "grown"
 
+    @server.resource("notes://today", name="today", description="Today's notes.", mime_type="text/plain")
+    def today() -> str:
+        return "Buy milk. Call Ada."
+
+    @server.prompt()
+    def review(topic: str) -> str:
+        """Review a topic."""
+        return f"Please review {topic} carefully."
+
     return server
 
 

@@ -220,7 +220,14 @@ class TestToolsThroughARun:
 
 
 class TestToolList:
-    async def test_a_20_mb_result_is_cut_for_the_model(self, owner, test_server):
+    async def test_a_20_mb_answer_passes_the_default_cap_and_is_a_clear_error(self, owner, test_server):
+        await sync_to_async(add_server)(owner, test_server.url)
+        tool = await _tool(owner, "demo__huge")
+        result = await tool.execute({})
+        assert not result.success and "the limit is 8 MB (MCP_MAX_RESPONSE_MB)" in result.error
+
+    async def test_a_20_mb_result_under_a_raised_cap_is_cut_for_the_model(self, owner, test_server, settings):
+        settings.MCP_MAX_RESPONSE_MB = 64  # the SDK server sends the text twice (content, structured)
         await sync_to_async(add_server)(owner, test_server.url)
         tool = await _tool(owner, "demo__huge")
         result = await tool.execute({})
@@ -351,8 +358,6 @@ def _closed_port() -> int:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
-
-
 async def test_the_http_connection_goes_to_the_checked_address_only():
     """DNS rebinding: after the SSRF check the SDK's client never resolves the name again; it
     connects to the address that was checked and sends the real Host (a name that does not
@@ -374,12 +379,12 @@ async def test_the_http_connection_goes_to_the_checked_address_only():
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     port = httpd.server_address[1]
     try:
-        async with mcp_client.pinned_http_client(f"http://rebind.invalid:{port}/mcp", ["::1", "127.0.0.1"], {}) as http:
+        async with mcp_client.pinned_http_client(f"http://rebind.invalid:{port}/mcp", ["::1", "127.0.0.1"], {},
+                                                limit=1024) as http:
             response = await http.get(f"http://rebind.invalid:{port}/mcp")
         assert response.status_code == 204 and seen == [f"rebind.invalid:{port}"]
     finally:
         httpd.shutdown()
-
 
 async def test_a_hostname_in_http_allowed_hosts_connects(owner, test_server, settings):
     settings.HTTP_ALLOWED_HOSTS = ["localhost"]

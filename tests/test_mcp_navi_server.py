@@ -104,3 +104,39 @@ async def test_navi_mcp_serve_over_stdio(navi):
     async with Client(params, cache=None) as client:
         await _call(client, "memory_save", {"category": "work", "key": "desk", "value": "standing"})
         assert "work: desk = standing" in await _call(client, "memory_search", {"query": "desk"})
+
+
+def _active_runs(navi) -> list:
+    return navi.sql("SELECT id FROM sessions_app_session WHERE active_run_id IS NOT NULL AND active_run_id <> ''")
+
+
+async def test_a_long_ask_navi_sends_progress_and_cancelling_it_stops_the_run(navi, live_llm):
+    """Issue 39 item 6: progress notifications keep a client from timing out during a long turn;
+    notifications/cancelled (the SDK sends it when the call is cancelled) stops the run."""
+    import asyncio
+
+    live_llm.add_rule(Rule(match="count forever", turns=[Turn(content="tick ", endless=True, delay=0.2)]))
+    http, client = _http_client(navi, navi.token)
+    messages: list[str] = []
+    heard = asyncio.Event()
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        messages.append(message or "")
+        heard.set()
+
+    async with http, client:
+        call = asyncio.ensure_future(client.call_tool("ask_navi", {"question": "count forever"},
+                                                      progress_callback=on_progress))
+        await asyncio.wait_for(heard.wait(), 60)
+        assert "still working" in messages[0]
+        assert _active_runs(navi), "the turn is not running"
+        call.cancel()
+        try:
+            await call
+        except asyncio.CancelledError:
+            pass
+        for _ in range(300):
+            if not _active_runs(navi):
+                break
+            await asyncio.sleep(0.1)
+        assert not _active_runs(navi), "the run went on after the call was cancelled"

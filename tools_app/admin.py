@@ -9,7 +9,8 @@ from django.utils.html import format_html, format_html_join
 
 from . import user_tools
 from .mcp import service as mcp_service
-from .mcp.config import ConfigError, check_name, check_transport, masked
+from .mcp.config import ConfigError, check_name, check_transport, data_dir, masked
+from .mcp.paths import check_paths
 from .mcp.service import may_run_stdio, merge_secrets, state_of
 from .models import MCPServer, ScratchpadSection, TodoList, UserTool
 from .permissions import PERMISSION
@@ -180,6 +181,10 @@ class MCPServerForm(forms.ModelForm):
             )
         try:
             check_transport(data.get("transport", ""), data.get("command", ""), data.get("url", ""))
+            if data.get("transport") == MCPServer.Transport.STDIO:
+                owner = data.get("owner")
+                check_paths([*(data.get("paths") or []), *(data.get("writable_paths") or [])],
+                            owner.pk if owner else None, allowed=(data_dir(self.instance.pk),) if self.instance.pk else ())
         except ConfigError as exc:
             raise forms.ValidationError(str(exc)) from None
         return data
@@ -196,7 +201,7 @@ class MCPServerAdmin(admin.ModelAdmin):
     actions = ("test_connection",)
     fieldsets = (
         (None, {"fields": ("name", "owner", "transport", "enabled", "profiles")}),
-        ("stdio", {"fields": ("command", "args", "env", "network", "paths")}),
+        ("stdio", {"fields": ("command", "args", "env", "network", "paths", "writable_paths")}),
         ("streamable HTTP", {"fields": ("url", "headers")}),
         ("Tools and approvals", {"fields": ("tool_allowlist", "auto_approve", "auto_approve_tools")}),
         ("State", {"fields": ("state", "test_button", "state_at", "tool_list", "error_text", "stderr_text",

@@ -90,6 +90,10 @@ class MCPServer(models.Model):
     paths = models.JSONField(
         default=list, blank=True, help_text="stdio: host folders the program may read (a JSON list); nothing else is visible."
     )
+    writable_paths = models.JSONField(
+        default=list, blank=True,
+        help_text="stdio: host folders the program may write (a JSON list); its own data folder always is.",
+    )
     enabled = models.BooleanField(default=True)
     profiles = models.JSONField(default=list, blank=True, help_text="Profile ids that offer it; empty = every profile.")
     tool_allowlist = models.JSONField(
@@ -101,6 +105,10 @@ class MCPServer(models.Model):
     last_error = models.TextField(blank=True)
     stderr_tail = models.TextField(blank=True)
     tools = models.JSONField(default=list, blank=True, help_text="The tools it listed last: [{name, description}].")
+    resources = models.JSONField(
+        default=list, blank=True, help_text="The resources it listed last: [{uri, name, description, mime_type}]."
+    )
+    prompts = models.JSONField(default=list, blank=True, help_text="The prompts it listed last: [{name, description, arguments}].")
     state_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)

@@ -14,20 +14,29 @@ apply (a call that asks waits for an answer on the page, or times out as decline
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
+from mcp.server.mcpserver import Context  # the SDK reads ask_navi's annotations at module level
 
 from agent.runs.manager import RunActive, get_run_manager
 from sessions_app.auth import user_for_token
 from sessions_app.models import Session
 from tools_app.builtin.memory import MemorySaveTool, MemorySearchTool
 from tools_app.context import current_user_id
+from tools_app.mcp.config import NAVI_VERSION
+
+PROGRESS_EVERY_S = 10.0
+Progress = Callable[[float, str], Awaitable[None]]
+# The session of each ask_navi call in flight here, by (user, JSON-RPC request id): a stateless
+# request's notifications/cancelled arrives on another POST, which stops the run through this.
+in_flight: dict[tuple[int, str], str] = {}
 
 # The Navi user the tools act as (set per HTTP request from the token, once for stdio).
 acting_user: ContextVar[int | None] = ContextVar("navi_mcp_user", default=None)
@@ -69,8 +78,11 @@ def _session_for(user_id: int, session_id: str | None) -> Session:
     return Session.objects.create(owner_id=user_id, profile_id=settings.NAVI_DEFAULT_PROFILE)
 
 
-async def ask(user_id: int, question: str, session_id: str | None) -> dict:
-    """One turn in a session of the user (a new one unless `session_id`), waited for."""
+async def ask(user_id: int, question: str, session_id: str | None, *, progress: Progress | None = None,
+              request: tuple[int, str] | None = None) -> dict:
+    """One turn in a session of the user (a new one unless `session_id`), waited for; `progress`
+    is told every PROGRESS_EVERY_S (the client does not time out), and cancelling this call
+    (notifications/cancelled, the client hanging up) stops the run."""
     try:
         session = await sync_to_async(_session_for)(user_id, session_id)
     except Exception as exc:  # noqa: BLE001 - a bad id is the client's answer, not a crash
@@ -79,7 +91,24 @@ async def ask(user_id: int, question: str, session_id: str | None) -> dict:
         run = await get_run_manager().start(str(session.pk), question, [], planning=False)
     except RunActive as exc:
         raise ValueError(f"{exc}; wait for it, or use another session") from None
-    await asyncio.shield(run.done.wait())
+    if request is not None:
+        in_flight[request] = str(session.pk)
+    waited = 0.0
+    try:
+        while not run.done.is_set():
+            try:
+                await asyncio.wait_for(asyncio.shield(run.done.wait()), PROGRESS_EVERY_S)
+            except asyncio.TimeoutError:
+                waited += PROGRESS_EVERY_S
+                if progress is not None:
+                    await progress(waited, f"Navi is still working ({waited:.0f} s); a tool call may be "
+                                           "waiting for the owner's approval on the page")
+    except asyncio.CancelledError:
+        await asyncio.shield(get_run_manager().request_stop(str(session.pk)))
+        raise
+    finally:
+        if request is not None:
+            in_flight.pop(request, None)
     if run.error:
         raise ValueError(f"the run failed: {run.error}")
     if run.stopped and not run.answered:
@@ -92,7 +121,8 @@ def build_server():
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
 
-    server = MCPServer("navi", instructions="Navi's memory about its owner, their chats, and Navi itself.")
+    server = MCPServer("navi", version=NAVI_VERSION,
+                       instructions="Navi's memory about its owner, their chats, and Navi itself.")
 
     def guarded(fn):
         """The client reads why a call failed (the SDK hides other exceptions' text)."""
@@ -127,9 +157,15 @@ def build_server():
 
     @server.tool()
     @guarded
-    async def ask_navi(question: str, session_id: str | None = None) -> str:
+    async def ask_navi(question: str, ctx: Context, session_id: str | None = None) -> str:
         """Ask Navi (runs one turn with its tools; calls that need approval wait for the owner)."""
-        return json.dumps(await ask(_user(), question, session_id), ensure_ascii=False)
+        user_id = _user()
+
+        async def progress(done: float, message: str) -> None:
+            await ctx.report_progress(done, None, message)  # sent only when the client gave a progressToken
+
+        answer = await ask(user_id, question, session_id, progress=progress, request=(user_id, ctx.request_id))
+        return json.dumps(answer, ensure_ascii=False)
 
     return server
 
@@ -149,6 +185,7 @@ class HTTPEndpoint:
             return await _json(send, 401, {"error": "MCP at /mcp needs 'Authorization: Bearer <API token>'; "
                                                      "create one on /settings or with manage.py navi_token"})
         manager = await self._manager()
+        receive = await _watch_cancel(user_id, scope, receive)
         token = acting_user.set(user_id)
         try:
             await manager.handle_request(scope, receive, send)
@@ -162,7 +199,8 @@ class HTTPEndpoint:
             return entry[1]
         from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
-        manager = StreamableHTTPSessionManager(app=build_server()._lowlevel_server, json_response=True, stateless=True)
+        # SSE answers (not one JSON body): progress notifications reach the client during a long turn.
+        manager = StreamableHTTPSessionManager(app=build_server()._lowlevel_server, json_response=False, stateless=True)
         started = asyncio.Event()
 
         async def hold() -> None:
@@ -174,6 +212,39 @@ class HTTPEndpoint:
         await started.wait()
         self._managers[id(loop)] = (loop, manager, task)
         return manager
+
+
+PEEK_MAX = 64 * 1024  # a cancellation is small; a bigger body is passed on unread
+
+
+async def _watch_cancel(user_id: int, scope, receive):
+    """Read a small POST body first: a notifications/cancelled for one of this user's ask_navi
+    calls stops its run (stateless: the call it cancels runs on another request). The body is
+    then handed on to the SDK unchanged."""
+    if scope.get("method") != "POST":
+        return receive
+    messages, size = [], 0
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request":
+            break
+        size += len(message.get("body", b""))
+        if not message.get("more_body") or size > PEEK_MAX:
+            break
+    if size <= PEEK_MAX and messages[-1]["type"] == "http.request" and not messages[-1].get("more_body"):
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            body = json.loads(b"".join(m.get("body", b"") for m in messages))
+            for item in body if isinstance(body, list) else [body]:
+                if item.get("method") == "notifications/cancelled":
+                    session_id = in_flight.get((user_id, str((item.get("params") or {}).get("requestId"))))
+                    if session_id is not None:
+                        await get_run_manager().request_stop(session_id)
+
+    async def replay():
+        return messages.pop(0) if messages else await receive()
+
+    return replay
 
 
 async def _token_user(scope) -> int | None:

@@ -22,6 +22,7 @@ from navi_project.http import json_error, json_view
 from sessions_app.auth import api_login_required, unauthenticated_response
 from sessions_app.history import HistoryError
 from sessions_app.models import Session
+from tools_app.mcp import tools as mcp_tools
 
 
 @api_login_required
@@ -64,6 +65,7 @@ def tools(request: HttpRequest) -> JsonResponse:
                 }
                 for t in registry.all()
             ]
+            + mcp_tools.listed(request.user.pk)
         }
     )
 

@@ -1,6 +1,7 @@
 // The settings page's "MCP servers" section: each server's state (connecting / connected /
 // failed / disabled), its tools, the last error and the tail of a stdio server's stderr;
-// add an HTTP server, test the connection, enable/disable, delete (REST /mcp/servers).
+// add an HTTP server or paste a config, test the connection, enable/disable, delete, allow a
+// server or a tool to run without asking (REST /mcp/servers); the states refresh by themselves.
 import { ApiError, csrfToken, saved } from "./api.js";
 import { el } from "./cards.js";
 import { $, toast } from "./pagekit.js";
@@ -33,6 +34,7 @@ function serverItem(server) {
   const li = el("li", "mcp-server");
   li.dataset.id = server.id;
   li.dataset.state = server.state;
+  li.dataset.stamp = JSON.stringify([server.state, server.last_error, server.tools, server.enabled, server.resources, server.prompts]);
   const head = el("div", "head");
   head.append(el("strong", "", server.name), el("span", `mcp-state ${server.state}`, server.state),
     el("span", "hint", server.global ? "global (from the administrator)" : server.transport));
@@ -43,13 +45,36 @@ function serverItem(server) {
     const list = el("ul");
     for (const tool of server.tools) {
       const item = el("li");
-      item.append(el("code", "", tool.name), document.createTextNode(tool.problem ? ` — not offered: ${tool.problem}` : ` — ${tool.description || ""}`));
+      const hint = tool.read_only ? " (read-only)" : tool.destructive ? " (destructive)" : "";
+      const remote = tool.name.includes("__") ? tool.name.split("__").slice(1).join("__") : tool.name;
+      if (!server.global && !tool.problem) item.append(allowSwitch(server, remote, li));
+      item.append(el("code", "", tool.name), document.createTextNode(tool.problem ? ` — not offered: ${tool.problem}` : `${hint} — ${tool.description || ""}`));
       list.append(item);
     }
     li.append(details(`${offered.length} tool(s)`, list));
   }
+  if (server.resources && server.resources.length) {
+    const list = el("ul");
+    for (const r of server.resources) {
+      const item = el("li");
+      item.append(el("code", "", r.uri), document.createTextNode(` — ${r.name}${r.description ? `: ${r.description}` : ""}`));
+      list.append(item);
+    }
+    li.append(details(`${server.resources.length} resource(s)`, list));
+  }
+  if (server.prompts && server.prompts.length) {
+    const list = el("ul");
+    for (const p of server.prompts) {
+      const item = el("li");
+      const args = (p.arguments || []).map((a) => a.required ? a.name : `${a.name}?`).join(", ");
+      item.append(el("code", "", `${p.name}(${args})`), document.createTextNode(p.description ? ` — ${p.description}` : ""));
+      list.append(item);
+    }
+    li.append(details(`${server.prompts.length} prompt(s)`, list));
+  }
   if (server.stderr_tail) li.append(details("stderr (last lines)", el("pre", "", server.stderr_tail)));
   const actions = el("div", "actions");
+  if (!server.global) actions.append(allowSwitch(server, null, li));
   const test = button("Test connection", "", async () => {
     test.disabled = true;
     test.textContent = "Testing…";
@@ -85,6 +110,45 @@ function serverItem(server) {
   return li;
 }
 
+// "Allow without asking": the whole server (auto_approve) or one tool (auto_approve_tools).
+function allowSwitch(server, tool, li) {
+  const label = el("label", "allow-switch");
+  const box = document.createElement("input");
+  box.type = "checkbox";
+  const tools = server.auto_approve_tools || [];
+  box.checked = tool === null ? !!server.auto_approve : !!server.auto_approve || tools.includes(tool);
+  box.disabled = tool !== null && !!server.auto_approve;
+  box.addEventListener("change", async () => {
+    const body = tool === null ? { auto_approve: box.checked }
+      : { auto_approve_tools: box.checked ? [...new Set([...tools, tool])] : tools.filter((t) => t !== tool) };
+    try {
+      li.replaceWith(serverItem(await call("PATCH", `/mcp/servers/${server.id}`, body)));
+    } catch (err) {
+      box.checked = !box.checked;
+      toast(`Could not change ${server.name}: ${err.message}`);
+    }
+  });
+  label.append(box, document.createTextNode(tool === null ? " Allow all its tools without asking" : " allow "));
+  label.title = tool === null ? `Run every tool of ${server.name} without asking first` : `Run ${tool} without asking first`;
+  return label;
+}
+
+// The state follows the server: refresh what changed every few seconds (never the item in use).
+async function refresh() {
+  let servers;
+  try {
+    servers = await call("GET", "/mcp/servers");
+  } catch {
+    return;
+  }
+  for (const server of servers) {
+    const item = document.querySelector(`.mcp-server[data-id="${server.id}"]`);
+    const stamp = JSON.stringify([server.state, server.last_error, server.tools, server.enabled, server.resources, server.prompts]);
+    if (!item || item.dataset.stamp === stamp || item.contains(document.activeElement)) continue;
+    item.replaceWith(serverItem(server));
+  }
+}
+
 async function load() {
   const servers = await call("GET", "/mcp/servers");
   $("#mcp-servers").replaceChildren(...servers.map(serverItem));
@@ -110,6 +174,29 @@ function start() {
       toast(`Could not add the server: ${err.message}`);
     }
   });
+  $("#mcp-import").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const errors = $("#mcp-import-errors");
+    errors.replaceChildren();
+    let config;
+    try {
+      config = JSON.parse($("#mcp-import-text").value);
+    } catch (err) {
+      errors.append(el("li", "error", `Not valid JSON (${err.message}); paste the whole {"mcpServers": …} object.`));
+      return;
+    }
+    try {
+      const result = await call("POST", "/mcp/servers/import", config);
+      for (const server of result.servers) $("#mcp-servers").append(serverItem(server));
+      $("#mcp-empty").hidden = !!$("#mcp-servers").children.length;
+      for (const [name, why] of Object.entries(result.errors)) errors.append(el("li", "error", `${name}: ${why}`));
+      if (!Object.keys(result.errors).length) $("#mcp-import").reset();
+      toast(`Imported ${result.servers.length} server(s)${Object.keys(result.errors).length ? "; see the problems below" : ""}.`);
+    } catch (err) {
+      errors.append(el("li", "error", err.message));
+    }
+  });
+  setInterval(refresh, 3000);
   load().then(() => { document.body.dataset.mcpReady = "1"; }).catch((err) => toast(`Could not load the MCP servers: ${err.message}`));
 }
 

@@ -69,3 +69,36 @@ def test_a_working_and_a_broken_server_show_their_state(browser, login_state, na
         expect(page.locator(".mcp-server", has_text=f"broken{scheme}")).to_have_count(0)
     finally:
         context.close()
+
+
+def test_paste_a_config_allow_without_asking_and_live_state(browser, login_state, navi, mcp_server):
+    """Issue 39 items 5 and 7: a pasted Claude Desktop config adds the good server and names the
+    bad one; the allow switch is kept; a server killed while idle turns `failed` without a reload."""
+    import json
+
+    context, page = new_page(browser, login_state, viewport={"width": 390, "height": 800})
+    try:
+        page.goto(f"{navi.url}/settings/")
+        page.wait_for_selector("body[data-mcp-ready='1']")
+        config = {"mcpServers": {"pasted": {"url": mcp_server.url}, "bad name!": {"url": mcp_server.url}}}
+        page.fill("#mcp-import-text", json.dumps(config))
+        page.get_by_role("button", name="Import servers").focus()
+        page.keyboard.press("Enter")
+        expect(page.locator("#mcp-import-errors")).to_contain_text("bad name!:")
+        pasted = page.locator(".mcp-server", has_text="pasted")
+        expect(pasted.locator(".mcp-state")).to_have_text("connected", timeout=20000)
+        switch = pasted.get_by_label("Allow all its tools without asking")
+        switch.focus()
+        page.keyboard.press("Space")
+        expect(page.locator(".mcp-server", has_text="pasted").get_by_label("Allow all its tools without asking")
+               ).to_be_checked()
+        page.fill("#mcp-import-text", "{not json")
+        page.get_by_role("button", name="Import servers").click()
+        expect(page.locator("#mcp-import-errors")).to_contain_text("Not valid JSON")
+        assert not page.evaluate(WIDE)
+        assert not axe_serious(page)
+        mcp_server.stop()  # killed while idle: the page follows without a reload
+        expect(page.locator(".mcp-server", has_text="pasted").locator(".mcp-state")).to_have_text(
+            "failed", timeout=40000)
+    finally:
+        context.close()

@@ -15,11 +15,13 @@ import concurrent.futures
 import contextlib
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import threading
 import time
 from contextlib import AsyncExitStack
+from pathlib import Path
 from typing import Any, Callable
 
 from django.conf import settings
@@ -27,16 +29,29 @@ from django.db import OperationalError, close_old_connections, connections
 from django.utils import timezone
 
 from tools_app import sandbox
-from tools_app.mcp import listing
-from tools_app.mcp.config import ConfigError, ServerConfig, check_url_reachable, connect_timeout, resolve_command
+from tools_app.mcp import listing, transport
+from tools_app.mcp.config import (
+    NAVI_VERSION,
+    ConfigError,
+    ServerConfig,
+    check_url_reachable,
+    connect_timeout,
+    data_dir,
+    is_launcher,
+    resolve_command,
+)
+from tools_app.mcp.paths import check_paths
 from tools_app.models import MCPServer
 
 log = logging.getLogger(__name__)
 
+FIRST_START_MARK = ".navi-started"  # in a launcher's data folder after its first handshake
+PROGRESS_EVERY_S = 5.0
+LIST_CAP = 200  # resources or prompts kept per server
 BACKOFF_MIN_S = 1.0
 BACKOFF_MAX_S = 60.0
 STDERR_TAIL = 2000
-SANDBOX_HOME = "/home/mcp"  # the stdio server's throwaway, writable home inside the sandbox
+SANDBOX_HOME = "/home/mcp"  # the stdio server's home in the sandbox: its own data folder (data_dir)
 # Names no MCP tool may take (the registry's); set when the tool registry is built.
 reserved_names: Callable[[], set[str]] = set
 
@@ -77,6 +92,11 @@ class Connection:
         self.stderr_path = ""
         self.closed_as: str | None = None
         self.on_change: Callable[[Connection], None] | None = None
+        self._slots: asyncio.Semaphore | None = None
+        self.resources: list[dict] = []
+        self.prompts: list[dict] = []
+        self.retrying = False  # it died after it had connected: Navi reconnects by itself
+        self.live = False  # this attempt reached `connected`
 
     # --- lifecycle (hub loop) ---------------------------------------------------------------
     async def ensure(self, wait: float) -> None:
@@ -103,11 +123,22 @@ class Connection:
 
     async def _run(self) -> None:
         """Open, wait for the handshake (bounded), then hold the connection until closed."""
+        self.live = False
         body = asyncio.get_running_loop().create_task(self._body())
         ready = asyncio.ensure_future(self.ready.wait())
-        limit = connect_timeout()
-        done, _ = await asyncio.wait({body, ready}, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
+        limit, first = self._handshake_limit()
+        started = time.monotonic()
+        done: set = set()
+        while not done and time.monotonic() - started < limit:
+            step = min(PROGRESS_EVERY_S, limit - (time.monotonic() - started))
+            done, _ = await asyncio.wait({body, ready}, timeout=step, return_when=asyncio.FIRST_COMPLETED)
+            if not done and first:  # the page shows how far a long first start is
+                self._set("connecting", f"first start of {self.config.command}: it downloads the server; "
+                          f"{time.monotonic() - started:.0f} s of at most {limit:g} s")
         ready.cancel()
+        if done and first and self.state == "connected":
+            with contextlib.suppress(OSError):
+                (data_dir(self.config.id) / FIRST_START_MARK).touch()
         if not done:
             body.cancel()
             with contextlib.suppress(BaseException):
@@ -120,7 +151,7 @@ class Connection:
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001 - any failure is the server's state, never a crash
-            self._fail(self._explain(exc))
+            self._fail(self._explain(exc), retry=self.live)  # it died after connecting: retried
             return
         if self.state == "failed":
             return
@@ -130,6 +161,15 @@ class Connection:
             self._set(self.closed_as, "")
         else:
             self.state = "disabled"  # closed by Navi (reconnect, new settings, shutdown): nothing to report
+
+    def _handshake_limit(self) -> tuple[float, bool]:
+        """The handshake's time limit, and whether it is a launcher's first start (npx, uvx:
+        it downloads the package into the server's data folder, which keeps it for next time)."""
+        config = self.config
+        if config.transport == "stdio" and is_launcher(config.command):
+            if not (data_dir(config.id) / FIRST_START_MARK).exists():
+                return max(connect_timeout(), float(getattr(settings, "MCP_FIRST_START_TIMEOUT_S", 180.0))), True
+        return connect_timeout(), False
 
     def _explain(self, exc: BaseException) -> str:
         """The failure, with where and what to check."""
@@ -145,44 +185,112 @@ class Connection:
 
     async def _body(self) -> None:
         async with AsyncExitStack() as stack:
-            transport = await self._transport(stack)
+            streams = await self._transport(stack)
             from mcp import Client
 
-            client = Client(transport, mode="legacy", cache=None, message_handler=self._on_message,
+            client = Client(streams, mode="legacy", cache=None, message_handler=self._on_message,
                             client_info=_client_info())
             await stack.enter_async_context(client)
             self.client = client
             try:
                 self._absorb((await client.list_tools()).tools)
-                self.failures = 0
+                await self._list_extras(client)
+                self.failures, self.retrying, self.live = 0, False, True
                 self._set("connected", "")
                 self.ready.set()
-                await self.closing.wait()
+                await self._watch(client)
             finally:
                 self.client = None
+
+    async def _watch(self, client: Any) -> None:
+        """Hold the connection until closed; ping the server every MCP_PING_INTERVAL_S, so one
+        that died or hangs while idle shows `failed` (a stdio program's exit is seen at once)."""
+        from mcp.shared.exceptions import MCPError
+
+        interval = float(getattr(settings, "MCP_PING_INTERVAL_S", 10.0))
+        while not self.closing.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.closing.wait(), interval)
+                return
+            try:
+                await asyncio.wait_for(client.send_ping(), interval)
+            except MCPError as exc:
+                if is_connection_lost(exc):
+                    return self._fail_idle(f"the connection closed ({describe(exc)})")
+                # any other answer (e.g. "method not found") is an answer: it is alive
+            except asyncio.TimeoutError:
+                return self._fail_idle(f"it did not answer a ping within {interval:g} s")
+            except Exception as exc:  # noqa: BLE001 - any failure of a ping is the server's state
+                return self._fail_idle(f"a ping failed ({describe(exc)})")
+
+    def _fail_idle(self, why: str) -> None:
+        where = self.config.url if self.config.transport == "http" else "the program"
+        self._fail(f"the server stopped answering: {why}. Check that {where} is running; Navi tries again "
+                   "by itself, or press Test", retry=True)
+
+    async def _list_extras(self, client: Any) -> None:
+        """Its resources and prompts (first page each), when it offers them; a failure here is
+        logged, the tools still work."""
+        caps = client.server_capabilities
+        try:
+            if getattr(caps, "resources", None) is not None:
+                listed = (await client.list_resources()).resources[:LIST_CAP]
+                self.resources = [{"uri": str(r.uri), "name": r.name, "description": (r.description or "")[:300],
+                                   "mime_type": r.mime_type or ""} for r in listed]
+            if getattr(caps, "prompts", None) is not None:
+                listed = (await client.list_prompts()).prompts[:LIST_CAP]
+                self.prompts = [{"name": p.name, "description": (p.description or "")[:300], "arguments": [
+                    {"name": a.name, "required": bool(a.required), "description": (a.description or "")[:200]}
+                    for a in p.arguments or []]} for p in listed]
+        except Exception as exc:  # noqa: BLE001 - optional lists; the tools are what matters
+            log.info("MCP server %s: listing resources/prompts failed: %s", self.config.name, exc)
+
+    async def read_resource(self, uri: str) -> Any:
+        return await self._request(lambda client: client.read_resource(uri))
+
+    async def get_prompt(self, name: str, arguments: dict[str, str]) -> Any:
+        return await self._request(lambda client: client.get_prompt(name, arguments))
+
+    async def _request(self, send: Callable[[Any], Any]) -> Any:
+        await self.ensure(connect_timeout())
+        async with self.slots():
+            client = self.client
+            if self.state != "connected" or client is None:
+                raise Unavailable(self.unavailable_reason())
+            return await send(client)
 
     async def _transport(self, stack: AsyncExitStack) -> Any:
         if self.config.transport == "http":
             addresses = await check_url_reachable(self.config.url)
             from mcp.client.streamable_http import streamable_http_client
 
-            http = pinned_http_client(self.config.url, addresses, dict(self.config.headers))
+            limit = transport.max_response_bytes()
+            http = pinned_http_client(self.config.url, addresses, dict(self.config.headers), limit=limit)
             await stack.enter_async_context(http)
-            # One answer may be big (a 20 MB result is read, then cut for the model); past this it fails.
-            biggest = int(getattr(settings, "MCP_MAX_RESPONSE_MB", 64)) * 1024 * 1024
-            return streamable_http_client(self.config.url, http_client=http, max_sse_event_size=biggest)
-        from mcp.client.stdio import StdioServerParameters, stdio_client
-
+            return streamable_http_client(self.config.url, http_client=http, max_sse_event_size=limit)
         argv = stdio_argv(self.config)
-        fd, self.stderr_path = tempfile.mkstemp(prefix=f"navi-mcp-{self.config.id}-", suffix=".stderr")
-        errlog = os.fdopen(fd, "w+")
+        if not self.stderr_path:  # one file per connection, truncated at each start, removed by drop()
+            fd, self.stderr_path = tempfile.mkstemp(prefix=f"navi-mcp-{self.config.id}-", suffix=".stderr")
+            os.close(fd)
+        errlog = open(self.stderr_path, "w+")  # noqa: SIM115 - closed by the exit stack
         stack.callback(errlog.close)
         cgroup = sandbox.PidsCgroup.for_root(stdio_limits().processes) if _sandboxed() else None
         if cgroup is not None:
+            cap_cgroup_memory(cgroup)
             argv = cgroup.wrap(argv)
             stack.callback(cgroup.remove)
-        params = StdioServerParameters(command=argv[0], args=argv[1:], env=_stdio_env(self.config), cwd="/")
-        return stdio_client(params, errlog=errlog)
+        return transport.stdio_transport(argv, _stdio_env(self.config), errlog,
+                                         limit=transport.max_response_bytes(), on_exit=self._exited)
+
+    def _exited(self, returncode: int | None) -> None:
+        """The stdio program ended while Navi still held the connection: failed, with why."""
+        if self.closing is None or self.closing.is_set():
+            return
+        how = f"exit code {returncode}" if returncode is not None and returncode >= 0 else (
+            f"killed by signal {-returncode}" if returncode is not None else "no exit code")
+        self._fail(f"the program exited ({how}); see its stderr below. Navi starts it again by itself "
+                   "after a pause, or press Test", retry=True)
+        self.closing.set()
 
     def _absorb(self, tools: list[Any]) -> None:
         self.tools = list(tools)
@@ -207,14 +315,27 @@ class Connection:
     # --- calls (hub loop) -------------------------------------------------------------------
     async def call(self, tool: str, arguments: dict) -> Any:
         await self.ensure(connect_timeout())
-        client = self.client
-        if self.state != "connected" or client is None:
-            raise Unavailable(self.unavailable_reason())
+        # At most MCP_MAX_CONCURRENT_CALLS at a time per server: one user's slow or hostile
+        # server holds a bounded share of the hub (and of the memory its answers may take).
+        async with self.slots():
+            client = self.client
+            if self.state != "connected" or client is None:
+                raise Unavailable(self.unavailable_reason())
+            return await self._call(client, tool, arguments)
+
+    def slots(self) -> asyncio.Semaphore:
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(max(1, int(getattr(settings, "MCP_MAX_CONCURRENT_CALLS", 4))))
+        return self._slots
+
+    async def _call(self, client: Any, tool: str, arguments: dict) -> Any:
         try:
             return await client.call_tool(tool, arguments)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
+            if is_too_large(exc):
+                raise
             if is_connection_lost(exc):
                 self._fail(f"the connection broke during a call: {describe(exc)}")
                 if self.closing is not None:
@@ -229,18 +350,42 @@ class Connection:
         return f"MCP server '{self.config.name}' is not connected: {self.error or self.state}.{again}"
 
     # --- state --------------------------------------------------------------------------------
-    def _fail(self, message: str) -> None:
+    def _fail(self, message: str, *, retry: bool = False) -> None:
+        """Failed, with why; a server that was in use (`retry`) is tried again after the backoff,
+        and so on while it stays down, so its state follows it back to `connected`."""
         self.failures += 1
         delay = min(BACKOFF_MAX_S, BACKOFF_MIN_S * (2 ** (self.failures - 1)))
         self.retry_at = time.monotonic() + delay
+        self.retrying = self.retrying or retry
         self._set("failed", message)
         if self.ready is not None:
             self.ready.set()  # wakes whoever waits for this attempt (the state says how it ended)
+        if self.retrying:
+            loop = asyncio.get_running_loop()
+            loop.call_later(delay, lambda: loop.create_task(self._retry()))
+
+    async def _retry(self) -> None:
+        current = _hub is not None and _hub.connections.get(self.config.id) is self
+        if current and self.retrying and self.closed_as is None and self.state == "failed":
+            self.retry_at = 0.0  # the timer may fire a hair before retry_at
+            await self.ensure(0)
 
     def _set(self, state: str, error: str) -> None:
         self.state, self.error = state, error
         if self.on_change is not None:
             self.on_change(self)
+
+    def public_error(self) -> str:
+        """The error the page shows: the failure, or the tools that are not offered."""
+        if self.state == "connected" and self.problems:
+            return f"{len(self.problems)} of its tools are not offered: " + "; ".join(
+                f"{name}: {problem}" for name, problem in self.problems.items())
+        return self.error
+
+    def remove_stderr(self) -> None:
+        if self.stderr_path:
+            with contextlib.suppress(OSError):
+                os.unlink(self.stderr_path)
 
     def stderr_tail(self) -> str:
         if not self.stderr_path:
@@ -253,10 +398,11 @@ class Connection:
         return ""
 
 
-def pinned_http_client(url: str, addresses: list[str], headers: dict[str, str]) -> Any:
+def pinned_http_client(url: str, addresses: list[str], headers: dict[str, str], *, limit: int) -> Any:
     """The SDK's HTTP client for one server, connecting only to `addresses` (those the SSRF
     check passed, in order) while speaking to the URL's host (Host header, TLS SNI and
-    certificate), so a second DNS answer is never used; no proxies from the environment."""
+    certificate), so a second DNS answer is never used; no proxies from the environment.
+    Every body is counted as it arrives and cut at `limit` bytes."""
     import httpx2
     from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 
@@ -264,6 +410,9 @@ def pinned_http_client(url: str, addresses: list[str], headers: dict[str, str]) 
 
     class Pinned(httpx2.AsyncHTTPTransport):
         async def handle_async_request(self, request):
+            return transport.capped_response(await self._pinned(request), limit)
+
+        async def _pinned(self, request):
             if request.url.host != host:
                 return await super().handle_async_request(request)
             extensions = dict(request.extensions)
@@ -283,6 +432,14 @@ def pinned_http_client(url: str, addresses: list[str], headers: dict[str, str]) 
                               timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT))
 
 
+def is_too_large(exc: BaseException) -> bool:
+    """The server's answer passed MCP_MAX_RESPONSE_MB (a JSON body, an SSE event, a stdio line)."""
+    from mcp.shared.exceptions import MCPError
+
+    exc = first_error(exc)
+    return isinstance(exc, MCPError) and transport.is_too_large(exc.error.message)
+
+
 def is_connection_lost(exc: BaseException) -> bool:
     from mcp.shared.exceptions import MCPError
 
@@ -295,7 +452,7 @@ def is_connection_lost(exc: BaseException) -> bool:
 def _client_info() -> Any:
     from mcp.types import Implementation
 
-    return Implementation(name="navi", version="1")
+    return Implementation(name="navi", version=NAVI_VERSION)
 
 
 # --- stdio: the sandbox -------------------------------------------------------------------------
@@ -306,10 +463,17 @@ def _sandboxed() -> bool:
 def stdio_argv(config: ServerConfig) -> list[str]:
     """The command line of a stdio server: inside the tools' bubblewrap sandbox and prlimit
     caps, no network unless allowed, only the folders its config names visible (read-only)."""
+    home = data_dir(config.id)
+    # Also rows saved before the rule, or by hand.
+    check_paths([*config.paths, *config.writable_paths], config.owner_id, allowed=(home,))
     program = resolve_command(config.command)
     argv = [program, *config.args]
     if not _sandboxed():
         return argv
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    binds = [(str(home), SANDBOX_HOME)] + [(p, p) for p in config.writable_paths]
+    for path in config.writable_paths:
+        Path(path).mkdir(mode=0o700, parents=True, exist_ok=True)
     bwrap = sandbox.bwrap_binary()
     if bwrap is None:
         raise ConfigError(sandbox.missing_bwrap("a stdio MCP server"))
@@ -318,20 +482,40 @@ def stdio_argv(config: ServerConfig) -> list[str]:
     real = os.path.realpath(program)
     if real.startswith(sys.prefix.rstrip("/") + "/") or program.startswith(sys.prefix.rstrip("/") + "/"):
         ro_binds.append((sys.prefix, sys.prefix))  # a program pip installed into Navi's own venv
+        real_prefix = os.path.realpath(sys.prefix)
+        if real_prefix != sys.prefix:  # a linked venv: its scripts' #! lines name the real folder
+            ro_binds.append((real_prefix, real_prefix))
         python = sys.executable
     prefix = sandbox.bwrap_argv(
         bwrap, SANDBOX_HOME, network=config.network, throwaway_workspace=True, python=python,
-        ro_binds=ro_binds, env=dict(config.env),
+        binds=binds, ro_binds=ro_binds, env=dict(config.env),
     )
-    return stdio_limits().wrap(prefix + argv)
+    return limited(prefix + argv)
 
 
 def stdio_limits() -> sandbox.Limits:
-    """The tools' caps (SANDBOX_*), with the address space of MCP_STDIO_MEMORY_MB: a server lives
-    long, and Node's V8 reserves far more address space than it uses (1 GB kills it at start)."""
+    """The tools' caps (SANDBOX_*), with the memory of MCP_STDIO_MEMORY_MB: a server lives long."""
     tools = sandbox.Limits.for_tools()
-    memory = int(getattr(settings, "MCP_STDIO_MEMORY_MB", 4096)) * 1024 * 1024
+    memory = int(getattr(settings, "MCP_STDIO_MEMORY_MB", 2048)) * 1024 * 1024
     return sandbox.Limits(memory=max(memory, tools.memory), file_size=tools.file_size, processes=tools.processes)
+
+
+def limited(argv: list[str]) -> list[str]:
+    """`argv` under prlimit. Memory is capped by RLIMIT_DATA (what a process writes: heap,
+    buffers), not the address space the tools' RLIMIT_AS caps: V8 reserves far more address
+    space than it uses, and Node's WebAssembly-based fetch() fails under any sane RLIMIT_AS."""
+    limits = stdio_limits()
+    binary = shutil.which("prlimit")
+    if binary is None:
+        log.warning("prlimit (util-linux) is missing: stdio MCP servers run without memory and file-size limits")
+        return argv
+    return [binary, f"--data={limits.memory}", f"--fsize={limits.file_size}", "--core=0", "--", *argv]
+
+
+def cap_cgroup_memory(cgroup: sandbox.PidsCgroup) -> None:
+    """Also cap the whole process tree in its cgroup (v2 memory.max) where the controller is on."""
+    with contextlib.suppress(OSError):
+        (cgroup.path / "memory.max").write_text(str(stdio_limits().memory))
 
 
 def _stdio_env(config: ServerConfig) -> dict[str, str]:
@@ -339,8 +523,10 @@ def _stdio_env(config: ServerConfig) -> dict[str, str]:
     TERM and USER from the server's own; they are replaced so bwrap's environment (which the
     sandbox can read as /proc/1/environ) holds nothing of the server's, only the tool's."""
     neutral = {"LOGNAME": "mcp", "USER": "mcp", "SHELL": "/bin/sh", "TERM": "dumb"}
-    if not _sandboxed():
-        return sandbox.safe_env(SANDBOX_HOME, {**neutral, **dict(config.env)})
+    if not _sandboxed():  # no sandbox: its data folder is its home on the host
+        home = data_dir(config.id)
+        home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return sandbox.safe_env(home, {**neutral, **dict(config.env)})
     return sandbox.sandbox_env(SANDBOX_HOME, {**neutral, **dict(config.env)})
 
 
@@ -372,6 +558,7 @@ class Hub:
         conn = self.connections.get(config.id)
         if conn is not None and conn.config.connection_key() != config.connection_key():
             await conn.close()
+            conn.remove_stderr()
             conn = None
         if conn is None:
             conn = Connection(config)
@@ -398,6 +585,7 @@ class Hub:
         conn = self.connections.pop(server_id, None)
         if conn is not None:
             await conn.close(state)
+            conn.remove_stderr()
 
     async def close_all(self) -> None:
         for server_id in list(self.connections):
@@ -406,14 +594,13 @@ class Hub:
 
 def _save_state(conn: Connection) -> None:
     """Write the state to the row (another process's page reads it), off the hub loop."""
-    tools = [{"name": s.name, "description": s.summary[:300]} for s in conn.specs]
+    tools = [{"name": s.name, "description": s.summary[:300], "read_only": s.read_only, "destructive": s.destructive}
+             for s in conn.specs]
     tools += [{"name": name, "description": "", "problem": problem} for name, problem in conn.problems.items()]
-    error = conn.error
-    if conn.state == "connected" and conn.problems:
-        error = f"{len(conn.problems)} of its tools are not offered: " + "; ".join(
-            f"{name}: {problem}" for name, problem in conn.problems.items())
+    error = conn.public_error()
     fields = {
-        "state": conn.state, "last_error": error[:4000], "tools": tools,
+        "state": conn.state, "last_error": error[:4000], "tools": tools, "resources": conn.resources,
+        "prompts": conn.prompts,
         "stderr_tail": conn.stderr_tail(), "state_at": timezone.now(),
     }
     _writer.submit(_write_state, conn.config.id, fields)
@@ -448,6 +635,17 @@ def get_hub() -> Hub:
         if _hub is None:
             _hub = Hub()
         return _hub
+
+
+def live_state(server_id: int) -> tuple[str, str] | None:
+    """This process's own state of a server it holds a connection to (state, error), or None.
+    Each process answers with what it sees: another process (a `navi_mcp serve` with other
+    settings, another worker) writing the row cannot make this one's state wrong."""
+    hub = _hub
+    conn = hub.connections.get(server_id) if hub is not None else None
+    if conn is None or conn.task is None or conn.state not in ("connecting", "connected", "failed"):
+        return None
+    return conn.state, conn.public_error()
 
 
 def flush_state_writes() -> None:

@@ -12,6 +12,8 @@ from django.conf import settings
 
 from navi_project import netguard
 
+# What Navi says it is to MCP peers (clientInfo here, serverInfo at /mcp).
+NAVI_VERSION = "2026.11"
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
 SEPARATOR = "__"
 # Names the model sees are `<server>__<tool>`; OpenAI-style APIs cap function names at 64.
@@ -64,7 +66,7 @@ def check_fields(data: dict[str, Any]) -> dict[str, Any]:
     if transport not in ("stdio", "http"):
         raise ConfigError('transport must be "stdio" or "http"')
     clean["transport"] = transport
-    for key in ("args", "paths", "profiles", "tool_allowlist", "auto_approve_tools"):
+    for key in ("args", "paths", "writable_paths", "profiles", "tool_allowlist", "auto_approve_tools"):
         if key in data:
             clean[key] = _str_list(data[key], key)
     for key in ("env", "headers"):
@@ -128,8 +130,18 @@ def mask(value: str) -> str:
     return f"{value[:3]}••••{value[-2:]}"
 
 
+# A header or variable whose name says it holds a secret; the others (X-Team, TZ) are shown.
+SECRET_NAME_RE = re.compile(r"auth|token|key|secret|pass|cookie|session|credential|bearer|signature|private",
+                            re.IGNORECASE)
+
+
+def is_secret(name: str, value: str = "") -> bool:
+    return bool(SECRET_NAME_RE.search(name) or SECRET_NAME_RE.search(value.split(" ", 1)[0]))
+
+
 def masked(values: dict[str, str]) -> dict[str, str]:
-    return {key: mask(value) for key, value in (values or {}).items()}
+    """Secrets masked, plain values (a team header, a time zone) shown as they are."""
+    return {key: mask(value) if is_secret(key, value) else value for key, value in (values or {}).items()}
 
 
 @dataclass(frozen=True)
@@ -148,6 +160,7 @@ class ServerConfig:
     headers: tuple[tuple[str, str], ...] = ()
     network: bool = False
     paths: tuple[str, ...] = ()
+    writable_paths: tuple[str, ...] = ()
     profiles: tuple[str, ...] = ()
     tool_allowlist: tuple[str, ...] = ()
     auto_approve: bool = False
@@ -159,14 +172,31 @@ class ServerConfig:
             id=row.pk, name=row.name, transport=row.transport, owner_id=row.owner_id, command=row.command,
             args=tuple(row.args or ()), env=tuple(sorted((row.env or {}).items())), url=row.url,
             headers=tuple(sorted((row.headers or {}).items())), network=row.network, paths=tuple(row.paths or ()),
+            writable_paths=tuple(row.writable_paths or ()),
             profiles=tuple(row.profiles or ()), tool_allowlist=tuple(row.tool_allowlist or ()),
             auto_approve=row.auto_approve, auto_approve_tools=tuple(row.auto_approve_tools or ()),
         )
 
     def connection_key(self) -> tuple:
         """The fields that need a new connection when they change."""
-        return (self.transport, self.command, self.args, self.env, self.url, self.headers, self.network, self.paths)
+        return (self.transport, self.command, self.args, self.env, self.url, self.headers, self.network, self.paths,
+                self.writable_paths)
 
 
 def connect_timeout() -> float:
     return float(getattr(settings, "MCP_CONNECT_TIMEOUT_S", 10.0))
+
+
+LAUNCHERS = ("npx", "uvx", "bunx", "pnpx", "pipx")
+
+
+def is_launcher(command: str) -> bool:
+    """A command that downloads the server on its first start (npx -y pkg, uvx pkg)."""
+    return command.rsplit("/", 1)[-1] in LAUNCHERS
+
+
+def data_dir(server_id: int):
+    """A stdio server's own persistent, writable folder (its HOME in the sandbox)."""
+    from pathlib import Path
+
+    return Path(settings.MCP_DATA_DIR) / str(int(server_id))

@@ -23,6 +23,8 @@ class ToolSpec:
     description: str  # as the model reads it (naming the server)
     parameters: dict[str, Any]
     summary: str = ""  # the server's own description, for the page
+    read_only: bool = False  # annotations.readOnlyHint (a hint from the server)
+    destructive: bool = False  # annotations.destructiveHint (the spec's default is true; only an explicit true counts)
 
 
 def schema_problem(schema: Any) -> str | None:
@@ -48,6 +50,9 @@ def build(server: str, tools: Iterable[Any], reserved: set[str]) -> tuple[list[T
         name = offered_name(server, remote)
         schema = tool.input_schema if tool.input_schema is not None else {"type": "object", "properties": {}}
         problem = schema_problem(schema)
+        execution = getattr(tool, "execution", None)
+        if problem is None and getattr(execution, "task_support", None) == "required":
+            problem = "it can only be called as a task (taskSupport: required), which Navi does not support yet"
         if problem is None and name in reserved:
             problem = f"its name {name!r} is already a built-in tool's; rename the server"
         if problem is None and name in taken:
@@ -59,5 +64,9 @@ def build(server: str, tools: Iterable[Any], reserved: set[str]) -> tuple[list[T
         schema = dict(schema)
         schema.setdefault("type", "object")
         description = (tool.description or tool.title or remote).strip()[:DESCRIPTION_CAP]
-        specs.append(ToolSpec(name, remote, f"[MCP server {server}] {description}", schema, description))
+        hints = getattr(tool, "annotations", None)
+        read_only = getattr(hints, "read_only_hint", None) is True
+        destructive = getattr(hints, "destructive_hint", None) is True and not read_only
+        specs.append(ToolSpec(name, remote, f"[MCP server {server}] {description}", schema, description,
+                              read_only=read_only, destructive=destructive))
     return specs, problems

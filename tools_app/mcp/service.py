@@ -15,39 +15,88 @@ from tools_app.mcp.config import (
     check_name,
     check_transport,
     connect_timeout,
+    data_dir,
     mask,
     masked,
 )
+from tools_app.mcp.paths import check_paths
 from tools_app.models import MCPServer
 from tools_app.permissions import PERMISSION
 
-EDITABLE = ("transport", "command", "args", "env", "url", "headers", "network", "paths", "enabled", "profiles",
-            "tool_allowlist", "auto_approve", "auto_approve_tools")
+EDITABLE = ("transport", "command", "args", "env", "url", "headers", "network", "paths", "writable_paths", "enabled",
+            "profiles", "tool_allowlist", "auto_approve", "auto_approve_tools")
+
+
+IMPORT_MAX = 50
+# What a Claude Desktop / LibreChat / VS Code entry may hold; "type" says the transport.
+CLAUDE_KEYS = {"command", "args", "env", "url", "headers", "type", "disabled"}
+
+
+def from_claude_entry(name: Any, entry: Any) -> dict[str, Any]:
+    """One `mcpServers` entry as a POST /mcp/servers body (ConfigError says what is wrong)."""
+    if not isinstance(entry, dict):
+        raise ConfigError('each entry must be an object: {"command", "args", "env"} or {"url", "headers"}')
+    unknown = set(entry) - CLAUDE_KEYS
+    if unknown:
+        raise ConfigError(f"unknown field(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(CLAUDE_KEYS))}")
+    kind = entry.get("type")
+    if kind == "sse":
+        raise ConfigError("the old SSE transport is not supported; give the server's streamable-HTTP URL "
+                          "(often the same host, path /mcp) instead")
+    if kind not in (None, "stdio", "http", "streamable-http", "streamableHttp"):
+        raise ConfigError(f'type {kind!r} is not known; use "stdio" or "http" (streamable HTTP)')
+    has_url, has_command = "url" in entry, "command" in entry
+    if has_url == has_command:
+        raise ConfigError('give either "command" (a program run here, stdio) or "url" (an HTTP server), not both')
+    body: dict[str, Any] = {"name": name}
+    if has_url:
+        body.update(transport="http", url=entry["url"], headers=entry.get("headers", {}))
+        stray = [key for key in ("args", "env") if key in entry]
+    else:
+        body.update(transport="stdio", command=entry["command"], args=entry.get("args", []), env=entry.get("env", {}))
+        stray = [key for key in ("headers",) if key in entry]
+    if stray:
+        raise ConfigError(f"{', '.join(stray)} do(es) not apply to a {body['transport']} server; remove it")
+    if "disabled" in entry:
+        if not isinstance(entry["disabled"], bool):
+            raise ConfigError("disabled must be true or false")
+        body["enabled"] = not entry["disabled"]
+    return body
 
 
 def state_of(server: MCPServer) -> str:
-    return MCPServer.State.DISABLED if not server.enabled else server.state
+    if not server.enabled:
+        return MCPServer.State.DISABLED
+    live = mcp_client.live_state(server.pk)
+    return live[0] if live else server.state
+
+
+def error_of(server: MCPServer) -> str:
+    live = mcp_client.live_state(server.pk) if server.enabled else None
+    return live[1][:4000] if live else server.last_error
 
 
 def as_json(server: MCPServer, *, detail: bool = True) -> dict[str, Any]:
     """The REST shape (DESIGN §9), secrets masked; `detail` adds the configuration."""
     data: dict[str, Any] = {
         "id": server.pk, "name": server.name, "transport": server.transport, "enabled": server.enabled,
-        "state": state_of(server), "tools": [dict(t) for t in server.tools or []], "last_error": server.last_error,
+        "state": state_of(server), "tools": [dict(t) for t in server.tools or []], "last_error": error_of(server),
+        "resources": list(server.resources or []), "prompts": list(server.prompts or []),
         "global": server.owner_id is None,
     }
     if detail:
         data.update({
             "stderr_tail": server.stderr_tail, "command": server.command, "args": list(server.args or []),
             "env": masked(server.env), "url": server.url, "headers": masked(server.headers),
-            "network": server.network, "paths": list(server.paths or []), "profiles": list(server.profiles or []),
+            "network": server.network, "paths": list(server.paths or []),
+            "writable_paths": list(server.writable_paths or []), "profiles": list(server.profiles or []),
             "tool_allowlist": list(server.tool_allowlist or []), "auto_approve": server.auto_approve,
             "auto_approve_tools": list(server.auto_approve_tools or []),
             "state_at": server.state_at.isoformat() if server.state_at else None,
         })
     if server.owner_id is None and detail:
         # Offered to everyone: how it runs is the admin's business, not every user's.
-        for key in ("command", "args", "env", "url", "headers", "paths", "stderr_tail"):
+        for key in ("command", "args", "env", "url", "headers", "paths", "writable_paths", "stderr_tail"):
             data.pop(key, None)
     return data
 
@@ -85,6 +134,9 @@ def save(server: MCPServer, data: dict[str, Any], user, *, creating: bool) -> MC
             "machine); add an http server instead, or ask the owner"
         )
     check_transport(server.transport, server.command, server.url)
+    if server.transport == MCPServer.Transport.STDIO:
+        own = (data_dir(server.pk),) if server.pk else ()
+        check_paths([*(server.paths or []), *(server.writable_paths or [])], server.owner_id, allowed=own)
     if MCPServer.objects.filter(owner__isnull=True, name=server.name).exclude(pk=server.pk).exists():
         raise ConfigError(f"a global server is already called {server.name!r}; choose another name")
     server.state, server.last_error = MCPServer.State.CONNECTING, ""
@@ -111,5 +163,6 @@ def health_for(user) -> dict[str, Any]:
     """/health's `mcp` key: the enabled servers this user may use that fail, with the reason."""
     rows = MCPServer.objects.filter(enabled=True).filter(owner__isnull=True) | MCPServer.objects.filter(
         enabled=True, owner=user)
-    failing = [{"id": s.pk, "name": s.name, "last_error": s.last_error} for s in rows if s.state == MCPServer.State.FAILED]
+    failing = [{"id": s.pk, "name": s.name, "last_error": error_of(s)} for s in rows
+               if state_of(s) == MCPServer.State.FAILED]
     return {"status": "failing" if failing else "ok", "servers": rows.count(), "failing": failing}

@@ -26,6 +26,7 @@ from tools_app.builtin.session_files import _copy_in, file_url
 from tools_app.context import current_chat_session_id, current_user_id, emit
 from tools_app.events import FilePublished
 from tools_app.mcp import client as mcp_client
+from tools_app.mcp import transport as mcp_transport
 from tools_app.mcp.config import ServerConfig, connect_timeout
 from tools_app.mcp.listing import ToolSpec
 from tools_app.models import MCPServer
@@ -51,7 +52,10 @@ class MCPTool(Tool):
         self.keywords = f"{config.name} {spec.remote.replace('_', ' ')}"
         self.origin = f"MCP server '{config.name}'"
         allowed = config.auto_approve or spec.remote in config.auto_approve_tools
-        self.default_policy = "allow" if allowed else "ask"
+        # A tool its server marks read-only (readOnlyHint) runs without asking when the owner
+        # trusts such hints (MCP_READ_ONLY_ALLOW); its results are still untrusted data.
+        trusted_hint = spec.read_only and bool(getattr(settings, "MCP_READ_ONLY_ALLOW", False))
+        self.default_policy = "allow" if allowed or trusted_hint else "ask"
 
     async def execute(self, params: dict[str, Any]) -> ToolResult:
         hub = mcp_client.get_hub()
@@ -78,6 +82,10 @@ def _call_error(server: str, tool: str, exc: BaseException) -> str:
     from mcp.shared.exceptions import MCPError
 
     inner = mcp_client.first_error(exc)
+    if mcp_client.is_too_large(inner):
+        return (f"MCP server '{server}' answered {tool} with too much data ({inner.error.message}); the limit is "
+                f"{mcp_transport.max_response_bytes() // (1024 * 1024)} MB (MCP_MAX_RESPONSE_MB). Ask the tool for "
+                "less (a narrower query, a page, a limit), or tell the user; the owner can raise the limit.")
     if mcp_client.is_connection_lost(inner):
         return (f"MCP server '{server}' went away during {tool} ({mcp_client.describe(inner)}); the server may "
                 "have crashed. Navi reconnects on the next call; tell the user if it keeps failing.")
@@ -220,6 +228,31 @@ class MCPProvider:
             if tool.name == name:
                 return tool
         return None
+
+
+def listed(user_id: int) -> list[dict[str, Any]]:
+    """The MCP tools a user's runs may be offered, for GET /agents/tools (sync ORM): with their
+    schema when this process holds the connection, else as the server last listed them."""
+    hub = mcp_client._hub
+    found: list[dict[str, Any]] = []
+    for row in visible_servers(user_id):
+        config = ServerConfig.from_row(row)
+        conn = hub.connections.get(row.pk) if hub is not None else None
+        if conn is not None and conn.specs:
+            specs = [{"name": s.name, "description": s.description, "parameters": s.parameters,
+                      "read_only": s.read_only, "destructive": s.destructive, "remote": s.remote} for s in conn.specs]
+        else:
+            specs = [dict(t, parameters=None, remote=t["name"].split("__", 1)[-1])
+                     for t in row.tools or [] if not t.get("problem")]
+        for spec in specs:
+            if config.tool_allowlist and spec["remote"] not in config.tool_allowlist:
+                continue
+            allowed = row.auto_approve or spec["remote"] in (row.auto_approve_tools or [])
+            found.append({"name": spec["name"], "description": spec["description"], "parameters": spec["parameters"],
+                          "builtin": False, "mcp_server": row.name, "read_only": bool(spec.get("read_only")),
+                          "destructive": bool(spec.get("destructive")), "state": row.state,
+                          "allowed": bool(allowed or (spec.get("read_only") and settings.MCP_READ_ONLY_ALLOW))})
+    return found
 
 
 async def _ensure_all(hub: mcp_client.Hub, configs: list[ServerConfig]) -> None:

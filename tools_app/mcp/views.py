@@ -1,11 +1,15 @@
-"""REST for MCP servers (DESIGN §9): `/mcp/servers`, `/mcp/servers/<id>`, `/mcp/servers/<id>/test`.
+"""REST for MCP servers (DESIGN §9, §10): `/mcp/servers`, `/mcp/servers/<id>`, `/mcp/servers/<id>/test`,
+and `/mcp/servers/import` (Claude Desktop's `mcpServers` JSON).
 
 A user sees their own servers and the global ones (without how those run); another user's
 server is a 404. Only staff with `run_host_tools` may add stdio servers (403)."""
 
 from __future__ import annotations
 
+import shutil
+
 from asgiref.sync import async_to_sync
+from django.conf import settings
 from django.db.models import Q
 from django.http import HttpRequest, JsonResponse
 
@@ -14,7 +18,8 @@ from sessions_app.auth import api_login_required
 from sessions_app.models import profile_model
 from tools_app.mcp import client as mcp_client
 from tools_app.mcp import service
-from tools_app.mcp.config import ConfigError, ServerConfig, check_url_reachable
+from tools_app.mcp.config import ConfigError, ServerConfig, check_url_reachable, connect_timeout, data_dir
+from tools_app.mcp.tools import text_cap
 from tools_app.models import MCPServer
 
 KNOWN = {"name", *service.EDITABLE}
@@ -88,16 +93,46 @@ def _connect_soon(server: MCPServer) -> None:
 def servers(request: HttpRequest) -> JsonResponse:
     if request.method == "GET":
         return JsonResponse([service.as_json(s) for s in _visible(request.user)], safe=False)
-    data = _body(request)
+    server = _create(request, _body(request))
+    _connect_soon(server)
+    return JsonResponse(service.as_json(server), status=201)
+
+
+def _create(request: HttpRequest, data: dict) -> MCPServer:
+    """One server made the way POST /mcp/servers makes it (ApiError when refused)."""
     server = MCPServer(owner=request.user)
     if data.get("transport") == "stdio" and not service.may_run_stdio(request.user):
         raise ApiError(
             "only staff with the 'run host tools' permission may add stdio servers (they run programs on this "
             "machine); add an http server instead, or ask the owner", 403)
     _check_url(data, server, creating=True)
-    server = _save(request, server, data, creating=True)
-    _connect_soon(server)
-    return JsonResponse(service.as_json(server), status=201)
+    return _save(request, server, data, creating=True)
+
+
+@api_login_required
+@json_view("POST")
+def servers_import(request: HttpRequest) -> JsonResponse:
+    """Claude Desktop's `{"mcpServers": {name: {command, args, env} | {url, headers}}}`: each
+    entry checked like POST /mcp/servers; the bad ones are reported by name, the others made."""
+    data = parse_json_body(request, allow_empty=False)
+    entries = data.get("mcpServers")
+    if not isinstance(entries, dict) or not entries:
+        raise ApiError('expected {"mcpServers": {"name": {"command": ..., "args": [...]} or {"url": ...}}}, '
+                       "as in Claude Desktop's claude_desktop_config.json", 400)
+    if len(entries) > service.IMPORT_MAX:
+        raise ApiError(f"{len(entries)} servers at once; import at most {service.IMPORT_MAX} per request", 400)
+    made, errors = [], {}
+    for name, entry in entries.items():
+        try:
+            fields = service.from_claude_entry(name, entry)
+            made.append(_create(request, fields))
+        except ConfigError as exc:
+            errors[name] = str(exc)
+        except ApiError as exc:
+            errors[name] = exc.message
+    for server in made:
+        _connect_soon(server)
+    return JsonResponse({"servers": [service.as_json(s) for s in made], "errors": errors}, status=201)
 
 
 @api_login_required
@@ -107,7 +142,9 @@ def server_detail(request: HttpRequest, server_id: int) -> JsonResponse:
         return JsonResponse(service.as_json(_get(request.user, server_id)))
     server = _own(request.user, server_id)
     if request.method == "DELETE":
+        server_pk = server.pk
         server.delete()
+        shutil.rmtree(data_dir(server_pk), ignore_errors=True)  # its data folder goes with it
         return JsonResponse({"ok": True})
     data = _body(request)
     _check_url(data, server, creating=False)
@@ -123,3 +160,75 @@ def server_test(request: HttpRequest, server_id: int) -> JsonResponse:
     if not server.enabled:
         raise ApiError("the server is disabled; enable it first (PATCH {\"enabled\": true})", 409)
     return JsonResponse(service.as_json(service.test_connection(server)))
+
+
+def _ask_server(request: HttpRequest, server_id: int, make) -> object:
+    """Run one request on the server's connection (this process's hub), as a clear ApiError."""
+    from mcp.shared.exceptions import MCPError
+
+    server = _get(request.user, server_id)
+    if not server.enabled:
+        raise ApiError("the server is disabled; enable it first (PATCH {\"enabled\": true})", 409)
+    hub = mcp_client.get_hub()
+    limit = connect_timeout() + float(getattr(settings, "TOOL_TIMEOUT_S", 60))
+
+    async def go():
+        conn = await hub.connection(ServerConfig.from_row(server))
+        return await make(conn)
+
+    try:
+        return hub.run_sync(go(), limit)
+    except mcp_client.Unavailable as exc:
+        raise ApiError(str(exc), 409) from None
+    except MCPError as exc:
+        raise ApiError(f"MCP server '{server.name}' answered with an error: {exc.error.message}; check the "
+                       "name, URI or arguments against its list", 400) from None
+    except TimeoutError:
+        raise ApiError(f"MCP server '{server.name}' did not answer within {limit:g} s; try again later", 504) from None
+
+
+@api_login_required
+@json_view("GET")
+def server_resource(request: HttpRequest, server_id: int) -> JsonResponse:
+    """`GET /mcp/servers/<id>/resource?uri=...`: one resource's contents (text cut to
+    MCP_MAX_RESULT_CHARS), to attach to a chat; marked as coming from outside."""
+    uri = request.GET.get("uri", "")
+    if not uri or len(uri) > 2000:
+        raise ApiError("give the resource's uri (?uri=..., as listed in the server's resources)", 400)
+    result = _ask_server(request, server_id, lambda conn: conn.read_resource(uri))
+    cap = text_cap()
+    contents = []
+    for item in result.contents:
+        entry = {"uri": str(item.uri), "mime_type": item.mime_type or ""}
+        text = getattr(item, "text", None)
+        if text is not None:
+            entry["text"] = text[:cap]
+            entry["cut"] = len(text) > cap
+        else:
+            entry["bytes"] = len(getattr(item, "blob", "") or "") * 3 // 4
+        contents.append(entry)
+    return JsonResponse({"uri": uri, "untrusted": True, "contents": contents})
+
+
+@api_login_required
+@json_view("POST")
+def server_prompt(request: HttpRequest, server_id: int) -> JsonResponse:
+    """`POST /mcp/servers/<id>/prompt {"name", "arguments"?}`: the prompt's messages (a slash
+    command's text), each cut to MCP_MAX_RESULT_CHARS."""
+    data = parse_json_body(request, allow_empty=False)
+    name, arguments = data.get("name"), data.get("arguments", {})
+    if not isinstance(name, str) or not name or len(name) > 200:
+        raise ApiError("give the prompt's name, as listed in the server's prompts", 400)
+    if not isinstance(arguments, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in arguments.items()):
+        raise ApiError('arguments must be an object of strings, e.g. {"topic": "rust"}', 400)
+    result = _ask_server(request, server_id, lambda conn: conn.get_prompt(name, arguments))
+    cap = text_cap()
+    messages = []
+    for message in result.messages:
+        content = message.content
+        text = getattr(content, "text", None)
+        if text is None:
+            text = f"[{getattr(content, 'type', 'non-text')} content not shown]"
+        messages.append({"role": message.role, "text": text[:cap]})
+    return JsonResponse({"name": name, "description": result.description or "", "untrusted": True,
+                         "messages": messages})

@@ -1,0 +1,111 @@
+"""Issue 39 item 5: `POST /mcp/servers/import` takes Claude Desktop's `mcpServers` JSON (DESIGN
+§10); each entry is checked like `POST /mcp/servers`, a bad one is reported by name and the
+others are made. Also what a stranger, a plain user and malformed bodies get."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.test import Client
+
+from tests.mcp_support import SDKServer, reset_hub, wait_state
+from tools_app.models import MCPServer
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _setup(profiles, settings):
+    settings.HTTP_ALLOWED_HOSTS = ["127.0.0.1"]
+    reset_hub()
+    yield
+    reset_hub()
+
+
+@pytest.fixture
+def test_server(tmp_path):
+    server = SDKServer(tmp_path / "marker.txt")
+    yield server
+    server.stop()
+
+
+def _import(client: Client, body) -> object:
+    data = body if isinstance(body, str) else json.dumps(body)
+    return client.post("/mcp/servers/import", data, content_type="application/json")
+
+
+def test_a_pasted_claude_desktop_config_makes_the_good_servers_and_names_the_bad(owner, owner_client, test_server):
+    config = {
+        "globalShortcut": "Ctrl+Space",  # the rest of claude_desktop_config.json is ignored
+        "mcpServers": {
+            "time": {"command": "mcp-server-time", "args": ["--local-timezone", "UTC"], "env": {"TZ_TOKEN": "t0ps3cr3t-value"}},
+            "web": {"url": test_server.url, "headers": {"Authorization": "Bearer very-secret-token-123", "X-Team": "blue"}},
+            "bad name!": {"command": "mcp-server-time"},
+            "legacy": {"type": "sse", "url": "http://127.0.0.1:9/sse"},
+            "lan": {"url": "http://10.1.2.3/mcp"},
+            "both": {"command": "x", "url": "http://127.0.0.1:9/mcp"},
+            "odd": {"command": "mcp-server-time", "cwd": "/"},
+            "typed": {"command": "mcp-server-time", "args": "--local-timezone UTC"},
+            "ghost": {"command": "no-such-program-anywhere"},
+        },
+    }
+    answer = _import(owner_client, config)
+    assert answer.status_code == 201, answer.content
+    body = answer.json()
+    assert sorted(s["name"] for s in body["servers"]) == ["ghost", "time", "web"]
+    assert set(body["errors"]) == {"bad name!", "legacy", "lan", "both", "odd", "typed"}
+    assert "letters, digits" in body["errors"]["bad name!"]
+    assert "streamable-HTTP URL" in body["errors"]["legacy"]
+    assert "HTTP_ALLOWED_HOSTS" in body["errors"]["lan"] or "private" in body["errors"]["lan"]
+    assert "not both" in body["errors"]["both"] and "cwd" in body["errors"]["odd"]
+    assert "list of strings" in body["errors"]["typed"]
+    text = answer.content.decode()
+    assert "very-secret-token-123" not in text and "t0ps3cr3t-value" not in text
+    web = MCPServer.objects.get(name="web")
+    assert web.owner == owner and web.transport == "http" and web.headers["Authorization"].endswith("123")
+    time_server = MCPServer.objects.get(name="time")
+    assert time_server.transport == "stdio" and time_server.args == ["--local-timezone", "UTC"]
+    assert wait_state(web).state == "connected"
+    # A program that does not exist is made like a manual add, and fails with what to do.
+    ghost = wait_state(MCPServer.objects.get(name="ghost"))
+    assert ghost.state == "failed" and "command not found" in ghost.last_error
+    # Importing again reports the names taken; nothing is doubled.
+    again = _import(owner_client, {"mcpServers": {"web": {"url": test_server.url}}}).json()
+    assert again["servers"] == [] and "already have a server called 'web'" in again["errors"]["web"]
+    assert MCPServer.objects.filter(name="web").count() == 1
+
+
+def test_a_plain_user_may_import_http_servers_but_not_stdio_ones(owner, other_user, test_server):
+    mallory = Client()
+    mallory.force_login(other_user)
+    answer = _import(mallory, {"mcpServers": {
+        "shell": {"command": "/bin/sh", "args": ["-c", "id"]},
+        "web": {"url": test_server.url},
+    }})
+    assert answer.status_code == 201
+    body = answer.json()
+    assert [s["name"] for s in body["servers"]] == ["web"]
+    assert "run host tools" in body["errors"]["shell"]
+    assert not MCPServer.objects.filter(transport="stdio").exists()
+    # The owner does not see mallory's server.
+    owner_client = Client()
+    owner_client.force_login(owner)
+    assert owner_client.get(f"/mcp/servers/{body['servers'][0]['id']}").status_code == 404
+
+
+@pytest.mark.parametrize("body", [
+    "", "not json", "[]", {"servers": {}}, {"mcpServers": []}, {"mcpServers": {}}, {"mcpServers": "x"},
+    {"mcpServers": {f"s{n}": {"url": "http://127.0.0.1:9/mcp"} for n in range(51)}},
+])
+def test_a_malformed_body_is_a_400_and_nothing_is_saved(owner_client, body):
+    answer = _import(owner_client, body)
+    assert answer.status_code == 400, answer.content
+    assert answer.json()["error"]
+    assert not MCPServer.objects.exists()
+
+
+def test_a_stranger_is_refused(client):
+    answer = _import(client, {"mcpServers": {"web": {"url": "http://127.0.0.1:9/mcp"}}})
+    assert answer.status_code in (401, 403)
+    assert not MCPServer.objects.exists()

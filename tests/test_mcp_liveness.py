@@ -1,0 +1,102 @@
+"""Issue 39 item 2 (DESIGN §10): a server's state follows the server. One that dies while idle
+shows `failed` within 30 s with the reason (a stdio program's exit, an HTTP server that stops
+answering pings), comes back by itself, and another process's write cannot overwrite the state
+this process sees."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from asgiref.sync import async_to_sync
+
+from tests.mcp_support import SDKServer, reset_hub
+from tests.test_mcp import _tools
+from tools_app.models import MCPServer
+
+pytestmark = pytest.mark.django_db(transaction=True)
+SERVER_SCRIPT = Path(__file__).resolve().parent / "mcp_test_server.py"
+LIMIT_S = 30  # DESIGN §10
+
+
+@pytest.fixture(autouse=True)
+def _setup(profiles, settings):
+    settings.HTTP_ALLOWED_HOSTS = ["127.0.0.1"]
+    settings.MCP_CONNECT_TIMEOUT_S = 20
+    reset_hub()
+    yield
+    reset_hub()
+
+
+def api_state(client, server_id: int, wanted: str, timeout: float = LIMIT_S) -> dict:
+    """GET /mcp/servers/<id> until its state is `wanted` (what the page and scripts read)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        body = client.get(f"/mcp/servers/{server_id}").json()
+        if body["state"] == wanted or time.monotonic() > deadline:
+            return body
+        time.sleep(0.1)
+
+
+def test_an_http_server_killed_while_idle_shows_failed_and_comes_back(owner, owner_client, tmp_path):
+    server = SDKServer(tmp_path / "marker.txt")
+    try:
+        row = MCPServer.objects.create(owner=owner, name="demo", transport="http", url=server.url)
+        assert async_to_sync(_tools)(owner), "the server did not connect"
+        assert api_state(owner_client, row.pk, "connected")["state"] == "connected"
+        server.stop()  # killed while nobody calls it
+        body = api_state(owner_client, row.pk, "failed")
+        # The ping fails ("stopped answering"), then the retries ("cannot reach"): either says why.
+        assert body["state"] == "failed", body
+        assert "stopped answering" in body["last_error"] or "cannot reach" in body["last_error"], body
+        health = owner_client.get("/health").json()["mcp"]
+        assert health["status"] == "failing" and health["failing"][0]["name"] == "demo"
+        server = SDKServer(tmp_path / "marker2.txt", port=server.port)  # back on the same port
+        assert api_state(owner_client, row.pk, "connected", 90)["state"] == "connected"
+    finally:
+        server.stop()
+
+
+def _pids_running(marker: str) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def test_a_stdio_server_that_dies_while_idle_shows_failed_with_its_exit(owner, owner_client, settings, tmp_path):
+    settings.CODE_EXEC_SANDBOX = "none"  # the watch is the transport's, sandboxed or not
+    marker = str(tmp_path / "stdio-marker.txt")
+    row = MCPServer.objects.create(owner=owner, name="local", transport="stdio", command=sys.executable,
+                                   args=[str(SERVER_SCRIPT), "--stdio", "--marker", marker])
+    assert async_to_sync(_tools)(owner), "the server did not connect"
+    assert api_state(owner_client, row.pk, "connected")["state"] == "connected"
+    pids = _pids_running(marker)
+    assert pids
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    body = api_state(owner_client, row.pk, "failed")
+    assert body["state"] == "failed" and "the program exited (killed by signal 9)" in body["last_error"], body
+
+
+def test_another_process_writing_the_row_does_not_change_this_process_state(owner, owner_client, tmp_path):
+    server = SDKServer(tmp_path / "marker.txt")
+    try:
+        row = MCPServer.objects.create(owner=owner, name="demo", transport="http", url=server.url)
+        assert async_to_sync(_tools)(owner)
+        assert api_state(owner_client, row.pk, "connected")["state"] == "connected"
+        # What a `navi_mcp serve` with other settings (its servers unreachable) writes:
+        MCPServer.objects.filter(pk=row.pk).update(state="failed", last_error="cannot reach it from here")
+        body = owner_client.get(f"/mcp/servers/{row.pk}").json()
+        assert body["state"] == "connected" and body["last_error"] == ""
+        assert owner_client.get("/health").json()["mcp"]["status"] == "ok"
+    finally:
+        server.stop()

@@ -1,0 +1,78 @@
+"""Issue 39 item 1: a Node MCP server (the official TypeScript SDK) runs in the stdio sandbox
+with the default memory cap and its fetch() works — Node's WebAssembly-based HTTP client
+failed under the old address-space cap — while the memory cap still holds."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from tests.mcp_support import reset_hub, wait_state
+from tests.test_mcp import _tool
+from tools_app.models import MCPServer
+
+pytestmark = pytest.mark.django_db(transaction=True)
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = Path(__file__).resolve().parent / "mcp_fetch_server.mjs"
+
+
+@pytest.fixture(autouse=True)
+def _setup(profiles, settings):
+    settings.CODE_EXEC_SANDBOX = "bwrap"
+    settings.MCP_CONNECT_TIMEOUT_S = 30
+    settings.TOOL_TIMEOUT_S = 30
+    reset_hub()
+    yield
+    reset_hub()
+
+
+@pytest.fixture
+def page():
+    """A page on the host's loopback."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's naming
+            body = b"hello from the local page"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/page"
+    httpd.shutdown()
+
+
+async def _node_server(owner) -> MCPServer:
+    return await MCPServer.objects.acreate(
+        owner=owner, name="nodefetch", transport="stdio", command=shutil.which("node") or "node",
+        args=[str(SCRIPT)], paths=[str(SCRIPT.parent), str(ROOT / "node_modules")], network=True, auto_approve=True)
+
+
+async def test_a_node_server_fetches_over_loopback_under_the_default_memory_cap(owner, page):
+    server = await _node_server(owner)
+    tool = await _tool(owner, "nodefetch__fetch_url")
+    assert tool is not None, (await sync_to_async(wait_state)(server)).stderr_tail
+    result = await tool.execute({"url": page})
+    assert result.success and "200 hello from the local page" in result.output, (result, server.stderr_tail)
+    server = await sync_to_async(wait_state)(server)
+    assert server.state == "connected"
+
+
+async def test_the_memory_cap_still_holds(owner, settings):
+    settings.MCP_STDIO_MEMORY_MB = 512
+    settings.SANDBOX_MEMORY_MB = 256  # the cap is the larger of the two
+    await _node_server(owner)
+    tool = await _tool(owner, "nodefetch__eat")
+    assert (await tool.execute({"mb": 64})).output.startswith("ate 64 MB")
+    result = await tool.execute({"mb": 2048})
+    assert not result.success, result.output

@@ -1,0 +1,71 @@
+"""Issue 39 item 6 (last part): a client server's resources and prompts are listed with the
+server, a resource can be read (to attach to a chat) and a prompt fetched (a slash command's
+text) through REST; another user gets 404, bad input a 400 that says what to do."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.test import Client
+
+from tests.mcp_support import SDKServer, reset_hub, wait_state
+from tools_app.models import MCPServer
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _setup(profiles, settings):
+    settings.HTTP_ALLOWED_HOSTS = ["127.0.0.1"]
+    reset_hub()
+    yield
+    reset_hub()
+
+
+@pytest.fixture
+def test_server(tmp_path):
+    server = SDKServer(tmp_path / "marker.txt")
+    yield server
+    server.stop()
+
+
+def _connected(owner_client, url) -> dict:
+    created = owner_client.post("/mcp/servers", json.dumps({"name": "demo", "transport": "http", "url": url}),
+                                content_type="application/json").json()
+    wait_state(MCPServer.objects.get(pk=created["id"]))
+    return owner_client.get(f"/mcp/servers/{created['id']}").json()
+
+
+def test_resources_and_prompts_are_listed_read_and_fetched(owner_client, test_server):
+    server = _connected(owner_client, test_server.url)
+    assert server["state"] == "connected"
+    assert {"uri": "notes://today", "name": "today", "description": "Today's notes.", "mime_type": "text/plain"} in \
+        server["resources"]
+    review = next(p for p in server["prompts"] if p["name"] == "review")
+    assert review["arguments"] == [{"name": "topic", "required": True, "description": ""}]
+    read = owner_client.get(f"/mcp/servers/{server['id']}/resource", {"uri": "notes://today"})
+    assert read.status_code == 200 and read.json()["contents"][0]["text"] == "Buy milk. Call Ada."
+    assert read.json()["untrusted"] is True
+    prompt = owner_client.post(f"/mcp/servers/{server['id']}/prompt",
+                               json.dumps({"name": "review", "arguments": {"topic": "the budget"}}),
+                               content_type="application/json")
+    assert prompt.status_code == 200, prompt.content
+    assert prompt.json()["messages"] == [{"role": "user", "text": "Please review the budget carefully."}]
+
+
+def test_bad_input_and_other_users_are_refused(owner_client, other_user, test_server):
+    server = _connected(owner_client, test_server.url)
+    base = f"/mcp/servers/{server['id']}"
+    assert owner_client.get(f"{base}/resource").status_code == 400
+    missing = owner_client.get(f"{base}/resource", {"uri": "notes://nope"})
+    assert missing.status_code == 400 and "answered with an error" in missing.json()["error"]
+    for body in ({}, {"name": ""}, {"name": "review", "arguments": {"topic": 5}}, {"name": "review", "arguments": []}):
+        answer = owner_client.post(f"{base}/prompt", json.dumps(body), content_type="application/json")
+        assert answer.status_code == 400, body
+    mallory = Client()
+    mallory.force_login(other_user)
+    assert mallory.get(f"{base}/resource", {"uri": "notes://today"}).status_code == 404
+    assert mallory.post(f"{base}/prompt", json.dumps({"name": "review", "arguments": {"topic": "x"}}),
+                        content_type="application/json").status_code == 404
+    assert Client().get(f"{base}/resource", {"uri": "notes://today"}).status_code in (401, 403)
