@@ -339,6 +339,9 @@ APPROVAL_TIMEOUT_S = env.float("APPROVAL_TIMEOUT_S", default=600.0)
 ROUTINE_APPROVAL_TIMEOUT_S = env.float("ROUTINE_APPROVAL_TIMEOUT_S", default=3600.0)
 ROUTINE_MIN_INTERVAL_S = env.int("ROUTINE_MIN_INTERVAL_S", default=60)
 ROUTINES_MAX_PER_USER = env.int("ROUTINES_MAX_PER_USER", default=50)
+# "Run now" (POST /routines/<id>/run) per user: at most this many in the window, then 429.
+ROUTINE_RUN_NOW_MAX = env.int("ROUTINE_RUN_NOW_MAX", default=6)
+ROUTINE_RUN_NOW_WINDOW_S = env.int("ROUTINE_RUN_NOW_WINDOW_S", default=60)
 ROUTINE_CATCH_UP_S = env.int("ROUTINE_CATCH_UP_S", default=6 * 3600)
 # A routine run whose worker has not heart-beaten for this long died with its process: interrupted.
 ROUTINE_STALE_S = env.int("ROUTINE_STALE_S", default=60)

@@ -69,3 +69,39 @@ class TestNumbersOutOfRange:
                                                           '"jitter_s": 3600, "time_zone": "Pacific/Kiritimati"}')
         assert response.status_code == 201, response.content
         assert json.loads(response.content)["next_fires"]
+
+
+class TestRunNowBurst:
+    async def test_a_burst_of_manual_runs_is_mostly_refused_with_429_and_a_clear_message(self, llm, owner, other_user):
+        import asyncio
+
+        from asgiref.sync import sync_to_async
+        from django.test import AsyncClient
+
+        from routines_app import scheduler as sch
+        from routines_app.models import RoutineRun
+        from sessions_app.models import ApiToken
+
+        client = AsyncClient()
+        headers = {"Authorization": f"Bearer {(await sync_to_async(ApiToken.issue)(owner))[1]}"}
+        created = await client.post("/routines", {"name": "n", "instruction": "say hi", "schedule": {"every_s": 3600}},
+                                    content_type="application/json", headers=headers)
+        rid = created.json()["id"]
+        answers = await asyncio.gather(*[client.post(f"/routines/{rid}/run", headers=headers) for _ in range(30)])
+        await sch.get_scheduler().idle()
+        accepted = [a for a in answers if a.status_code == 202]
+        refused = [a for a in answers if a.status_code == 429]
+        assert len(accepted) == 6 and len(refused) == 24, [a.status_code for a in answers]
+        assert "too many manual runs" in refused[0].json()["error"] and "try again in" in refused[0].json()["error"]
+        assert int(refused[0]["Retry-After"]) >= 1
+        assert await RoutineRun.objects.acount() == 6
+
+        # another user's limit is their own
+        other_headers = {"Authorization": f"Bearer {(await sync_to_async(ApiToken.issue)(other_user))[1]}"}
+        theirs = await client.post("/routines", {"name": "n", "instruction": "say hi", "schedule": {"every_s": 3600}},
+                                   content_type="application/json", headers=other_headers)
+        answer = await client.post(f"/routines/{theirs.json()['id']}/run", headers=other_headers)
+        assert answer.status_code == 202
+        # and nobody runs someone else's routine however often they try
+        assert (await client.post(f"/routines/{rid}/run", headers=other_headers)).status_code == 404
+        await sch.get_scheduler().idle()
