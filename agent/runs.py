@@ -34,7 +34,13 @@ from navi_project.logs import bind_run
 from navi_project.redact import server_paths
 from sessions_app import history
 from sessions_app.models import Message, Session
-from tools_app.context import current_approval_timeout_s, current_run_id, current_run_origin, current_stop_event
+from tools_app.context import (
+    current_approval_timeout_s,
+    current_run_id,
+    current_run_origin,
+    current_run_taint,
+    current_stop_event,
+)
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +71,7 @@ class Run:
     rewound: dict | None = None  # the history_rewound frame of an edit or regenerate
     publishing: bool = False  # the publisher task has frames in hand
     origin: str = ""  # who started it: "" a person in a chat, else the starter's word ("routine")
+    taint: str = ""  # the untrusted content its instruction came from ("" when the owner's own)
     approval_timeout_s: float | None = None  # None: APPROVAL_TIMEOUT_S
     listeners: list = field(default_factory=list)  # callables given each published frame
 
@@ -149,15 +156,17 @@ class RunManager:
         origin: str = "",
         approval_timeout_s: float | None = None,
         listeners: list | None = None,
+        taint: str = "",
     ) -> Run:
         """Start a run. mode "message" appends `content`; "edit" replaces user message
         `message_id` (and drops the turns after it) with `content`; "regenerate" answers the
         last user message again (`content` is ignored). Raises RunActive, or HistoryError when
         the edit or regenerate is refused (nothing changed then). `origin` (what tools see in
         `current_run_origin`), `approval_timeout_s` and `listeners` (called with each frame)
-        are for runs nobody watches live."""
+        are for runs nobody watches live; `taint`: the untrusted content `content` came from (the
+        run starts tainted: agent.approvals.RunGuard.start_tainted)."""
         session_id = str(session_id)
-        run = Run(run_id=uuid.uuid4().hex, session_id=session_id, origin=origin,
+        run = Run(run_id=uuid.uuid4().hex, session_id=session_id, origin=origin, taint=taint,
                   approval_timeout_s=approval_timeout_s, listeners=list(listeners or []))
         begun = None
         if mode == "message":  # the claim and the turn's start in one thread hop
@@ -238,6 +247,7 @@ class RunManager:
         current_stop_event.set(run.stop_event)
         current_run_id.set(run.run_id)
         current_run_origin.set(run.origin)
+        current_run_taint.set(run.taint)
         current_approval_timeout_s.set(run.approval_timeout_s)
         bind_run(run.run_id, run.session_id)  # every log line of the run carries its ids
         heartbeat = asyncio.create_task(self._heartbeat(run))
