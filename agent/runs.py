@@ -14,11 +14,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import logging
 import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from asgiref.sync import AsyncToSync, SyncToAsync
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db.models import Q
@@ -47,6 +49,25 @@ log = logging.getLogger(__name__)
 CLAIM_TTL = history.RUN_CLAIM_TTL  # a claim whose owner stopped heart-beating is void
 HEARTBEAT_S = 5.0
 KEEP_FINISHED_S = 120.0  # finished runs stay replayable this long (a reconnect after the end)
+
+
+def _outside_the_request() -> contextvars.Context:
+    """The context a run's task starts in: the caller's, without asgiref's per-request thread.
+    A run started by a REST request outlives it (the client may hang up, `curl -m 3`); its
+    database calls must not go to that request's executor, which closes with the request
+    ("CurrentThreadExecutor already quit", "ThreadSensitiveContext has exited")."""
+    context = contextvars.copy_context()
+    context.run(_forget_request_executor)
+    return context
+
+
+def _forget_request_executor() -> None:
+    sensitive = getattr(SyncToAsync, "thread_sensitive_context", None)
+    if sensitive is not None:
+        sensitive.set(None)
+    executors = getattr(AsyncToSync, "executors", None)
+    if executors is not None and getattr(executors, "current", None) is not None:
+        executors.current = None
 
 
 class RunActive(Exception):
@@ -189,7 +210,8 @@ class RunManager:
         await self.layer.group_add(control_group(session_id), self.channel)
         self.active[session_id] = run
         self.by_id[run.run_id] = run
-        run.task = asyncio.create_task(self._drive(run, content, images, planning, begun), name=f"run-{run.run_id}")
+        run.task = asyncio.create_task(self._drive(run, content, images, planning, begun), name=f"run-{run.run_id}",
+                                       context=_outside_the_request())
         self._tasks.add(run.task)
         run.task.add_done_callback(self._tasks.discard)
         metrics.run_started()

@@ -74,3 +74,16 @@ def test_the_sanitiser_names_the_place_and_walks_deep_values_without_recursion()
     for _ in range(5000):
         cleaned = cleaned[0]
     assert cleaned == "NaN"
+
+
+@pytest.mark.parametrize("body", ['{"content": "hi", "n": NaN}', '{"content": "hi", "n": 1e309}', '{"content": "hi", "n": -Infinity}'])
+def test_a_rest_message_body_holding_one_is_a_400_and_saves_nothing(owner_client, session, body):
+    response = owner_client.post(f"/sessions/{session.pk}/messages", body, content_type="application/json")
+    assert response.status_code == 400 and "not a finite number" in response.json()["error"]
+    assert not Message.objects.filter(session=session).exists()
+
+
+@pytest.mark.parametrize("path", ["/memory", "/routines", "/settings/notify"])
+def test_other_bodies_holding_one_are_a_400(owner_client, path):
+    response = owner_client.post(path, '{"category": "a", "key": "b", "value": NaN}', content_type="application/json")
+    assert response.status_code == 400 and "not a finite number" in response.json()["error"], response.content
