@@ -20,7 +20,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from asgiref.sync import AsyncToSync, SyncToAsync
+from asgiref.sync import AsyncToSync, SyncToAsync, ThreadSensitiveContext
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db.models import Q
@@ -52,22 +52,31 @@ KEEP_FINISHED_S = 120.0  # finished runs stay replayable this long (a reconnect 
 
 
 def _outside_the_request() -> contextvars.Context:
-    """The context a run's task starts in: the caller's, without asgiref's per-request thread.
-    A run started by a REST request outlives it (the client may hang up, `curl -m 3`); its
-    database calls must not go to that request's executor, which closes with the request
-    ("CurrentThreadExecutor already quit", "ThreadSensitiveContext has exited")."""
+    """The context a run's task starts in: the caller's, but never a request's database thread.
+    A REST request runs its sync middleware in a thread of its own and the async view through
+    AsyncToSync, so a run it starts inherits that thread for every database call; the client
+    may hang up (`curl -m 3`) and the thread goes with the request ("CurrentThreadExecutor
+    already quit or is broken"). Such a run uses a thread of its own that never closes;
+    runs started by a socket or the scheduler are left as they are (the shared thread)."""
     context = contextvars.copy_context()
-    context.run(_forget_request_executor)
+    if context.run(_in_a_request):
+        context.run(_use_the_runs_thread)
     return context
 
 
-def _forget_request_executor() -> None:
-    sensitive = getattr(SyncToAsync, "thread_sensitive_context", None)
-    if sensitive is not None:
-        sensitive.set(None)
+# asgiref gives every ThreadSensitiveContext one thread; this one is never exited.
+_RUNS_THREAD = ThreadSensitiveContext()
+
+
+def _in_a_request() -> bool:
     executors = getattr(AsyncToSync, "executors", None)
-    if executors is not None and getattr(executors, "current", None) is not None:
-        executors.current = None
+    return (getattr(executors, "current", None) is not None
+            or SyncToAsync.thread_sensitive_context.get(None) is not None)
+
+
+def _use_the_runs_thread() -> None:
+    SyncToAsync.thread_sensitive_context.set(_RUNS_THREAD)
+    AsyncToSync.executors.current = None
 
 
 class RunActive(Exception):

@@ -2,8 +2,8 @@
 
 Python's `json` reads and writes them, but they are not JSON: SQLite's JSON_VALID check refuses
 the row (one such tool call once aborted a whole run) and PostgreSQL's jsonb refuses the value.
-Every JSON field goes through `finite` on its way to the database (`install`, on each new
-connection); readers of outside JSON refuse such numbers with `non_finite` or `loads`.
+Every JSON field goes through `finite` on its way to the database (`install`, at start and for
+each new connection's backend); readers of outside JSON refuse such numbers with `non_finite` or `loads`.
 Walks use a stack, never recursion: a value nested 100 000 deep is handled like a flat one.
 """
 
@@ -93,13 +93,19 @@ def loads(text: str | bytes) -> Any:
 
 
 def install(connection: Any) -> None:
-    """Make every JSON value this connection writes finite (Django's `connection_created`):
-    the one place all JSON fields pass on their way in, ORM saves, updates and hotsql alike."""
-    ops = connection.ops
-    if getattr(ops, "_navi_finite_json", False):
+    """Make every JSON value written through this connection's backend finite: the one place all
+    JSON fields pass on their way in (ORM saves, updates and hotsql alike). Patched on the
+    backend's operations class, so every connection of every thread has it from its first
+    statement (a statement's values are prepared before the connection opens)."""
+    ops = type(connection.ops)
+    if ops.__dict__.get("_navi_finite_json", False):
         return
     adapt = ops.adapt_json_value
-    ops.adapt_json_value = lambda value, encoder: adapt(finite(value), encoder)
+
+    def adapt_json_value(self: Any, value: Any, encoder: Any) -> Any:
+        return adapt(self, finite(value), encoder)
+
+    ops.adapt_json_value = adapt_json_value
     ops._navi_finite_json = True
 
 

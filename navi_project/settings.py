@@ -190,7 +190,7 @@ def _private_sqlite_file(name: str) -> None:
     if path.parent.is_dir() and not path.exists():
         try:
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))  # empty = an empty database
-        except FileExistsError:
+        except OSError:  # made meanwhile, or a folder we cannot write: SQLite will say so when it opens
             pass
     _owner_only(path, Path(f"{name}-wal"), Path(f"{name}-shm"), Path(f"{name}-journal"))
 

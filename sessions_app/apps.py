@@ -1,8 +1,9 @@
 from django.apps import AppConfig
+from django.db import connections
 from django.db.backends.signals import connection_created
 from django.db.models.signals import post_migrate
 
-from navi_project.jsonsafe import on_connection_created
+from navi_project.jsonsafe import install, on_connection_created
 from navi_project.startup import server_started
 
 
@@ -18,3 +19,5 @@ class SessionsAppConfig(AppConfig):
         server_started.connect(on_server_started, dispatch_uid="sessions_app.cleanup_loop")
         # Every JSON field is made finite on its way to the database (no NaN or Infinity rows).
         connection_created.connect(on_connection_created, dispatch_uid="navi_project.jsonsafe")
+        for alias in connections:  # their backends now, before any statement is prepared
+            install(connections[alias])
