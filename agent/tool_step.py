@@ -79,7 +79,8 @@ async def run_tool(
                     trace.note(item)
                     yield item
         finally:
-            current_taint.reset(taint)
+            with contextlib.suppress(ValueError):  # closed from another task's context: nothing to undo
+                current_taint.reset(taint)
     content = _content(call, prepared, result, conv, guard, taint_before) + tracker.after(call, result)
     yield ToolEvent(tool=call.name, args=call.arguments, result=content, success=result.success, recovered=call.recovered)
     await conv.add(ChatMessage(role="tool", content=content, tool_call_id=call.id, name=call.name, meta=trace.meta()))
