@@ -24,6 +24,9 @@ class MemoryFact(models.Model):
     source_session = models.ForeignKey(
         "sessions_app.Session", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # Saved by the agent while untrusted content was in its chat: what it had read ("" = trusted:
+    # the owner's, or confirmed by them). The prompt shows such facts apart, as unverified.
+    untrusted_source = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 

@@ -24,6 +24,9 @@ def _fact_json(f: MemoryFact) -> dict:
         "key": f.key,
         "value": f.value,
         "source_session": str(f.source_session_id) if f.source_session_id else None,
+        # Saved by the agent while its chat held outside content, not yet confirmed by the owner.
+        "untrusted": bool(f.untrusted_source),
+        "untrusted_source": f.untrusted_source,
         "created_at": f.created_at.isoformat(),
         "updated_at": f.updated_at.isoformat(),
     }
@@ -120,11 +123,22 @@ def memory_fact(request: HttpRequest, fact_id: str) -> JsonResponse:
         fact.key = _label(data, "key", KEY_MAX)
     if "value" in data:
         fact.value = _value(data)
+        fact.untrusted_source = ""  # the owner's own words now
     fact.updated_at = timezone.now()
     try:
         with transaction.atomic():
-            fact.save(update_fields=["category", "key", "value", "updated_at"])
+            fact.save(update_fields=["category", "key", "value", "untrusted_source", "updated_at"])
     except IntegrityError:
         raise ApiError(f"you already have a fact '{fact.category}: {fact.key}'; edit or delete that one", 409) from None
     services.refresh_summary(request.user.pk)
+    return JsonResponse({"fact": _fact_json(fact), **_summary_json(request.user.pk)})
+
+
+@api_login_required
+@json_view("POST")
+def confirm_fact(request: HttpRequest, fact_id: str) -> JsonResponse:
+    """POST /memory/facts/<id>/confirm: the owner vouches for a fact the agent saved after reading
+    outside content; the prompt then lists it with the others."""
+    fact = _get_fact_for_user(request, fact_id)
+    services.confirm_fact(fact)
     return JsonResponse({"fact": _fact_json(fact), **_summary_json(request.user.pk)})

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import functools
-import json
 from typing import Any, Callable
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
+
+from navi_project import jsonsafe
 
 
 class ApiError(Exception):
@@ -41,7 +42,9 @@ def parse_json_body(request: HttpRequest, *, allow_empty: bool = True) -> dict[s
             return {}
         raise ApiError("request body is empty; send a JSON object", 400)
     try:
-        data = json.loads(request.body)
+        data = jsonsafe.loads(request.body)
+    except jsonsafe.NonFiniteNumber as exc:
+        raise ApiError(f"request body holds a number JSON cannot hold: {exc}", 400) from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise ApiError(f"request body is not valid JSON: {exc}", 400) from None
     except RecursionError:

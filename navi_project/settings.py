@@ -41,7 +41,20 @@ def _secret_key() -> str:
     generated = BASE_DIR / ".navi_secret_key"
     if not generated.exists():
         _create_private_file(generated, secrets.token_urlsafe(50))
+    _owner_only(generated)
     return generated.read_text().strip()
+
+
+def _owner_only(*paths: Path) -> None:
+    """Take group and other access away from existing files (made by an older version, or
+    copied in with a loose umask): keys and the database are readable by their owner only."""
+    for path in paths:
+        try:
+            mode = path.stat().st_mode
+            if mode & 0o077:
+                path.chmod(mode & 0o700)
+        except OSError:  # missing, or not ours to change: nothing to tighten
+            pass
 
 
 def _create_private_file(path: Path, content: str) -> None:
@@ -166,6 +179,24 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Keep the connection: opening one (file open + the PRAGMAs above) on every request and
     # WebSocket message cost ~5 % of the server's CPU when runs start (issue #14).
     DATABASES["default"]["CONN_MAX_AGE"] = None
+
+
+def _private_sqlite_file(name: str) -> None:
+    """The database file made 0600 before SQLite first opens it (SQLite would make it 0644, and
+    its -wal and -shm files take the database file's mode); an existing one is tightened."""
+    if not name or name == ":memory:" or name.startswith("file:"):
+        return
+    path = Path(name)
+    if path.parent.is_dir() and not path.exists():
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))  # empty = an empty database
+        except OSError:  # made meanwhile, or a folder we cannot write: SQLite will say so when it opens
+            pass
+    _owner_only(path, Path(f"{name}-wal"), Path(f"{name}-shm"), Path(f"{name}-journal"))
+
+
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    _private_sqlite_file(str(DATABASES["default"].get("NAME") or ""))
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # navi_backup's row format: JSON with exact (microsecond) datetimes.
 SERIALIZATION_MODULES = {"navijson": "sessions_app.backup_format"}
@@ -308,6 +339,9 @@ APPROVAL_TIMEOUT_S = env.float("APPROVAL_TIMEOUT_S", default=600.0)
 ROUTINE_APPROVAL_TIMEOUT_S = env.float("ROUTINE_APPROVAL_TIMEOUT_S", default=3600.0)
 ROUTINE_MIN_INTERVAL_S = env.int("ROUTINE_MIN_INTERVAL_S", default=60)
 ROUTINES_MAX_PER_USER = env.int("ROUTINES_MAX_PER_USER", default=50)
+# "Run now" (POST /routines/<id>/run) per user: at most this many in the window, then 429.
+ROUTINE_RUN_NOW_MAX = env.int("ROUTINE_RUN_NOW_MAX", default=6)
+ROUTINE_RUN_NOW_WINDOW_S = env.int("ROUTINE_RUN_NOW_WINDOW_S", default=60)
 ROUTINE_CATCH_UP_S = env.int("ROUTINE_CATCH_UP_S", default=6 * 3600)
 # A routine run whose worker has not heart-beaten for this long died with its process: interrupted.
 ROUTINE_STALE_S = env.int("ROUTINE_STALE_S", default=60)
@@ -408,6 +442,7 @@ def _vapid_private_key() -> str:
 
         number = ec.generate_private_key(ec.SECP256R1()).private_numbers().private_value
         _create_private_file(generated, base64.urlsafe_b64encode(number.to_bytes(32, "big")).decode().rstrip("="))
+    _owner_only(generated)
     return generated.read_text().strip()
 
 

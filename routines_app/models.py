@@ -32,6 +32,11 @@ class Routine(models.Model):
     # The chat every run of this routine writes in (one per routine; made again if deleted).
     session = models.ForeignKey("sessions_app.Session", null=True, blank=True, on_delete=models.SET_NULL,
                                 related_name="+")
+    # Made by the agent in a chat that had read untrusted content: what it had read ("" = the
+    # owner's own). Its runs start tainted until the owner confirms it (PATCH {"untrusted": false}).
+    tainted_by = models.TextField(blank=True)
+    source_session = models.ForeignKey("sessions_app.Session", null=True, blank=True, on_delete=models.SET_NULL,
+                                       related_name="+", help_text="The chat the agent made it in.")
     # The slot the scheduler handles next and when it fires (slot + jitter); NULL = no more slots.
     next_slot = models.DateTimeField(null=True, blank=True)
     next_fire_at = models.DateTimeField(null=True, blank=True, db_index=True)

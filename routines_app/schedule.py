@@ -11,6 +11,7 @@ slot, so every worker computes the same instant).
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
@@ -22,6 +23,7 @@ from cronsim import CronSim, CronSimError
 UTC = dt_timezone.utc
 MAX_JITTER_S = 3600
 SCAN_LIMIT = 1000  # slots counted one by one before a count says "more than"
+MAX_AHEAD_DAYS = 36525  # a one-shot time at most 100 years ahead
 
 
 class ScheduleError(ValueError):
@@ -67,21 +69,31 @@ def parse(raw: object, tz: str, *, now: datetime, anchor: datetime | None = None
     (key, value), = raw.items()
     if key == "at":
         at = _parse_at(value, tz)
+        if at > now + timedelta(days=MAX_AHEAD_DAYS):  # slots, jitter and display stay in datetime's range
+            raise ScheduleError(f'"at" {value!r} is more than 100 years away; give a time within the next 100 years')
         if at <= now:
             raise ScheduleError(
-                f"the one-shot time {at.astimezone(zone(tz)).isoformat()} is in the past (now is "
+                f"the one-shot time {_shown(at, tz)} is in the past (now is "
                 f"{now.astimezone(zone(tz)).isoformat(timespec='seconds')}); give a future time"
             )
         return Schedule("at", at=at, tz=tz)
     if key == "cron":
         return Schedule("cron", cron=_valid_cron(value), tz=tz)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or int(value) != value:
         raise ScheduleError("every_s must be a whole number of seconds, e.g. 3600 for every hour")
     if value < min_interval_s:
         raise ScheduleError(f"every_s is {int(value)}; the shortest interval is {min_interval_s} seconds")
     if value > 366 * 86400:
         raise ScheduleError("every_s is over a year; use a cron expression or a one-shot time instead")
     return Schedule("every", every_s=int(value), tz=tz, anchor=(anchor or now).replace(microsecond=0))
+
+
+def _shown(at: datetime, tz: str) -> str:
+    """`at` in the zone for a message (in UTC where the zone's offset leaves datetime's range)."""
+    try:
+        return at.astimezone(zone(tz)).isoformat()
+    except OverflowError:
+        return at.isoformat()
 
 
 def _parse_at(value: object, tz: str) -> datetime:
@@ -95,7 +107,12 @@ def _parse_at(value: object, tz: str) -> datetime:
         ) from None
     if at.tzinfo is None:
         at = at.replace(tzinfo=zone(tz))
-    return at.astimezone(UTC)
+    try:
+        return at.astimezone(UTC)
+    except OverflowError:  # 9999-12-31T23:59:59-14:00 is in year 10000 in UTC, 0001-01-01+14:00 in year 0
+        raise ScheduleError(
+            f'"at" {value!r} is outside the dates Navi can schedule; give a time within the next 100 years'
+        ) from None
 
 
 def _valid_cron(value: object) -> str:

@@ -41,7 +41,7 @@ from navi_project import metrics
 from navi_project.hop import db_hop
 from sessions_app.models import Session, UserSettings
 
-from . import delivery
+from . import delivery, services
 from . import schedule as sched
 from .models import Routine, RoutineRun
 from .turns import mark_turn
@@ -286,7 +286,9 @@ class Scheduler:
             session_id = await db_hop(chat_for, routine, run)
             await db_hop(_mark_started, routine, run, self.now())
             text = routine.instruction if not note else f"({note})\n\n{routine.instruction}"
-            agent_run = await self._start_run(session_id, text, run)
+            if origin := services.origin_note(routine):  # its chat says where it came from
+                text = f"{origin}\n\n{text}"
+            agent_run = await self._start_run(session_id, text, run, services.run_taint(routine))
             if agent_run is None:
                 return
             self.live[run.pk] = agent_run
@@ -300,7 +302,7 @@ class Scheduler:
         finally:
             self.live.pop(run.pk, None)
 
-    async def _start_run(self, session_id: str, text: str, run: RoutineRun):
+    async def _start_run(self, session_id: str, text: str, run: RoutineRun, taint: str = ""):
         manager = get_run_manager()
         waited = 0.0
         while True:
@@ -308,7 +310,7 @@ class Scheduler:
                 return await manager.start(
                     session_id, text, origin=ORIGIN,
                     approval_timeout_s=float(settings.ROUTINE_APPROVAL_TIMEOUT_S),
-                    listeners=[self._listener(run)],
+                    listeners=[self._listener(run)], taint=taint,
                 )
             except RunActive:
                 if waited >= BUSY_GIVE_UP_S:

@@ -16,8 +16,9 @@ from django.db.models import Q
 from django.utils import timezone
 
 from navi_project.hop import db_hop
+from sessions_app.models import Session
 from tools_app.base import Tool, ToolResult
-from tools_app.context import current_run_origin, current_user_id
+from tools_app.context import current_chat_session_id, current_run_origin, current_taint, current_user_id
 from tools_app.toolset import register_app_tools
 
 from . import phrases, services
@@ -79,22 +80,26 @@ class ScheduleRoutineTool(_RoutineTool):
         if params.get("time_zone"):
             data["time_zone"] = params["time_zone"]
         try:
-            routine, fires = await db_hop(_create, _owner_id(), data)
+            routine, fires = await db_hop(_create, _owner_id(), data, current_taint.get(), current_chat_session_id.get())
         except (services.RoutineError, ScheduleError) as exc:
             return ToolResult(False, error=f"not scheduled: {exc}")
         wake_all()
+        marked = (" It is marked as made after reading untrusted content: its runs ask before contacting any host "
+                  "until the user confirms it on /routines/.") if routine.tainted_by else ""
         return ToolResult(True, f"Scheduled routine #{routine.id} '{routine.name}' ({routine.time_zone}). "
-                                f"Next runs: {fires}. The user can see and change it on /routines/.",
+                                f"Next runs: {fires}. The user can see and change it on /routines/.{marked}",
                           metadata={"routine_id": routine.id})
 
 
-def _create(owner_id: int, data: dict) -> tuple[Routine, str]:
+def _create(owner_id: int, data: dict, taint: str, chat_id: str | None) -> tuple[Routine, str]:
+    """The routine, marked when the chat had read untrusted content (its runs start tainted)."""
     (key, value), = data["schedule"].items()
     # Plain words, in `when` or (a small model's habit) in `cron` / `at`: read in the routine's zone.
     if key == "when" or (isinstance(value, str) and key in ("cron", "at") and _wordy(value)):
         tz = data.get("time_zone") or services.user_zone(owner_id)
         data = {**data, "schedule": phrases.parse_phrase(value, tz, timezone.now())}
-    routine = services.create(get_user_model().objects.get(pk=owner_id), data)
+    source = chat_id if chat_id and Session.objects.filter(pk=chat_id, owner_id=owner_id).exists() else None
+    routine = services.create(get_user_model().objects.get(pk=owner_id), data, tainted_by=taint, source_session_id=source)
     return routine, services.describe_fires(routine)
 
 

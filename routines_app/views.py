@@ -6,6 +6,11 @@ like a missing one. Bad input is a 400 naming the problem, and nothing is saved.
 
 from __future__ import annotations
 
+import asyncio
+import math
+import weakref
+from datetime import timedelta
+
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.db.models import OuterRef, Subquery
@@ -105,8 +110,39 @@ async def routine_run_now(request: HttpRequest, routine_id: str) -> HttpResponse
     routine = await db_hop(_owned_by, user, routine_id)
     if routine is None:
         return JsonResponse({"error": f"no routine '{routine_id}'"}, status=404)
-    run = await get_scheduler().run_now(routine)
+    async with _run_now_lock():  # the count and the claim together: a burst cannot slip past the limit
+        wait = await db_hop(_run_now_wait, user.pk)
+        if wait:
+            response = JsonResponse({"error": (
+                f"too many manual runs: at most {settings.ROUTINE_RUN_NOW_MAX} every "
+                f"{settings.ROUTINE_RUN_NOW_WINDOW_S} s; try again in {wait} s (the schedule keeps running)")}, status=429)
+            response["Retry-After"] = str(wait)
+            return response
+        run = await get_scheduler().run_now(routine)
     return JsonResponse({"run_id": run.pk}, status=202)
+
+
+_run_now_locks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _run_now_lock() -> asyncio.Lock:
+    """This event loop's lock (an asyncio.Lock belongs to one loop)."""
+    loop = asyncio.get_running_loop()
+    if loop not in _run_now_locks:
+        _run_now_locks[loop] = asyncio.Lock()
+    return _run_now_locks[loop]
+
+
+def _run_now_wait(user_id: int) -> int:
+    """Seconds until this user may start another manual run (0: now). Counted from the runs'
+    rows, so every worker process shares the count."""
+    window = timedelta(seconds=settings.ROUTINE_RUN_NOW_WINDOW_S)
+    now = timezone.now()
+    recent = list(RoutineRun.objects.filter(routine__owner_id=user_id, manual=True, started_at__gt=now - window)
+                  .order_by("-started_at").values_list("started_at", flat=True)[: settings.ROUTINE_RUN_NOW_MAX])
+    if len(recent) < settings.ROUTINE_RUN_NOW_MAX:
+        return 0
+    return max(1, math.ceil((recent[-1] + window - now).total_seconds()))
 
 
 def _owned_by(user, routine_id: str) -> Routine | None:

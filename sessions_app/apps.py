@@ -1,6 +1,9 @@
 from django.apps import AppConfig
+from django.db import connections
+from django.db.backends.signals import connection_created
 from django.db.models.signals import post_migrate
 
+from navi_project.jsonsafe import install, on_connection_created
 from navi_project.startup import server_started
 
 
@@ -18,3 +21,7 @@ class SessionsAppConfig(AppConfig):
         post_migrate.connect(ensure_search_index_after_migrate, sender=self, dispatch_uid="sessions_app_search_index")
         server_started.connect(on_server_started, dispatch_uid="sessions_app.cleanup_loop")
         netguard.register_allowed_hosts(listed)  # Settings → Hosts on your network
+        # Every JSON field is made finite on its way to the database (no NaN or Infinity rows).
+        connection_created.connect(on_connection_created, dispatch_uid="navi_project.jsonsafe")
+        for alias in connections:  # their backends now, before any statement is prepared
+            install(connections[alias])

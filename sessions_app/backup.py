@@ -43,7 +43,7 @@ from django.core.management import call_command
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.utils import timezone
 
-from .backup_members import FolderContents, UnsafeArchive, add_file, folder_contents, folder_info, unpack
+from .backup_members import MAX_DEPTH, FolderContents, UnsafeArchive, add_file, folder_contents, folder_info, unpack
 
 FORMAT = "navi.backup"
 VERSION = 1
@@ -101,7 +101,7 @@ def backup(
     folders = {name: _contents(folder) for name, folder in _folders(places)}
     for contents in folders.values():
         for skipped, reason in contents.skipped:
-            warn(f"warning: left out {skipped}: {reason}; restore accepts only plain files and folders")
+            warn(f"warning: left out {skipped}: {reason}; restore accepts only plain files and folders, at most {MAX_DEPTH} deep")
     with tempfile.TemporaryDirectory(prefix="navi-backup-") as tmp:
         work = Path(tmp)
         if vendor == "sqlite":

@@ -149,24 +149,47 @@ class FolderContents:
     skipped: list[tuple[Path, str]] = field(default_factory=list)
 
 
+# Deeper folders are left out with a warning: restore copies and counts folders recursively, and
+# a user tool's data folder 1 100 levels deep once made every backup die (RecursionError).
+MAX_DEPTH = 100
+
+
 def folder_contents(folder: Path) -> FolderContents:
-    """Walk `folder` without following links; links, devices, fifos and sockets are skipped."""
+    """Walk `folder` without following links, with a stack rather than recursion; links,
+    devices, fifos, sockets, unreadable folders and folders nested deeper than MAX_DEPTH are
+    skipped (listed in `skipped` with the reason)."""
     found = FolderContents()
-    for top, dirs, files in os.walk(folder):  # symlinked folders are listed, never entered
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        for name in (*dirs, *sorted(files)):
-            path = Path(top) / name
+    stack = [(folder, 0)]
+    while stack:
+        top, depth = stack.pop()
+        try:
+            with os.scandir(top) as entries:
+                names = sorted(e.name for e in entries if e.name != "__pycache__")
+        except OSError as exc:  # unreadable, or gone since it was listed
+            if top != folder and not isinstance(exc, FileNotFoundError):
+                found.skipped.append((top, f"cannot be read ({exc.strerror or exc})"))
+            continue
+        below = []
+        for name in names:
+            path = top / name
             try:
                 mode = path.lstat().st_mode
             except FileNotFoundError:
                 continue
+            except OSError as exc:  # e.g. a name too long for the system to open
+                found.skipped.append((path, f"cannot be read ({exc.strerror or exc})"))
+                continue
             reason = leave_out_reason(path, mode)
+            if reason is None and stat.S_ISDIR(mode) and depth + 1 > MAX_DEPTH:
+                reason = f"a folder nested more than {MAX_DEPTH} levels deep (its contents too)"
             if reason:
                 found.skipped.append((path, reason))
             elif stat.S_ISDIR(mode):
                 found.folders.append(path)
+                below.append(path)
             else:
                 found.files.append(path)
+        stack.extend((path, depth + 1) for path in reversed(below))
     return found
 
 

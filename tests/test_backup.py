@@ -234,6 +234,54 @@ def test_a_link_in_a_tool_data_folder_is_left_out_with_a_warning_and_the_backup_
     assert (restored / "same-notes.json").read_text() == '{"n": 1}'
 
 
+def _nest(top, depth: int):
+    """`depth` folders one inside the other under `top` (made through a descriptor: the whole
+    path gets too long for one system call); returns the names from `top` down."""
+    names = ["d"] * depth
+    fd = os.open(top, os.O_RDONLY)
+    try:
+        for name in names:
+            os.mkdir(name, dir_fd=fd)
+            inner = os.open(name, os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        with open(os.open("deepest.txt", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd), "w") as f:
+            f.write("bottom")
+    finally:
+        os.close(fd)
+    return names
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("depth", [1100, 3000])
+def test_a_deeply_nested_tool_data_folder_is_left_out_with_a_warning_and_the_backup_is_written(
+    tmp_path, owner, settings, depth
+):
+    """Issue #35 item 4: a user tool made 1 100 nested folders in its data folder; os.walk died
+    with RecursionError and no backup was written, every night, until an admin found it."""
+    data = settings.TOOLS_DIR / ".data" / "digger" / str(owner.pk)
+    data.mkdir(parents=True)
+    (data / "notes.json").write_text('{"n": 1}')
+    _nest(data, depth)
+    archive = tmp_path / "b.tar.gz"
+    out, err = _backup(archive, "--verify")
+    assert archive.is_file() and "==> verified:" in out, out + err
+    assert "a folder nested more than 100 levels deep" in err, err
+    assert "1 path(s) left out" in out
+    with tarfile.open(archive) as tar:
+        names = tar.getnames()
+    ours = [n for n in names if "/digger/" in n]
+    assert any(n.endswith("notes.json") for n in ours)
+    # the first 100 levels below the tools folder are kept (.data/digger/<id>/d/d/...)
+    assert max(len(n.split("/")) for n in ours if not n.endswith(".json")) == 1 + 100
+
+    settings.TOOLS_DIR = tmp_path / "restored_tools"
+    settings.SESSION_FILES_DIR = tmp_path / "restored_files"
+    call_command("navi_restore", str(archive), force=True, stdout=io.StringIO())
+    restored = settings.TOOLS_DIR / ".data" / "digger" / str(owner.pk)
+    assert (restored / "notes.json").read_text() == '{"n": 1}'
+
+
 @pytest.mark.django_db(transaction=True)
 def test_verify_passes_on_a_good_backup_and_fails_on_a_tampered_one(tmp_path, owner, settings):
     Session.objects.create(owner=owner, profile_id="secretary", title="one")

@@ -27,7 +27,7 @@ class TestMemoryEndpoints:
         set_summary(owner.id, "The user likes neovim.")
         body = _json(owner_client.get("/memory"))
         assert [(f["category"], f["key"], f["value"]) for f in body["facts"]] == [("preferences", "editor", "neovim")]
-        assert set(body["facts"][0]) == {"id", "category", "key", "value", "source_session", "created_at", "updated_at"}
+        assert set(body["facts"][0]) == {"id", "category", "key", "value", "source_session", "untrusted", "untrusted_source", "created_at", "updated_at"}
         assert body["summary"] == "The user likes neovim."
 
     def test_patch_value_or_labels_refreshes_the_summary(self, owner, owner_client):

@@ -22,6 +22,13 @@ current_run_id: ContextVar[str] = ContextVar("current_run_id", default="")
 current_run_origin: ContextVar[str] = ContextVar("current_run_origin", default="")
 # How long an approval of this run may wait (None: APPROVAL_TIMEOUT_S); unattended runs wait longer.
 current_approval_timeout_s: ContextVar[float | None] = ContextVar("current_approval_timeout_s", default=None)
+# The untrusted content the model had in view when it made the tool call in flight ("" when
+# none): a tool that stores something a later turn reads (a routine, a memory fact, notes)
+# stores this mark with it.
+current_taint: ContextVar[str] = ContextVar("current_taint", default="")
+# What the run's own instruction came from when that was not the owner (a routine made in a
+# chat after it read untrusted content): such a run starts tainted.
+current_run_taint: ContextVar[str] = ContextVar("current_run_taint", default="")
 # The real chat session id (a sub-agent keeps its parent's here), for session files.
 current_chat_session_id: ContextVar[str | None] = ContextVar("current_chat_session_id", default=None)
 

@@ -41,6 +41,8 @@ class ScratchpadSection(models.Model):
     scope = models.CharField(max_length=64, db_index=True)
     section = models.CharField(max_length=100)
     content = models.TextField(blank=True)
+    # Written while untrusted content was in the chat (what it was): read back, it is wrapped as data.
+    untrusted_source = models.TextField(blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -55,6 +57,8 @@ class TodoList(models.Model):
 
     scope = models.CharField(max_length=64, unique=True)
     items = models.JSONField(default=list)
+    # Written while untrusted content was in the chat (what it was): read back, it is wrapped as data.
+    untrusted_source = models.TextField(blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
 

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
+from navi_project import jsonsafe
 from navi_project.lazy import lazy_module
 from navi_project.redact import server_paths
 
@@ -142,7 +143,7 @@ class ToolRegistry:
         tool = self.lookup(name)
         if tool is None:
             names = offered if offered is not None else self._tools
-            return PreparedCall(name, None, _readable(arguments), _unknown(name, names))
+            return PreparedCall(name, None, jsonsafe.finite(_readable(arguments)), _unknown(name, names))
         schema = tool.parameters or {}
         repaired = False
         if repair:
@@ -156,6 +157,9 @@ class ToolRegistry:
             params, problem = _parse_arguments(arguments)
             if problem:
                 return PreparedCall(name, tool, arguments, _bad_arguments(f"arguments for '{name}' {problem}"))
+        if (where := jsonsafe.non_finite(params)) is not None:  # 1e309, NaN: no tool gets them
+            return PreparedCall(name, tool, jsonsafe.finite(params), _bad_arguments(
+                f"arguments for '{name}': {jsonsafe.describe(where)}. {_example_line(tool)}"))
         params, folded = fold_enums(params, schema)
         errors = _schema_errors(tool, params)
         if errors:

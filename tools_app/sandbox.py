@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import shutil
 import signal
 import stat
+import subprocess
 import sys
 import time
 import uuid
@@ -25,6 +27,8 @@ from pathlib import Path
 from typing import Sequence
 
 from django.conf import settings
+
+from . import userns_filter
 
 log = logging.getLogger(__name__)
 
@@ -118,9 +122,23 @@ def _namespaces(as_root: bool, network: bool) -> list[str]:
     """New namespaces. A user namespace as root would map the sandbox's uid (whatever --uid says)
     to host uid 0, the owner of /proc/sys: as root there is none, and setpriv drops to a real
     unprivileged uid instead. Otherwise bwrap maps the server's own uid."""
-    if not as_root:
-        return ["--unshare-all", "--unshare-user", *(["--share-net"] if network else [])]
+    if not as_root:  # and no user namespace inside it (userns_filter does it in both modes)
+        return ["--unshare-all", "--unshare-user", *(["--disable-userns"] if _bwrap_disables_userns() else []),
+                *(["--share-net"] if network else [])]
     return ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try", "--share-net" if network else "--unshare-net"]
+
+
+@functools.lru_cache(maxsize=1)
+def _bwrap_disables_userns() -> bool:
+    """bwrap 0.8+ has --disable-userns."""
+    binary = bwrap_binary()
+    if binary is None:
+        return False
+    try:
+        shown = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "--disable-userns" in shown.stdout + shown.stderr
 
 
 def _drop_root() -> list[str]:
@@ -201,7 +219,8 @@ def bwrap_argv(
     argv += ["--remount-ro", "/", "--chdir", workspace, "--clearenv"]
     for key, value in sandbox_env(workspace, env).items():
         argv += ["--setenv", key, value]
-    return argv + ["--"] + (_drop_root() if as_root else [])
+    # Nested user namespaces (`unshare -r`) are refused by a seccomp filter, as root and not.
+    return userns_filter.with_filter(argv + ["--"] + (_drop_root() if as_root else []))
 
 
 def hand_over(path: str | Path) -> None:

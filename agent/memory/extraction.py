@@ -16,7 +16,9 @@ from django.conf import settings
 
 from agent.frames.groups import frames_group, run_event
 from agent.llm import LLMError, oneshot
+from agent.llm.messages import ChatMessage
 from agent.registry import get_agent
+from agent.trust import policy
 from memory_app import services
 from memory_app.extraction import (
     EXTRACTION_PROMPT,
@@ -26,8 +28,7 @@ from memory_app.extraction import (
     render_session,
     stale_sessions,
 )
-from memory_app.models import MemoryFact
-from sessions_app.models import Session
+from sessions_app.models import Message, Session
 
 log = logging.getLogger(__name__)
 
@@ -47,12 +48,11 @@ def regenerate_summary(owner_id: int, backend, model: str) -> str:
     If the model fails, a plain list of the facts becomes the summary so the owner's memory
     still reaches the agent; the failure is logged.
     """
-    facts = list(
-        MemoryFact.objects.filter(owner_id=owner_id).order_by("-updated_at")[: services.SUMMARY_FACTS_LIMIT]
-    )
+    facts, unverified = services.summary_facts(owner_id)  # unverified ones stay apart, marked
     if not facts:
-        services.set_summary(owner_id, "")
-        return ""
+        summary = services.with_unverified("", unverified)
+        services.set_summary(owner_id, summary)
+        return summary
     lines = services.facts_as_lines(sorted(facts, key=lambda f: (f.category, f.key)))
     try:
         summary = async_to_sync(oneshot.ask)(
@@ -62,7 +62,7 @@ def regenerate_summary(owner_id: int, backend, model: str) -> str:
     except Exception as exc:
         log.warning("memory summary generation failed (%s); storing the fact list instead", exc)
         summary = ""
-    summary = summary or services.listed(lines)
+    summary = services.with_unverified(summary or services.listed(lines), unverified)
     services.set_summary(owner_id, summary)
     return summary
 
@@ -92,8 +92,10 @@ def extract_session(
     result.facts, result.malformed = parsed.facts, parsed.malformed
     if dry_run:
         return result
+    untrusted = read_untrusted(session)  # facts from a chat that read outside content are unverified
     for category, key, value in parsed.facts:
-        saved = services.upsert_fact(session.owner_id, category, key, value, source_session_id=session.pk)
+        saved = services.upsert_fact(session.owner_id, category, key, value, source_session_id=session.pk,
+                                     untrusted=untrusted)
         if saved.changed:
             result.saved += 1
             (notify or notify_memory_saved)(str(session.pk), saved.fact.as_dict())
@@ -101,6 +103,15 @@ def extract_session(
         regenerate_summary(session.owner_id, backend, model)
     mark_extracted(session)
     return result
+
+
+def read_untrusted(session: Session) -> str:
+    """What untrusted content the chat read (its first wrapped tool row), "" when none."""
+    rows = Message.objects.filter(session=session, role="tool", content__startswith="[UNTRUSTED DATA ")
+    first = rows.order_by("seq").values_list("content", flat=True).first()
+    if first is None:
+        return ""
+    return policy.context_taint([ChatMessage(role="tool", content=first)]) or "untrusted content"
 
 
 def extract_stale_sessions(

@@ -14,11 +14,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import logging
 import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from asgiref.sync import AsyncToSync, SyncToAsync, ThreadSensitiveContext
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db.models import Q
@@ -35,13 +37,47 @@ from navi_project.logs import bind_run
 from navi_project.redact import server_paths
 from sessions_app import history
 from sessions_app.models import Message, Session
-from tools_app.context import current_approval_timeout_s, current_run_id, current_run_origin, current_stop_event
+from tools_app.context import (
+    current_approval_timeout_s,
+    current_run_id,
+    current_run_origin,
+    current_run_taint,
+    current_stop_event,
+)
 
 log = logging.getLogger(__name__)
 
 CLAIM_TTL = history.RUN_CLAIM_TTL  # a claim whose owner stopped heart-beating is void
 HEARTBEAT_S = 5.0
 KEEP_FINISHED_S = 120.0  # finished runs stay replayable this long (a reconnect after the end)
+
+
+def _outside_the_request() -> contextvars.Context:
+    """The context a run's task starts in: the caller's, but never a request's database thread.
+    A REST request runs its sync middleware in a thread of its own and the async view through
+    AsyncToSync, so a run it starts inherits that thread for every database call; the client
+    may hang up (`curl -m 3`) and the thread goes with the request ("CurrentThreadExecutor
+    already quit or is broken"). Such a run uses a thread of its own that never closes;
+    runs started by a socket or the scheduler are left as they are (the shared thread)."""
+    context = contextvars.copy_context()
+    if context.run(_in_a_request):
+        context.run(_use_the_runs_thread)
+    return context
+
+
+# asgiref gives every ThreadSensitiveContext one thread; this one is never exited.
+_RUNS_THREAD = ThreadSensitiveContext()
+
+
+def _in_a_request() -> bool:
+    executors = getattr(AsyncToSync, "executors", None)
+    return (getattr(executors, "current", None) is not None
+            or SyncToAsync.thread_sensitive_context.get(None) is not None)
+
+
+def _use_the_runs_thread() -> None:
+    SyncToAsync.thread_sensitive_context.set(_RUNS_THREAD)
+    AsyncToSync.executors.current = None
 
 
 class RunActive(Exception):
@@ -66,6 +102,7 @@ class Run:
     rewound: dict | None = None  # the history_rewound frame of an edit or regenerate
     publishing: bool = False  # the publisher task has frames in hand
     origin: str = ""  # who started it: "" a person in a chat, else the starter's word ("routine")
+    taint: str = ""  # the untrusted content its instruction came from ("" when the owner's own)
     approval_timeout_s: float | None = None  # None: APPROVAL_TIMEOUT_S
     listeners: list = field(default_factory=list)  # callables given each published frame
 
@@ -150,15 +187,17 @@ class RunManager:
         origin: str = "",
         approval_timeout_s: float | None = None,
         listeners: list | None = None,
+        taint: str = "",
     ) -> Run:
         """Start a run. mode "message" appends `content`; "edit" replaces user message
         `message_id` (and drops the turns after it) with `content`; "regenerate" answers the
         last user message again (`content` is ignored). Raises RunActive, or HistoryError when
         the edit or regenerate is refused (nothing changed then). `origin` (what tools see in
         `current_run_origin`), `approval_timeout_s` and `listeners` (called with each frame)
-        are for runs nobody watches live."""
+        are for runs nobody watches live; `taint`: the untrusted content `content` came from (the
+        run starts tainted: agent.trust.approvals.RunGuard.start_tainted)."""
         session_id = str(session_id)
-        run = Run(run_id=uuid.uuid4().hex, session_id=session_id, origin=origin,
+        run = Run(run_id=uuid.uuid4().hex, session_id=session_id, origin=origin, taint=taint,
                   approval_timeout_s=approval_timeout_s, listeners=list(listeners or []))
         begun = None
         if mode == "message":  # the claim and the turn's start in one thread hop
@@ -181,7 +220,8 @@ class RunManager:
         await self.layer.group_add(control_group(session_id), self.channel)
         self.active[session_id] = run
         self.by_id[run.run_id] = run
-        run.task = asyncio.create_task(self._drive(run, content, images, planning, begun), name=f"run-{run.run_id}")
+        run.task = asyncio.create_task(self._drive(run, content, images, planning, begun), name=f"run-{run.run_id}",
+                                       context=_outside_the_request())
         self._tasks.add(run.task)
         run.task.add_done_callback(self._tasks.discard)
         metrics.run_started()
@@ -239,6 +279,7 @@ class RunManager:
         current_stop_event.set(run.stop_event)
         current_run_id.set(run.run_id)
         current_run_origin.set(run.origin)
+        current_run_taint.set(run.taint)
         current_approval_timeout_s.set(run.approval_timeout_s)
         bind_run(run.run_id, run.session_id)  # every log line of the run carries its ids
         heartbeat = asyncio.create_task(self._heartbeat(run))

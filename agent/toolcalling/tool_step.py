@@ -20,7 +20,7 @@ from navi_project import metrics
 from sessions_app.services import session_files_dir
 from tools_app import egress
 from tools_app.base import ToolResult
-from tools_app.context import current_chat_session_id, current_event_sink, current_stop_event
+from tools_app.context import current_chat_session_id, current_event_sink, current_stop_event, current_taint
 from tools_app.registry import PreparedCall, ToolRegistry
 from tools_app.workspace import workspace_for
 
@@ -70,12 +70,17 @@ async def run_tool(
     started, trace = time.monotonic(), ToolTrace(approval)
     taint_before = guard.run_taint if guard is not None else ""
     if result is None:
-        async for item in _execute(tools, prepared, allowed):
-            if isinstance(item, ToolResult):
-                result = item
-            else:
-                trace.note(item)
-                yield item
+        taint = current_taint.set(guard.tainted_by if guard is not None else "")  # stored with what the tool writes
+        try:
+            async for item in _execute(tools, prepared, allowed):
+                if isinstance(item, ToolResult):
+                    result = item
+                else:
+                    trace.note(item)
+                    yield item
+        finally:
+            with contextlib.suppress(ValueError):  # closed from another task's context: nothing to undo
+                current_taint.reset(taint)
     content = _content(call, prepared, result, conv, guard, taint_before) + tracker.after(call, result)
     yield ToolEvent(tool=call.name, args=call.arguments, result=content, success=result.success, recovered=call.recovered)
     await conv.add(ChatMessage(role="tool", content=content, tool_call_id=call.id, name=call.name, meta=trace.meta()))
@@ -147,6 +152,9 @@ def _content(
         network=tool is not None and egress.reaches_network(tool),
         origin=(tool.origin or tool.name) if tool is not None and tool.untrusted_output else "",
     )
+    if not source and result.metadata.get("untrusted_source"):
+        # Stored earlier while untrusted content was in view (notes, an unconfirmed memory fact).
+        source = f"{call.name} output written after reading {result.metadata['untrusted_source']}"[:1000]
     if not source and guard is not None and guard.run_taint and guard.run_taint != taint_before:
         # A sub-agent read outside data during this call: its answer is made of that data.
         source = f"an answer written after reading {guard.run_taint}"

@@ -89,8 +89,11 @@ class RunGuard:
     grants: set[str] = field(default_factory=set)
     # The chat's conversation: untrusted rows in its context taint every run while they stay.
     conversation: Any = None
-    # Untrusted content a sub-agent read in this run (its own context is gone when it ends).
+    # Untrusted content a sub-agent read in this run (its own context is gone when it ends), or
+    # where the run's own instruction came from (a routine made in a tainted chat).
     run_taint: str = ""
+    # The run's instruction itself is untrusted: hosts in the chat's messages are not the owner's.
+    tainted_from_start: bool = False
     _owner_hosts: set[str] | None = None  # hosts the owner named in this chat, read when needed
 
     @classmethod
@@ -117,6 +120,8 @@ class RunGuard:
     async def known_hosts(self) -> set[str]:
         """Hosts a request may reach after untrusted content without asking: named by the owner
         in this chat, or seen in the context before the untrusted content arrived."""
+        if self.tainted_from_start:
+            return set()
         if self._owner_hosts is None:
             self._owner_hosts = await db_hop(_owner_hosts, self.session_id)
         seen = policy.hosts_before_taint(self.conversation.context) if self.conversation is not None else set()
@@ -169,6 +174,8 @@ class RunGuard:
             )
         elif tool_asks:  # the tool's own reason (a routine's run changing routines)
             verdict = Verdict(record, ask=True, reason=tool_asks)
+        elif tainted_by and tool in policy.ASK_AFTER_TAINT:  # it would outlive this chat's taint
+            verdict = Verdict(record, ask=True, reason=policy.taint_reason(tool, arguments, tainted_by))
         elif tainted_by and policy.is_risky(tool, arguments):
             verdict = Verdict(record, ask=True, reason=policy.ask_reason(tool, arguments, tainted_by=tainted_by))
         elif new_hosts:  # a request to a new host could carry chat data out (an exfiltration)
@@ -231,6 +238,12 @@ class RunGuard:
         await ToolCallRecord.objects.filter(pk=verdict.record.pk).aupdate(
             success=success, duration_ms=int((time.monotonic() - started) * 1000)
         )
+
+    def start_tainted(self, source: str) -> None:
+        """The run's instruction came from untrusted content (a routine made in a tainted chat):
+        every network request to a host asks, and so does everything that asks after taint."""
+        self.run_taint = source
+        self.tainted_from_start = True
 
     def taint(self, source: str) -> None:
         """Untrusted content entered a context that is not the chat's (a sub-agent's)."""

@@ -29,6 +29,10 @@ _WHAT = {
     "reload_tools": "reloads the user tools' code",
     "test_tool": "runs a user tool's code",
 }
+# Tools that change what later turns or chats take for the owner's own words or settings, and
+# ask the owner first while untrusted content is in the chat's context (docs/security.md has
+# the table, with the tools that store a mark instead).
+ASK_AFTER_TAINT = frozenset({"schedule_routine", "cancel_routine", "switch_profile", "memory_forget"})
 # Tools whose results come from outside (a web page could hold instructions for the model).
 UNTRUSTED_TOOLS = frozenset({"web_search", "web_view", "http_request", "ssh_exec"})
 
@@ -64,8 +68,20 @@ def policy_for(profile_policy: dict | None, tool: str, arguments: Any, tool_defa
 
 
 def describe_call(tool: str, arguments: Any) -> str:
-    """One line saying what the call would do."""
+    """One line saying what the call would do (a routine's instruction and schedule in full)."""
     args = arguments if isinstance(arguments, dict) else {}
+    if tool == "schedule_routine":
+        when = next((f"{k} {args[k]}" for k in ("at", "cron", "every_s") if args.get(k) not in (None, "")), "no schedule")
+        zone = args.get("time_zone") or "your time zone"
+        return (f"schedules the routine {str(args.get('name', ''))!r} ({when}, {zone}), which will run this "
+                f"instruction as if you had written it: {args.get('instruction', '')}")
+    if tool == "cancel_routine":
+        return f"deletes your routine {str(args.get('routine', ''))!r}"
+    if tool == "switch_profile":
+        return f"switches this chat to the profile {str(args.get('profile_id', ''))!r}, with its tools and permissions"
+    if tool == "memory_forget":
+        where = f" in {args.get('category')!r}" if args.get("category") else ""
+        return f"deletes what Navi remembers about you under {str(args.get('key', ''))!r}{where}"
     if tool == "filesystem":
         return f"changes files on the server ({args.get('action')} {args.get('path', '')})".rstrip()
     if tool == "http_request":
@@ -85,6 +101,15 @@ def ask_reason(tool: str, arguments: Any, *, tainted_by: str = "", by_policy: bo
     if by_policy:
         return f"this profile's policy asks before {tool}: it {what}"
     return f"{tool} {what}"
+
+
+def taint_reason(tool: str, arguments: Any, tainted_by: str) -> str:
+    """Why a call that changes later turns asks after untrusted content (ASK_AFTER_TAINT)."""
+    return (
+        f"after reading {tainted_by}, Navi asks before changing what later chats take as yours (a page or file "
+        f"can tell the model to plant instructions): {tool} {describe_call(tool, arguments)}. Approve only if you "
+        "asked for this."
+    )
 
 
 def ask_reason_by_default(tool: str) -> str:

@@ -29,6 +29,7 @@ from tools_app.context import (
     current_chat_session_id,
     current_event_sink,
     current_run_id,
+    current_run_taint,
     current_session_id,
     current_stop_event,
     current_user_id,
@@ -61,6 +62,8 @@ class Agent:
         current_chat_session_id.set(conv.id)
         current_user_id.set(conv.owner_id)
         current_guard.set(guard)
+        if source := current_run_taint.get():  # a routine made after reading untrusted content
+            guard.start_tainted(source)
         yield StreamStart(user_message=user_message)
         # Provided tools (MCP servers) connect on first use, each bounded; Stop does not wait for
         # them (a stop here ends the run at the loop's first check).

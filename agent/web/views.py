@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -18,6 +17,7 @@ from agent.toolcalling import reliability as counters
 from agent.toolcalling import toolselect
 from agent.trust import approvals
 from agent.web.consumers import MAX_CONTENT_CHARS, MAX_IMAGES, FrameError, decode_image
+from navi_project import jsonsafe
 from navi_project.http import json_error, json_view
 from sessions_app.auth import api_login_required, unauthenticated_response
 from sessions_app.history import HistoryError
@@ -130,7 +130,9 @@ async def _owned_post(request: HttpRequest, session_id: str) -> tuple[Session | 
 
 def _body(request: HttpRequest) -> tuple[dict, JsonResponse | None]:
     try:
-        body = json.loads(request.body or b"{}")
+        body = jsonsafe.loads(request.body or b"{}")
+    except jsonsafe.NonFiniteNumber as exc:
+        return {}, JsonResponse({"error": f"request body holds a number JSON cannot hold: {exc}"}, status=400)
     except (ValueError, UnicodeDecodeError) as exc:
         return {}, JsonResponse({"error": f"request body is not valid JSON: {exc}"}, status=400)
     if not isinstance(body, dict):

@@ -78,6 +78,7 @@ export const api = {
   addFact: (category, key, value) => request("POST", "/memory", { category, key, value }),
   saveFact: (id, value) => request("PATCH", `/memory/facts/${id}`, { value }),
   forgetFact: (id) => request("DELETE", `/memory/facts/${id}`),
+  confirmFact: (id) => request("POST", `/memory/facts/${id}/confirm`),
   session: (id) => request("GET", `/sessions/${id}`),
   olderMessages: (id, before) => request("GET", `/sessions/${id}?before=${encodeURIComponent(before)}`),
   // New chat: the newest chat is reused while it is still empty (a script's POST always creates).

@@ -1,5 +1,5 @@
 // The memory page: the facts Navi keeps about you (edit the value, forget) and the summary
-// built from them (GET/POST /memory, PATCH/DELETE /memory/facts/<id>).
+// built from them (GET/POST /memory, PATCH/DELETE /memory/facts/<id>, POST …/confirm).
 import { api } from "./api.js";
 import { el } from "./cards.js";
 import { $, toast, when } from "./pagekit.js";
@@ -53,7 +53,29 @@ function factItem(fact) {
   const row = el("div", "fact-row");
   row.append(input, save, forget);
   li.append(label, row);
+  if (fact.untrusted) li.append(unverifiedNote(fact, li));
   return li;
+}
+
+// Saved while the chat held outside content: Navi treats it as unverified until you confirm it.
+function unverifiedNote(fact, li) {
+  const note = el("p", "untrusted-note", `⚠ Unverified: saved after Navi read ${fact.untrusted_source}. `);
+  const confirm = el("button", "", "Confirm");
+  confirm.type = "button";
+  confirm.setAttribute("aria-label", `Confirm ${fact.key} as true`);
+  confirm.addEventListener("click", async () => {
+    try {
+      const result = await api.confirmFact(fact.id);
+      note.remove();
+      li.classList.remove("unverified");
+      showSummary(result.summary, result.summary_updated_at);
+    } catch (err) {
+      toast(`Could not confirm: ${err.message}`);
+    }
+  });
+  note.append(confirm);
+  li.classList.add("unverified");
+  return note;
 }
 
 function setUpAddForm() {

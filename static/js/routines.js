@@ -132,12 +132,29 @@ function action(label, handler, cls = "") {
   return b;
 }
 
+// Made by Navi in a chat that had read outside content: say so, link that chat, let the owner
+// confirm it (its runs ask before contacting any host until then).
+function untrustedNote(r) {
+  const note = el("p", "untrusted-note", `⚠ Made by Navi after reading ${r.tainted_by}. Its runs ask before contacting any host until you confirm it. `);
+  if (r.source_session_id) {
+    const link = el("a", "", "the chat it came from");
+    link.href = `/#${r.source_session_id}`;
+    note.append(link, " · ");
+  }
+  note.append(action("Confirm as mine", async () => {
+    await call("PATCH", `/routines/${r.id}`, { untrusted: false });
+    await load();
+  }));
+  return note;
+}
+
 function routineItem(r) {
   const li = el("li", `routine${r.enabled ? "" : " paused"}`);
   li.dataset.id = r.id;
   li.id = `routine-${r.id}`; // a routine's chat links here
   li.append(el("h3", "", r.name), el("p", "hint", `${describe(r.schedule)} · ${r.time_zone}`));
   li.append(el("p", "", r.instruction));
+  if (r.untrusted) li.append(untrustedNote(r));
   if (r.next_fires.length) {
     const fires = el("ol", "fires");
     fires.setAttribute("aria-label", `Next runs of ${r.name}`);

@@ -12,7 +12,7 @@ from asgiref.sync import sync_to_async
 from memory_app.search import search_facts
 from memory_app.services import FactError, forget_facts, refresh_summary, upsert_fact
 from tools_app.base import Tool, ToolResult
-from tools_app.context import current_chat_session_id, current_user_id, emit
+from tools_app.context import current_chat_session_id, current_taint, current_user_id, emit
 from tools_app.events import MemorySaved
 
 
@@ -47,7 +47,8 @@ class MemorySaveTool(Tool):
         session_id = current_chat_session_id.get()
         try:
             saved = await sync_to_async(upsert_fact)(
-                _owner(), params["category"], params["key"], params["value"], source_session_id=session_id
+                _owner(), params["category"], params["key"], params["value"], source_session_id=session_id,
+                untrusted=current_taint.get(),  # the chat read outside content: the fact is kept unverified
             )
         except FactError as exc:
             return ToolResult(False, error=str(exc))
@@ -56,7 +57,9 @@ class MemorySaveTool(Tool):
             await sync_to_async(refresh_summary)(fact.owner_id)  # the summary each run sees
         emit(MemorySaved(category=fact.category, key=fact.key, value=fact.value))
         verb = "Saved" if saved.changed else "Already known"
-        return ToolResult(True, f"{verb}: {fact.category}: {fact.key} = {fact.value}")
+        note = (" (kept as unverified: this chat read outside content; the user can confirm it on the memory page)"
+                if fact.untrusted_source else "")
+        return ToolResult(True, f"{verb}: {fact.category}: {fact.key} = {fact.value}{note}")
 
 
 class MemorySearchTool(Tool):
@@ -81,8 +84,11 @@ class MemorySearchTool(Tool):
         facts = await sync_to_async(search_facts)(_owner(), params["query"], int(params.get("limit") or 15))
         if not facts:
             return ToolResult(True, f"No memory facts match {params['query']!r}.")
-        lines = [f"- {f.category}: {f.key} = {f.value}" for f in facts]
-        return ToolResult(True, f"{len(facts)} fact(s):\n" + "\n".join(lines))
+        lines = [f"- {f.category}: {f.key} = {f.value}{' (unverified)' if f.untrusted_source else ''}" for f in facts]
+        unverified = next((f.untrusted_source for f in facts if f.untrusted_source), "")
+        # An unverified fact read back is outside content again (tool_step wraps it as such).
+        return ToolResult(True, f"{len(facts)} fact(s):\n" + "\n".join(lines),
+                          metadata={"untrusted_source": unverified} if unverified else {})
 
 
 class MemoryForgetTool(Tool):

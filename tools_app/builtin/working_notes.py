@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from tools_app.base import Tool, ToolResult
-from tools_app.context import current_session_id
+from tools_app.context import current_session_id, current_taint
 from tools_app.models import ScratchpadSection, TodoList
 
 TODO_STATUSES = ["pending", "in_progress", "done", "failed", "skipped"]
@@ -18,6 +18,12 @@ def _scope() -> str:
     if not scope:
         raise RuntimeError("no active session: todo and scratchpad only work inside a chat run")
     return scope
+
+
+def _result(text: str, untrusted_source: str) -> ToolResult:
+    """Notes written while the chat held untrusted content come back marked: the loop wraps
+    them as data (agent.toolcalling.tool_step), so they keep the chat tainted after that content is gone."""
+    return ToolResult(True, text, metadata={"untrusted_source": untrusted_source} if untrusted_source else {})
 
 
 def _render_todo(items: list[dict]) -> str:
@@ -58,8 +64,9 @@ class TodoTool(Tool):
             if not tasks:
                 return ToolResult(False, error="action=set needs a non-empty `tasks` list of strings")
             todo.items = [{"task": t, "status": "pending"} for t in tasks]
+            todo.untrusted_source = current_taint.get()  # a new list: marked by what the chat holds now
             await todo.asave()
-            return ToolResult(True, _render_todo(todo.items))
+            return _result(_render_todo(todo.items), todo.untrusted_source)
         if action == "update":
             index, status = params.get("index"), params.get("status")
             if index is None or status is None:
@@ -70,8 +77,8 @@ class TodoTool(Tool):
                 return ToolResult(False, error=f"no task {index}; the list has {len(todo.items)} tasks")
             todo.items[index - 1]["status"] = status
             await todo.asave()
-            return ToolResult(True, _render_todo(todo.items))
-        return ToolResult(True, _render_todo(todo.items))
+            return _result(_render_todo(todo.items), todo.untrusted_source)
+        return _result(_render_todo(todo.items), todo.untrusted_source)
 
 
 class ScratchpadTool(Tool):
@@ -105,7 +112,10 @@ class ScratchpadTool(Tool):
             if content is None:
                 return ToolResult(False, error=f"action={action} needs `content`")
             row, _ = await ScratchpadSection.objects.aget_or_create(scope=scope, section=section)
-            row.content = content if action == "write" or not row.content else row.content + "\n" + content
+            replaced = action == "write" or not row.content
+            row.content = content if replaced else row.content + "\n" + content
+            # Replaced: marked by what the chat holds now; appended to: a mark stays until replaced.
+            row.untrusted_source = current_taint.get() if replaced else (row.untrusted_source or current_taint.get())
             await row.asave()
             return ToolResult(True, f"Section '{section}' saved ({len(row.content)} chars).")
         if action == "clear":
@@ -117,6 +127,8 @@ class ScratchpadTool(Tool):
             if row is None:
                 names = [r.section async for r in rows]
                 return ToolResult(False, error=f"no section '{section}'. Existing sections: {', '.join(names) or 'none'}")
-            return ToolResult(True, row.content)
-        parts = [f"## {r.section}\n{r.content}" async for r in rows]
-        return ToolResult(True, "\n\n".join(parts) or "The scratchpad is empty.")
+            return _result(row.content, row.untrusted_source)
+        found = [r async for r in rows]
+        parts = [f"## {r.section}\n{r.content}" for r in found]
+        marked = next((r.untrusted_source for r in found if r.untrusted_source), "")
+        return _result("\n\n".join(parts) or "The scratchpad is empty.", marked)
