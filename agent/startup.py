@@ -7,7 +7,7 @@ import asyncio
 import logging
 import sys
 
-from agent import runs
+from agent import reaper, runs
 
 log = logging.getLogger("navi")
 
@@ -20,6 +20,27 @@ def on_server_started(sender=None, **kwargs) -> None:
     except Exception:
         log.exception("start-up recovery failed (has `python manage.py migrate` been run?)")
     _stop_runs_on_shutdown()
+    _reap_dead_workers_runs()
+
+
+def _reap_dead_workers_runs() -> None:
+    """Under daphne: every worker finishes, now and then, the runs of workers that died (a
+    restarted one included), within the run claim's TTL (agent.reaper)."""
+    if "twisted.internet.reactor" not in sys.modules:
+        return
+    from twisted.internet import reactor  # importing the reactor installs one: only under daphne
+
+    loop = getattr(reactor, "_asyncioEventloop", None)
+    if loop is None:
+        return
+    tasks = []
+    loop.call_soon_threadsafe(lambda: tasks.append(loop.create_task(reaper.reap_forever(), name="run-reaper")))
+
+    def before_shutdown():
+        for task in tasks:
+            task.cancel()
+
+    reactor.addSystemEventTrigger("before", "shutdown", before_shutdown)
 
 
 def _stop_runs_on_shutdown() -> None:
