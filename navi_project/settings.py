@@ -166,11 +166,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Keep the connection: opening one (file open + the PRAGMAs above) on every request and
     # WebSocket message cost ~5 % of the server's CPU when runs start (issue #14).
     DATABASES["default"]["CONN_MAX_AGE"] = None
-elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env.int("DB_POOL_MAX_SIZE", default=10) > 0:
     # A pool per process (psycopg_pool), checked before each use. Without it Channels closed the
     # connection around every socket event (CONN_MAX_AGE 0): each worker connected ~300 times in
     # a 100-session run, all on the one database thread, so sockets waited past daphne's
     # handshake timeout (issue 36). Kept connections per thread leak under ASGI; a pool does not.
+    # DB_POOL_MAX_SIZE=0: no pool (behind PgBouncer, say): a connection per request / socket event.
     DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps them; Django must not as well
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
