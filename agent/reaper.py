@@ -19,6 +19,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from agent.groups import frames_group, run_event
+from agent.runs import get_run_manager
 from navi_project.hop import db_hop
 from sessions_app import history
 from sessions_app.models import Message, Session
@@ -30,13 +31,16 @@ LOST_TEXT = ("The server process writing this answer stopped (a crash or a kill)
              "written so far is kept. Send the message again for a full answer.")
 
 
-def reap_dead_runs() -> list[tuple[str, str]]:
+def reap_dead_runs(alive: frozenset[str] = frozenset()) -> list[tuple[str, str]]:
     """(session id, run id) of every run whose claim lapsed, now finished: its claim cleared,
-    its partial answer interrupted, a line added. Sync; one worker wins each run."""
+    its partial answer interrupted, a line added. Sync; one worker wins each run. Runs in
+    `alive` (this process's own, only late with their heartbeat) are left alone."""
     lapsed = Q(active_run_heartbeat__isnull=True) | Q(active_run_heartbeat__lt=timezone.now() - history.RUN_CLAIM_TTL)
     dead = list(Session.objects.exclude(active_run_id="").filter(lapsed).values_list("pk", "active_run_id"))
     reaped = []
     for session_id, run_id in dead:
+        if run_id in alive:
+            continue
         taken = Session.objects.filter(lapsed, pk=session_id, active_run_id=run_id).update(
             active_run_id="", active_run_heartbeat=None
         )
@@ -52,7 +56,8 @@ def reap_dead_runs() -> list[tuple[str, str]]:
 
 async def reap_once() -> list[tuple[str, str]]:
     """One pass, and a frame to the sockets of each chat it finished."""
-    reaped = await db_hop(reap_dead_runs)
+    own = frozenset(run.run_id for run in get_run_manager().active.values())
+    reaped = await db_hop(reap_dead_runs, own)
     if reaped:
         log.warning("finished %d run(s) whose worker died: answers kept as interrupted", len(reaped))
         layer = get_channel_layer()
