@@ -24,6 +24,7 @@ everything is stopped in order: proxy, workers (runs end cleanly, as interrupted
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -298,9 +299,11 @@ class Cluster:
     def stop(self) -> None:
         """The proxy first (no new requests), then the workers (SIGTERM: runs stop cleanly and
         partial answers are saved), then Redis."""
-        order = {"nginx": 0, "redis": 2}
-        for name, proc in sorted(self.procs, key=lambda item: order.get(item[0], 1)):
-            _terminate(proc, signal.SIGQUIT if name == "nginx" else signal.SIGTERM)
+        stages = [[(n, p) for n, p in self.procs if n == "nginx"],
+                  [(n, p) for n, p in self.procs if n.startswith("worker")],  # all at once
+                  [(n, p) for n, p in self.procs if n == "redis"]]
+        for stage in stages:
+            _terminate(stage, signal.SIGQUIT if stage and stage[0][0] == "nginx" else signal.SIGTERM)
         self.procs.clear()
         metrics = self.env.get("PROMETHEUS_MULTIPROC_DIR")
         if metrics and Path(metrics).is_relative_to(self.run_dir):
@@ -327,17 +330,22 @@ def _term_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
 
 
-def _terminate(proc: subprocess.Popen, sig: int) -> None:
-    if proc.poll() is not None:
-        return
-    try:
-        proc.send_signal(sig)
-        proc.wait(timeout=STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=5)
-    except ProcessLookupError:
-        pass
+def _terminate(procs: list[tuple[str, subprocess.Popen]], sig: int) -> None:
+    """`sig` to each process still running, then wait for all of them together; whoever is
+    still there after STOP_TIMEOUT_S is killed (and said so)."""
+    running = [(name, proc) for name, proc in procs if proc.poll() is None]
+    for _, proc in running:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(sig)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    for name, proc in running:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _say(f"{name} did not stop within {STOP_TIMEOUT_S:.0f} s; killing it")
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
 
 
 def main(argv: list[str] | None = None) -> int:
