@@ -338,9 +338,10 @@ class Scheduler:
         await db_hop(_add_deliveries, run.pk, outcome)
 
     async def _finish(self, routine: Routine, run: RoutineRun, agent_run) -> None:
-        if getattr(agent_run, "shut_down", False):  # the server stopped, not the owner
+        shut_down = getattr(agent_run, "shut_down", False)  # the server stopped it, not the owner
+        if shut_down and not agent_run.answered:
             status, error, body = Status.INTERRUPTED, SHUT_DOWN_ERROR, "The run was interrupted: the server shut down."
-        elif agent_run.stopped:
+        elif agent_run.stopped and not shut_down:
             status, error, body = Status.STOPPED, "stopped before it finished", "The run was stopped."
         elif agent_run.error:
             status, error, body = Status.FAILED, agent_run.error, f"It failed: {agent_run.error}"

@@ -9,6 +9,7 @@ import asyncio
 import pytest
 from asgiref.sync import sync_to_async
 from django.test import AsyncClient
+from prometheus_client import REGISTRY
 
 from agent.models import Profile
 from agent.runs import SHUT_DOWN_TEXT, get_run_manager
@@ -61,6 +62,7 @@ async def test_a_routine_run_stopped_by_shutdown_is_interrupted(llm, owner, prof
 async def test_a_chat_run_stopped_by_shutdown_says_so_not_stopped(llm, owner, profiles) -> None:
     llm.add_rule(Rule(match="ramble", turns=[Turn(content=SLOW, chunk_size=6, delay=0.2)]))
     session = await Session.objects.acreate(owner=owner, profile_id="secretary")
+    stops_before = REGISTRY.get_sample_value("navi_runs_stopped_total") or 0
     manager = get_run_manager()
     run = await manager.start(str(session.pk), "ramble on")
     await until(lambda: Message.objects.filter(role="assistant", status="partial").exclude(content="").exists())
@@ -72,3 +74,4 @@ async def test_a_chat_run_stopped_by_shutdown_says_so_not_stopped(llm, owner, pr
     assert [r[:2] for r in rows] == [("user", "complete"), ("assistant", "interrupted"), ("system", "interrupted")]
     assert rows[1][2] and SLOW.startswith(rows[1][2])  # what was written is kept
     assert rows[2][2] == SHUT_DOWN_TEXT
+    assert (REGISTRY.get_sample_value("navi_runs_stopped_total") or 0) == stops_before  # nobody pressed Stop
