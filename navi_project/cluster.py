@@ -285,7 +285,7 @@ class Cluster:
         uptime = now - slot.started
         slot.fast_crashes = slot.fast_crashes + 1 if uptime < FAST_CRASH_S else 0
         others = [s.name for s in self.slots if s is not slot and not s.given_up]
-        serving = f"{', '.join(others)} keep(s) serving" if others else "no other worker is serving"
+        serving = f"{', '.join(others)} still serving" if others else "no other worker is serving"
         if slot.fast_crashes >= GIVE_UP_AFTER:
             slot.given_up = True
             _say(f"GIVING UP on {slot.name} (port {slot.port}): it died {slot.fast_crashes} times in a row within "
