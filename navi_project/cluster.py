@@ -14,13 +14,17 @@ nginx in front of them, on this machine, as child processes; Ctrl-C stops all of
   (least connections), and TLS when `NAVI_HOST` is set (certificate `NAVI_TLS_CERT`, key
   `NAVI_TLS_KEY`; default Let's Encrypt's paths for that name).
 
-The database must be migrated first (`make run-cluster` does). Exits non-zero when any child
-dies on its own; everything is stopped in order: proxy, workers (runs end cleanly), Redis.
+The database must be migrated first (`make run-cluster` does). A worker that dies (a crash, a
+kill -9) is started again after a back-off (1, 2, 4 … 30 s) while the others keep serving (nginx
+sends them its requests meanwhile); one that dies again and again within 30 s of its start is
+given up on, loudly. Exits non-zero when Redis or nginx dies or every worker was given up on;
+everything is stopped in order: proxy, workers (runs end cleanly, as interrupted), Redis.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -29,10 +33,31 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 STOP_TIMEOUT_S = 15.0
+RESTART_BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)  # after the 1st, 2nd … fast crash in a row
+FAST_CRASH_S = 30.0  # a worker that dies sooner after its start crashed "fast"
+GIVE_UP_AFTER = 5  # fast crashes in a row, then the worker is not started again
+
+
+@dataclass
+class WorkerSlot:
+    """One worker's place in the cluster: its port, its current process, its crash record."""
+
+    number: int
+    port: int
+    proc: subprocess.Popen | None = None
+    started: float = 0.0
+    fast_crashes: int = 0
+    restart_at: float | None = None
+    given_up: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"worker {self.number}"
 
 
 def free_port() -> int:
@@ -144,6 +169,7 @@ class Cluster:
         self.run_dir = Path(run_dir or tempfile.mkdtemp(prefix="navi-cluster-"))
         self.env = dict(os.environ if env is None else env)
         self.procs: list[tuple[str, subprocess.Popen]] = []  # in start order
+        self.slots = [WorkerSlot(i, port) for i, port in enumerate(self.worker_ports, 1)]
 
     # --- starting ---------------------------------------------------------------------------
     def start(self) -> Cluster:
@@ -197,13 +223,16 @@ class Cluster:
             hosts = [h for h in self.env.get("ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h]
             self.env["ALLOWED_HOSTS"] = ",".join(dict.fromkeys([*hosts, host]))
             self.env.setdefault("NAVI_HTTPS", "true")
-        started = []
-        for i, port in enumerate(self.worker_ports, 1):
-            argv = [sys.executable, "-m", "navi_project.serve", "--proxy-headers", "-b", "127.0.0.1", "-p", str(port),
-                    "navi_project.asgi:application"]
-            started.append((port, self._spawn(f"worker {i}", argv)))
-        for i, (port, proc) in enumerate(started, 1):
-            _wait_for_port(port, proc, f"worker {i}", 60)
+        for slot in self.slots:
+            self._start_worker(slot)
+        for slot in self.slots:
+            _wait_for_port(slot.port, slot.proc, slot.name, 60)
+
+    def _start_worker(self, slot: WorkerSlot) -> None:
+        argv = [sys.executable, "-m", "navi_project.serve", "--proxy-headers", "-b", "127.0.0.1", "-p", str(slot.port),
+                "navi_project.asgi:application"]
+        self.procs = [(name, proc) for name, proc in self.procs if proc is not slot.proc]
+        slot.proc, slot.started, slot.restart_at = self._spawn(slot.name, argv), time.monotonic(), None
 
     def _start_nginx(self) -> None:
         binary = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
@@ -224,21 +253,57 @@ class Cluster:
         scheme = "https" if self.env.get("NAVI_HOST") else "http"
         return f"{scheme}://{self.bind}:{self.port}"
 
-    def wait(self) -> int:
-        """Until a child exits on its own (its exit code, 1 if it was 0) or we are interrupted."""
+    def wait(self, poll_s: float = 0.5) -> int:
+        """Until Redis or nginx exits on its own (its exit code, 1 if it was 0), every worker was
+        given up on (1), or we are interrupted. Dead workers are started again meanwhile."""
         while True:
             for name, proc in self.procs:
-                if proc.poll() is not None:
-                    print(f"==> {name} exited with code {proc.returncode}; stopping the cluster", file=sys.stderr)
+                if not name.startswith("worker") and proc.poll() is not None:
+                    _say(f"{name} exited with code {proc.returncode}; stopping the cluster")
                     return proc.returncode or 1
-            time.sleep(0.5)
+            for slot in self.slots:
+                self.supervise(slot, time.monotonic())
+            if all(slot.given_up for slot in self.slots):
+                _say("no worker is left running; stopping the cluster")
+                return 1
+            time.sleep(poll_s)
+
+    def supervise(self, slot: WorkerSlot, now: float) -> None:
+        """Start a dead worker again after its back-off; give up after GIVE_UP_AFTER fast crashes."""
+        if slot.given_up or slot.proc is None:
+            return
+        if slot.restart_at is not None:
+            if now >= slot.restart_at:
+                _say(f"starting {slot.name} again on port {slot.port}")
+                self._start_worker(slot)
+            return
+        code = slot.proc.poll()
+        if code is None:
+            if slot.fast_crashes and now - slot.started >= FAST_CRASH_S:
+                slot.fast_crashes = 0  # it stayed up: the next crash starts the back-off afresh
+            return
+        uptime = now - slot.started
+        slot.fast_crashes = slot.fast_crashes + 1 if uptime < FAST_CRASH_S else 0
+        others = [s.name for s in self.slots if s is not slot and not s.given_up]
+        serving = f"{', '.join(others)} still serving" if others else "no other worker is serving"
+        if slot.fast_crashes >= GIVE_UP_AFTER:
+            slot.given_up = True
+            _say(f"GIVING UP on {slot.name} (port {slot.port}): it died {slot.fast_crashes} times in a row within "
+                 f"{FAST_CRASH_S:.0f} s of starting (last exit code {code}); {serving}. Its log lines above say "
+                 "why; fix that, then restart the cluster.")
+            return
+        delay = RESTART_BACKOFF_S[min(slot.fast_crashes, len(RESTART_BACKOFF_S) - 1)]
+        slot.restart_at = now + delay
+        _say(f"{slot.name} exited with code {code} after {uptime:.0f} s; starting it again in {delay:.0f} s ({serving})")
 
     def stop(self) -> None:
         """The proxy first (no new requests), then the workers (SIGTERM: runs stop cleanly and
         partial answers are saved), then Redis."""
-        order = {"nginx": 0, "redis": 2}
-        for name, proc in sorted(self.procs, key=lambda item: order.get(item[0], 1)):
-            _terminate(proc, signal.SIGQUIT if name == "nginx" else signal.SIGTERM)
+        stages = [[(n, p) for n, p in self.procs if n == "nginx"],
+                  [(n, p) for n, p in self.procs if n.startswith("worker")],  # all at once
+                  [(n, p) for n, p in self.procs if n == "redis"]]
+        for stage in stages:
+            _terminate(stage, signal.SIGQUIT if stage and stage[0][0] == "nginx" else signal.SIGTERM)
         self.procs.clear()
         metrics = self.env.get("PROMETHEUS_MULTIPROC_DIR")
         if metrics and Path(metrics).is_relative_to(self.run_dir):
@@ -253,6 +318,10 @@ class Cluster:
         self.stop()
 
 
+def _say(line: str) -> None:
+    print(f"==> {line}", file=sys.stderr, flush=True)
+
+
 def _term_with_parent() -> None:
     """In the child before exec: SIGTERM when the parent dies (prctl PR_SET_PDEATHSIG; Linux)."""
     if sys.platform.startswith("linux"):
@@ -261,17 +330,22 @@ def _term_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
 
 
-def _terminate(proc: subprocess.Popen, sig: int) -> None:
-    if proc.poll() is not None:
-        return
-    try:
-        proc.send_signal(sig)
-        proc.wait(timeout=STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=5)
-    except ProcessLookupError:
-        pass
+def _terminate(procs: list[tuple[str, subprocess.Popen]], sig: int) -> None:
+    """`sig` to each process still running, then wait for all of them together; whoever is
+    still there after STOP_TIMEOUT_S is killed (and said so)."""
+    running = [(name, proc) for name, proc in procs if proc.poll() is None]
+    for _, proc in running:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(sig)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    for name, proc in running:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _say(f"{name} did not stop within {STOP_TIMEOUT_S:.0f} s; killing it")
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -289,6 +363,9 @@ def main(argv: list[str] | None = None) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupted)
+    # Also when started with SIGINT ignored (a background job of a script, nohup): Ctrl-C / kill
+    # -INT must still stop the cluster in order rather than be lost.
+    signal.signal(signal.SIGINT, interrupted)
     code = 0
     try:
         cluster.start()

@@ -91,7 +91,7 @@ def run_finished(run) -> None:
     RUNS_ACTIVE.dec()
     if run.error:
         RUNS_FAILED.inc()
-    elif run.stopped:
+    elif run.stopped and not getattr(run, "shut_down", False):  # the server's shutdown is no one's Stop
         RUNS_STOPPED.inc()
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import sys
 from io import BytesIO
 
@@ -292,12 +293,17 @@ class LeanWebSocketFactory(WebSocketFactory):
 
 
 WRITE_TEXT = "navi.write_text"  # scope["extensions"][WRITE_TEXT]: LeanWebSocketProtocol.write_text
+# scope["extensions"][IS_OPEN](): whether the handshake completed and the socket is still open. An
+# accept that comes after daphne gave up on the handshake reaches no client.
+IS_OPEN = "navi.is_open"
 
 
 class LimitedServer(daphne_server.Server):
     def create_application(self, protocol, scope):
         if isinstance(protocol, LeanWebSocketProtocol):
-            scope.setdefault("extensions", {})[WRITE_TEXT] = protocol.write_text
+            extensions = scope.setdefault("extensions", {})
+            extensions[WRITE_TEXT] = protocol.write_text
+            extensions[IS_OPEN] = lambda: protocol.state == protocol.STATE_OPEN
         elif isinstance(protocol, LimitedWebRequest) and not isinstance(protocol.content, BytesIO):
             hand_over_body(protocol, scope)
         return super().create_application(protocol, scope)
@@ -337,8 +343,20 @@ class NaviCommandLine(CommandLineInterface):
     server_class = LimitedServer
 
 
+def with_handshake_timeout(argv: list[str]) -> list[str]:
+    """daphne's WebSocket handshake timeout (5 s by default) from WEBSOCKET_HANDSHAKE_TIMEOUT_S
+    unless given: under load (100 sockets connecting at once on 2 cores) the application's
+    accept came after 5 s and daphne reset sockets nginx had already forwarded (issue 36)."""
+    if any(arg.startswith("--websocket_connect_timeout") for arg in argv):
+        return argv
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "navi_project.settings")
+    from django.conf import settings
+
+    return ["--websocket_connect_timeout", str(int(settings.WEBSOCKET_HANDSHAKE_TIMEOUT_S)), *argv]
+
+
 def main(argv: list[str] | None = None) -> None:
-    NaviCommandLine().run(sys.argv[1:] if argv is None else argv)
+    NaviCommandLine().run(with_handshake_timeout(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":

@@ -197,11 +197,30 @@ def _private_sqlite_file(name: str) -> None:
 
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     _private_sqlite_file(str(DATABASES["default"].get("NAME") or ""))
+
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env.int("DB_POOL_MAX_SIZE", default=10) > 0:
+    # A pool per process (psycopg_pool), checked before each use. Without it Channels closed the
+    # connection around every socket event (CONN_MAX_AGE 0): each worker connected ~300 times in
+    # a 100-session run, all on the one database thread, so sockets waited past daphne's
+    # handshake timeout (issue 36). Kept connections per thread leak under ASGI; a pool does not.
+    # DB_POOL_MAX_SIZE=0: no pool (behind PgBouncer, say): a connection per request / socket event.
+    DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps them; Django must not as well
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": env.int("DB_POOL_MIN_SIZE", default=2),
+        "max_size": env.int("DB_POOL_MAX_SIZE", default=10),
+        "timeout": env.float("DB_POOL_TIMEOUT_S", default=30.0),  # waiting for a free connection
+        "max_idle": 300.0,
+    }
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # navi_backup's row format: JSON with exact (microsecond) datetimes.
 SERIALIZATION_MODULES = {"navijson": "sessions_app.backup_format"}
 
 # --- Channel layer ------------------------------------------------------------------------
+# How long a WebSocket handshake may wait for the application's accept (daphne's own default is
+# 5 s, which a loaded 2-core machine with 100 sockets connecting at once exceeded).
+WEBSOCKET_HANDSHAKE_TIMEOUT_S = env.float("WEBSOCKET_HANDSHAKE_TIMEOUT_S", default=30.0)
 # Capacity is high because a fast model streams thousands of deltas; a full channel would
 # drop frames (the consumer repairs gaps from the run buffer, but it should not have to).
 REDIS_URL = env.str("REDIS_URL", default="")

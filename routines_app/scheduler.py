@@ -342,7 +342,10 @@ class Scheduler:
         await db_hop(_add_deliveries, run.pk, outcome)
 
     async def _finish(self, routine: Routine, run: RoutineRun, agent_run) -> None:
-        if agent_run.stopped:
+        shut_down = getattr(agent_run, "shut_down", False)  # the server stopped it, not the owner
+        if shut_down and not agent_run.answered:
+            status, error, body = Status.INTERRUPTED, SHUT_DOWN_ERROR, "The run was interrupted: the server shut down."
+        elif agent_run.stopped and not shut_down:
             status, error, body = Status.STOPPED, "stopped before it finished", "The run was stopped."
         elif agent_run.error:
             status, error, body = Status.FAILED, agent_run.error, f"It failed: {agent_run.error}"
@@ -432,6 +435,10 @@ def reap(now: datetime, exclude_worker: str = "") -> int:
     if exclude_worker:
         dead = dead.exclude(worker_id=exclude_worker)
     return _interrupt(dead, now)
+
+
+SHUT_DOWN_ERROR = ("the server shut down before it finished; it is not run again. Use Run now on /routines/ to "
+                   "run it yourself.")
 
 
 def _interrupt(rows, now: datetime) -> int:

@@ -50,6 +50,8 @@ log = logging.getLogger(__name__)
 CLAIM_TTL = history.RUN_CLAIM_TTL  # a claim whose owner stopped heart-beating is void
 HEARTBEAT_S = 5.0
 KEEP_FINISHED_S = 120.0  # finished runs stay replayable this long (a reconnect after the end)
+SHUT_DOWN_TEXT = ("The server was shut down before the answer was finished; what was written so far is kept. "
+                  "Send the message again for a full answer.")
 
 
 def _outside_the_request() -> contextvars.Context:
@@ -97,6 +99,7 @@ class Run:
     error: str | None = None
     error_code: str = ""  # the error frame's code (agent.frames.events.ErrorEvent)
     stopped: bool = False
+    shut_down: bool = False  # stopped by the server's shutdown, not by a person: interrupted
     answered: bool = False  # stream_end sent; only post-turn workers may still run
     context_tokens: int = 0
     rewound: dict | None = None  # the history_rewound frame of an edit or regenerate
@@ -453,6 +456,7 @@ class RunManager:
     async def shutdown(self) -> None:
         """Stop every run cleanly (stop event, not cancel) and end background tasks."""
         for run in list(self.active.values()):
+            run.shut_down = True
             run.stop_event.set()
         runs = [r.task for r in self.active.values() if r.task]
         if runs:
@@ -494,6 +498,8 @@ async def _record_outcome(run: Run) -> None:
     try:
         if run.error:
             await db_hop(history.add_marker, run.session_id, "error", run.error)
+        elif run.stopped and not run.answered and run.shut_down:
+            await db_hop(history.add_marker, run.session_id, "error", SHUT_DOWN_TEXT)
         elif run.stopped and not run.answered:
             await db_hop(history.add_marker, run.session_id, "stopped", history.STOPPED_TEXT)
     except Exception:

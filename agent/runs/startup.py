@@ -8,6 +8,7 @@ import logging
 import sys
 
 from agent.runs import manager as runs
+from agent.runs import reaper
 
 log = logging.getLogger("navi")
 
@@ -20,6 +21,27 @@ def on_server_started(sender=None, **kwargs) -> None:
     except Exception:
         log.exception("start-up recovery failed (has `python manage.py migrate` been run?)")
     _stop_runs_on_shutdown()
+    _reap_dead_workers_runs()
+
+
+def _reap_dead_workers_runs() -> None:
+    """Under daphne: every worker finishes, now and then, the runs of workers that died (a
+    restarted one included), within the run claim's TTL (agent.runs.reaper)."""
+    if "twisted.internet.reactor" not in sys.modules:
+        return
+    from twisted.internet import reactor  # importing the reactor installs one: only under daphne
+
+    loop = getattr(reactor, "_asyncioEventloop", None)
+    if loop is None:
+        return
+    tasks = []
+    loop.call_soon_threadsafe(lambda: tasks.append(loop.create_task(reaper.reap_forever(), name="run-reaper")))
+
+    def before_shutdown():
+        for task in tasks:
+            task.cancel()
+
+    reactor.addSystemEventTrigger("before", "shutdown", before_shutdown)
 
 
 def _stop_runs_on_shutdown() -> None:

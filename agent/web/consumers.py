@@ -133,6 +133,13 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         self.group = frames_group(session_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
+        is_open = (self.scope.get("extensions") or {}).get("navi.is_open")  # navi_project.serve.IS_OPEN
+        if is_open is not None and not is_open():
+            # The server gave up on the handshake before this accept (its timeout): no client
+            # has this socket, so it is neither counted nor attached.
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+            self.session_id = None
+            return
         attach = getattr(self.channel_layer, "attach", None)
         if attach is not None:  # after accept: a frame may be written as soon as it is attached
             attach(self.channel_name, self.run_event)
@@ -270,9 +277,9 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
     async def run_event(self, event: dict) -> None:
         frame = event["frame"]
         async with self.relaying:
-            if "run_id" not in frame:
-                # Not part of a run (e.g. memory_saved from background extraction): no seq to
-                # order or replay, so deliver it as is.
+            if "seq" not in frame:
+                # Not a frame of a live run (memory_saved from background extraction; a dead
+                # run's resume_unavailable, agent.runs.reaper): nothing to order or replay, as is.
                 await self._send_frame(frame)
             elif self.awaiting is not None:
                 self.pending.append(frame)
