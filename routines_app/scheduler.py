@@ -283,13 +283,15 @@ class Scheduler:
         self.live[run.pk] = None
         try:
             session_id = await db_hop(chat_for, routine, run)
-            await db_hop(_mark_started, routine, run, self.now())
+            if not await db_hop(_mark_started, routine, run, self.now()):
+                return  # the routine was deleted before its turn began: it never begins
             text = routine.instruction if not note else f"({note})\n\n{routine.instruction}"
             agent_run = await self._start_run(session_id, text, run)
             if agent_run is None:
                 return
             self.live[run.pk] = agent_run
-            await db_hop(_set_run_id, run, agent_run.run_id)
+            if not await db_hop(_set_run_id, run, agent_run.run_id):
+                agent_run.stop_event.set()  # deleted while the turn began (a delete could not see it yet)
             await agent_run.done.wait()
             await self._finish(routine, run, agent_run)
         except Exception as exc:
@@ -346,6 +348,8 @@ class Scheduler:
             status, error, body = Status.OK, "", agent_run.final_content or ""
         note = run.error if status == Status.OK else error
         await db_hop(_close, run, status, note, self.now(), run.session_id)
+        if agent_run.stopped and not await Routine.objects.filter(pk=routine.pk).aexists():
+            return  # stopped by deleting the routine: the owner knows
         outcome = await delivery.deliver(routine, run, title=routine.name, body=body)
         await db_hop(_add_deliveries, run.pk, outcome)
 
@@ -387,15 +391,16 @@ def _default_profile(user_id: int) -> str:
     return (prefs.default_profile_id if prefs else None) or settings.NAVI_DEFAULT_PROFILE
 
 
-def _mark_started(routine: Routine, run: RoutineRun, now: datetime) -> None:
-    """When the agent run really starts (the claim, which records the lateness, came first)."""
+def _mark_started(routine: Routine, run: RoutineRun, now: datetime) -> bool:
+    """When the agent run really starts (the claim, which records the lateness, came first);
+    False when the run's row is gone (its routine was deleted)."""
     run.started_at = now
-    RoutineRun.objects.filter(pk=run.pk).update(started_at=now)
+    return bool(RoutineRun.objects.filter(pk=run.pk).update(started_at=now))
 
 
-def _set_run_id(run: RoutineRun, run_id: str) -> None:
-    RoutineRun.objects.filter(pk=run.pk).update(run_id=run_id)
+def _set_run_id(run: RoutineRun, run_id: str) -> bool:
     run.run_id = run_id
+    return bool(RoutineRun.objects.filter(pk=run.pk).update(run_id=run_id))
 
 
 def _set_status(pk: int, old: str, new: str) -> None:
