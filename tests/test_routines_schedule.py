@@ -312,10 +312,11 @@ class TestCatchUp:
 
 class TestExactlyOnce:
     def test_two_schedulers_racing_claim_each_slot_once(self, owner, django_user_model):
+        # 250 due at once: more than one claim transaction (sch.CLAIM_CHUNK) per worker.
         clock = Clock(utc(2026, 6, 1, 7, 59))
-        users = [owner] + [django_user_model.objects.create_user(f"u{i}") for i in range(3)]
-        for i in range(100):
-            make(users[i % 4], clock, name=f"r{i}", schedule={"cron": "0 8 * * *"}, time_zone="UTC")
+        users = [owner] + [django_user_model.objects.create_user(f"u{i}") for i in range(9)]
+        for i in range(250):
+            make(users[i % 10], clock, name=f"r{i}", schedule={"cron": "0 8 * * *"}, time_zone="UTC")
         due = utc(2026, 6, 1, 8, 0, 1)
         results: dict[str, list] = {}
         gate = threading.Barrier(2)
@@ -342,8 +343,18 @@ class TestExactlyOnce:
         for t in threads:
             t.join(60)
         a, b = results["a"], results["b"]
-        assert len(a) + len(b) == 100 and not set(a) & set(b)
-        assert RoutineRun.objects.filter(scheduled_for=utc(2026, 6, 1, 8)).count() == 100
+        assert len(a) + len(b) == 250 and not set(a) & set(b)
+        assert RoutineRun.objects.count() == 250 and not Routine.objects.filter(next_fire_at__lte=due).exists()
+        assert RoutineRun.objects.filter(scheduled_for=utc(2026, 6, 1, 8)).count() == 250
+
+    def test_a_routine_that_cannot_be_planned_does_not_hold_up_the_others(self, owner):
+        clock = Clock(utc(2026, 6, 1, 7, 59))
+        for i in range(5):
+            make(owner, clock, name=f"r{i}", schedule={"cron": "0 8 * * *"}, time_zone="UTC")
+        Routine.objects.filter(name="r2").update(time_zone="Mars/Olympus")  # stored before zones were checked
+        claimed = sch.Scheduler(now=clock).claim_due(utc(2026, 6, 1, 8, 0, 1))
+        assert sorted(routine.name for routine, _, _ in claimed) == ["r0", "r1", "r3", "r4"]
+        assert all(run.pk and run.status == "running" for _, run, _ in claimed)
 
     def test_a_run_cut_off_by_a_crash_is_interrupted_and_not_run_again(self, owner, settings):
         settings.REDIS_URL = ""  # one process: at its start every live run is dead
