@@ -136,7 +136,9 @@ def measure(workers: int, args) -> dict:
         query = "SELECT COUNT(*) FROM routines_app_routinerun WHERE status NOT IN ('running', 'waiting_approval')"
         while time.monotonic() < deadline and servers[0].sql(query)[0][0] < args.due:
             time.sleep(0.5)
-        rows = servers[0].sql("SELECT scheduled_for, worker_id, status, lateness_s FROM routines_app_routinerun")
+        rows = servers[0].sql("SELECT scheduled_for, worker_id, status, lateness_s, error FROM routines_app_routinerun")
+        for problem in sorted({(r[2], (r[4] or "")[:300]) for r in rows if r[2] != "ok"}):
+            print(f"[{workers} worker(s)] a run {problem[0]}: {problem[1]}")
         begun = servers[0].sql(
             "SELECT rr.scheduled_for, MIN(m.created_at) FROM routines_app_routinerun rr "
             "JOIN sessions_app_message m ON m.session_id = rr.session_id AND m.role = 'user' GROUP BY rr.id, rr.scheduled_for")

@@ -9,7 +9,7 @@ Each pass (`Scheduler.check`):
    (routine, scheduled_for) RoutineRun before anything runs: a conflict means another worker
    (or this one before a restart) has it. Then `next_slot` moves on with a conditional UPDATE
    (only from the value read), so nothing but the scheduler ever moves it. The claims and
-   moves of up to CLAIM_CHUNK routines are one transaction of three statements (200 routines
+   moves of up to CLAIM_CHUNK routines are one transaction of two statements (200 routines
    due at once cost ~400 commits before);
 3. the claimed runs' chats are made in one more hop, then each starts an agent run in its chat
    (`origin="routine"`), whose frames set the row's status (waiting_approval, then ok / failed
@@ -55,7 +55,7 @@ Status = RoutineRun.Status
 MAX_SLEEP_S = 20.0
 HEARTBEAT_S = 10.0
 BATCH = 500  # due routines handled per pass; the rest come in the next pass, at once
-CLAIM_CHUNK = 100  # slots claimed per transaction (another worker's claims go in between)
+CLAIM_CHUNK = 20  # slots claimed per transaction: on PostgreSQL the workers claim side by side
 LATE_NOTE_S = 60.0  # a run this late says so
 BUSY_RETRY_S = 2.0
 BUSY_GIVE_UP_S = 120.0  # the routine's chat had an active run for this long: failed
