@@ -471,7 +471,7 @@ def chats_for(pairs: list[tuple[Routine, RoutineRun]]) -> None:
     owners = {routine.owner_id for routine, _ in pairs}
     defaults = dict(UserSettings.objects.filter(user_id__in=owners).values_list("user_id", "default_profile_id"))
     existing = {s.pk: s for s in Session.objects.filter(pk__in=[r.session_id for r, _ in pairs if r.session_id])}
-    made, moved_profile, linked = [], [], []
+    made, moved_profile, linked, chat_of = [], [], [], {}
     for routine, run in pairs:
         profile_id = routine.profile_id or defaults.get(routine.owner_id) or settings.NAVI_DEFAULT_PROFILE
         session = existing.get(routine.session_id)
@@ -483,7 +483,7 @@ def chats_for(pairs: list[tuple[Routine, RoutineRun]]) -> None:
         elif session.profile_id != profile_id:
             moved_profile.append((session.pk, profile_id))
             session.profile_id = profile_id
-        run.session_id = session.pk
+        chat_of[run.pk] = session.pk
     with transaction.atomic():
         Session.objects.bulk_create(made)
         with connection.cursor() as cursor:
@@ -498,11 +498,13 @@ def chats_for(pairs: list[tuple[Routine, RoutineRun]]) -> None:
                     [(profile_id, hotsql.prep(Session, "id", pk)) for pk, profile_id in moved_profile])
             cursor.executemany(
                 f"UPDATE {table_rr} SET {hotsql.column(RoutineRun, 'session')} = %s WHERE {hotsql.column(RoutineRun, 'id')} = %s",
-                [(hotsql.prep(RoutineRun, "session", run.session_id), run.pk) for _, run in pairs])
+                [(hotsql.prep(RoutineRun, "session", chat_of[run.pk]), run.pk) for _, run in pairs])
         alive = set(RoutineRun.objects.filter(pk__in=[run.pk for _, run in pairs]).values_list("pk", flat=True))
+    # Only now, committed: a run left without its chat here makes its own (chat_for) at launch.
     for routine, session in linked:
         routine.session_id = session.pk
     for _, run in pairs:
+        run.session_id = chat_of[run.pk]
         run.gone = run.pk not in alive
 
 
