@@ -1,16 +1,21 @@
 """Benchmark: routine fire lateness and the scheduler's idle cost, on real server processes.
 
-    .venv/bin/python bench/routines.py [--workers 1|2] [--routines 10000] [--users 100] [--due 200] [--idle-s 60]
+    .venv/bin/python bench/routines.py [--workers 1|2|both] [--routines 10000] [--users 100] [--due 200] [--idle-s 60]
 
 Prints figures, asserts nothing. One database (SQLite, or PostgreSQL when DATABASE_URL is
 postgres://) with `users` accounts and `routines` routines: `due` one-shots due at the same
-instant ~40 s after the server(s) start, the rest daily cron routines at other times. The
+instant ~60 s after the server(s) start, the rest daily cron routines at other times. The
 LLM is the protocol-level test server (tests/llm_server.py; instant echo answers), so the
-figures are the scheduler's, not a model's. With --workers 2 both processes share Redis and
-the database, as `make run-cluster`.
+figures are the scheduler's and the run start's, not a model's. With --workers 2 both
+processes share Redis and the database, as `make run-cluster`; `both` (the default) measures
+one worker, then two, on fresh databases, and prints them side by side.
 
-  lateness p50/p99/max   the slot claimed (the fire) - its fire time, and the agent run started
-                         (its chat ready, the turn begun) - its fire time, over the `due` runs
+  fired                  the slot claimed (its row inserted) - its fire time
+  run started            the run's turn begun (the instruction saved in its chat, read from the
+                         message row, so the figure means the same whatever the scheduler does)
+                         - its fire time
+  first model request    the first request with the routine's instruction at the test LLM
+                         server - its fire time (a real model's own queue comes on top)
   claims per worker      how the due slots were shared
   idle CPU               CPU seconds the server process(es) used per minute with nothing due
 """
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -73,68 +79,117 @@ def _ts(value):
     return value.replace(tzinfo=None) if isinstance(value, datetime) else datetime.fromisoformat(str(value)).replace(tzinfo=None)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--workers", type=int, default=1, choices=[1, 2])
-    parser.add_argument("--routines", type=int, default=10_000)
-    parser.add_argument("--users", type=int, default=100)
-    parser.add_argument("--due", type=int, default=200)
-    parser.add_argument("--idle-s", type=float, default=60.0)
-    args = parser.parse_args()
+class TimedLLM(LLMServer):
+    """The test LLM server, noting when each request came in."""
+
+    def _record(self, rec: dict) -> None:
+        rec["_at"] = time.time()
+        super()._record(rec)
+
+
+def _quantiles(values: list[float]) -> tuple[float, float, float] | None:
+    if not values:
+        return None
+    values = sorted(values)
+    p99 = values[min(len(values) - 1, int(round(0.99 * (len(values) - 1))))]
+    return statistics.median(values), p99, values[-1]
+
+
+def _instruction(request: dict) -> str:
+    users = [m.get("content") for m in request.get("messages") or [] if m.get("role") == "user"]
+    text = users[-1] if users else ""
+    return text if isinstance(text, str) else ""
+
+
+def measure(workers: int, args) -> dict:
+    """One run of the benchmark with `workers` server processes; its figures."""
+    from datetime import datetime, timedelta, timezone
 
     data_dir = Path(tempfile.mkdtemp(prefix="navi-bench-routines-"))
-    llm = LLMServer().start()
-    redis = redis_server.RedisServer().start() if args.workers == 2 else None
+    llm = TimedLLM().start()
+    redis = redis_server.RedisServer().start() if workers == 2 else None
     env = {"OLLAMA_HOST": llm.url, "LOG_LEVEL": "WARNING", "CHAT_TITLES": "first_words"}
     if redis:
         env["REDIS_URL"] = redis.url
     servers = [LiveNavi(env=env, data_dir=data_dir)]
     servers[0].prepare()
-    if args.workers == 2:
+    if workers == 2:
         second = LiveNavi(env={**env, "DATABASE_URL": servers[0].env["DATABASE_URL"]}, data_dir=data_dir)
         second.token = servers[0].token
         servers.append(second)
     try:
-        from datetime import datetime, timedelta, timezone
-
         due_at = (datetime.now(timezone.utc) + timedelta(seconds=60)).replace(microsecond=0)
         seeded = servers[0]._manage("shell", "-c", SEED.format(users=args.users, routines=args.routines, due=args.due,
                                                                due_at=due_at.isoformat()))
-        print(f"seeded {seeded.strip()} routines for {args.users} users; {args.due} due at {due_at:%H:%M:%S} UTC")
+        print(f"[{workers} worker(s)] seeded {seeded.strip().splitlines()[-1]} routines for {args.users} users; "
+              f"{args.due} due at {due_at:%H:%M:%S} UTC")
         for server in servers:
             server.start(timeout=60)
         pids = [s.proc.pid for s in servers]
         # Idle: nothing is due until due_at; measure CPU over a window before it.
-        settle = 5.0
-        time.sleep(settle)
+        time.sleep(5.0)
         window = min(args.idle_s, max(5.0, (due_at - datetime.now(timezone.utc)).total_seconds() - 5))
         before = [cpu_seconds(p) for p in pids]
         time.sleep(window)
         idle = [(cpu_seconds(p) - b) * 60.0 / window for p, b in zip(pids, before)]
-        print(f"idle CPU: {', '.join(f'{x:.2f}' for x in idle)} CPU-seconds per minute per process "
-              f"(measured over {window:.0f} s, {args.routines} routines, nothing due)")
         deadline = time.monotonic() + 300
-        query = ("SELECT COUNT(*) FROM routines_app_routinerun WHERE status NOT IN ('running', 'waiting_approval')")
+        query = "SELECT COUNT(*) FROM routines_app_routinerun WHERE status NOT IN ('running', 'waiting_approval')"
         while time.monotonic() < deadline and servers[0].sql(query)[0][0] < args.due:
             time.sleep(0.5)
-        rows = servers[0].sql("SELECT started_at, scheduled_for, worker_id, status, lateness_s FROM routines_app_routinerun")
-        print(f"runs: {len(rows)} ({', '.join(sorted({r[3] for r in rows}))})")
-        claimed = sorted(r[4] for r in rows if r[4] is not None)
-        started = sorted((_ts(r[0]) - _ts(r[1])).total_seconds() for r in rows if r[0] is not None)
-        for label, values in (("fired (slot claimed)", claimed), ("agent run started", started)):
-            if values:
-                p99 = values[min(len(values) - 1, int(round(0.99 * (len(values) - 1))))]
-                print(f"lateness, {label}: p50 {statistics.median(values):.3f} s, p99 {p99:.3f} s, max {values[-1]:.3f} s")
+        rows = servers[0].sql("SELECT scheduled_for, worker_id, status, lateness_s, error FROM routines_app_routinerun")
+        for problem in sorted({(r[2], (r[4] or "")[:300]) for r in rows if r[2] != "ok"}):
+            print(f"[{workers} worker(s)] a run {problem[0]}: {problem[1]}")
+        begun = servers[0].sql(
+            "SELECT rr.scheduled_for, MIN(m.created_at) FROM routines_app_routinerun rr "
+            "JOIN sessions_app_message m ON m.session_id = rr.session_id AND m.role = 'user' GROUP BY rr.id, rr.scheduled_for")
+        first: dict[str, float] = {}
+        for request in llm.requests:
+            found = re.search(r"bench routine \d+", _instruction(request))
+            if found and found.group() not in first:
+                first[found.group()] = request["_at"]
         claims: dict[str, int] = {}
         for r in rows:
-            claims[r[2]] = claims.get(r[2], 0) + 1
-        print(f"claims per worker: {sorted(claims.values(), reverse=True)}")
+            claims[r[1]] = claims.get(r[1], 0) + 1
+        return {
+            "workers": workers,
+            "runs": len(rows),
+            "statuses": sorted({r[2] for r in rows}),
+            "fired": _quantiles([r[3] for r in rows if r[3] is not None]),
+            "started": _quantiles([(_ts(b) - _ts(s)).total_seconds() for s, b in begun if b is not None]),
+            "model": _quantiles([t - due_at.timestamp() for t in first.values()]),
+            "claims": sorted(claims.values(), reverse=True),
+            "idle": idle,
+        }
     finally:
         for server in servers:
             server.stop()
         llm.stop()
         if redis:
             redis.stop()
+
+
+def _cell(q: tuple[float, float, float] | None) -> str:
+    return " / ".join(f"{x:.2f}" for x in q) + " s" if q else "-"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workers", default="both", choices=["1", "2", "both"])
+    parser.add_argument("--routines", type=int, default=10_000)
+    parser.add_argument("--users", type=int, default=100)
+    parser.add_argument("--due", type=int, default=200)
+    parser.add_argument("--idle-s", type=float, default=60.0)
+    args = parser.parse_args()
+    results = [measure(n, args) for n in ((1, 2) if args.workers == "both" else (int(args.workers),))]
+    print()
+    print(f"{args.due} one-shots due at once, {args.routines} routines, {args.users} users; p50 / p99 / max after the fire time")
+    print()
+    print("| workers | fired | run started | first model request | claims | runs | idle CPU per minute |")
+    print("|---|---|---|---|---|---|---|")
+    for r in results:
+        print(f"| {r['workers']} | {_cell(r['fired'])} | {_cell(r['started'])} | {_cell(r['model'])} | "
+              f"{' + '.join(map(str, r['claims']))} | {r['runs']} ({', '.join(r['statuses'])}) | "
+              f"{' + '.join(f'{x:.2f}' for x in r['idle'])} CPU-s |")
 
 
 if __name__ == "__main__":

@@ -232,7 +232,11 @@ if REDIS_URL:
             # blocking BZPOPMIN (and with it every idle socket: close 1011); 15 s still catches
             # a dead Redis (django/channels_redis#422).
             "CONFIG": {
-                "hosts": [{"address": REDIS_URL, "socket_timeout": 15}],
+                # redis-py's pool holds 100 connections and raises past them: 200 routine runs
+                # starting at once failed in group_add (after their chat was claimed) and lost
+                # frames. Each connection is a socket while in use, then kept for reuse.
+                "hosts": [{"address": REDIS_URL, "socket_timeout": 15,
+                           "max_connections": env.int("REDIS_MAX_CONNECTIONS", default=500)}],
                 "capacity": 5000,
                 "expiry": 60,
             },

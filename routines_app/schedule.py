@@ -1,9 +1,9 @@
 """A routine's schedule: validation, and its slots as UTC instants (pure functions, no ORM).
 
 Three kinds, as in the REST body: `{"at": ISO 8601}` (once), `{"cron": "m h dom mon dow"}` (in the
-routine's zone, by `cronsim`, DST-correct through zoneinfo: a time skipped by a spring-forward
-fires at the first instant after the gap, a time repeated by a fall-back fires once, the first
-time) and `{"every_s": N}` (every N seconds from the routine's anchor; zones do not matter).
+routine's zone: `cronsim` matches the fields on the wall clock, zoneinfo places each match; every
+matching wall time fires once: those a spring-forward skips fire once, at the first instant after
+the gap, one a fall-back repeats fires the first time) and `{"every_s": N}` (every N seconds from the routine's anchor; zones do not matter).
 A slot is the nominal instant; the routine fires at slot + jitter (deterministic per routine and
 slot, so every worker computes the same instant).
 """
@@ -134,6 +134,43 @@ def _valid_cron(value: object) -> str:
 
 
 # --- slots -----------------------------------------------------------------------------------
+# Cron fields are matched on the routine's wall clock (naive local times, by cronsim) and each
+# matching wall time is then placed on the UTC line: a repeated one at its first occurrence, a
+# skipped one at the end of its gap. Several wall times landing on one instant are one slot.
+MAX_SHIFT = timedelta(hours=3)  # wider than any DST shift, so a reverse scan starts late enough
+
+
+def _gap_end(wall: datetime, tz: ZoneInfo) -> datetime:
+    """The first instant (UTC) after the spring-forward gap that swallowed `wall`."""
+    lo = wall.replace(tzinfo=tz, fold=1).astimezone(UTC)  # read with the later offset: before the gap
+    hi = wall.replace(tzinfo=tz, fold=0).astimezone(UTC)  # read with the earlier offset: after it
+    after = hi.astimezone(tz).utcoffset()
+    while (hi - lo) > timedelta(seconds=1):  # transitions fall on whole seconds
+        mid = lo + (hi - lo) / 2
+        if mid.astimezone(tz).utcoffset() == after:
+            hi = mid
+        else:
+            lo = mid
+    return hi.replace(microsecond=0)
+
+
+def _instant(wall: datetime, tz: ZoneInfo) -> datetime:
+    """A naive wall time of `tz` as a UTC instant: the first of two, or the end of a gap."""
+    first = wall.replace(tzinfo=tz, fold=0)
+    as_utc = first.astimezone(UTC)
+    if as_utc.astimezone(tz).replace(tzinfo=None) != wall:  # it does not exist that day
+        return _gap_end(wall, tz)
+    return as_utc
+
+
+def _walls(expr: str, start: datetime, reverse: bool = False) -> Iterator[datetime]:
+    """cronsim's matches on the naive wall clock; ends quietly at the calendar's edge."""
+    try:
+        yield from CronSim(expr, start, reverse=reverse)
+    except ValueError:  # past year 9999 or before year 1: no more slots
+        return
+
+
 def slots_after(s: Schedule, after: datetime) -> Iterator[datetime]:
     """The schedule's slots strictly after `after`, in order (UTC)."""
     if s.kind == "at":
@@ -142,14 +179,26 @@ def slots_after(s: Schedule, after: datetime) -> Iterator[datetime]:
         return
     if s.kind == "every":
         k = max(0, int((after - s.anchor).total_seconds() // s.every_s))
-        slot = s.anchor + timedelta(seconds=s.every_s * k)
-        while True:
-            if slot > after:
-                yield slot
-            slot += timedelta(seconds=s.every_s)
-    local = after.astimezone(zone(s.tz))
-    for match in CronSim(s.cron, local):
-        yield match.astimezone(UTC)
+        try:
+            slot = s.anchor + timedelta(seconds=s.every_s * k)
+            while True:
+                if slot > after:
+                    yield slot
+                slot += timedelta(seconds=s.every_s)
+        except OverflowError:
+            return
+    tz = zone(s.tz)
+    last = after
+    # A wall time at or before `after`'s own can still land after it only when `after` is in a
+    # repeated hour's second pass, and then it lands before: starting at `after`'s wall is enough.
+    try:
+        for wall in _walls(s.cron, after.astimezone(tz).replace(tzinfo=None)):
+            moment = _instant(wall, tz)
+            if moment > last:
+                last = moment
+                yield moment
+    except OverflowError:  # the calendar ends (year 9999): no more slots
+        return
 
 
 def slot_at_or_before(s: Schedule, moment: datetime) -> datetime | None:
@@ -161,11 +210,18 @@ def slot_at_or_before(s: Schedule, moment: datetime) -> datetime | None:
             return None
         k = int((moment - s.anchor).total_seconds() // s.every_s)
         return s.anchor + timedelta(seconds=s.every_s * k)
-    probe = (moment + timedelta(seconds=1)).astimezone(zone(s.tz))
-    for match in CronSim(s.cron, probe, reverse=True):
-        match = match.astimezone(UTC)
-        if match <= moment:
-            return match
+    tz = zone(s.tz)
+    try:
+        # Wall times up to a DST shift after `moment`'s own may land at or before it (a
+        # repeated hour's first pass): scan back from the latest such wall time.
+        offsets = [(moment + shift).astimezone(tz).utcoffset() for shift in (-MAX_SHIFT, timedelta(0), MAX_SHIFT)]
+        start = (moment + max(offsets)).replace(tzinfo=None) + timedelta(seconds=1)
+        for wall in _walls(s.cron, start, reverse=True):
+            found = _instant(wall, tz)
+            if found <= moment:
+                return found
+    except OverflowError:  # the calendar's edge (year 1 or 9999)
+        return None
     return None
 
 

@@ -6,11 +6,14 @@ Each pass (`Scheduler.check`):
 2. every enabled routine whose `next_fire_at` has come: the latest due slot runs if it is
    inside the catch-up window (late, and it says so), older due slots are recorded as ONE
    `missed` row (the latest, with the count); the slot is claimed by inserting its unique
-   (routine, scheduled_for) RoutineRun before anything runs: an IntegrityError means another
-   worker (or this one before a restart) has it. Then `next_slot` moves on with a conditional
-   UPDATE (only from the value read), so nothing but the scheduler ever moves it;
-3. claimed slots start an agent run in the routine's chat (`origin="routine"`), whose frames
-   set the row's status (waiting_approval, then ok / failed / stopped).
+   (routine, scheduled_for) RoutineRun before anything runs: a conflict means another worker
+   (or this one before a restart) has it. Then `next_slot` moves on with a conditional UPDATE
+   (only from the value read), so nothing but the scheduler ever moves it. The claims and
+   moves of up to CLAIM_CHUNK routines are one transaction of two statements (200 routines
+   due at once cost ~400 commits before);
+3. the claimed runs' chats are made in one more hop, then each starts an agent run in its chat
+   (`origin="routine"`), whose frames set the row's status (waiting_approval, then ok / failed
+   / stopped). `started_at` is when that run's turn has begun (the instruction saved).
 
 The loop sleeps until the earliest next fire (at most MAX_SLEEP_S; `wake()` cuts it short when
 a routine is created or changed in this process). The clock is injected (`now`), so tests move
@@ -28,16 +31,17 @@ import random
 import socket
 import time
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Callable
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Min
 from django.utils import timezone
 
 from agent.runs.manager import RunActive, get_run_manager
-from navi_project import metrics
+from navi_project import hotsql, metrics
 from navi_project.hop import db_hop
 from sessions_app.models import Session, UserSettings
 
@@ -52,6 +56,7 @@ Status = RoutineRun.Status
 MAX_SLEEP_S = 20.0
 HEARTBEAT_S = 10.0
 BATCH = 500  # due routines handled per pass; the rest come in the next pass, at once
+CLAIM_CHUNK = 20  # slots claimed per transaction: on PostgreSQL the workers claim side by side
 LATE_NOTE_S = 60.0  # a run this late says so
 BUSY_RETRY_S = 2.0
 BUSY_GIVE_UP_S = 120.0  # the routine's chat had an active run for this long: failed
@@ -158,33 +163,57 @@ class Scheduler:
         """Reap dead runs, claim due slots, start their runs; returns the claimed runs."""
         now = self.now()
         claimed = await db_hop(self.claim_due, now)
+        if claimed:
+            try:  # every claimed run's chat in one hop; a run whose chat this misses makes its own
+                await db_hop(chats_for, [(routine, run) for routine, run, _ in claimed])
+            except Exception:
+                log.exception("routines: preparing the chats of %d runs at once failed", len(claimed))
         for routine, run, note in claimed:
             self._spawn(self._launch(routine, run, note))
         return [run for _, run, _ in claimed]
 
     def claim_due(self, now: datetime) -> list[tuple[Routine, RoutineRun, str]]:
-        """Sync: the pass's database work (one thread hop)."""
+        """Sync: the pass's database work (one thread hop). Each due routine is planned on its
+        own (a failure skips only that routine); the slots are then claimed CLAIM_CHUNK at a time,
+        one transaction and a few statements per chunk, not two commits per routine."""
         reap(now, exclude_worker=self.worker_id)
         self._pass_start = (now, time.monotonic())
-        out = []
         due = list(Routine.objects.filter(enabled=True, next_fire_at__lte=now).order_by("next_fire_at")[:BATCH])
         # Workers going through the same list in the same order would meet at every row and the
         # one ahead would claim them all; in its own order each takes its share.
         random.shuffle(due)
+        plans = []
         for routine in due:
             try:
-                self._process(routine, now, out)
+                plan = self._plan(routine, now)
             except Exception:
                 log.exception("routines: routine %s could not be scheduled", routine.pk)
+                continue
+            if plan is not None:
+                plans.append(plan)
+        out = []
+        for start in range(0, len(plans), CLAIM_CHUNK):
+            # In id order inside a chunk: two workers' transactions then take row locks in the
+            # same order and cannot deadlock (PostgreSQL); the shuffle still splits the work.
+            chunk = sorted(plans[start:start + CLAIM_CHUNK], key=lambda plan: plan.routine.pk)
+            try:
+                out += self._claim_chunk(chunk, now)
+            except Exception:
+                log.exception("routines: claiming %d due slots at once failed; claiming them one by one", len(chunk))
+                for plan in chunk:
+                    try:
+                        out += self._claim_chunk([plan], now, one_by_one=True)
+                    except Exception:
+                        log.exception("routines: routine %s could not be scheduled", plan.routine.pk)
         return out
 
     def _beat(self, now: datetime) -> None:
         if self.live:
             RoutineRun.objects.filter(pk__in=list(self.live), status__in=RoutineRun.LIVE).update(heartbeat=now)
 
-    def _process(self, routine: Routine, now: datetime, out: list) -> None:
-        """Handle one due routine; a claimed slot goes into `out` at once (whatever fails after
-        the claim, the claimed run still starts)."""
+    def _plan(self, routine: Routine, now: datetime) -> _Plan | None:
+        """What to do with one due routine: the slot to run (or none), the missed ones recorded
+        here; None when it was not due after all."""
         s = routine.parsed()
         first = routine.next_slot
         latest = self._latest_due(routine, s, now)
@@ -192,24 +221,43 @@ class Scheduler:
             # Not due after all (the jitter changed): the same slot, its fire time recomputed.
             fire = routine.fire_time(first) if first else None
             Routine.objects.filter(pk=routine.pk, next_slot=first).update(next_fire_at=fire)
-            return
+            return None
         window_start = now - timedelta(seconds=routine.catch_up_s)
         run_slot = latest if routine.fire_time(latest) >= window_start else None
         missed_upto = latest if run_slot is None else sched.slot_at_or_before(s, latest - timedelta(microseconds=1))
         if missed_upto is not None and missed_upto >= first:
             self._record_missed(routine, s, first, missed_upto, now, ran_latest=run_slot is not None)
-        if run_slot is not None:
-            fire = routine.fire_time(run_slot)
-            late = max(0.0, (self._claim_moment(now) - fire).total_seconds())
+        nxt = next(sched.slots_after(s, latest), None)
+        return _Plan(routine, first, run_slot, nxt, routine.fire_time(nxt) if nxt else None)
+
+    def _claim_chunk(self, plans: list[_Plan], now: datetime, one_by_one: bool = False) -> list[tuple]:
+        """Claim the plans' slots (an insert each; a slot another worker has is skipped) and move
+        every routine's pending slot on, in one transaction; the claimed (routine, run, note)."""
+        moment = self._claim_moment(now)
+        rows = []
+        for plan in plans:
+            if plan.run_slot is None:
+                continue
+            fire = plan.routine.fire_time(plan.run_slot)
+            late = max(0.0, (moment - fire).total_seconds())
             note = ""
             if late > LATE_NOTE_S:
-                note = (f"This routine was due at {_fmt(fire, routine.time_zone)} and runs {_duration(late)} late "
+                note = (f"This routine was due at {_fmt(fire, plan.routine.time_zone)} and runs {_duration(late)} late "
                         "(the server was not running or was busy then).")
-            run = claim(routine, run_slot, now, self.worker_id, lateness_s=late, note=note)
-            if run is not None:
-                metrics.routine_started(late)
-                out.append((routine, run, note))
-        self._advance(routine, first, latest)
+            rows.append((plan.routine, plan.run_slot, late, note))
+        out = []
+        with transaction.atomic():
+            if one_by_one or not connection.features.can_return_columns_from_insert:
+                for routine, slot, late, note in rows:
+                    run = claim(routine, slot, now, self.worker_id, lateness_s=late, note=note)
+                    if run is not None:
+                        out.append((routine, run, note))
+            else:
+                out = claim_many(rows, now, self.worker_id)
+            _advance_many(plans)
+        for _, run, _ in out:
+            metrics.routine_started(run.lateness_s)
+        return out
 
     def _claim_moment(self, now: datetime) -> datetime:
         """`now` plus the time this pass has taken so far: a claim's real moment (a pass over
@@ -252,13 +300,6 @@ class Scheduler:
             return
         metrics.routine_run(Status.MISSED)
 
-    def _advance(self, routine: Routine, first: datetime | None, after: datetime | None) -> None:
-        """Move the routine's pending slot past `after`, only from the value this pass read."""
-        s = routine.parsed()
-        nxt = next(sched.slots_after(s, after), None) if after is not None else None
-        fire = routine.fire_time(nxt) if nxt else None
-        Routine.objects.filter(pk=routine.pk, next_slot=first).update(next_slot=nxt, next_fire_at=fire)
-
     # --- running a claimed slot ------------------------------------------------------------------
     def _spawn(self, coro) -> asyncio.Task:
         # A fresh context: a run started from a request must not keep the request's
@@ -283,17 +324,19 @@ class Scheduler:
     async def _launch(self, routine: Routine, run: RoutineRun, note: str) -> None:
         self.live[run.pk] = None
         try:
-            session_id = await db_hop(chat_for, routine, run)
-            await db_hop(_mark_started, routine, run, self.now())
+            if getattr(run, "gone", False):
+                return  # the routine was deleted before its turn began: it never begins
+            session_id = str(run.session_id) if run.session_id else await db_hop(chat_for, routine, run)
             text = routine.instruction if not note else f"({note})\n\n{routine.instruction}"
             if origin := services.origin_note(routine):  # its chat says where it came from
                 text = f"{origin}\n\n{text}"
             agent_run = await self._start_run(session_id, text, run, services.run_taint(routine))
             if agent_run is None:
                 return
+            begun = self.now()  # the turn has begun; written with the run id in the next hop
             self.live[run.pk] = agent_run
-            await db_hop(mark_turn, session_id, routine, self.now())  # the routine's words, not the owner's
-            await db_hop(_set_run_id, run, agent_run.run_id)
+            if not await db_hop(_begin, session_id, routine, run, agent_run.run_id, begun):
+                agent_run.stop_event.set()  # deleted while the turn began (a delete could not see it yet)
             await agent_run.done.wait()
             await self._finish(routine, run, agent_run)
         except Exception as exc:
@@ -353,6 +396,8 @@ class Scheduler:
             status, error, body = Status.OK, "", agent_run.final_content or ""
         note = run.error if status == Status.OK else error
         await db_hop(_close, run, status, note, self.now(), run.session_id)
+        if agent_run.stopped and not await Routine.objects.filter(pk=routine.pk).aexists():
+            return  # stopped by deleting the routine: the owner knows
         outcome = await delivery.deliver(routine, run, title=routine.name, body=body)
         await db_hop(_add_deliveries, run.pk, outcome)
 
@@ -370,6 +415,103 @@ def claim(routine: Routine, slot: datetime, now: datetime, worker_id: str, *, la
             )
     except IntegrityError:
         return None
+
+
+@dataclass
+class _Plan:
+    routine: Routine
+    first: datetime  # the pending slot this pass read (the advance is conditional on it)
+    run_slot: datetime | None  # the slot to run now, if any
+    next_slot: datetime | None
+    next_fire: datetime | None
+
+
+_CLAIM_FIELDS = ("routine", "scheduled_for", "manual", "status", "session", "run_id", "worker_id", "heartbeat",
+                 "started_at", "finished_at", "lateness_s", "error", "deliveries")
+
+
+def claim_many(rows: list[tuple[Routine, datetime, float, str]], now: datetime, worker_id: str) -> list[tuple]:
+    """Claim many slots with one INSERT ... ON CONFLICT DO NOTHING RETURNING (SQLite >= 3.35,
+    PostgreSQL): the rows it returns are this worker's; a slot another worker inserted first is
+    simply not among them. Call inside a transaction."""
+    if not rows:
+        return []
+    values = []
+    for routine, slot, late, note in rows:
+        given = {"routine": routine.pk, "scheduled_for": slot, "manual": False, "status": Status.RUNNING,
+                 "session": None, "run_id": "", "worker_id": worker_id, "heartbeat": now, "started_at": now,
+                 "finished_at": None, "lateness_s": late, "error": note, "deliveries": []}
+        values += [hotsql.prep(RoutineRun, name, given[name]) for name in _CLAIM_FIELDS]
+    columns = ", ".join(hotsql.column(RoutineRun, name) for name in _CLAIM_FIELDS)
+    one = "(" + ", ".join(["%s"] * len(_CLAIM_FIELDS)) + ")"
+    sql = (f"INSERT INTO {hotsql.table(RoutineRun)} ({columns}) VALUES {', '.join([one] * len(rows))} "
+           f"ON CONFLICT DO NOTHING RETURNING {hotsql.column(RoutineRun, 'id')}, {hotsql.column(RoutineRun, 'routine')}")
+    got = dict((routine_id, pk) for pk, routine_id in hotsql.values(sql, values))
+    out = []
+    for routine, slot, late, note in rows:
+        if routine.pk in got:
+            run = RoutineRun(pk=got[routine.pk], routine=routine, scheduled_for=slot, status=Status.RUNNING,
+                             worker_id=worker_id, heartbeat=now, started_at=now, lateness_s=late, error=note)
+            run._state.adding = False
+            out.append((routine, run, note))
+    return out
+
+
+def _advance_many(plans: list[_Plan]) -> None:
+    """Move each routine's pending slot past the slot handled, only from the value this pass
+    read (another worker may have moved it already)."""
+    sql = (f"UPDATE {hotsql.table(Routine)} SET {hotsql.column(Routine, 'next_slot')} = %s, "
+           f"{hotsql.column(Routine, 'next_fire_at')} = %s WHERE {hotsql.column(Routine, 'id')} = %s "
+           f"AND {hotsql.column(Routine, 'next_slot')} = %s")
+    params = [(hotsql.prep(Routine, "next_slot", p.next_slot), hotsql.prep(Routine, "next_fire_at", p.next_fire),
+               p.routine.pk, hotsql.prep(Routine, "next_slot", p.first)) for p in plans]
+    if params:
+        with connection.cursor() as cursor:
+            cursor.executemany(sql, params)
+
+
+def chats_for(pairs: list[tuple[Routine, RoutineRun]]) -> None:
+    """`chat_for` for many claimed runs in one transaction (a few statements in all): each
+    routine's chat, made where missing, on the routine's profile, recorded on the run. A run
+    whose row is gone (its routine was deleted meanwhile) is marked `gone`."""
+    owners = {routine.owner_id for routine, _ in pairs}
+    defaults = dict(UserSettings.objects.filter(user_id__in=owners).values_list("user_id", "default_profile_id"))
+    existing = {s.pk: s for s in Session.objects.filter(pk__in=[r.session_id for r, _ in pairs if r.session_id])}
+    made, moved_profile, linked, chat_of = [], [], [], {}
+    for routine, run in pairs:
+        profile_id = routine.profile_id or defaults.get(routine.owner_id) or settings.NAVI_DEFAULT_PROFILE
+        session = existing.get(routine.session_id)
+        if session is None or session.owner_id != routine.owner_id:
+            session = Session(owner_id=routine.owner_id, profile_id=profile_id, title=routine.name[:200],
+                              title_source="user", origin=ORIGIN)
+            made.append(session)
+            linked.append((routine, session))
+        elif session.profile_id != profile_id:
+            moved_profile.append((session.pk, profile_id))
+            session.profile_id = profile_id
+        chat_of[run.pk] = session.pk
+    with transaction.atomic():
+        Session.objects.bulk_create(made)
+        with connection.cursor() as cursor:
+            table_r, table_s, table_rr = hotsql.table(Routine), hotsql.table(Session), hotsql.table(RoutineRun)
+            if linked:
+                cursor.executemany(
+                    f"UPDATE {table_r} SET {hotsql.column(Routine, 'session')} = %s WHERE {hotsql.column(Routine, 'id')} = %s",
+                    [(hotsql.prep(Routine, "session", s.pk), r.pk) for r, s in linked])
+            if moved_profile:
+                cursor.executemany(
+                    f"UPDATE {table_s} SET {hotsql.column(Session, 'profile')} = %s WHERE {hotsql.column(Session, 'id')} = %s",
+                    [(profile_id, hotsql.prep(Session, "id", pk)) for pk, profile_id in moved_profile])
+            cursor.executemany(
+                f"UPDATE {table_rr} SET {hotsql.column(RoutineRun, 'session')} = %s WHERE {hotsql.column(RoutineRun, 'id')} = %s",
+                [(hotsql.prep(RoutineRun, "session", chat_of[run.pk]), run.pk) for _, run in pairs])
+        alive = set(RoutineRun.objects.filter(pk__in=[run.pk for _, run in pairs]).values_list("pk", flat=True))
+    # Only now, committed: a run left without its chat here makes its own (chat_for) at launch.
+    for routine, session in linked:
+        routine.session_id = session.pk
+    for _, run in pairs:
+        run.session_id = chat_of[run.pk]
+        run.gone = run.pk not in alive
 
 
 def chat_for(routine: Routine, run: RoutineRun) -> str:
@@ -394,15 +536,18 @@ def _default_profile(user_id: int) -> str:
     return (prefs.default_profile_id if prefs else None) or settings.NAVI_DEFAULT_PROFILE
 
 
-def _mark_started(routine: Routine, run: RoutineRun, now: datetime) -> None:
-    """When the agent run really starts (the claim, which records the lateness, came first)."""
-    run.started_at = now
-    RoutineRun.objects.filter(pk=run.pk).update(started_at=now)
+def _begin(session_id: str, routine: Routine, run: RoutineRun, run_id: str, begun) -> bool:
+    """The run's user row marked as the routine's words (not the owner's) and its start written,
+    in one hop; False when the routine was deleted meanwhile."""
+    mark_turn(session_id, routine, begun)
+    return _set_started(run, run_id, begun)
 
 
-def _set_run_id(run: RoutineRun, run_id: str) -> None:
-    RoutineRun.objects.filter(pk=run.pk).update(run_id=run_id)
-    run.run_id = run_id
+def _set_started(run: RoutineRun, run_id: str, now: datetime) -> bool:
+    """The agent run has begun its turn (chat ready, the instruction saved): its id and the
+    moment. False when the run's row is gone (its routine was deleted)."""
+    run.run_id, run.started_at = run_id, now
+    return bool(RoutineRun.objects.filter(pk=run.pk).update(run_id=run_id, started_at=now))
 
 
 def _set_status(pk: int, old: str, new: str) -> None:

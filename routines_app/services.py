@@ -6,10 +6,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from agent.frames.groups import control_group
+from agent.runs.manager import active_run_id_now
 from sessions_app.models import UserSettings, profile_model
 
 from . import schedule as sched
@@ -148,6 +152,36 @@ def update(routine: Routine, data: dict, now: datetime | None = None) -> Routine
         routine.next_fire_at = routine.fire_time(routine.next_slot)
     routine.save()
     return routine
+
+
+def delete(routine: Routine, *, stop: bool) -> dict:
+    """Delete a routine and its history; its chat stays. With `stop`, its runs in progress are
+    stopped (on whichever worker runs them); without, one already answering finishes in that
+    chat, and the answer says so. A claimed run whose turn has not begun never begins."""
+    live = [(str(sid), run_id) for sid, run_id in routine.runs.filter(status__in=RoutineRun.LIVE)
+            .exclude(session=None).values_list("session_id", "run_id")]
+    routine_id = routine.pk
+    routine.delete()
+    answering = [(sid, run_id) for sid, run_id in live if run_id and active_run_id_now(sid) == run_id]
+    if stop and answering:
+        async_to_sync(_stop_runs)([sid for sid, _ in answering])
+    result: dict = {"ok": True, "id": routine_id}
+    if answering and stop:
+        result["runs_stopped"] = len(answering)
+    elif answering:
+        result["runs_left_running"] = len(answering)
+        chats = ", ".join(f"/#{sid}" for sid, _ in answering)
+        result["note"] = (f"{len(answering)} run(s) of this routine are still answering; they finish in the "
+                          f"routine's chat ({chats}), which is kept. Press Stop there to end them, or delete "
+                          "with ?stop=1 to stop them at once.")
+    return result
+
+
+async def _stop_runs(session_ids: list[str]) -> None:
+    """A stop to each chat's run owner, in any worker (the run manager listens on its control group)."""
+    layer = get_channel_layer()
+    for sid in session_ids:
+        await layer.group_send(control_group(sid), {"type": "run.stop", "session_id": sid})
 
 
 def last_run(routine: Routine) -> RoutineRun | None:

@@ -28,6 +28,7 @@ from .models import Routine, RoutineRun
 from .scheduler import get_scheduler
 
 RUNS_SHOWN = 100
+STOP_VALUES = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False, "": False}
 
 
 def _owned(request: HttpRequest, routine_id: str) -> Routine:
@@ -80,8 +81,11 @@ def routine_detail(request: HttpRequest, routine_id: str) -> JsonResponse:
     if request.method == "GET":
         return JsonResponse(services.as_dict(routine))
     if request.method == "DELETE":
-        routine.delete()
-        return JsonResponse({"ok": True, "id": int(routine_id)})
+        stop = request.GET.get("stop", "0").strip().lower()
+        if stop not in STOP_VALUES:
+            raise ApiError(f"stop is {stop[:20]!r}; send ?stop=1 to stop the routine's run in progress, or "
+                           "?stop=0 (the default) to let it finish in its chat", 400)
+        return JsonResponse({**services.delete(routine, stop=STOP_VALUES[stop]), "id": int(routine_id)})
     data = parse_json_body(request, allow_empty=False)
     try:
         services.update(routine, data)

@@ -284,3 +284,122 @@ class TestDelivery:
         runs = (await client.get(f"/routines/{rid}/runs", headers=headers)).json()
         assert [d["ok"] for d in runs[0]["deliveries"]] == [False]
         assert "no notification targets" in runs[0]["deliveries"][0]["error"]
+
+
+@pytest.fixture
+def targets(owner, settings):
+    """The owner's phone (Web Push) and an Apprise endpoint, both local receivers."""
+    from notify_app.models import NotifyTarget
+    from notify_app.vapid import public_key
+    from tests.notify_services import PushService, Receiver
+
+    with PushService() as push, Receiver() as hook:
+        settings.NOTIFY_ALLOW_HTTP_PUSH = True
+        settings.HTTP_ALLOWED_HOSTS = [f"127.0.0.1:{push.port}", f"127.0.0.1:{hook.port}"]
+        phone = push.subscribe(public_key())
+        NotifyTarget.objects.create(owner=owner, kind="webpush", subscription=phone.subscription())
+        NotifyTarget.objects.create(owner=owner, kind="apprise", url=f"json://127.0.0.1:{hook.port}/n")
+        yield push, hook
+
+
+def titles(push, hook) -> tuple[list[str], list[str]]:
+    return [m["payload"]["title"] for m in push.received], [m["json"]["title"] for m in hook.received]
+
+
+class TestOneNotificationPerRun:
+    async def test_each_target_hears_of_a_run_once(self, llm, owner, targets):
+        from agent.frames import notices
+
+        push, hook = targets
+        client, headers = AsyncClient(), await sync_to_async(bearer)(owner)
+        rid = await create(client, headers, instruction="Weather in Berlin?")
+        await client.post(f"/routines/{rid}/run", headers=headers)
+        await sch.get_scheduler().idle()
+        await notices.drain()  # nothing else is still on its way
+        assert titles(push, hook) == (["Morning"], ["Morning"])
+        assert "echo: Weather in Berlin?" in hook.received[0]["json"]["message"]
+
+    async def test_an_approval_and_the_result_once_each(self, llm, owner, targets):
+        from agent.frames import notices
+
+        push, hook = targets
+        await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"terminal": "ask"})
+        llm.add_rule(Rule(match="check the disk", turns=[
+            Turn(tool_calls=[{"name": "terminal", "arguments": {"command": "echo disk-ok"}}]), Turn(content="Disk is fine.")]))
+        client, headers = AsyncClient(), await sync_to_async(bearer)(owner)
+        rid = await create(client, headers, instruction="check the disk")
+        await client.post(f"/routines/{rid}/run", headers=headers)
+        run = await until(lambda: RoutineRun.objects.filter(status="waiting_approval").first())
+        await asyncio.to_thread(push.wait_for, 1)
+        record = await ToolCallRecord.objects.aget(decision="pending")
+        await client.post(f"/sessions/{run.session_id}/approvals/{record.approval_id}", {"decision": "approve"},
+                          content_type="application/json", headers=headers)
+        await sch.get_scheduler().idle()
+        await notices.drain()
+        assert titles(push, hook) == (["Approval needed: Morning", "Morning"], ["Approval needed: Morning", "Morning"])
+
+
+SLOW_ANSWER = "One. Two. Three. Four. Five. Six. Seven. Eight. Nine. Ten."
+
+
+class TestDeleteWhileRunning:
+    async def _streaming(self, llm, owner) -> tuple[AsyncClient, dict, int, RoutineRun]:
+        """A routine whose run is answering, slowly (about six seconds of text)."""
+        llm.add_rule(Rule(match="count slowly", turns=[Turn(content=SLOW_ANSWER, chunk_size=3, delay=0.3)]))
+        client, headers = AsyncClient(), await sync_to_async(bearer)(owner)
+        rid = await create(client, headers, instruction="count slowly")
+        await client.post(f"/routines/{rid}/run", headers=headers)
+        run = await until(lambda: RoutineRun.objects.exclude(run_id="").first())
+        manager_run = sch.get_scheduler().live[run.pk]
+        await until(lambda: any(f["type"] == "stream_delta" for f in manager_run.frames))
+        return client, headers, rid, run
+
+    async def test_stop_1_stops_the_run_and_the_chat_says_so(self, llm, owner, targets):
+        from agent.frames import notices
+
+        push, hook = targets
+        client, headers, rid, run = await self._streaming(llm, owner)
+        response = await client.delete(f"/routines/{rid}?stop=1", headers=headers)
+        assert response.status_code == 200
+        assert response.json() == {"ok": True, "id": rid, "runs_stopped": 1}
+        await sch.get_scheduler().idle()
+        await notices.drain()
+        assert not await Routine.objects.filter(pk=rid).aexists()
+        said = [m async for m in Message.objects.filter(session_id=run.session_id, role="assistant").order_by("seq")]
+        assert said and all(m.content != SLOW_ANSWER for m in said)  # cut off, not finished
+        session = await Session.objects.aget(pk=run.session_id)  # the chat stays, free for the owner
+        assert session.active_run_id == ""
+        assert titles(push, hook) == ([], [])  # the owner stopped it: nothing to report
+
+    async def test_without_stop_the_answer_finishes_in_the_kept_chat(self, llm, owner, targets):
+        from agent.frames import notices
+
+        push, hook = targets
+        client, headers, rid, run = await self._streaming(llm, owner)
+        response = await client.delete(f"/routines/{rid}", headers=headers)
+        assert response.status_code == 200
+        body = response.json()
+        assert body["runs_left_running"] == 1 and "runs_stopped" not in body
+        assert f"/#{run.session_id}" in body["note"] and "?stop=1" in body["note"]
+        await sch.get_scheduler().idle()
+        await notices.drain()
+        said = [m.content async for m in Message.objects.filter(session_id=run.session_id, role="assistant")]
+        assert said == [SLOW_ANSWER]
+        assert titles(push, hook) == (["Morning"], ["Morning"])  # the result still reaches the owner, once
+
+    async def test_a_bad_stop_value_is_refused_and_nothing_is_deleted(self, owner):
+        client, headers = AsyncClient(), await sync_to_async(bearer)(owner)
+        rid = await create(client, headers)
+        response = await client.delete(f"/routines/{rid}?stop=maybe", headers=headers)
+        assert response.status_code == 400 and "?stop=1" in response.json()["error"]
+        assert await Routine.objects.filter(pk=rid).aexists()
+
+    async def test_another_users_delete_stops_nothing(self, llm, owner, other_user):
+        client, headers, rid, run = await self._streaming(llm, owner)
+        other = await sync_to_async(bearer)(other_user)
+        response = await client.delete(f"/routines/{rid}?stop=1", headers=other)
+        assert response.status_code == 404
+        await sch.get_scheduler().idle()
+        assert (await RoutineRun.objects.aget(pk=run.pk)).status == "ok"
+        said = [m.content async for m in Message.objects.filter(session_id=run.session_id, role="assistant")]
+        assert said == [SLOW_ANSWER]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.db import OperationalError, connections
@@ -16,7 +17,7 @@ from django.db import OperationalError, connections
 from routines_app import scheduler as sch
 from routines_app import services
 from routines_app.models import Routine, RoutineRun
-from routines_app.schedule import ScheduleError, jitter, parse
+from routines_app.schedule import ScheduleError, jitter, parse, slot_at_or_before, slots_after
 
 UTC = dt_timezone.utc
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -107,6 +108,125 @@ class TestDaylightSaving:
         assert once.next_slot == utc(2026, 6, 1, 22)
 
 
+
+def wall_fires_on(owner, cron: str, tz: str, day: str) -> list[str]:
+    """Walk the scheduler from fire to fire across the local `day`: its claims as wall times with
+    their offsets (the next day's first fire ends the walk)."""
+    zone = ZoneInfo(tz)
+    start = datetime.fromisoformat(day).replace(tzinfo=zone) - timedelta(hours=12)
+    clock = Clock(start.astimezone(UTC))
+    make(owner, clock, schedule={"cron": cron}, time_zone=tz)
+    scheduler = sch.Scheduler(now=clock)
+    fired = []
+    while True:
+        due = Routine.objects.get(name="r").next_fire_at
+        assert claimed_slots(scheduler, due - timedelta(seconds=1)) == []  # not a second early
+        slots = claimed_slots(scheduler, due)
+        assert len(slots) == 1
+        local = slots[0].astimezone(zone)
+        if local.date().isoformat() > day:
+            break
+        if local.date().isoformat() == day:
+            fired.append(local.strftime("%H:%M%z"))
+    Routine.objects.all().delete()
+    return fired
+
+
+class TestDaylightSavingEveryField:
+    """Each matching wall time fires once, whatever the minute and hour fields: the times a
+    spring-forward skips fire once, at the first minute after the gap; the times a fall-back
+    repeats fire once, the first time."""
+
+    @pytest.mark.parametrize(("cron", "day", "expected"), [
+        # 02:00 and 02:30 do not exist on 28 March 2027: one fire at 03:00 CEST.
+        ("*/30 2 * * *", "2027-03-28", ["03:00+0200"]),
+        ("*/30 2-3 * * *", "2027-03-28", ["03:00+0200", "03:30+0200"]),
+        ("15,45 1-2 * * *", "2027-03-28", ["01:15+0100", "01:45+0100", "03:00+0200"]),
+        # 02:00-02:59 happens twice on 25 October 2026: each wall time once, in CEST.
+        ("*/30 2 * * *", "2026-10-25", ["02:00+0200", "02:30+0200"]),
+        ("0,20,40 2-3 * * *", "2026-10-25",
+         ["02:00+0200", "02:20+0200", "02:40+0200", "03:00+0100", "03:20+0100", "03:40+0100"]),
+    ])
+    def test_berlin(self, owner, cron, day, expected):
+        assert wall_fires_on(owner, cron, "Europe/Berlin", day) == expected
+
+    @pytest.mark.parametrize(("cron", "day", "expected"), [
+        ("*/20 2 * * *", "2026-03-08", ["03:00-0400"]),
+        ("*/20 1-2 * * *", "2026-03-08", ["01:00-0500", "01:20-0500", "01:40-0500", "03:00-0400"]),
+        ("*/20 1 * * *", "2026-11-01", ["01:00-0400", "01:20-0400", "01:40-0400"]),
+        ("10 1-2 * * *", "2026-11-01", ["01:10-0400", "02:10-0500"]),
+    ])
+    def test_new_york(self, owner, cron, day, expected):
+        assert wall_fires_on(owner, cron, "America/New_York", day) == expected
+
+    @pytest.mark.parametrize(("cron", "day", "expected"), [
+        # Lord Howe moves by 30 minutes: 02:00-02:29 skipped on 4 October 2026 ...
+        ("*/15 2 * * *", "2026-10-04", ["02:30+1100", "02:45+1100"]),
+        ("10 2 * * *", "2026-10-04", ["02:30+1100"]),
+        # ... and 01:30-01:59 repeated on 5 April 2026.
+        ("*/15 1 * * *", "2026-04-05", ["01:00+1100", "01:15+1100", "01:30+1100", "01:45+1100"]),
+        ("45 1 * * *", "2026-04-05", ["01:45+1100"]),
+    ])
+    def test_lord_howe_half_hour_shift(self, owner, cron, day, expected):
+        assert wall_fires_on(owner, cron, "Australia/Lord_Howe", day) == expected
+
+    @pytest.mark.parametrize(("tz", "spring", "fall"), [
+        ("Europe/Berlin", "2027-03-28", "2026-10-25"),
+        ("America/New_York", "2027-03-14", "2026-11-01"),
+        ("Australia/Lord_Howe", "2026-10-04", "2026-04-05"),
+    ])
+    def test_every_quarter_hour_keeps_one_fire_per_wall_time(self, tz, spring, fall):
+        # Pure slot arithmetic over whole days: no wall time twice, none lost except inside a gap.
+        s = parse({"cron": "*/15 * * * *"}, tz, now=utc(2026, 1, 1))
+        zone = ZoneInfo(tz)
+        for day in (spring, fall):
+            start = datetime.fromisoformat(day).replace(tzinfo=zone).astimezone(UTC) - timedelta(hours=1)
+            walls = []
+            for slot in slots_after(s, start):
+                local = slot.astimezone(zone)
+                if local.date().isoformat() > day:
+                    break
+                if local.date().isoformat() == day:
+                    walls.append(local.strftime("%H:%M"))
+            assert len(walls) == len(set(walls))
+            assert walls == sorted(walls)
+            assert len(walls) == (96 if day == fall else 96 - len(set(_skipped(zone, day))))
+
+    @pytest.mark.parametrize("tz", ["Europe/Berlin", "America/New_York", "Australia/Lord_Howe"])
+    def test_far_future_transitions_follow_the_same_rules(self, tz):
+        # Beyond the tz database's listed transitions (2037) zoneinfo extends the rules; so do slots.
+        zone = ZoneInfo(tz)
+        s = parse({"cron": "*/30 * * * *"}, tz, now=utc(2026, 1, 1))
+        start, seen, folds = utc(2051, 1, 1), set(), 0
+        for slot in slots_after(s, start):
+            if slot.year > 2051:
+                break
+            local = slot.astimezone(zone)
+            key = local.replace(tzinfo=None)
+            assert key not in seen  # a repeated wall time fires once
+            seen.add(key)
+            folds += local.fold
+            assert slot_at_or_before(s, slot) == slot
+        assert folds == 0  # never the second pass of a repeated hour
+        assert len(seen) > 365 * 46  # the skipped wall times cost at most one gap's worth
+
+    def test_the_calendar_edge_ends_the_slots_without_an_error(self):
+        s = parse({"cron": "0 0 * * *"}, "Pacific/Kiritimati", now=utc(2026, 1, 1))
+        assert list(slots_after(s, datetime(9999, 12, 31, 12, tzinfo=UTC))) == []
+        assert slot_at_or_before(s, datetime(1, 1, 1, 1, tzinfo=UTC)) is None
+
+
+def _skipped(zone: ZoneInfo, day: str) -> list[str]:
+    """The quarter-hour wall times that do not exist on `day` in `zone`."""
+    base = datetime.fromisoformat(day)
+    out = []
+    for q in range(96):
+        wall = base + timedelta(minutes=15 * q)
+        if wall.replace(tzinfo=zone).astimezone(UTC).astimezone(zone).replace(tzinfo=None) != wall:
+            out.append(wall.strftime("%H:%M"))
+    return out
+
+
 class TestNothingSkipped:
     def test_listing_and_editing_never_move_a_due_slot(self, owner, owner_client):
         clock = Clock(utc(2026, 6, 1, 12, 0, 30))
@@ -192,10 +312,11 @@ class TestCatchUp:
 
 class TestExactlyOnce:
     def test_two_schedulers_racing_claim_each_slot_once(self, owner, django_user_model):
+        # 250 due at once: more than one claim transaction (sch.CLAIM_CHUNK) per worker.
         clock = Clock(utc(2026, 6, 1, 7, 59))
-        users = [owner] + [django_user_model.objects.create_user(f"u{i}") for i in range(3)]
-        for i in range(100):
-            make(users[i % 4], clock, name=f"r{i}", schedule={"cron": "0 8 * * *"}, time_zone="UTC")
+        users = [owner] + [django_user_model.objects.create_user(f"u{i}") for i in range(9)]
+        for i in range(250):
+            make(users[i % 10], clock, name=f"r{i}", schedule={"cron": "0 8 * * *"}, time_zone="UTC")
         due = utc(2026, 6, 1, 8, 0, 1)
         results: dict[str, list] = {}
         gate = threading.Barrier(2)
@@ -222,8 +343,18 @@ class TestExactlyOnce:
         for t in threads:
             t.join(60)
         a, b = results["a"], results["b"]
-        assert len(a) + len(b) == 100 and not set(a) & set(b)
-        assert RoutineRun.objects.filter(scheduled_for=utc(2026, 6, 1, 8)).count() == 100
+        assert len(a) + len(b) == 250 and not set(a) & set(b)
+        assert RoutineRun.objects.count() == 250 and not Routine.objects.filter(next_fire_at__lte=due).exists()
+        assert RoutineRun.objects.filter(scheduled_for=utc(2026, 6, 1, 8)).count() == 250
+
+    def test_a_routine_that_cannot_be_planned_does_not_hold_up_the_others(self, owner):
+        clock = Clock(utc(2026, 6, 1, 7, 59))
+        for i in range(5):
+            make(owner, clock, name=f"r{i}", schedule={"cron": "0 8 * * *"}, time_zone="UTC")
+        Routine.objects.filter(name="r2").update(time_zone="Mars/Olympus")  # stored before zones were checked
+        claimed = sch.Scheduler(now=clock).claim_due(utc(2026, 6, 1, 8, 0, 1))
+        assert sorted(routine.name for routine, _, _ in claimed) == ["r0", "r1", "r3", "r4"]
+        assert all(run.pk and run.status == "running" for _, run, _ in claimed)
 
     def test_a_run_cut_off_by_a_crash_is_interrupted_and_not_run_again(self, owner, settings):
         settings.REDIS_URL = ""  # one process: at its start every live run is dead

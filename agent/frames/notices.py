@@ -22,6 +22,7 @@ from channels.layers import get_channel_layer
 from agent.frames.groups import frames_group
 from notify_app.delivery import has_targets, notify_user
 from sessions_app.models import Session
+from tools_app.context import current_run_origin
 
 log = logging.getLogger(__name__)
 PRESENCE_WAIT_S = 1.0  # a socket answers in milliseconds, even through Redis
@@ -113,12 +114,13 @@ def _preview(text: str) -> str:
     return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
 
 
-def run_finished(session_id: str, *, answer: str | None, error: str | None, stopped: bool) -> None:
-    """At a run's end (not stopped by the owner): an answer or an error nobody saw gets a notification."""
+def run_finished(session_id: str, *, answer: str | None, error: str | None, stopped: bool, origin: str = "") -> None:
+    """At a run's end (not stopped by the owner): an answer or an error nobody saw gets a
+    notification. A run with an `origin` (a routine) is reported by its starter, once."""
     if str(session_id) in _left_to_caller:
         _left_to_caller.discard(str(session_id))
         return
-    if stopped or (answer is None and not error) or str(session_id).startswith("subagent_"):
+    if origin or stopped or (answer is None and not error) or str(session_id).startswith("subagent_"):
         return
     if error:
         note = {"title": "Navi could not answer", "body": _preview(error)}
@@ -128,8 +130,9 @@ def run_finished(session_id: str, *, answer: str | None, error: str | None, stop
 
 
 def approval_waiting(session_id: str, user_id: int | None, tool: str, reason: str) -> None:
-    """A tool call waits for the owner's approval; tell them if no tab shows the chat."""
-    if str(session_id) in _left_to_caller:
+    """A tool call waits for the owner's approval; tell them if no tab shows the chat (a run
+    with an origin, e.g. a routine's, tells them through its starter)."""
+    if str(session_id) in _left_to_caller or current_run_origin.get():
         return
     body = f"'{tool}' waits for your approval" + (f": {reason}" if reason else "")
     _spawn(

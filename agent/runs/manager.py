@@ -319,7 +319,8 @@ class RunManager:
             if self.active.get(run.session_id) is run:
                 del self.active[run.session_id]
             run.done.set()
-            notices.run_finished(run.session_id, answer=run.final_content, error=run.error, stopped=run.stopped)
+            notices.run_finished(run.session_id, answer=run.final_content, error=run.error, stopped=run.stopped,
+                                 origin=run.origin)
             self._later(KEEP_FINISHED_S, lambda: self._forget(run))
 
     async def _emit(self, run: Run, outbox: metrics.RelayQueue, frame: dict) -> None:

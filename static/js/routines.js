@@ -148,6 +148,24 @@ function untrustedNote(r) {
   return note;
 }
 
+// Deleting asks first, in a modal dialog (Tab moves between its buttons, Esc cancels); while a
+// run is in progress it asks whether to stop that run or let it finish in its chat.
+function askDelete(r) {
+  const dialog = $("#delete-dialog");
+  const live = Boolean(r.last_run && ["running", "waiting_approval"].includes(r.last_run.status));
+  $("#delete-text").textContent = live
+    ? `“${r.name}” is running now. Stop that run and delete the routine and its history, or delete it and let the run finish in its chat? The chat is kept either way.`
+    : `Delete the routine “${r.name}” and its history? Its chat is kept.`;
+  $("#delete-stop").hidden = !live;
+  $("#delete-keep").textContent = live ? "Delete, let the run finish" : "Delete";
+  dialog.returnValue = "";
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => resolve(dialog.returnValue), { once: true });
+    dialog.showModal();
+    $("#delete-cancel").focus();
+  });
+}
+
 function routineItem(r) {
   const li = el("li", `routine${r.enabled ? "" : " paused"}`);
   li.dataset.id = r.id;
@@ -185,8 +203,11 @@ function routineItem(r) {
     action("Edit", async () => fillForm(r)),
     historyButton,
     action("Delete", async () => {
-      if (!window.confirm(`Delete the routine “${r.name}” and its history?`)) return;
-      await call("DELETE", `/routines/${r.id}`);
+      const choice = await askDelete(await call("GET", `/routines/${r.id}`));
+      if (choice !== "stop" && choice !== "keep") return;
+      const done = await call("DELETE", `/routines/${r.id}${choice === "stop" ? "?stop=1" : "?stop=0"}`);
+      if (done.note) toast(done.note);
+      else if (done.runs_stopped) toast(`“${r.name}” is deleted and its run was stopped; its chat keeps what it wrote.`);
       await load();
     }, "danger-outline"),
   );

@@ -125,3 +125,59 @@ def test_a_routine_waiting_for_approval_is_approved_from_its_chat(page, navi, li
     card.locator("button.approve").click()
     expect(page.locator(".bubble.assistant").last).to_have_text("Counted them.")
     assert wait_for_run(navi, routine_id)["status"] == "ok"
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_deleting_a_running_routine_asks_whether_to_stop_its_run(browser, navi, login_state, live_llm, scheme):
+    from tests.browser.test_daily import axe_serious
+
+    live_llm.reset()
+    live_llm.add_rule(DIRECT)
+    live_llm.add_rule(Rule(match="count the files", turns=[
+        Turn(tool_calls=[{"name": "terminal", "arguments": {"command": "ls"}}]), Turn(content="Counted them.")]))
+    with navi.api() as client:
+        routine_id = client.post("/routines", json={"name": f"Files {scheme}", "instruction": "count the files",
+                                                    "schedule": {"every_s": 86400}}).json()["id"]
+        assert client.post(f"/routines/{routine_id}/run").status_code == 202
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # the run waits for an approval: it is in progress
+            runs = client.get(f"/routines/{routine_id}/runs").json()
+            if runs and runs[0]["status"] == "waiting_approval":
+                break
+            time.sleep(0.2)
+        assert runs[0]["status"] == "waiting_approval"
+    context = browser.new_context(storage_state=login_state, color_scheme=scheme, viewport={"width": 390, "height": 800})
+    page = context.new_page()
+    try:
+        page.goto(f"{navi.url}/routines/")
+        item = page.locator(".routine", has_text=f"Files {scheme}")
+        item.get_by_role("button", name="Delete").focus()
+        page.keyboard.press("Enter")
+        dialog = page.locator("#delete-dialog")
+        expect(dialog).to_be_visible()
+        expect(dialog).to_contain_text("is running now")
+        expect(page.locator("#delete-cancel")).to_be_focused()  # the safe choice first
+        assert axe_serious(page) == []
+        page.keyboard.press("Escape")  # cancels: nothing deleted
+        expect(dialog).to_be_hidden()
+        expect(item).to_be_visible()
+        item.get_by_role("button", name="Delete").focus()
+        page.keyboard.press("Enter")
+        expect(page.locator("#delete-cancel")).to_be_focused()
+        page.keyboard.press("Shift+Tab")
+        page.keyboard.press("Shift+Tab")
+        assert page.evaluate("document.activeElement.id") == "delete-stop"
+        page.keyboard.press("Enter")
+        expect(item).to_have_count(0)
+        with navi.api() as client:
+            assert client.get(f"/routines/{routine_id}").status_code == 404
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:  # the stopped run lets go of its chat
+                chat = client.get(f"/sessions/{runs[0]['session_id']}").json()
+                if any(m["content"] == "Stopped." for m in chat["messages"]):
+                    break
+                time.sleep(0.2)
+            assert [m["content"] for m in chat["messages"]][-1] == "Stopped."
+            assert "Counted them." not in [m["content"] for m in chat["messages"]]
+    finally:
+        context.close()
