@@ -11,8 +11,11 @@ class AgentConfig(AppConfig):
     def ready(self) -> None:
         # Imported here, not at the top: these modules import models (Django's app-loading rule).
         from agent import compression, memory_background, startup, titles
+        from agent.health import register_check
+        from knowledge_app.search import status as knowledge_status
 
         compression.register_workers()  # context compression before and after a turn
         titles.register_workers()  # a generated title after the first answer
         session_created.connect(memory_background.on_session_created, dispatch_uid="agent.memory_extraction")
         server_started.connect(startup.on_server_started, dispatch_uid="agent.startup")
+        register_check("embeddings", knowledge_status)  # search by meaning, or why it is words only
