@@ -70,7 +70,7 @@ def index_document(document_id) -> None:
                 progress=min(99, int(fraction * 100)), updated_at=timezone.now())
 
     _discard_passages(document)
-    count, batch = 0, []
+    count, batch, seen = 0, [], set()
     try:
         if not path.is_file():
             raise extract.ExtractError(STOPPED)
@@ -82,11 +82,11 @@ def index_document(document_id) -> None:
                     f"the document has more than {settings.KNOWLEDGE_MAX_PASSAGES} passages of text; split it "
                     "into smaller files (or raise KNOWLEDGE_MAX_PASSAGES)")
             if len(batch) >= WRITE_BATCH:
-                _write(batch)
+                _write(batch, seen)
                 batch = []
                 if not Document.objects.filter(pk=document.pk).exists():
                     return  # deleted while indexing: stop (its passages went with it)
-        _write(batch)
+        _write(batch, seen)
         if count == 0:
             raise extract.ExtractError("no text found in it (a scanned PDF needs OCR first; an empty file has none)")
     except Exception as exc:  # noqa: BLE001 - any failure ends this document, never the worker
@@ -101,12 +101,21 @@ def index_document(document_id) -> None:
     path.unlink(missing_ok=True)  # the passages are what is kept; the upload is not needed again
 
 
-def _write(batch: list[Passage]) -> None:
+def _write(batch: list[Passage], seen: set[str]) -> None:
+    """Save passages and embed them. A passage repeating an earlier one of the document (a
+    running header, a boilerplate line) gets no vector of its own: the first copy is found by
+    meaning, and many identical vectors would cut an HNSW graph into islands."""
     if not batch:
         return
     with transaction.atomic():
         Passage.objects.bulk_create(batch)
-    space = _embed_rows("passage", [(p.pk, p.owner_id, p.text) for p in batch])
+    fresh = []
+    for p in batch:
+        digest = _hash(p.text)
+        if digest not in seen:
+            seen.add(digest)
+            fresh.append(p)
+    space = _embed_rows("passage", [(p.pk, p.owner_id, p.text) for p in fresh])
     if space is not None:
         Passage.objects.filter(pk__in=[p.pk for p in batch]).update(space=space)
 

@@ -3,11 +3,15 @@ rank fusion, so a passage that says it differently is found and an exact name or
 the words match still comes first.
 
 RRF: each list gives a passage 1 / (RRF_K + rank); the sums order the result. It needs no
-calibration between bm25 scores and cosine distances, which are not comparable.
+calibration between bm25 scores and cosine distances, which are not comparable. A third list
+holds the word matches that contain every exact token of the query (a number, a code, a name
+written with capitals inside the query, a quoted phrase): embeddings blur "invoice 4711" into
+"an invoice", and among near-identical passages their order would otherwise outvote the words.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -20,6 +24,26 @@ RRF_K = 60
 CANDIDATES = 50  # from each list before fusing
 MAX_K = 50
 FACT_MIN_SIMILARITY = 0.5  # a fact found only by meaning must be at least this close
+
+
+_QUOTED = re.compile(r'"([^"]{2,200})"')
+_TOKEN = re.compile(r"\w+", re.UNICODE)
+
+
+def exact_tokens(query: str) -> list[str]:
+    """What the query says exactly: quoted phrases, tokens with a digit, and capitalised words
+    not opening it ("Anna", "ACME")."""
+    found = [q.lower() for q in _QUOTED.findall(query)]
+    for index, match in enumerate(_TOKEN.finditer(query)):
+        token = match.group(0)
+        if any(c.isdigit() for c in token) or (index > 0 and token[:1].isupper()) or (len(token) > 1 and token.isupper()):
+            found.append(token.lower())
+    return found
+
+
+def _has_all(text: str, tokens: list[str]) -> bool:
+    lowered = text.lower()
+    return all(re.search(r"(?<!\w)" + re.escape(t) + r"(?!\w)", lowered) for t in tokens)
 
 
 @dataclass
@@ -71,7 +95,11 @@ def search(owner_id: int, query: str, k: int = 5, *, mode: str = "hybrid") -> li
     indexer.queue_backfill_if_needed()
     by_words = [i for i, _ in words.ranked(owner_id, query, CANDIDATES)] if mode != "vectors" else []
     by_meaning = [i for i, _ in meaning(owner_id, "passage", query, CANDIDATES)] if mode != "words" else []
-    fused = fuse(by_words, by_meaning)
+    exact: list[int] = []
+    if mode == "hybrid" and by_words and by_meaning and (tokens := exact_tokens(query)):
+        texts = dict(Passage.objects.filter(pk__in=by_words).values_list("pk", "text"))
+        exact = [i for i in by_words if _has_all(texts.get(i, ""), tokens)]
+    fused = fuse(by_words, by_meaning, exact)
     rows = {
         p.pk: p for p in Passage.objects.filter(
             pk__in=[i for i, _ in fused[: k * 3]], owner_id=owner_id, document__status="ready"

@@ -75,13 +75,17 @@ def ranked(owner_id: int, query: str, limit: int) -> list[tuple[int, float]]:
         )
         params = [match, owner_id, limit]
     else:
+        # ts_rank has no inverse document frequency: a passage repeating a common word would
+        # beat the one with the rare name or number. How many of the query's words a passage
+        # has comes first, ts_rank after.
         tsquery = " | ".join(words)  # \\w+ only: no tsquery syntax
+        coverage = " + ".join([f"({PG_DOCUMENT} @@ plainto_tsquery('english', %s))::int"] * len(words))
         sql = (
-            f"SELECT p.id, ts_rank({PG_DOCUMENT}, q) AS r FROM {PASSAGE_TABLE} p "
+            f"SELECT p.id, {coverage} + ts_rank({PG_DOCUMENT}, q) AS r FROM {PASSAGE_TABLE} p "
             f"JOIN {DOCUMENT_TABLE} d ON d.id = p.document_id, to_tsquery('english', %s) q "
             f"WHERE {PG_DOCUMENT} @@ q AND p.owner_id = %s AND d.status = 'ready' ORDER BY r DESC LIMIT %s"
         )
-        params = [tsquery, owner_id, limit]
+        params = [*words, tsquery, owner_id, limit]
     with connection.cursor() as cur:
         cur.execute(sql, params)
         return [(int(i), -float(r) if connection.vendor == "sqlite" else float(r)) for i, r in cur.fetchall()]
