@@ -4,7 +4,6 @@ and by words; only ever the owner's. The embeddings come from the test LLM serve
 
 from __future__ import annotations
 
-
 import io
 
 import pytest
@@ -13,14 +12,14 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import call_command
 from django.test import Client
 
+from agent.models import Profile
 from knowledge_app import embeddings, indexer, vectors
 from knowledge_app.models import Document, Passage
 from knowledge_app.worker import worker
-from agent.models import Profile
 from memory_app.search import search_facts
 from memory_app.services import upsert_fact
 from tests.knowledge_files import make_docx, make_docx_bomb, make_pdf
-from tests.test_approvals import frames_until, of_type, run_ended, script_tool, start, tool_messages
+from tests.test_approvals import frames_until, run_ended, script_tool, start, tool_messages
 
 pytestmark = pytest.mark.django_db(transaction=True)
 WAIT_S = 60
