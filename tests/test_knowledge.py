@@ -294,3 +294,13 @@ class TestMemoryByMeaning:
         call_command("knowledge_embed", stdout=out)
         assert "1/1" in out.getvalue() and "1 embedded with nomic-embed-text" in out.getvalue()
         assert [f.key for f in search_facts(owner.id, "coffee")] == ["morning drink"]
+
+
+class TestPage:
+    def test_the_page_is_linked_from_the_chat_and_says_what_to_pull(self, owner_client, anon_client, settings):
+        assert 'href="/knowledge/"' in owner_client.get("/").content.decode()
+        page = owner_client.get("/knowledge/").content.decode()
+        assert "js/knowledge.js" in page and 'id="files"' in page and "multiple" in page
+        assert "ollama pull nomic-embed-text" in page  # shown when search falls back to words
+        assert "<script>" not in page  # no inline script
+        assert anon_client.get("/knowledge/").status_code == 302
