@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Callable
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from memory_app.models import MemoryFact
@@ -58,6 +60,11 @@ def index_document(document_id) -> None:
     document = Document.objects.filter(pk=document_id, status="indexing").first()
     if document is None:
         return  # deleted meanwhile, or done by another process
+    # The claim: of several processes resuming after a restart, the one whose update matches
+    # the row as it read it indexes the document.
+    now = timezone.now()
+    if not Document.objects.filter(pk=document.pk, status="indexing", updated_at=document.updated_at).update(updated_at=now):
+        return
     path = file_path(document)
     state = {"read": 0.0, "saved_at": 0.0}
 
@@ -249,12 +256,41 @@ def queue_backfill_if_needed(force: bool = False) -> None:
         worker.submit("backfill", backfill)
 
 
-def resume_after_restart(sender=None, **kwargs) -> None:
+RESUME_AFTER_S = 60  # a document whose progress has not moved for this long was left by a stopped server
+
+
+def resume_after_restart(sender=None, recheck: bool = True, **kwargs) -> None:
     """server_started receiver: documents left `indexing` by a stopped server are indexed
-    again if their upload is still there, else marked failed; missing vectors are made."""
-    for document in Document.objects.filter(status="indexing"):
+    again if their upload is still there, else marked failed; missing vectors are made (also
+    for a space whose table is gone: a database restored from a JSON backup has no vectors)."""
+    if vectors.available() == "ok":
+        existing = set(connection.introspection.table_names())
+        for space in VectorSpace.objects.all():
+            if any(vectors.table(space, kind) not in existing for kind in vectors.KINDS):
+                Passage.objects.filter(space=space).update(space=None)
+                FactVector.objects.filter(space=space).delete()
+                vectors.space_for(space.model, space.dim)
+    _resume_stale()
+    if recheck:
+        # A document whose progress moved within the last minute may be another worker's,
+        # alive: look again once it would have moved since.
+        timer = threading.Timer(RESUME_AFTER_S + 5, _resume_stale_in_thread)
+        timer.daemon = True
+        timer.start()
+    queue_backfill_if_needed(force=True)
+
+
+def _resume_stale() -> None:
+    stale = timezone.now() - timedelta(seconds=RESUME_AFTER_S)
+    for document in Document.objects.filter(status="indexing", updated_at__lt=stale):
         if file_path(document).is_file():
             queue_document(document.pk)
         else:
             Document.objects.filter(pk=document.pk).update(status="failed", error=STOPPED, updated_at=timezone.now())
-    queue_backfill_if_needed(force=True)
+
+
+def _resume_stale_in_thread() -> None:
+    try:
+        _resume_stale()
+    finally:
+        connection.close()

@@ -304,3 +304,29 @@ class TestPage:
         assert "ollama pull nomic-embed-text" in page  # shown when search falls back to words
         assert "<script>" not in page  # no inline script
         assert anon_client.get("/knowledge/").status_code == 302
+
+
+class TestRestart:
+    def test_documents_left_indexing_are_resumed_or_failed_and_lost_vectors_remade(self, owner, owner_client, embed):
+        from datetime import timedelta
+
+        from django.db import connection
+        from django.utils import timezone
+
+        from knowledge_app.models import VectorSpace
+
+        indexed(owner_client, "kept.txt", "I drink a double espresso every morning.")
+        long_ago = timezone.now() - timedelta(minutes=5)
+        left = Document.objects.create(owner=owner, name="left.txt", kind="text", sha256="1", updated_at=long_ago)
+        indexer.file_path(left).write_text("The attic key hangs behind the door.")
+        lost = Document.objects.create(owner=owner, name="lost.txt", kind="text", sha256="2", updated_at=long_ago)
+        space = VectorSpace.objects.get()
+        with connection.cursor() as cur:  # as after a restore from a JSON backup: no vector tables
+            cur.execute(f"DROP TABLE {vectors.table(space, 'passage')}")
+        indexer.resume_after_restart(recheck=False)  # the check a minute later is the same function
+        assert worker.wait_idle(WAIT_S)
+        assert Document.objects.get(pk=left.pk).status == "ready"
+        lost.refresh_from_db()
+        assert lost.status == "failed" and "upload it again" in lost.error
+        assert "attic" in results(owner_client, "attic key")[0]["text"]
+        assert "espresso" in results(owner_client, "coffee")[0]["text"]  # re-embedded
