@@ -35,19 +35,24 @@ def _layer_norm(x, weight, bias, eps=1e-12):
 
 def _gelu(x):
     # The tanh form: within 1e-3 of erf-GELU, and numpy has no erf.
-    return 0.5 * x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1.0 + np.tanh(np.float32(0.7978845608028654) * (x + np.float32(0.044715) * (x * x * x))))
 
 
 class MiniLM:
     def __init__(self) -> None:
         folder = _model_dir()
         self.w = load_file(str(folder / "model.safetensors"))
+        self.wt = {k.removesuffix(".weight"): np.ascontiguousarray(v.T) for k, v in self.w.items()
+                   if k.endswith(".weight") and v.ndim == 2}
         self.tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
         self.tok.enable_truncation(max_length=MAX_TOKENS)
         self.tok.enable_padding(pad_id=0, pad_token="[PAD]")
 
     def _lin(self, x, name):
-        return x @ self.w[f"{name}.weight"].T + self.w[f"{name}.bias"]
+        # 2-D and contiguous: numpy hands it to BLAS (a stacked or transposed view would not be).
+        flat = np.ascontiguousarray(x).reshape(-1, x.shape[-1])
+        out = flat @ self.wt[name] + self.w[f"{name}.bias"]
+        return out.reshape(*x.shape[:-1], -1)
 
     def embed(self, texts: list[str]) -> np.ndarray:
         encoded = self.tok.encode_batch(texts)
@@ -59,17 +64,17 @@ class MiniLM:
              + w["embeddings.token_type_embeddings.weight"][0])
         x = _layer_norm(x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"])
         head = x.shape[-1] // HEADS
-        bias = (1.0 - mask)[:, None, None, :] * -1e9
+        bias = ((1.0 - mask)[:, None, None, :] * -1e9).astype(np.float32)
         for i in range(LAYERS):
             p = f"encoder.layer.{i}"
 
             def split(t):
-                return t.reshape(n, length, HEADS, head).transpose(0, 2, 1, 3)
+                return np.ascontiguousarray(t.reshape(n, length, HEADS, head).transpose(0, 2, 1, 3))
 
             q = split(self._lin(x, f"{p}.attention.self.query"))
             k = split(self._lin(x, f"{p}.attention.self.key"))
             v = split(self._lin(x, f"{p}.attention.self.value"))
-            scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(head) + bias
+            scores = q @ np.ascontiguousarray(k.transpose(0, 1, 3, 2)) * np.float32(head ** -0.5) + bias
             scores = np.exp(scores - scores.max(-1, keepdims=True))
             scores /= scores.sum(-1, keepdims=True)
             context = (scores @ v).transpose(0, 2, 1, 3).reshape(n, length, -1)

@@ -80,6 +80,7 @@ def _user(name: str):
 
 # --- quality --------------------------------------------------------------------------------
 def quality() -> None:
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy loads: no thread fight on a busy CPU
     from _minilm import MiniLM
 
     model = MiniLM()
@@ -91,6 +92,7 @@ def quality() -> None:
     from knowledge_app.models import Document, Passage
 
     settings.OLLAMA_HOST, settings.EMBEDDING_MODEL = url, "all-minilm-l6-v2"
+    settings.EMBEDDING_TIMEOUT_S = 900  # numpy on a shared CPU: a batch can take a while
     settings.KNOWLEDGE_DIR = Path(os.environ["DATABASE_URL"].removeprefix("sqlite:///")).parent / "files"
     spec = json.loads((HERE / "data" / "knowledge_questions.json").read_text())
     user = _user("reader")
@@ -106,7 +108,11 @@ def quality() -> None:
         indexer.index_document(doc.pk)
     took = time.perf_counter() - started
     passages = Passage.objects.count()
-    print(f"corpus: {len(pages)} pages, {passages} passages, indexed with the model in {took:.0f} s")
+    from knowledge_app import embeddings
+
+    embedded = Passage.objects.filter(space__model=settings.EMBEDDING_MODEL).count()
+    print(f"corpus: {len(pages)} pages, {passages} passages ({embedded} with a vector), indexed with the model in {took:.0f} s")
+    print(f"embedding server: {embeddings.state()}")
     assert not Document.objects.exclude(status="ready").exists()
     rows = []
     for mode in ("words", "vectors", "hybrid"):

@@ -71,6 +71,11 @@ def too_large(path: str | None = None) -> Refusal:
             f"the export is larger than {settings.SESSION_IMPORT_MAX_MB} MB (SESSION_IMPORT_MAX_MB); "
             "raise SESSION_IMPORT_MAX_MB or import a shorter chat"
         )
+    if path is not None and path.rstrip("/") == KNOWLEDGE_PATH:  # DESIGN §10: a 400 like its other refusals
+        return 400, (
+            f"the file is larger than KNOWLEDGE_MAX_FILE_MB ({settings.KNOWLEDGE_MAX_FILE_MB} MB); "
+            "split it into smaller files"
+        )
     if path is None or _UPLOAD_PATH.match(path):
         return 413, (
             f"file is larger than SESSION_FILES_MAX_SIZE_MB ({settings.SESSION_FILES_MAX_SIZE_MB} MB); "
