@@ -15,10 +15,9 @@ import re
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import connection
 
 from . import embeddings, indexer, vectors, words
-from .models import Passage, VectorSpace
+from .models import Document, Passage, VectorSpace
 
 RRF_K = 60
 CANDIDATES = 50  # from each list before fusing
@@ -122,24 +121,20 @@ def facts_by_meaning(owner_id: int, query: str, limit: int) -> list[int]:
 
 
 def status() -> str | None:
-    """/health's line: None when search by meaning works (or nothing is known yet), else what
+    """/health's line: None when search by meaning works (or nothing needs it yet), else what
     is missing and what to do. Search by words goes on either way."""
     store = vectors.available()
     if store != "ok":
         return f"degraded: no vector index, search uses words only — {store}"
     current = embeddings.state()
-    if current.status == "unknown":
-        try:
+    if current.status == "unknown" or (current.status != "ok" and embeddings.usable()):
+        try:  # never asked, or a failure old enough to ask again
             embeddings.embed(["health"], timeout=embeddings.QUERY_TIMEOUT_S)
         except embeddings.EmbeddingError:
             pass
         current = embeddings.state()
     if current.status == "missing":
         return f"degraded: no embedding model, search uses words only — {embeddings.pull_hint()}"
-    if current.status in ("unreachable", "error") and _in_use():
+    if current.status in ("unreachable", "error") and Document.objects.exists():
         return f"degraded: no embedding model reachable ({current.detail}), search uses words only"
     return None
-
-
-def _in_use() -> bool:
-    return Passage.objects.exists() or connection.vendor == "unused"
