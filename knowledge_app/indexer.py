@@ -42,7 +42,7 @@ def queue_document(document_id) -> None:
     worker.submit(f"document:{document_id}", lambda: index_document(document_id))
 
 
-def _embed_rows(kind: str, rows: list[tuple[int, int, str]]) -> VectorSpace | None:
+def _embed_rows(kind: str, rows: list[tuple[int, int, str]], *, replace: bool = True) -> VectorSpace | None:
     """Embed (id, owner_id, text) rows into the current model's space; None if not possible."""
     if not rows or not embeddings.usable() or vectors.available() != "ok":
         return None
@@ -52,7 +52,8 @@ def _embed_rows(kind: str, rows: list[tuple[int, int, str]]) -> VectorSpace | No
         log.info("embedding skipped: %s", exc)
         return None
     space = vectors.space_for(settings.EMBEDDING_MODEL, len(found[0]))
-    vectors.write(space, kind, [(i, owner, v) for (i, owner, _), v in zip(rows, found)])
+    # A fact is embedded again when edited, and a re-run of backfill may meet a passage twice.
+    vectors.write(space, kind, [(i, owner, v) for (i, owner, _), v in zip(rows, found)], replace=replace)
     return space
 
 
@@ -122,7 +123,7 @@ def _write(batch: list[Passage], seen: set[str]) -> None:
         if digest not in seen:
             seen.add(digest)
             fresh.append(p)
-    space = _embed_rows("passage", [(p.pk, p.owner_id, p.text) for p in fresh])
+    space = _embed_rows("passage", [(p.pk, p.owner_id, p.text) for p in fresh], replace=False)  # new ids
     if space is not None:
         Passage.objects.filter(pk__in=[p.pk for p in batch]).update(space=space)
 

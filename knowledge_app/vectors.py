@@ -123,14 +123,14 @@ def _literal(vector: list[float]):
     return "[" + ",".join(repr(float(x)) for x in vector) + "]"
 
 
-def write(space: VectorSpace, kind: str, rows: list[tuple[int, int, list[float]]]) -> None:
-    """Store (id, owner_id, vector) rows, replacing what those ids had in this space."""
+def write(space: VectorSpace, kind: str, rows: list[tuple[int, int, list[float]]], *, replace: bool = False) -> None:
+    """Store (id, owner_id, vector) rows; `replace`: those ids may have one in this space already."""
     if not rows:
         return
     name = table(space, kind)
-    ids = [row[0] for row in rows]
     with transaction.atomic(), connection.cursor() as cur:
-        _delete_ids(cur, name, ids)
+        if replace:
+            _delete_ids(cur, name, [row[0] for row in rows])
         if connection.vendor == "sqlite":
             cur.executemany(f"INSERT INTO {name}(rowid, owner_id, embedding) VALUES (%s, %s, %s)",
                             [(i, owner, _literal(v)) for i, owner, v in rows])
@@ -140,10 +140,9 @@ def write(space: VectorSpace, kind: str, rows: list[tuple[int, int, list[float]]
 
 
 def _delete_ids(cur, name: str, ids: list[int]) -> None:
+    # One id at a time: a rowid lookup in sqlite-vec (an IN list would scan the whole table).
     key = "rowid" if connection.vendor == "sqlite" else "id"
-    for start in range(0, len(ids), 500):
-        part = ids[start:start + 500]
-        cur.execute(f"DELETE FROM {name} WHERE {key} IN ({','.join(['%s'] * len(part))})", part)
+    cur.executemany(f"DELETE FROM {name} WHERE {key} = %s", [(i,) for i in ids])
 
 
 def delete(kind: str, ids: list[int]) -> None:
