@@ -5,7 +5,7 @@ the words match still comes first.
 RRF: each list gives a passage 1 / (RRF_K + rank); the sums order the result. It needs no
 calibration between bm25 scores and cosine distances, which are not comparable. A third list
 holds the word matches that contain every exact token of the query (a number, a code, a name
-written with capitals inside the query, a quoted phrase): embeddings blur "invoice 4711" into
+shaped like one, a quoted phrase): embeddings blur "invoice 4711" into
 "an invoice", and among near-identical passages their order would otherwise outvote the words.
 """
 
@@ -30,12 +30,15 @@ _TOKEN = re.compile(r"\w+", re.UNICODE)
 
 
 def exact_tokens(query: str) -> list[str]:
-    """What the query says exactly: quoted phrases, tokens with a digit, and capitalised words
-    not opening it ("Anna", "ACME")."""
+    """What the query says exactly: quoted phrases and tokens shaped like names or codes — with
+    a digit ("4711", "v2"), an underscore, capitals inside ("DTrace", "McAllister") or all
+    capitals ("ACME"). A plain capitalised word ("Python", "Anna") is not: in a question it is
+    as often the corpus's everyday subject as a rare name."""
     found = [q.lower() for q in _QUOTED.findall(query)]
-    for index, match in enumerate(_TOKEN.finditer(query)):
+    for match in _TOKEN.finditer(query):
         token = match.group(0)
-        if any(c.isdigit() for c in token) or (index > 0 and token[:1].isupper()) or (len(token) > 1 and token.isupper()):
+        if (any(c.isdigit() for c in token) or "_" in token or any(c.isupper() for c in token[1:])
+                or (len(token) > 1 and token.isupper())):
             found.append(token.lower())
     return found
 
