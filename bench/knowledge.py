@@ -60,6 +60,7 @@ class _Embedder(BaseHTTPRequestHandler):
 def serve(embed) -> str:
     handler = type("Handler", (_Embedder,), {"embed": staticmethod(embed)})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True  # a request still computing must not keep the bench from exiting
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return f"http://127.0.0.1:{server.server_address[1]}"
 

@@ -1,7 +1,8 @@
 """Passages found by their words: SQLite FTS5 (bm25), PostgreSQL full text (ts_rank).
 
 The FTS5 table is an external-content index of knowledge_app_passage kept in sync by
-triggers; on PostgreSQL a GIN index over `to_tsvector('english', text)` (migration 0001).
+triggers; on PostgreSQL a stored `tsv` column (`to_tsvector('english', text)`) with a GIN index
+(migration 0001).
 Terms are OR-ed, each quoted: the query's syntax is never interpreted.
 """
 
@@ -28,7 +29,7 @@ _TRIGGERS = {
 }
 _WORD = re.compile(r"\w+", re.UNICODE)
 MAX_TERMS = 32
-PG_DOCUMENT = "to_tsvector('english', p.text)"
+PG_DOCUMENT = "p.tsv"  # a stored generated column: to_tsvector('english', text)
 
 
 def ensure_fts(conn=connection) -> None:

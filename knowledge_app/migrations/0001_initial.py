@@ -15,14 +15,18 @@ def search_indexes(apps, schema_editor):
 
         ensure_fts(conn)
     elif conn.vendor == "postgresql":
+        # Stored once per passage: ranking reads it instead of parsing every matching text again.
         schema_editor.execute(
-            "CREATE INDEX IF NOT EXISTS knowledge_passage_tsv ON knowledge_app_passage "
-            "USING gin (to_tsvector('english', text))"
+            "ALTER TABLE knowledge_app_passage ADD COLUMN tsv tsvector "
+            "GENERATED ALWAYS AS (to_tsvector('english', text)) STORED"
         )
+        schema_editor.execute("CREATE INDEX knowledge_passage_tsv ON knowledge_app_passage USING gin (tsv)")
 
 
 def drop_search_indexes(apps, schema_editor):
     conn = schema_editor.connection
+    if conn.vendor == "postgresql":
+        schema_editor.execute("ALTER TABLE knowledge_app_passage DROP COLUMN IF EXISTS tsv")
     if conn.vendor == "sqlite":
         for name in ("passage_fts_ai", "passage_fts_ad", "passage_fts_au"):
             schema_editor.execute(f"DROP TRIGGER IF EXISTS {name}")
