@@ -41,7 +41,7 @@ migrate: install
 # __pycache__ (PYTHONDONTWRITEBYTECODE, a read-only checkout) otherwise compiles ~100 modules
 # from source at every start, ~0.2 s of its boot (bench/README "boot").
 bytecode: install
-	@$(PY) -m compileall -q -j 0 agent memory_app navi_project sessions_app tools_app manage.py
+	@$(PY) -m compileall -q -j 0 agent knowledge_app memory_app navi_project sessions_app tools_app manage.py
 
 run: migrate vendor bytecode
 	$(PY) manage.py ensure_owner
@@ -69,7 +69,7 @@ lint: install-test
 	$(VENV)/bin/ruff check .
 
 # Benchmarks that need a real model (an Ollama or OpenAI-compatible server) are run by hand.
-MODEL_BENCHES := bench/agent_eval.py bench/capture_outputs.py bench/real_model_chat.py
+MODEL_BENCHES := bench/agent_eval.py bench/capture_outputs.py bench/real_model_chat.py bench/knowledge.py
 
 bench: install-test vendor
 	for b in $(filter-out $(MODEL_BENCHES),$(wildcard bench/[!_]*.py)); do echo "==> $$b"; $(PY) $$b || exit 1; done

@@ -14,6 +14,8 @@ class AgentConfig(AppConfig):
         from agent.runs import startup
         from agent.turn import compression, titles
         from agent.web import model_choice
+        from agent.web.health import register_check
+        from knowledge_app.search import status as knowledge_status
         from sessions_app.model_choice import register_model_lister
 
         compression.register_workers()  # context compression before and after a turn
@@ -21,3 +23,4 @@ class AgentConfig(AppConfig):
         register_model_lister(model_choice.names_for_profile)  # PATCH /sessions/<id> {"model"}
         session_created.connect(memory_background.on_session_created, dispatch_uid="agent.memory.extraction")
         server_started.connect(startup.on_server_started, dispatch_uid="agent.runs.startup")
+        register_check("embeddings", knowledge_status)  # search by meaning, or why it is words only

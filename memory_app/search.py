@@ -8,11 +8,17 @@ ones only as whole words ("a" would match a quarter of everything). When a query
 than `MAX_RANKED` of the owner's facts (a category name, a very common word), only the
 `MAX_RANKED` most recently added matches are ranked: ranking every one of 100 000 matches costs
 hundreds of ms, and among that many the newest are the ones worth reading anyway.
+
+By meaning too: an app above (knowledge_app) registers a function giving the fact ids nearest
+in meaning (`register_meaning`); its list and the words' are fused by reciprocal rank, so
+"coffee" finds "espresso" and an exact word still counts.
 """
 
 from __future__ import annotations
 
+import logging
 import re
+from typing import Callable
 
 from django.db import connection, connections
 from django.db.models import Q
@@ -39,6 +45,15 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 MAX_TERMS = 20
 MIN_PREFIX = 3  # shorter terms match whole words only
 MAX_RANKED = 1000  # matches ranked at most (the newest ones)
+RRF_K = 60
+# fn(owner_id, query, limit) -> fact ids nearest in meaning first (knowledge_app adds it).
+MEANING: list[Callable[[int, str, int], list[int]]] = []
+log = logging.getLogger(__name__)
+
+
+def register_meaning(fn: Callable[[int, str, int], list[int]]) -> None:
+    if fn not in MEANING:
+        MEANING.append(fn)
 
 
 def ensure_fts(conn=connection) -> None:
@@ -80,10 +95,30 @@ def query_terms(query: str) -> list[str]:
 
 
 def search_facts(owner_id: int, query: str, limit: int = 15) -> list[MemoryFact]:
-    """The owner's facts matching any term of `query`, best first."""
+    """The owner's facts matching any term of `query` or close to it in meaning, best first."""
     terms = query_terms(query)
     if not terms or limit <= 0:
         return []
+    by_words = _by_words(owner_id, terms, limit)
+    by_meaning: list[int] = []
+    for find in MEANING:
+        try:
+            by_meaning += find(owner_id, query, limit)
+        except Exception:  # search by meaning is extra: the words' answer stands without it
+            log.exception("search by meaning failed")
+    if not by_meaning:
+        return by_words
+    scores: dict[int, float] = {}
+    for ids in ([f.id for f in by_words], by_meaning):
+        for rank, fact_id in enumerate(ids, start=1):
+            scores[fact_id] = scores.get(fact_id, 0.0) + 1.0 / (RRF_K + rank)
+    best = sorted(scores, key=lambda i: (-scores[i], -i))[:limit]
+    by_id = {f.id: f for f in by_words}
+    by_id.update(MemoryFact.objects.filter(owner_id=owner_id).in_bulk([i for i in best if i not in by_id]))
+    return [by_id[i] for i in best if i in by_id]
+
+
+def _by_words(owner_id: int, terms: list[str], limit: int) -> list[MemoryFact]:
     if connection.vendor == "sqlite":
         return _search_sqlite(owner_id, terms, limit)
     if connection.vendor == "postgresql":

@@ -13,6 +13,10 @@ from pathlib import Path
 
 import environ
 
+from navi_project import sqlite_driver
+
+sqlite_driver.install()  # before Django's SQLite backend is imported: sqlite-vec needs it
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
@@ -118,6 +122,7 @@ INSTALLED_APPS = [
     "memory_app",
     "tools_app",
     "notify_app",
+    "knowledge_app",
     "routines_app",
     "messaging_app",
 ]
@@ -430,6 +435,20 @@ SESSION_FILES_TTL_HOURS = env.int("SESSION_FILES_TTL_HOURS", default=24)
 # signed-in requests (uploads, SESSION_IMPORT_MAX_MB, DATA_UPLOAD_MAX_MEMORY_SIZE elsewhere),
 # and this much for requests without credentials (a login form is a few hundred bytes).
 ANONYMOUS_BODY_MAX_KB = env.int("ANONYMOUS_BODY_MAX_KB", default=64)
+
+# --- Knowledge (the owner's documents, and memory, found by meaning) ----------------------
+# Embeddings come from the Ollama server at OLLAMA_HOST (`POST /api/embed`), or from an
+# OpenAI-compatible server when EMBEDDING_BASE_URL is set (`…/v1/embeddings`). Changing the
+# model re-embeds everything in the background; until then search uses the words.
+EMBEDDING_MODEL = env.str("EMBEDDING_MODEL", default="nomic-embed-text")
+EMBEDDING_BASE_URL = env.str("EMBEDDING_BASE_URL", default="")
+EMBEDDING_API_KEY = env.str("EMBEDDING_API_KEY", default="")
+EMBEDDING_BATCH = env.int("EMBEDDING_BATCH", default=32)  # passages per embedding request
+EMBEDDING_TIMEOUT_S = env.float("EMBEDDING_TIMEOUT_S", default=60.0)
+KNOWLEDGE_DIR = _path(env.str("KNOWLEDGE_DIR", default="knowledge_files"))  # uploads until indexed
+KNOWLEDGE_MAX_FILE_MB = env.int("KNOWLEDGE_MAX_FILE_MB", default=200)
+KNOWLEDGE_MAX_PASSAGES = env.int("KNOWLEDGE_MAX_PASSAGES", default=50_000)  # per document
+KNOWLEDGE_MAX_DOCUMENTS = env.int("KNOWLEDGE_MAX_DOCUMENTS", default=1000)  # per user
 
 # --- Chats --------------------------------------------------------------------------------
 SESSION_IMPORT_MAX_MB = env.int("SESSION_IMPORT_MAX_MB", default=25)  # below DATA_UPLOAD_MAX_MEMORY_SIZE

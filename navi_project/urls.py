@@ -21,6 +21,7 @@ urlpatterns = [
     path("", include("memory_app.urls")),
     path("", include("notify_app.urls")),
     path("", include("routines_app.urls")),
+    path("", include("knowledge_app.urls")),
     path("", include("messaging_app.urls")),
     path("", include("tools_app.urls")),
     path("", include("agent.web.page_urls")),

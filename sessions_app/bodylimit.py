@@ -31,6 +31,7 @@ Refusal = tuple[int, str]  # HTTP status, error message
 MULTIPART_OVERHEAD = 64 * 1024  # headers and boundaries around the file in a multipart body
 MB = 1024 * 1024
 IMPORT_PATH = "/sessions/import"
+KNOWLEDGE_PATH = "/knowledge"  # a document for the Knowledge page: KNOWLEDGE_MAX_FILE_MB
 _UPLOAD_PATH = re.compile(r"^/sessions/[^/]+/files/?$")
 
 
@@ -49,11 +50,14 @@ def max_body_bytes(path: str | None = None) -> int:
     upload = settings.SESSION_FILES_MAX_SIZE_MB * MB + MULTIPART_OVERHEAD
     imports = settings.SESSION_IMPORT_MAX_MB * MB
     if path is None:
-        return max(upload, imports, settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+        return max(upload, imports, settings.KNOWLEDGE_MAX_FILE_MB * MB + MULTIPART_OVERHEAD,
+                   settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
     if path.rstrip("/") == IMPORT_PATH:
         return imports
     if _UPLOAD_PATH.match(path):
         return upload
+    if path.rstrip("/") == KNOWLEDGE_PATH:
+        return settings.KNOWLEDGE_MAX_FILE_MB * MB + MULTIPART_OVERHEAD
     return settings.DATA_UPLOAD_MAX_MEMORY_SIZE
 
 
@@ -66,6 +70,11 @@ def too_large(path: str | None = None) -> Refusal:
         return 413, (
             f"the export is larger than {settings.SESSION_IMPORT_MAX_MB} MB (SESSION_IMPORT_MAX_MB); "
             "raise SESSION_IMPORT_MAX_MB or import a shorter chat"
+        )
+    if path is not None and path.rstrip("/") == KNOWLEDGE_PATH:  # DESIGN §10: a 400 like its other refusals
+        return 400, (
+            f"the file is larger than KNOWLEDGE_MAX_FILE_MB ({settings.KNOWLEDGE_MAX_FILE_MB} MB); "
+            "split it into smaller files"
         )
     if path is None or _UPLOAD_PATH.match(path):
         return 413, (

@@ -83,6 +83,7 @@ def _isolated_dirs(settings, tmp_path):
     """Everything the app writes goes under the test's temp dir."""
     settings.NAVI_WORKSPACE = tmp_path / "workspace"
     settings.SESSION_FILES_DIR = tmp_path / "session_files"
+    settings.KNOWLEDGE_DIR = tmp_path / "knowledge_files"
     settings.TOOLS_DIR = tmp_path / "user_tools"
     settings.TOOLS_DIR.mkdir()
     settings.NAVI_WORKSPACE.mkdir()

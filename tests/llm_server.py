@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import collections
+import hashlib
 import json
+import math
 import re
 import select
 import signal
@@ -148,6 +150,10 @@ class LLMServer:
         self.unpullable: set[str] = set()
         self.pull_steps = 4
         self.pull_delay = 0.0
+        # Embedding models this server has (/api/embed, /v1/embeddings); None = any name embeds.
+        # An empty list is a server where no embedding model was pulled (404, as Ollama says).
+        self.embed_models: list[str] | None = None
+        self._embeds: list[dict] = []
         self._probes: list[dict] = []
         self._addr = (host, port)
         self._cond = threading.Condition()
@@ -224,6 +230,7 @@ class LLMServer:
             self._rules.clear()
             self._requests.clear()
             self._probes.clear()
+            self._embeds.clear()
             self._shows.clear()
             self.pulls.clear()
             self._max_active = self._active
@@ -240,6 +247,21 @@ class LLMServer:
         """Schema-support probes received (not part of ``requests``)."""
         with self._cond:
             return list(self._probes)
+
+    @property
+    def embeds(self) -> list[dict]:
+        """The embedding requests (path, model, input count), kept apart from the chat calls."""
+        with self._cond:
+            return list(self._embeds)
+
+    def embed_known(self, model: str) -> bool:
+        if self.embed_models is None:
+            return True
+        return model.removesuffix(":latest") in {m.removesuffix(":latest") for m in self.embed_models}
+
+    def _record_embed(self, rec: dict) -> None:
+        with self._cond:
+            self._embeds.append(rec)
 
     def _record_probe(self, rec: dict) -> None:
         with self._cond:
@@ -489,6 +511,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(400, "expected a JSON object")
         if path == "/api/pull":  # model management, kept apart so `requests` stays the chat calls
             return self._pull(body)
+        if path in ("/api/embed", "/v1/embeddings"):
+            return self._embed(path, body)
         via, schema = _schema_of(body)
         probe = isinstance(schema, dict) and schema.get("title") == "navi_probe"
         if path == "/api/show":  # metadata, kept apart so `requests` stays the chat calls
@@ -567,6 +591,28 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"0\r\n\r\n")
         except (_Dropped, *_NET_ERRORS):
             self.close_connection = True
+
+    def _embed(self, path: str, body: dict) -> None:
+        """Ollama `POST /api/embed` and OpenAI `POST /v1/embeddings`: one vector per input, from
+        `embed_text` (deterministic; chosen synonyms land close)."""
+        fake = self.server.fake
+        model, given = str(body.get("model") or ""), body.get("input")
+        texts = [given] if isinstance(given, str) else given
+        fake._record_embed({"path": path, "model": model, "inputs": len(texts) if isinstance(texts, list) else 0})
+        if not self._auth_ok():
+            return
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            return self._error(400, "input must be a string or a list of strings")
+        if not fake.embed_known(model):
+            return self._error(404, f'model "{model}" not found, try pulling it first')
+        vectors = [embed_text(t) for t in texts]
+        if path == "/api/embed":
+            return self._send_json(200, {"model": model, "embeddings": vectors, "total_duration": 1000,
+                                         "load_duration": 10, "prompt_eval_count": sum(len(t.split()) for t in texts)})
+        data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
+        tokens = sum(len(t.split()) for t in texts)
+        self._send_json(200, {"object": "list", "data": data, "model": model,
+                              "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
 
     def _control(self, path: str, body: Any) -> None:
         """Script a server living in another process (CLI mode): /_fake/script|rules|reset."""
@@ -694,6 +740,47 @@ class _Handler(BaseHTTPRequestHandler):
             return out
 
         self._stream(turn, "text/event-stream", frames(), tail)
+
+
+# --- embeddings ---------------------------------------------------------------------------
+EMBED_DIM = 128
+# Words of one group share a meaning: their vectors point the same way, so a test can show that
+# search by meaning finds "espresso" for "coffee" where the words share nothing.
+SYNONYMS = [
+    {"coffee", "espresso", "latte", "cappuccino", "caffeine", "barista"},
+    {"car", "automobile", "vehicle", "sedan"},
+    {"doctor", "physician", "gp", "clinic"},
+    {"holiday", "vacation", "trip", "journey"},
+    {"dog", "puppy", "hound", "canine"},
+    {"money", "cash", "salary", "income", "wage"},
+    {"house", "home", "apartment", "flat", "residence"},
+    {"sick", "ill", "illness", "disease", "unwell"},
+    {"password", "passphrase", "credentials", "login"},
+    {"cancel", "terminate", "end", "quit"},
+    {"contract", "agreement", "lease"},
+    {"refund", "reimbursement", "repayment"},
+]
+_CONCEPT = {word: min(group) for group in SYNONYMS for word in group}
+
+
+def _bucket(word: str) -> tuple[int, float]:
+    digest = hashlib.sha256(word.encode()).digest()
+    return digest[0] % EMBED_DIM, 1.0 if digest[1] % 2 else -1.0
+
+
+def embed_text(text: str) -> list[float]:
+    """A deterministic unit vector: each word (its synonym group's, if it has one) adds to one
+    hashed dimension. Numbers carry no meaning here, as in small real models: exact numbers
+    are the words' job."""
+    vector = [0.0] * EMBED_DIM
+    for word in re.findall(r"[^\W\d_]+", text.lower()):
+        word = _CONCEPT.get(word) or _CONCEPT.get(word.removesuffix("s")) or word
+        index, sign = _bucket(word)
+        vector[index] += sign
+    norm = math.sqrt(sum(v * v for v in vector))
+    if not norm:
+        vector[0], norm = 1.0, 1.0  # no words: still a valid vector, close to nothing in particular
+    return [round(v / norm, 6) for v in vector]
 
 
 def _schema_of(body: dict) -> tuple[str, Any]:

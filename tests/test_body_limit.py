@@ -332,6 +332,13 @@ class TestAsgiGuard:
         assert not app.called and sent[0]["status"] == 413
         assert "SESSION_IMPORT_MAX_MB" in json.loads(sent[1]["body"])["error"]
 
+    async def test_a_document_over_its_own_limit_is_refused_with_400(self, owner_token, settings):
+        settings.KNOWLEDGE_MAX_FILE_MB = 1
+        headers = [(b"content-length", str(2 * MB).encode()), (b"authorization", f"Bearer {owner_token}".encode())]
+        app, sent = await _through_guard(headers, [], path="/knowledge")
+        assert not app.called and sent[0]["status"] == 400  # DESIGN §10: oversized → 400
+        assert "KNOWLEDGE_MAX_FILE_MB" in json.loads(sent[1]["body"])["error"]
+
     async def test_small_anonymous_bodies_pass(self):
         app, sent = await _through_guard([(b"content-length", b"20")], [b"username=a&password=b"])
         assert app.called and sent[0]["status"] == 200

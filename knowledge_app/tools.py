@@ -1,0 +1,79 @@
+"""`knowledge_search`: the owner's documents, found by meaning and by words, for the agent.
+
+Registered with the process-wide tool registry from KnowledgeConfig.ready. It acts for the
+run's user (`current_user_id`), so a sub-agent or an /mcp turn sees that user's documents
+only. What documents say is not the owner speaking: the results are marked untrusted
+(`untrusted_output`), like a web page, and risky calls after them ask first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from asgiref.sync import sync_to_async
+
+from tools_app.base import Tool, ToolResult
+from tools_app.context import current_user_id
+from tools_app.toolset import register_app_tools
+
+from . import search
+
+TEXT_MAX = 1200  # characters of each passage shown
+
+
+def describe(location: dict) -> str:
+    parts = []
+    if location.get("page"):
+        parts.append(f"page {location['page']}")
+    if location.get("heading"):
+        parts.append(f"section “{location['heading']}”")
+    if location.get("line") and not location.get("page"):
+        parts.append(f"line {location['line']}")
+    return ", ".join(parts)
+
+
+class KnowledgeSearchTool(Tool):
+    name = "knowledge_search"
+    keywords = "document documents file pdf knowledge notes manual uploaded says contract policy find look up"
+    offer_when = "document documents file files pdf knowledge manual notes uploaded contract docx"
+    description = (
+        "Search the documents the user uploaded to Navi's Knowledge page (by meaning and by words). "
+        "Returns passages with their document name and location; name the document and page or section "
+        "when you use one in an answer."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "minLength": 1, "maxLength": 2000},
+            "k": {"type": "integer", "minimum": 1, "maximum": 20, "default": 5},
+        },
+        "required": ["query"],
+    }
+    untrusted_output = True
+    origin = "the owner's uploaded documents"
+
+    async def execute(self, params: dict[str, Any]) -> ToolResult:
+        owner = current_user_id.get()
+        if owner is None:
+            return ToolResult(False, error="no user for this run: knowledge_search only works inside a chat run")
+        query = str(params.get("query") or "").strip()
+        if not query:
+            return ToolResult(False, error="give a query: what to look for in the documents")
+        hits = await sync_to_async(search.search)(owner, query[:2000], int(params.get("k") or 5))
+        if not hits:
+            return ToolResult(True, f"No passage in the uploaded documents matches {query[:200]!r}.")
+        lines = []
+        for number, hit in enumerate(hits, start=1):
+            where = describe(hit.location)
+            lines.append(f"[{number}] {hit.name}" + (f" ({where})" if where else "") + f":\n{hit.text[:TEXT_MAX]}")
+        sources = [{"document_id": h.document_id, "name": h.name, "location": h.location} for h in hits]
+        return ToolResult(True, "\n\n".join(lines), metadata={"sources": sources})
+
+
+def _make(_registry) -> Tool:
+    return KnowledgeSearchTool()
+
+
+def register() -> None:
+    """Add knowledge_search to the process-wide registry (KnowledgeConfig.ready)."""
+    register_app_tools(_make)

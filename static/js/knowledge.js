@@ -1,0 +1,188 @@
+// The Knowledge page: upload documents (several at once, drag and drop), watch each one index
+// (progress bar, status, why it failed), delete, and try a search (GET/POST /knowledge,
+// GET/DELETE /knowledge/<id>, GET /knowledge/search).
+import { ApiError, csrfToken } from "./api.js";
+import { el } from "./cards.js";
+import { $, toast, when } from "./pagekit.js";
+
+const POLL_MS = 1000;
+let polling = null;
+
+async function call(method, path) {
+  const response = await fetch(path, { method, credentials: "same-origin", headers: { Accept: "application/json", "X-CSRFToken": csrfToken() } });
+  if (response.status === 401) {
+    window.location.assign(`/login/?next=${encodeURIComponent(location.pathname)}`);
+    throw new ApiError("your login expired; log in again", 401);
+  }
+  const data = await response.json().catch(() => ({}));
+  if (!response.ok) throw new ApiError(data.error || `${method} ${path} failed with HTTP ${response.status}`, response.status);
+  return data;
+}
+
+function describe(location) {
+  const parts = [];
+  if (location.page) parts.push(`page ${location.page}`);
+  if (location.heading) parts.push(`“${location.heading}”`);
+  if (location.line && !location.page) parts.push(`line ${location.line}`);
+  return parts.join(", ");
+}
+
+function statusText(doc) {
+  if (doc.status === "ready") return `Ready — ${doc.chunks} passage${doc.chunks === 1 ? "" : "s"}`;
+  if (doc.status === "failed") return `Failed: ${doc.error || "unknown reason"}`;
+  return `Indexing… ${doc.progress}%`;
+}
+
+function documentItem(doc) {
+  const li = el("li", `document ${doc.status}`);
+  li.dataset.id = doc.id;
+  const head = el("div", "document-head");
+  head.append(el("strong", "document-name", doc.name), el("span", "hint", ` added ${when(doc.created_at)}`));
+  const status = el("p", "document-status", statusText(doc));
+  li.append(head, status);
+  if (doc.status === "indexing") {
+    const bar = el("progress");
+    bar.max = 100;
+    bar.value = doc.progress;
+    bar.setAttribute("aria-label", `Indexing ${doc.name}`);
+    li.append(bar);
+  }
+  const remove = el("button", "danger-outline", "Delete");
+  remove.type = "button";
+  remove.setAttribute("aria-label", `Delete ${doc.name}`);
+  remove.addEventListener("click", async () => {
+    if (!window.confirm(`Delete "${doc.name}" and its passages?`)) return;
+    try {
+      await call("DELETE", `/knowledge/${doc.id}`);
+      await refresh();
+    } catch (err) {
+      toast(`Could not delete: ${err.message}`);
+    }
+  });
+  li.append(remove);
+  return li;
+}
+
+async function refresh() {
+  let data;
+  try {
+    data = await call("GET", "/knowledge");
+  } catch (err) {
+    toast(`Could not load your documents: ${err.message}`);
+    return;
+  }
+  const list = $("#documents");
+  list.replaceChildren(...data.documents.map(documentItem));
+  $("#docs-empty").hidden = data.documents.length > 0;
+  const notice = $("#notice");
+  if (data.notice) {
+    notice.textContent = `Search uses words only until this is fixed: ${data.notice}`;
+    notice.hidden = false;
+  } else if (!notice.textContent) {
+    notice.hidden = true;
+  }
+  const busy = data.documents.some((d) => d.status === "indexing");
+  if (busy && !polling) polling = setInterval(refresh, POLL_MS);
+  if (!busy && polling) {
+    clearInterval(polling);
+    polling = null;
+  }
+}
+
+function upload(file) {
+  // XMLHttpRequest, not fetch: it reports the upload's own progress.
+  const li = el("li", "upload");
+  const bar = el("progress");
+  bar.max = 100;
+  bar.value = 0;
+  bar.setAttribute("aria-label", `Uploading ${file.name}`);
+  const label = el("span", "", `${file.name}: uploading…`);
+  li.append(label, bar);
+  $("#uploads").append(li);
+  return new Promise((resolve) => {
+    const xhr = new XMLHttpRequest();
+    xhr.open("POST", "/knowledge");
+    xhr.setRequestHeader("X-CSRFToken", csrfToken());
+    xhr.setRequestHeader("Accept", "application/json");
+    xhr.upload.addEventListener("progress", (e) => {
+      if (e.lengthComputable) bar.value = Math.round((100 * e.loaded) / e.total);
+    });
+    xhr.addEventListener("load", () => {
+      let data = {};
+      try {
+        data = JSON.parse(xhr.responseText);
+      } catch {
+        data = {};
+      }
+      if (xhr.status === 201 || xhr.status === 200) {
+        li.remove();
+        if (xhr.status === 200) toast(`${file.name} is already in your documents`);
+      } else {
+        bar.remove();
+        label.textContent = `${file.name}: ${data.error || `upload failed with HTTP ${xhr.status}`}`;
+        li.classList.add("failed");
+      }
+      resolve();
+    });
+    xhr.addEventListener("error", () => {
+      bar.remove();
+      label.textContent = `${file.name}: cannot reach the Navi server; check it is running, then try again`;
+      li.classList.add("failed");
+      resolve();
+    });
+    const form = new FormData();
+    form.append("file", file);
+    xhr.send(form);
+  });
+}
+
+async function uploadAll(files) {
+  for (const file of files) {
+    await upload(file);
+    await refresh();
+  }
+}
+
+function setUpUpload() {
+  const input = $("#files");
+  const zone = $("#dropzone");
+  input.addEventListener("change", () => {
+    uploadAll([...input.files]);
+    input.value = "";
+  });
+  for (const type of ["dragenter", "dragover"]) {
+    zone.addEventListener(type, (e) => {
+      e.preventDefault();
+      zone.classList.add("over");
+    });
+  }
+  for (const type of ["dragleave", "drop"]) zone.addEventListener(type, () => zone.classList.remove("over"));
+  zone.addEventListener("drop", (e) => {
+    e.preventDefault();
+    uploadAll([...e.dataTransfer.files]);
+  });
+}
+
+function setUpSearch() {
+  $("#search-form").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const q = $("#q").value.trim();
+    if (!q) return;
+    try {
+      const data = await call("GET", `/knowledge/search?q=${encodeURIComponent(q)}&k=5`);
+      const items = data.results.map((r) => {
+        const li = el("li", "result");
+        const where = describe(r.location);
+        li.append(el("strong", "", r.name), el("span", "hint", where ? ` — ${where}` : ""), el("p", "passage", r.text));
+        return li;
+      });
+      $("#results").replaceChildren(...(items.length ? items : [el("li", "hint", "Nothing in your documents matches.")]));
+    } catch (err) {
+      toast(`Search failed: ${err.message}`);
+    }
+  });
+}
+
+setUpUpload();
+setUpSearch();
+refresh();
