@@ -74,7 +74,8 @@ async def read_listed(server: MCPServer, uri: object) -> Attached:
     except mcp_client.Unavailable as exc:
         raise AttachError(f"{exc}; the message was not sent, send it again once the server is back") from None
     except MCPError as exc:
-        raise AttachError(f"MCP server '{server.name}' could not read {uri[:200]!r}: {exc.error.message}") from None
+        raise AttachError(f"MCP server '{server.name}' could not read {uri[:200]!r}: {exc.error.message}; check the "
+                          "server's state in Settings, then send again") from None
     except TimeoutError:
         raise AttachError(f"MCP server '{server.name}' did not answer within {limit:g} s; try again later") from None
     except AttachError:
