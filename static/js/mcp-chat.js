@@ -100,14 +100,23 @@ export class McpComposer {
 
   updateSlash() {
     const value = this.input.value;
+    if (value === "/") this.refresh().then(() => this.input.value === "/" && this.renderMatches());
+    this.renderMatches();
+  }
+
+  renderMatches() {
+    const value = this.input.value;
     const typed = /^\/(\S*)$/.exec(value);
     if (!typed || !this.prompts().length) {
       this.closeSlash();
       return;
     }
     const word = typed[1].toLowerCase();
+    const key = (m) => `${m.server.id}/${m.prompt.name}`;
+    const before = this.slash.hidden ? "" : this.matches.map(key).join(",");
     this.matches = this.prompts().filter(({ server, prompt }) =>
       prompt.name.toLowerCase().includes(word) || server.name.toLowerCase().includes(word));
+    if (before && before === this.matches.map(key).join(",")) return; // the same list: keep the choice
     this.active = this.matches.length ? 0 : -1;
     this.renderSlash();
   }
