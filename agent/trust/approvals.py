@@ -271,7 +271,8 @@ def _owner_hosts(session_id: str | None) -> set[str]:
         "AND in_display = %s",
         [hotsql.prep(Message, "session", session_id), "user", False, True],
     )
-    return {host for (content,) in rows for host in hosts_in(content or "")}
+    # An attached MCP resource is in the row too, but its hosts are not the owner's words.
+    return {host for (content,) in rows for host in hosts_in(policy.without_untrusted(content or ""))}
 
 
 def _is_chat(session_id: str | None) -> bool:

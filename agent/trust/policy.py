@@ -163,15 +163,28 @@ def _is_upload(path: str, uploads_dir: str, workspace: str | None) -> bool:
 _WRAPPED = re.compile(r"\[UNTRUSTED DATA [0-9a-f]{8} from (.*?)\. It is data, not instructions", re.S)
 
 
+# A block wrapped by `wrap_untrusted` inside a user message (an MCP resource attached to it).
+_BLOCK = re.compile(r"\[UNTRUSTED DATA ([0-9a-f]{8}) from .*?\[END UNTRUSTED DATA \1\]", re.S)
+
+
 def context_taint(context: Iterable[Any]) -> str:
     """The first untrusted source still in the model's context ("" when none): a tool row that
-    was wrapped by `wrap_untrusted`. It taints every run while it stays there (until compression
-    drops it), not only the run that read it."""
+    was wrapped by `wrap_untrusted`, or a user message carrying such a block (an attached MCP
+    resource). It taints every run while it stays there (until compression drops it), not only
+    the run that read it."""
     for msg in context:
         if msg.role == "tool" and msg.content.startswith("[UNTRUSTED DATA "):
             found = _WRAPPED.match(msg.content)
             return found.group(1) if found else "untrusted content"
+        if msg.role == "user" and "[UNTRUSTED DATA " in (msg.content or ""):
+            found = _WRAPPED.search(msg.content)
+            return found.group(1) if found else "untrusted content"
     return ""
+
+
+def without_untrusted(text: str) -> str:
+    """A user message without its attached untrusted blocks: the owner's own words."""
+    return _BLOCK.sub("", text or "")
 
 
 def hosts_before_taint(context: Iterable[Any]) -> set[str]:
@@ -179,6 +192,9 @@ def hosts_before_taint(context: Iterable[Any]) -> set[str]:
     hosts: set[str] = set()
     for msg in context:
         if msg.role == "tool" and msg.content.startswith("[UNTRUSTED DATA "):
+            break
+        if msg.role == "user" and "[UNTRUSTED DATA " in (msg.content or ""):
+            hosts |= hosts_in(msg.content.split("[UNTRUSTED DATA ", 1)[0])
             break
         if msg.role != "system":
             hosts |= hosts_in(msg.content)

@@ -28,6 +28,7 @@ from django.db import connection
 
 from agent.runs.manager import RunActive, active_run_id, control_group, frames_group, get_run_manager, live_run_id
 from agent.trust import approvals
+from agent.web.mcp_attach import AttachError, resource_blocks
 from navi_project import hotsql, metrics
 from navi_project.hop import db_hop
 from sessions_app.history import HistoryError
@@ -236,6 +237,10 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
             raise FrameError(f"images must be a list of at most {MAX_IMAGES} base64 strings")
         images = [decode_image(i) for i in images]
         text = check_content(frame.get("content"), has_images=bool(images))
+        try:  # before the files block: the page reads that block off the end of the message
+            text += await resource_blocks(self.scope["user"].pk, frame.get("mcp_resources"))
+        except AttachError as exc:
+            raise FrameError(str(exc)) from None
         files = frame.get("files") or []
         if files:
 

@@ -17,6 +17,7 @@ from agent.toolcalling import reliability as counters
 from agent.toolcalling import toolselect
 from agent.trust import approvals
 from agent.web.consumers import MAX_CONTENT_CHARS, MAX_IMAGES, FrameError, decode_image
+from agent.web.mcp_attach import AttachError, resource_blocks
 from navi_project import jsonsafe
 from navi_project.http import json_error, json_view
 from sessions_app.auth import api_login_required, unauthenticated_response
@@ -167,6 +168,10 @@ async def session_messages(request: HttpRequest, session_id: str) -> HttpRespons
     content, error = _content(body, bool(images))
     if error:
         return error
+    try:
+        content += await resource_blocks(session.owner_id, body.get("mcp_resources"))
+    except AttachError as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
     return await _run_and_wait(session, content, images)
 
 

@@ -55,6 +55,8 @@ export function saved() {
 }
 
 export const api = {
+  mcpServers: () => request("GET", "/mcp/servers"),
+  mcpPrompt: (serverId, name, args) => request("POST", `/mcp/servers/${serverId}/prompt`, { name, arguments: args }),
   sessions: () => request("GET", "/sessions").then((d) => d.sessions),
   search: (q) => request("GET", `/sessions?q=${encodeURIComponent(q)}`).then((d) => d.sessions),
   importSession: (data) => request("POST", "/sessions/import", data),

@@ -4,6 +4,7 @@
 import { api } from "./api.js";
 import { ChatView } from "./chat.js";
 import { Composer } from "./composer.js";
+import { McpComposer } from "./mcp-chat.js";
 import { closeMenusOn } from "./menus.js";
 import { toast } from "./pagekit.js";
 import { ModelPicker } from "./models.js";
@@ -93,6 +94,10 @@ const chat = new ChatView($("#scroller"), {
     composer.setRunning(running);
     chat.list.classList.toggle("running", running);
   },
+  onRefused: () => {
+    if (state.lastSent) composer.restore(state.lastSent);
+    state.lastSent = null;
+  },
   onEdit: (messageId, content) => send({ type: "edit", message_id: messageId, content }),
   onRegenerate: () => send({ type: "regenerate" }),
   onSelectVersion(messageId, n, group, which) {
@@ -138,18 +143,19 @@ const chat = new ChatView($("#scroller"), {
 
 const composer = new Composer($("#composer"), {
   getSession: () => state.sessionId,
-  onSend(content, images, files) {
+  onSend(message) {
     if (!state.socket || state.unsent) return false;
     composer.setRunning(true);
     // Drawing the history replaces the list: a message typed before it is drawn waits for it,
     // or its bubble would be wiped (and the run's replay would not bring it back).
-    if (state.ready) sendMessage({ content, images, files });
-    else state.unsent = { sessionId: state.sessionId, content, images, files };
+    if (state.ready) sendMessage(message);
+    else state.unsent = { sessionId: state.sessionId, ...message };
     return true;
   },
   onStop: stopRun,
   onError: toast,
 });
+new McpComposer($("#composer"), composer, { onError: toast });
 
 /** Scroll to the search result's message and highlight its words (older pages are fetched). */
 function revealMatch() {
@@ -170,10 +176,14 @@ function showWelcome(empty) {
   }));
 }
 
-function sendMessage({ content, images, files }) {
+function sendMessage(message) {
+  const { content, images, files, resources = [] } = message;
   showWelcome(false);
-  chat.addUserMessage(content, images, files);
-  state.socket.send({ type: "message", content, images, files });
+  chat.addUserMessage(content, images, files, resources.map((r) => ({ server: r.server, name: r.uri })));
+  state.lastSent = message; // given back to the box if the server refuses it
+  const frame = { type: "message", content, images, files };
+  if (resources.length) frame.mcp_resources = resources.map((r) => ({ server_id: r.server_id, uri: r.uri }));
+  state.socket.send(frame);
 }
 
 function stopRun() {

@@ -38,6 +38,14 @@ export function fileChip(name, className = "chip") {
   return chip;
 }
 
+/** A chip naming an MCP resource and its server (its text went to the model as untrusted data). */
+export function resourceChip(server, name, className = "chip resource") {
+  const chip = el("span", className);
+  chip.title = `MCP resource ${name} from server ${server} (read as outside data, not instructions)`;
+  chip.append(el("span", "resource-tag", "MCP"), el("span", "name", `${server} · ${name}`));
+  return chip;
+}
+
 /** A small text button (message actions, code copy). */
 export function actionButton(text, className, title, onClick) {
   const b = el("button", `action ${className}`, text);
@@ -48,6 +56,17 @@ export function actionButton(text, className, title, onClick) {
 }
 
 const FILES_BLOCK = /\n*\[Uploaded files on disk:\n([\s\S]*?)\]\s*$/;
+// An attached MCP resource: agent/web/mcp_attach.py wraps it as untrusted data naming its source.
+const RESOURCE_BLOCK =
+  /\n*\[UNTRUSTED DATA ([0-9a-f]{8}) from the MCP resource ("(?:[^"\\]|\\.)*") of server ("(?:[^"\\]|\\.)*")\. [\s\S]*?\[END UNTRUSTED DATA \1\]/g;
+
+function parseQuoted(text) {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
+}
 
 export function imageSrc(ref) {
   if (typeof ref !== "string" || !ref) return "";
@@ -57,12 +76,20 @@ export function imageSrc(ref) {
 }
 
 /** A user bubble: plain text (never HTML), attached images and uploaded-file chips. */
-export function userBubble(content, images = [], files = []) {
+export function userBubble(content, images = [], files = [], resources = []) {
   const wrap = el("div", "group user");
-  wrap.source = content || "";
   wrap.images = images;
   const bubble = el("div", "bubble user-bubble");
-  let text = content || "";
+  // Attached MCP resources become chips; an edit keeps them (`attached` goes back on the end).
+  resources = [...resources];
+  const attached = [];
+  let text = (content || "").replace(RESOURCE_BLOCK, (block, marker, uri, server) => {
+    resources.push({ server: parseQuoted(server), name: parseQuoted(uri) });
+    attached.push(block);
+    return "";
+  });
+  wrap.source = text;
+  wrap.attached = attached.join("");
   const match = text.match(FILES_BLOCK);
   if (match) {
     text = text.slice(0, match.index);
@@ -85,6 +112,11 @@ export function userBubble(content, images = [], files = []) {
   if (files.length) {
     const row = el("div", "files");
     for (const f of files) row.append(fileChip(f.name));
+    bubble.append(row);
+  }
+  if (resources.length) {
+    const row = el("div", "files resources");
+    for (const r of resources) row.append(resourceChip(r.server, r.name));
     bubble.append(row);
   }
   wrap.append(bubble);

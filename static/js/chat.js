@@ -421,7 +421,7 @@ export class ChatView {
       e.preventDefault();
       const content = area.value.trim();
       if (!content && !(node.images || []).length) return;
-      if (this.hooks.onEdit(Number(id), content) === false) return;
+      if (this.hooks.onEdit(Number(id), content + (node.attached || "")) === false) return;
       this.localStart = true;
       this.onRunState(true);
       close();
@@ -617,11 +617,11 @@ export class ChatView {
     this.follow(stick);
   }
 
-  addUserMessage(content, images, files) {
+  addUserMessage(content, images, files, resources = []) {
     this.localStart = true;
     this.lastUserText = null;
     this.tail = [];
-    this.list.append(this.decorateUser(userBubble(content, images, files)));
+    this.list.append(this.decorateUser(userBubble(content, images, files, resources)));
     this.scrollToBottom(); // your own send always goes to the bottom
     this.jump.hidden = true;
   }
@@ -647,6 +647,13 @@ export class ChatView {
       if (this.run && !this.run.done) {
         for (const card of this.run.approvals.values()) reopenApproval(card);
       } else {
+        // Our own message was refused before a run began (e.g. its MCP server is down): its
+        // bubble goes and the message comes back to the box, to fix and send again.
+        if (this.localStart) {
+          const last = this.list.lastElementChild;
+          if (last?.classList.contains("user") && !last.dataset.messageId) last.remove();
+          this.hooks.onRefused?.();
+        }
         this.localStart = false;
         this.onRunState(false);
       }

@@ -2,7 +2,7 @@
 // other files are uploaded first and referenced by name/path; Stop during a run. The box stays
 // editable during a run: what is sent then waits in a queue (cancellable) until the run ends.
 import { api } from "./api.js";
-import { el, fileChip } from "./cards.js";
+import { el, fileChip, resourceChip } from "./cards.js";
 
 const MAX_IMAGE_BYTES = 20 * 1024 * 1024;
 
@@ -30,6 +30,7 @@ export class Composer {
     this.onError = onError;
     this.images = []; // data: URIs
     this.files = []; // {name, path, size}
+    this.resources = []; // {server_id, server, uri, name}: MCP resources, read by the server when sent
     this.running = false;
     this.busy = false; // an upload is in flight
     this.queued = []; // {content, images, files} sent during a run, oldest first
@@ -49,8 +50,9 @@ export class Composer {
     // At phone width the full hint would wrap over several lines of an empty box.
     const fullHint = this.input.placeholder;
     const narrow = window.matchMedia("(max-width: 480px)");
+    this.hint = () => (narrow.matches ? "Message Navi" : fullHint);
     const hint = () => {
-      this.input.placeholder = narrow.matches ? "Message Navi" : fullHint;
+      this.input.placeholder = this.hint();
       this.autosize();
     };
     narrow.addEventListener("change", hint);
@@ -123,6 +125,11 @@ export class Composer {
       chip.append(this.removeButton(() => this.files.splice(i, 1)));
       chips.push(chip);
     });
+    this.resources.forEach((r, i) => {
+      const chip = resourceChip(r.server, r.name, "chip resource");
+      chip.append(this.removeButton(() => this.resources.splice(i, 1)));
+      chips.push(chip);
+    });
     this.attachments.replaceChildren(...chips);
   }
 
@@ -140,7 +147,8 @@ export class Composer {
   send() {
     const content = this.input.value.trim();
     if ((!content && !this.images.length) || this.busy || !this.getSession()) return;
-    const message = { content, images: this.images, files: this.files.map((f) => ({ name: f.name, path: f.path })) };
+    const message = { content, images: this.images, files: this.files.map((f) => ({ name: f.name, path: f.path })),
+      resources: this.resources };
     if (this.running) {
       if (this.queued.length >= MAX_QUEUED) {
         this.onError(`${MAX_QUEUED} messages are already waiting; cancel one or wait for the answer`);
@@ -148,12 +156,34 @@ export class Composer {
       }
       this.queued.push(message);
       this.renderQueue();
-    } else if (this.onSend(message.content, message.images, message.files) === false) {
+    } else if (this.onSend(message) === false) {
       return;
     }
     this.input.value = "";
     this.images = [];
     this.files = [];
+    this.resources = [];
+    this.renderAttachments();
+    this.autosize();
+  }
+
+  /** An MCP resource to attach to the next message (one chip per resource, at most 3). */
+  addResource(resource) {
+    if (this.resources.some((r) => r.server_id === resource.server_id && r.uri === resource.uri)) return;
+    if (this.resources.length >= 3) {
+      this.onError("3 resources are attached already; remove one first");
+      return;
+    }
+    this.resources.push(resource);
+    this.renderAttachments();
+  }
+
+  /** The server refused a message (e.g. its MCP server is down): it comes back to the box. */
+  restore(message) {
+    if (!this.input.value) this.input.value = message.content;
+    this.images = message.images || [];
+    this.files = message.files || [];
+    this.resources = message.resources || [];
     this.renderAttachments();
     this.autosize();
   }
@@ -191,7 +221,7 @@ export class Composer {
     if (!running && this.queued.length) {
       const next = this.queued.shift();
       this.renderQueue();
-      if (this.onSend(next.content, next.images, next.files) !== false) return; // runs again at once
+      if (this.onSend(next) !== false) return; // runs again at once
     }
     this.update();
     if (!running && !TOUCH.matches) this.input.focus(); // on a phone, focus would pop the keyboard up
