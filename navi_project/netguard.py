@@ -127,10 +127,22 @@ def _read_failed(exc: Exception) -> None:
     _store(_hosts_cache[1])
 
 
+def _read_hosts_and_close() -> list[str]:
+    """The list read in a worker thread of its own, whose connection is closed after it."""
+    from django.db import connections
+
+    try:
+        return _hosts_source()
+    finally:
+        connections.close_all()  # this thread's only: a pooled connection goes back at once
+
+
 async def refresh_allowed_hosts() -> None:
     if _stale():
         try:
-            _store(await sync_to_async(_hosts_source)())
+            # Not thread-sensitive: an event loop in another thread (the MCP hub's) must not
+            # queue behind the one thread a sync view holds while it waits for that loop.
+            _store(await sync_to_async(_read_hosts_and_close, thread_sensitive=False)())
         except Exception as exc:  # noqa: BLE001 - any failure means "use what we had"
             _read_failed(exc)
 

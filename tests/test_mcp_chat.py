@@ -152,6 +152,17 @@ class TestAttachOverRest:
         assert "[cut at 1000 characters (MCP_MAX_RESULT_CHARS)]" in sent
         assert len(sent) < 2000
 
+    async def test_a_server_this_process_never_connected_to_is_read_on_the_spot(self, llm, session, owner, owner_token,
+                                                                                test_server):
+        """No earlier connection: the message's own request opens it (the SSRF guard's host list
+        is read off the thread the request holds, so the two never wait on each other)."""
+        server = await MCPServer.objects.acreate(owner=owner, name="cold", transport="http", url=test_server.url)
+        llm.script(Turn(content="Read it."))
+        response = await TokenClient(owner_token).post(f"/sessions/{session.id}/messages", {
+            "content": "what is on the list?", "mcp_resources": [{"server_id": server.pk, "uri": "notes://meeting"}]})
+        assert response.status_code == 200, response.content
+        assert "UNTRUSTED DATA" in user_text(llm.requests[0])
+
     async def test_another_users_server_and_bad_values_are_400(self, llm, session, owner, other_user, owner_token,
                                                                test_server):
         theirs = await sync_to_async(add_server)(other_user, test_server.url, name="theirs")
