@@ -169,7 +169,7 @@ def embed_facts(facts: list[MemoryFact]) -> int:
 def on_fact_saved(sender, instance: MemoryFact, **kwargs) -> None:
     """post_save of MemoryFact: its vector is made once the save is committed."""
     fact_id = instance.pk
-    if embeddings.usable():
+    if getattr(settings, "KNOWLEDGE_EMBED_FACTS", True) and embeddings.usable():
         transaction.on_commit(lambda: worker.submit(f"fact:{fact_id}", lambda: _embed_fact(fact_id)))
 
 

@@ -26,7 +26,7 @@ class MemoryFact(models.Model):
     )
     # Saved by the agent while untrusted content was in its chat: what it had read ("" = trusted:
     # the owner's, or confirmed by them). The prompt shows such facts apart, as unverified.
-    untrusted_source = models.TextField(blank=True)
+    untrusted_source = models.TextField(blank=True, default="", db_default="")  # raw INSERTs (bench, scripts) too
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 

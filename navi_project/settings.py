@@ -449,6 +449,7 @@ KNOWLEDGE_DIR = _path(env.str("KNOWLEDGE_DIR", default="knowledge_files"))  # up
 KNOWLEDGE_MAX_FILE_MB = env.int("KNOWLEDGE_MAX_FILE_MB", default=200)
 KNOWLEDGE_MAX_PASSAGES = env.int("KNOWLEDGE_MAX_PASSAGES", default=50_000)  # per document
 KNOWLEDGE_MAX_DOCUMENTS = env.int("KNOWLEDGE_MAX_DOCUMENTS", default=1000)  # per user
+KNOWLEDGE_EMBED_FACTS = env.bool("KNOWLEDGE_EMBED_FACTS", default=True)  # memory facts get vectors when saved (memory by meaning)
 
 # --- Chats --------------------------------------------------------------------------------
 SESSION_IMPORT_MAX_MB = env.int("SESSION_IMPORT_MAX_MB", default=25)  # below DATA_UPLOAD_MAX_MEMORY_SIZE

@@ -95,6 +95,10 @@ def _isolated_dirs(settings, tmp_path):
     settings.ALLOWED_HOSTS = ["testserver", "localhost", "127.0.0.1"]
     # A test that meets an approval it did not expect fails in seconds, not after 10 minutes.
     settings.APPROVAL_TIMEOUT_S = 20
+    # A saved fact is embedded by knowledge_app's worker thread; the in-memory test database
+    # answers a second writer "table is locked" at once (a file database waits), so tests that
+    # do not look at facts' vectors (the `embed` fixture of test_knowledge does) leave it out.
+    settings.KNOWLEDGE_EMBED_FACTS = False
     from agent.web.health import _llm_probe_cache
 
     _llm_probe_cache.clear()  # /health caches the LLM probe; each test has its own LLM

@@ -252,6 +252,21 @@ def _nest(top, depth: int):
     return names
 
 
+def _unnest(top) -> None:
+    """Remove what _nest made, one level at a time from the top (shutil.rmtree, and pytest's
+    clean-up of old temp folders, recurse once per level and die past ~1 000)."""
+    top = str(top)
+    while os.path.isdir(os.path.join(top, "d")):
+        child = os.path.join(top, "d", "d")
+        if os.path.isdir(child):
+            os.rename(child, os.path.join(top, "d.next"))
+            os.rmdir(os.path.join(top, "d"))
+            os.rename(os.path.join(top, "d.next"), os.path.join(top, "d"))
+        else:
+            os.unlink(os.path.join(top, "d", "deepest.txt"))
+            os.rmdir(os.path.join(top, "d"))
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("depth", [1100, 3000])
 def test_a_deeply_nested_tool_data_folder_is_left_out_with_a_warning_and_the_backup_is_written(
@@ -264,7 +279,10 @@ def test_a_deeply_nested_tool_data_folder_is_left_out_with_a_warning_and_the_bac
     (data / "notes.json").write_text('{"n": 1}')
     _nest(data, depth)
     archive = tmp_path / "b.tar.gz"
-    out, err = _backup(archive, "--verify")
+    try:
+        out, err = _backup(archive, "--verify")
+    finally:
+        _unnest(data)
     assert archive.is_file() and "==> verified:" in out, out + err
     assert "a folder nested more than 100 levels deep" in err, err
     assert "1 path(s) left out" in out

@@ -36,8 +36,9 @@ def _fresh_knowledge_state():
 
 
 @pytest.fixture
-def embed(llm):
-    """The test LLM server, serving embeddings as Ollama does."""
+def embed(llm, settings):
+    """The test LLM server, serving embeddings as Ollama does; saved facts get their vectors."""
+    settings.KNOWLEDGE_EMBED_FACTS = True
     return llm
 
 

@@ -42,7 +42,7 @@ class ScratchpadSection(models.Model):
     section = models.CharField(max_length=100)
     content = models.TextField(blank=True)
     # Written while untrusted content was in the chat (what it was): read back, it is wrapped as data.
-    untrusted_source = models.TextField(blank=True)
+    untrusted_source = models.TextField(blank=True, default="", db_default="")  # raw INSERTs too
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -58,7 +58,7 @@ class TodoList(models.Model):
     scope = models.CharField(max_length=64, unique=True)
     items = models.JSONField(default=list)
     # Written while untrusted content was in the chat (what it was): read back, it is wrapped as data.
-    untrusted_source = models.TextField(blank=True)
+    untrusted_source = models.TextField(blank=True, default="", db_default="")  # raw INSERTs too
     updated_at = models.DateTimeField(auto_now=True)
 
 

@@ -13,6 +13,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='memoryfact',
             name='untrusted_source',
-            field=models.TextField(blank=True),
+            field=models.TextField(blank=True, default='', db_default=''),
         ),
     ]

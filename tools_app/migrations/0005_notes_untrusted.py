@@ -13,11 +13,11 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='scratchpadsection',
             name='untrusted_source',
-            field=models.TextField(blank=True),
+            field=models.TextField(blank=True, default='', db_default=''),
         ),
         migrations.AddField(
             model_name='todolist',
             name='untrusted_source',
-            field=models.TextField(blank=True),
+            field=models.TextField(blank=True, default='', db_default=''),
         ),
     ]
