@@ -12,6 +12,7 @@ from django.conf import settings as django_settings
 
 from tests.mcp_support import reset_hub, wait_state
 from tools_app.mcp import client as mcp_client
+from tools_app.mcp import paths as mcp_paths
 from tools_app.mcp.config import ServerConfig
 from tools_app.models import MCPServer
 from tools_app.workspace import workspace_for
@@ -71,11 +72,12 @@ def test_a_folder_of_the_owner_their_own_workspace_and_code_in_the_checkout_are_
     assert answer.status_code == 201, answer.content
 
 
-def test_the_database_file_outside_the_checkout_is_refused_with_its_folders(owner, owner_client, settings,
+def test_the_database_file_outside_the_checkout_is_refused_with_its_folders(owner, owner_client, monkeypatch,
                                                                           tmp_path):
-    # Where a deployment keeps it (DB_PATH=/var/lib/navi/navi.db); the test database is in memory.
+    # Where a deployment keeps it (DB_PATH=/var/lib/navi/navi.db); the test database is in memory
+    # (or PostgreSQL), and overriding DATABASES would point later tests' connections elsewhere.
     database = tmp_path / "var" / "navi" / "navi.db"
-    settings.DATABASES = {"default": {**settings.DATABASES["default"], "NAME": str(database)}}
+    monkeypatch.setattr(mcp_paths, "database_file", lambda: str(database))
     for path in (database, database.parent, tmp_path / "var"):
         answer = _add(owner_client, [str(path)])
         assert answer.status_code == 400 and "Navi's database" in answer.json()["error"], answer.content

@@ -36,13 +36,20 @@ def protected() -> list[tuple[Path, str, bool]]:
     for variable, what in (("SECRET_KEY_FILE", "Navi's secret key"), ("VAPID_PRIVATE_KEY_FILE", "Navi's push key")):
         if os.environ.get(variable):
             places.append((os.environ[variable], what, False))
-    database = settings.DATABASES["default"]
-    if "sqlite" in database["ENGINE"] and str(database["NAME"]).startswith("/"):
-        places.append((database["NAME"], "Navi's database", False))
+    database = database_file()
+    if database:
+        places.append((database, "Navi's database", False))
     data = getattr(settings, "MCP_DATA_DIR", None)
     if data:
         places.append((data, "the MCP servers' data folders", True))
     return [(_real(place), what, inside) for place, what, inside in places]
+
+
+def database_file() -> str:
+    """The SQLite database's file ("" on PostgreSQL, or for an in-memory database)."""
+    database = settings.DATABASES["default"]
+    name = str(database.get("NAME") or "")
+    return name if "sqlite" in database["ENGINE"] and name.startswith("/") else ""
 
 
 def check_paths(paths: list[str] | tuple[str, ...], owner_id: int | None, *, allowed: tuple[Path, ...] = ()) -> None:
