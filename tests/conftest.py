@@ -58,6 +58,18 @@ def pytest_runtest_makereport(item, call):
             report.outcome, report.longrepr = "skipped", (str(item.path), item.location[1], f"Skipped: {NO_SANDBOX}")
 
 
+def pytest_configure(config) -> None:
+    """The in-process test database on PostgreSQL runs without the connection pool: a pool
+    opened before pytest-django renames the database to its test_ copy keeps handing out
+    connections to the empty real one ("relation agent_profile does not exist" in later tests).
+    Live servers the tests start read their own settings and keep the pool."""
+    from django.conf import settings as django_settings
+
+    default = django_settings.DATABASES["default"]
+    if "postgresql" in default["ENGINE"]:
+        (default.get("OPTIONS") or {}).pop("pool", None)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _postgres_test_database_can_be_dropped(request, django_db_blocker):
     """On PostgreSQL the test database is dropped at the end, which fails while a connection
