@@ -270,24 +270,29 @@ class TestTool:
         await comm.disconnect()
 
 
+def save_fact(owner_id: int, category: str, key: str, value: str) -> None:
+    """Save, then let its vector be written before the next save: the in-memory test database
+    answers a writer that meets the worker's open write "table is locked" at once (a file
+    database, as Navi runs on, waits for it)."""
+    upsert_fact(owner_id, category, key, value)
+    assert worker.wait_idle(WAIT_S)
+
+
 class TestMemoryByMeaning:
     def test_a_saved_fact_is_found_by_meaning_and_only_by_its_owner(self, owner, other_user, embed):
-        upsert_fact(owner.id, "preferences", "morning drink", "a double espresso")
-        upsert_fact(owner.id, "pets", "cat", "Miso, a grey tabby")
-        upsert_fact(other_user.id, "preferences", "drink", "cappuccino")
-        assert worker.wait_idle(WAIT_S)
+        save_fact(owner.id, "preferences", "morning drink", "a double espresso")
+        save_fact(owner.id, "pets", "cat", "Miso, a grey tabby")
+        save_fact(other_user.id, "preferences", "drink", "cappuccino")
         found = search_facts(owner.id, "coffee")
         assert [f.key for f in found] == ["morning drink"]
         assert [f.key for f in search_facts(other_user.id, "coffee")] == ["drink"]
         assert [f.key for f in search_facts(owner.id, "miso")] == ["cat"]  # the words still count
-        upsert_fact(owner.id, "preferences", "morning drink", "green tea")  # edited: a new vector
-        assert worker.wait_idle(WAIT_S)
+        save_fact(owner.id, "preferences", "morning drink", "green tea")  # edited: a new vector
         assert search_facts(owner.id, "coffee") == []
 
     def test_the_command_embeds_everything_with_a_progress_bar(self, owner, embed, settings):
         embed.embed_models = []
-        upsert_fact(owner.id, "preferences", "morning drink", "a double espresso")
-        assert worker.wait_idle(WAIT_S)
+        save_fact(owner.id, "preferences", "morning drink", "a double espresso")
         assert search_facts(owner.id, "coffee") == []  # no model: the words only
         embed.embed_models = None
         embeddings.forget()
