@@ -126,6 +126,8 @@ class LLMServer:
 
     def __init__(self, models: list[str] | None = None, api_key: str | None = None,
                  host: str = "127.0.0.1", port: int = 0, schemas: set[str] | None = None) -> None:
+        """``schemas``: the schema fields enforced (default OLLAMA_SCHEMAS, as Ollama does);
+        ``set()`` for a server that ignores them (text tool-call recovery, the probe's "no")."""
         self.models = models
         self.api_key = api_key
         # /api/show per model name (without ":latest"); unknown models get DEFAULT_SHOW.
@@ -136,13 +138,16 @@ class LLMServer:
         self.openai_model_meta: dict = {}
         self.props: dict | None = None
         # The request fields whose JSON schema this server enforces, as a grammar would: "format"
-        # (Ollama), "response_format" (json_schema), "json_schema" (llama.cpp). Others are ignored,
-        # as servers ignore fields they do not know. A scripted reply that does not follow an
-        # enforced schema is made to, as a grammar would (``_shaped``): a scripted tool call, or a
-        # tool the user's words name, becomes that call; otherwise the schema's first branch, its
-        # minimal value with the scripted text in its free string field. Navi's support probe
-        # (schema title "navi_probe") is answered here without using the script, kept in ``probes``.
-        self.schemas: set[str] = set(schemas or ())
+        # (Ollama), "response_format" (json_schema), "json_schema" (llama.cpp). By default the two
+        # Ollama enforces (`format` on /api/chat, `response_format` on /v1), so tests run Navi's
+        # default path; others are ignored, as servers ignore fields they do not know. A scripted
+        # reply that does not follow an enforced schema is made to, as a grammar would
+        # (``_shaped``): a scripted tool call, or a tool the user's words name, becomes that call;
+        # otherwise the schema's first branch, its minimal value with the scripted text in its free
+        # string field. A scripted text the schema has no room for (a step that may only say
+        # {"name": "answer"}) is not used up: the model's next, free call writes it. Navi's support
+        # probe (schema title "navi_probe") is answered here without using the script, kept in ``probes``.
+        self.schemas: set[str] = set(OLLAMA_SCHEMAS if schemas is None else schemas)
         self._probes: list[dict] = []
         self._addr = (host, port)
         self._cond = threading.Condition()
@@ -299,8 +304,9 @@ class LLMServer:
         base = model.removesuffix(":latest")
         return any(m.removesuffix(":latest") == base for m in self.models)
 
-    def pick_turn(self, messages: list[dict]) -> Turn:
-        """FIFO first, then rules keyed by (last user text, #assistant msgs after it), else echo."""
+    def pick_turn(self, messages: list[dict], keep: Callable[[Turn], bool] | None = None) -> Turn:
+        """FIFO first, then rules keyed by (last user text, #assistant msgs after it), else echo.
+        A FIFO turn for which ``keep`` is true stays queued for the next request."""
         last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
         user_text = _text(messages[last_user].get("content")) if last_user >= 0 else ""
         k = sum(1 for m in messages[last_user + 1:] if m.get("role") == "assistant")
@@ -308,6 +314,8 @@ class LLMServer:
         system = "\n".join(systems + [user_text]) if systems else None
         with self._cond:
             if self._queue:
+                if keep is not None and keep(self._queue[0]):
+                    return self._queue[0]
                 return self._queue.popleft()
             for rule in self._rules:
                 if rule.match in user_text and rule.turns and (
@@ -503,7 +511,8 @@ class _Handler(BaseHTTPRequestHandler):
             value = schema["properties"]["probe"]["enum"][0]
             turn = Turn(content=_dumps({"probe": value}) if enforced else "Hello! How can I help you today?")
         else:
-            turn = fake.pick_turn(body.get("messages") or [])
+            turn = fake.pick_turn(body.get("messages") or [],
+                                  keep=(lambda t: _no_room(schema, t)) if enforced else None)
         if enforced and not probe and turn.status == 200 and _breaks(schema, turn):
             turn = _shaped(schema, turn, _user_words(body.get("messages") or []))
         if turn.hold:
@@ -681,6 +690,15 @@ def _breaks(schema: dict, turn: Turn) -> str:
     return _violation(value, schema)
 
 
+def _no_room(schema: dict, turn: Turn) -> bool:
+    """A scripted text answer that `schema` has no place for (its answer branch has no free
+    string): the model decides to answer, and writes this text in its next, free call."""
+    if turn.status != 200 or turn.tool_calls or not turn.content or not _breaks(schema, turn):
+        return False
+    branches = schema.get("anyOf") if isinstance(schema.get("anyOf"), list) else [schema]
+    return bool(branches) and _free_string(branches[0]) is None
+
+
 def _user_words(messages: list[dict]) -> str:
     """The last user message as its writer wrote it: an instruction Navi appends after a
     ``---`` line (its step note, which names tools) is not the user's."""
@@ -779,6 +797,9 @@ class _Budget:
             yield item
 
 
+# What Ollama enforces: a JSON schema in `format` (/api/chat) or `response_format` (/v1).
+OLLAMA_SCHEMAS = frozenset({"format", "response_format"})
+
 DEFAULT_SHOW = {"capabilities": ["completion", "tools", "thinking", "vision"], "context_length": 8192}
 
 _DETAILS = {"parent_model": "", "format": "gguf", "family": "llama", "families": ["llama"],
@@ -793,11 +814,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rules", help="JSON file: list of {match, turns:[{...Turn fields}|str], system}")
     ap.add_argument("--models", help="comma-separated known models (others get 404)")
     ap.add_argument("--api-key", help="require 'Authorization: Bearer KEY'")
-    ap.add_argument("--schemas", default="", help="comma-separated schema fields to enforce, as a real server does "
-                                                   "(format, response_format, json_schema)")
+    ap.add_argument("--schemas", default=",".join(sorted(OLLAMA_SCHEMAS)),
+                    help="comma-separated schema fields to enforce, as a real server does (format, response_format, "
+                         "json_schema; default: Ollama's). 'none': a server that ignores schemas")
     args = ap.parse_args(argv)
     server = LLMServer(models=args.models.split(",") if args.models else None, api_key=args.api_key,
-                       host=args.host, port=args.port, schemas={s for s in args.schemas.split(",") if s})
+                       host=args.host, port=args.port,
+                       schemas={s for s in args.schemas.split(",") if s and s != "none"})
     if args.rules:
         with open(args.rules, encoding="utf-8") as fh:
             for rule in json.load(fh):

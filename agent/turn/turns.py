@@ -353,18 +353,28 @@ async def _constrained_stream(
     parts: list[str] = []
     calls: list[ToolCall] = []
     finish = ""
+    # The step of a profile that lists every tool reasons as any call does (OLLAMA_THINK): its
+    # thinking is the turn's, shown as it comes. A small model's capped steps never think.
+    think = False if profile.max_tools else None
     with llm_purpose("decide"):
         stream = setup.backend.stream_complete(
             context, request.schemas, model=profile.resolved_model(), temperature=profile.temperature,
-            think=False, max_tokens=profile.answer_token_limit(), output=output,
+            think=think, max_tokens=profile.answer_token_limit(), output=output,
         )
         try:
             async for chunk in stoppable(stream, stop):
                 raise_if_stopped(stop)
+                if chunk.thinking:
+                    msg.thinking += chunk.thinking
+                    turn.thinking_open = True
+                    yield ThinkingDelta(chunk.thinking)  # not saved yet: the answer call reads the context
                 if chunk.content:
                     parts.append(chunk.content)
                     if reader is not None and (shown := reader.feed(chunk.content)):
                         msg.content += shown
+                        if turn.thinking_open:
+                            yield ThinkingEnd()
+                            turn.thinking_open = False
                         yield TextDelta(shown)
                         await conv.save_streaming(msg, status="partial", force=False)
                 calls.extend(chunk.tool_calls)
