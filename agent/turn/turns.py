@@ -79,6 +79,9 @@ class TurnFailed(Exception):
         self.event = event
 
 
+CATALOGUE_SHARE = 4  # the catalogue takes at most this fraction of the window
+
+
 async def make_setup(profile: Profile, backend: LLMBackend, tools: list[Tool], limit: int = 0) -> Setup:
     """What the turn's calls use of `profile` offering `tools`: the window, a call tracker, and
     how the server takes a schema when the steps are constrained (probed once per server and model)."""
@@ -96,6 +99,10 @@ async def make_setup(profile: Profile, backend: LLMBackend, tools: list[Tool], l
         # cached prefix). A profile that caps its tools (a small model's) sends each step's
         # few tools the way the chat template shows them instead.
         setup.catalogue = constrained.catalogue(tools) if setup.constrained and not profile.max_tools else ""
+        if estimate_text(setup.catalogue) > limit // CATALOGUE_SHARE:
+            # A small window: the catalogue would crowd the chat out of it (a 1500-token window
+            # could not take "hi"). The step's tools go as fit_request cuts them down instead.
+            setup.catalogue = ""
     return setup
 
 
