@@ -514,7 +514,7 @@ class _Handler(BaseHTTPRequestHandler):
             turn = fake.pick_turn(body.get("messages") or [],
                                   keep=(lambda t: _no_room(schema, t)) if enforced else None)
         if enforced and not probe and turn.status == 200 and _breaks(schema, turn):
-            turn = _shaped(schema, turn, _user_words(body.get("messages") or []))
+            turn = _shaped(schema, turn, _request_words(body.get("messages") or []))
         if turn.hold:
             try:
                 self._wait(turn.hold)
@@ -706,9 +706,20 @@ def _user_words(messages: list[dict]) -> str:
     return users[-1].split("\n\n---\n", 1)[0] if users else ""
 
 
+def _request_words(messages: list[dict]) -> str:
+    """The user's request while no tool has answered it yet, else "": a model calls the tool a
+    request names at its first step, and answers after the result. A user message right after a
+    tool result carries that result (an image a tool loaded), it is not a request."""
+    asks = [i for i, m in enumerate(messages)
+            if m.get("role") == "user" and not (i and messages[i - 1].get("role") == "tool")]
+    if not asks or any(m.get("role") == "tool" for m in messages[asks[-1] + 1:]):
+        return ""
+    return _user_words(messages[:asks[-1] + 1])
+
+
 def _shaped(schema: dict, turn: Turn, words: str) -> Turn:
     """What a server enforcing `schema` sends for the scripted `turn`: a scripted tool call the
-    schema allows, or a tool named in the user's `words`, as ``{"name", "arguments"}``; else the
+    schema allows, or a tool named in the request's `words` (_request_words), as ``{"name", "arguments"}``; else the
     schema's first branch at its minimal valid value, the scripted text in its first free
     string field (an answer's text), streamed piece by piece inside the JSON."""
     branches = schema.get("anyOf") if isinstance(schema.get("anyOf"), list) else [schema]
