@@ -728,7 +728,8 @@ def _shaped(schema: dict, turn: Turn, words: str) -> Turn:
         if call.get("name") in named and "arguments" in named[call["name"]].get("properties", {}):
             value = {"name": call["name"], "arguments": call.get("arguments", {})}
             if _violation(value, named[call["name"]]):
-                value = _minimal(named[call["name"]])
+                fitted = _fitted(call.get("arguments"), named[call["name"]]["properties"]["arguments"])
+                value = _minimal(named[call["name"]]) if fitted is None else {"name": call["name"], "arguments": fitted}
             return replace(turn, content=_dumps(value), tool_calls=[], parts=[])
     for name, branch in named.items():
         if isinstance(name, str) and "arguments" in branch.get("properties", {}) and re.search(
@@ -745,6 +746,24 @@ def _shaped(schema: dict, turn: Turn, words: str) -> Turn:
     parts[0] = head + parts[0]
     parts[-1] += '"}'
     return replace(turn, content="".join(parts), tool_calls=[], parts=parts)
+
+
+def _fitted(args: Any, schema: Any) -> dict | None:
+    """Scripted arguments as a grammar lets a model write them: of the schema's branches, the one
+    that keeps most of them, each value kept where its field allows it and the required rest at
+    its minimal value; None when no branch takes a dict."""
+    if not isinstance(args, dict) or not isinstance(schema, dict):
+        return None
+    best: tuple[int, dict] | None = None
+    for sub in schema.get("anyOf") if isinstance(schema.get("anyOf"), list) else [schema]:
+        value, props = _minimal(sub), (sub.get("properties") if isinstance(sub, dict) else None) or {}
+        if not isinstance(value, dict):
+            continue
+        kept = [k for k, v in args.items() if isinstance(props.get(k), dict) and not _violation(v, props[k])]
+        value.update({k: args[k] for k in kept})
+        if not _violation(value, sub) and (best is None or len(kept) > best[0]):
+            best = (len(kept), value)
+    return None if best is None else best[1]
 
 
 def _free_string(schema: dict) -> str | None:
