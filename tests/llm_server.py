@@ -4,6 +4,12 @@ A real HTTP/1.1 server on 127.0.0.1 so the production code paths (the official
 ``ollama`` client, httpx SSE parsing, timeouts, disconnects) run unmodified.
 Replies are scripted with :class:`Turn` / :class:`Rule`; see the README-style
 docstrings on :class:`LLMServer`. Run ``python -m tests.llm_server --help`` for the CLI.
+
+Like Ollama, it enforces a JSON schema sent in ``format`` (/api/chat) or ``response_format``
+(/v1) by default, so Navi's default ``auto`` tool step runs: a scripted reply is shaped to the
+schema as a grammar would (``_shaped``), and Navi's support probe is answered "yes". A test whose
+subject is a server that ignores schemas opts out: ``LLMServer(schemas=set())``, ``server.schemas
+= set()`` or ``--schemas none``.
 """
 from __future__ import annotations
 
