@@ -14,7 +14,7 @@ from agent.registry import reset_agent
 from sessions_app.models import ApiToken, Session
 from tests.live_server import free_port
 from tests.live_ws import planning_rule
-from tests.llm_server import LLMServer
+from tests.llm_server import OLLAMA_SCHEMAS, LLMServer
 from tools_app.sandbox import bwrap_binary
 
 PASSWORD = "correct horse battery"
@@ -232,6 +232,7 @@ def live_llm(llm_live):
     """The module's LLM server, reset for this test, answering planning calls with DIRECT."""
     llm_live.reset()
     llm_live.models = None
+    llm_live.schemas = set(OLLAMA_SCHEMAS)  # a test may have turned them off
     if llm_live._httpd is None:  # a failed test left it stopped
         llm_live.start()
     llm_live.add_rule(planning_rule())

@@ -4,6 +4,12 @@ A real HTTP/1.1 server on 127.0.0.1 so the production code paths (the official
 ``ollama`` client, httpx SSE parsing, timeouts, disconnects) run unmodified.
 Replies are scripted with :class:`Turn` / :class:`Rule`; see the README-style
 docstrings on :class:`LLMServer`. Run ``python -m tests.llm_server --help`` for the CLI.
+
+Like Ollama, it enforces a JSON schema sent in ``format`` (/api/chat) or ``response_format``
+(/v1) by default, so Navi's default ``auto`` tool step runs: a scripted reply is shaped to the
+schema as a grammar would (``_shaped``), and Navi's support probe is answered "yes". A test whose
+subject is a server that ignores schemas opts out: ``LLMServer(schemas=set())``, ``server.schemas
+= set()`` or ``--schemas none``.
 """
 from __future__ import annotations
 
@@ -128,6 +134,8 @@ class LLMServer:
 
     def __init__(self, models: list[str] | None = None, api_key: str | None = None,
                  host: str = "127.0.0.1", port: int = 0, schemas: set[str] | None = None) -> None:
+        """``schemas``: the schema fields enforced (default OLLAMA_SCHEMAS, as Ollama does);
+        ``set()`` for a server that ignores them (text tool-call recovery, the probe's "no")."""
         self.models = models
         self.api_key = api_key
         # /api/show per model name (without ":latest"); unknown models get DEFAULT_SHOW.
@@ -138,13 +146,16 @@ class LLMServer:
         self.openai_model_meta: dict = {}
         self.props: dict | None = None
         # The request fields whose JSON schema this server enforces, as a grammar would: "format"
-        # (Ollama), "response_format" (json_schema), "json_schema" (llama.cpp). Others are ignored,
-        # as servers ignore fields they do not know. A scripted reply that does not follow an
-        # enforced schema is made to, as a grammar would (``_shaped``): a scripted tool call, or a
-        # tool the user's words name, becomes that call; otherwise the schema's first branch, its
-        # minimal value with the scripted text in its free string field. Navi's support probe
-        # (schema title "navi_probe") is answered here without using the script, kept in ``probes``.
-        self.schemas: set[str] = set(schemas or ())
+        # (Ollama), "response_format" (json_schema), "json_schema" (llama.cpp). By default the two
+        # Ollama enforces (`format` on /api/chat, `response_format` on /v1), so tests run Navi's
+        # default path; others are ignored, as servers ignore fields they do not know. A scripted
+        # reply that does not follow an enforced schema is made to, as a grammar would
+        # (``_shaped``): a scripted tool call, or a tool the user's words name, becomes that call;
+        # otherwise the schema's first branch, its minimal value with the scripted text in its free
+        # string field. A scripted text the schema has no room for (a step that may only say
+        # {"name": "answer"}) is not used up: the model's next, free call writes it. Navi's support
+        # probe (schema title "navi_probe") is answered here without using the script, kept in ``probes``.
+        self.schemas: set[str] = set(OLLAMA_SCHEMAS if schemas is None else schemas)
         # /api/pull: each pull's model name, names that fail, the progress parts and their pace.
         self.pulls: list[str] = []
         self.unpullable: set[str] = set()
@@ -334,8 +345,9 @@ class LLMServer:
         base = model.removesuffix(":latest")
         return any(m.removesuffix(":latest") == base for m in self.models)
 
-    def pick_turn(self, messages: list[dict]) -> Turn:
-        """FIFO first, then rules keyed by (last user text, #assistant msgs after it), else echo."""
+    def pick_turn(self, messages: list[dict], keep: Callable[[Turn], bool] | None = None) -> Turn:
+        """FIFO first, then rules keyed by (last user text, #assistant msgs after it), else echo.
+        A FIFO turn for which ``keep`` is true stays queued for the next request."""
         last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
         user_text = _text(messages[last_user].get("content")) if last_user >= 0 else ""
         k = sum(1 for m in messages[last_user + 1:] if m.get("role") == "assistant")
@@ -343,6 +355,8 @@ class LLMServer:
         system = "\n".join(systems + [user_text]) if systems else None
         with self._cond:
             if self._queue:
+                if keep is not None and keep(self._queue[0]):
+                    return self._queue[0]
                 return self._queue.popleft()
             for rule in self._rules:
                 if rule.match in user_text and rule.turns and (
@@ -542,9 +556,10 @@ class _Handler(BaseHTTPRequestHandler):
             value = schema["properties"]["probe"]["enum"][0]
             turn = Turn(content=_dumps({"probe": value}) if enforced else "Hello! How can I help you today?")
         else:
-            turn = fake.pick_turn(body.get("messages") or [])
+            turn = fake.pick_turn(body.get("messages") or [],
+                                  keep=(lambda t: _no_room(schema, t)) if enforced else None)
         if enforced and not probe and turn.status == 200 and _breaks(schema, turn):
-            turn = _shaped(schema, turn, _user_words(body.get("messages") or []))
+            turn = _shaped(schema, turn, _request_words(body.get("messages") or []))
         if turn.hold:
             try:
                 self._wait(turn.hold)
@@ -813,6 +828,15 @@ def _breaks(schema: dict, turn: Turn) -> str:
     return _violation(value, schema)
 
 
+def _no_room(schema: dict, turn: Turn) -> bool:
+    """A scripted text answer that `schema` has no place for (its answer branch has no free
+    string): the model decides to answer, and writes this text in its next, free call."""
+    if turn.status != 200 or turn.tool_calls or not turn.content or not _breaks(schema, turn):
+        return False
+    branches = schema.get("anyOf") if isinstance(schema.get("anyOf"), list) else [schema]
+    return bool(branches) and _free_string(branches[0]) is None
+
+
 def _user_words(messages: list[dict]) -> str:
     """The last user message as its writer wrote it: an instruction Navi appends after a
     ``---`` line (its step note, which names tools) is not the user's."""
@@ -820,9 +844,20 @@ def _user_words(messages: list[dict]) -> str:
     return users[-1].split("\n\n---\n", 1)[0] if users else ""
 
 
+def _request_words(messages: list[dict]) -> str:
+    """The user's request while no tool has answered it yet, else "": a model calls the tool a
+    request names at its first step, and answers after the result. A user message right after a
+    tool result carries that result (an image a tool loaded), it is not a request."""
+    asks = [i for i, m in enumerate(messages)
+            if m.get("role") == "user" and not (i and messages[i - 1].get("role") == "tool")]
+    if not asks or any(m.get("role") == "tool" for m in messages[asks[-1] + 1:]):
+        return ""
+    return _user_words(messages[:asks[-1] + 1])
+
+
 def _shaped(schema: dict, turn: Turn, words: str) -> Turn:
     """What a server enforcing `schema` sends for the scripted `turn`: a scripted tool call the
-    schema allows, or a tool named in the user's `words`, as ``{"name", "arguments"}``; else the
+    schema allows, or a tool named in the request's `words` (_request_words), as ``{"name", "arguments"}``; else the
     schema's first branch at its minimal valid value, the scripted text in its first free
     string field (an answer's text), streamed piece by piece inside the JSON."""
     branches = schema.get("anyOf") if isinstance(schema.get("anyOf"), list) else [schema]
@@ -831,7 +866,8 @@ def _shaped(schema: dict, turn: Turn, words: str) -> Turn:
         if call.get("name") in named and "arguments" in named[call["name"]].get("properties", {}):
             value = {"name": call["name"], "arguments": call.get("arguments", {})}
             if _violation(value, named[call["name"]]):
-                value = _minimal(named[call["name"]])
+                fitted = _fitted(call.get("arguments"), named[call["name"]]["properties"]["arguments"])
+                value = _minimal(named[call["name"]]) if fitted is None else {"name": call["name"], "arguments": fitted}
             return replace(turn, content=_dumps(value), tool_calls=[], parts=[])
     for name, branch in named.items():
         if isinstance(name, str) and "arguments" in branch.get("properties", {}) and re.search(
@@ -848,6 +884,24 @@ def _shaped(schema: dict, turn: Turn, words: str) -> Turn:
     parts[0] = head + parts[0]
     parts[-1] += '"}'
     return replace(turn, content="".join(parts), tool_calls=[], parts=parts)
+
+
+def _fitted(args: Any, schema: Any) -> dict | None:
+    """Scripted arguments as a grammar lets a model write them: of the schema's branches, the one
+    that keeps most of them, each value kept where its field allows it and the required rest at
+    its minimal value; None when no branch takes a dict."""
+    if not isinstance(args, dict) or not isinstance(schema, dict):
+        return None
+    best: tuple[int, dict] | None = None
+    for sub in schema.get("anyOf") if isinstance(schema.get("anyOf"), list) else [schema]:
+        value, props = _minimal(sub), (sub.get("properties") if isinstance(sub, dict) else None) or {}
+        if not isinstance(value, dict):
+            continue
+        kept = [k for k, v in args.items() if isinstance(props.get(k), dict) and not _violation(v, props[k])]
+        value.update({k: args[k] for k in kept})
+        if not _violation(value, sub) and (best is None or len(kept) > best[0]):
+            best = (len(kept), value)
+    return None if best is None else best[1]
 
 
 def _free_string(schema: dict) -> str | None:
@@ -911,6 +965,9 @@ class _Budget:
             yield item
 
 
+# What Ollama enforces: a JSON schema in `format` (/api/chat) or `response_format` (/v1).
+OLLAMA_SCHEMAS = frozenset({"format", "response_format"})
+
 DEFAULT_SHOW = {"capabilities": ["completion", "tools", "thinking", "vision"], "context_length": 8192}
 
 _DETAILS = {"parent_model": "", "format": "gguf", "family": "llama", "families": ["llama"],
@@ -925,11 +982,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rules", help="JSON file: list of {match, turns:[{...Turn fields}|str], system}")
     ap.add_argument("--models", help="comma-separated known models (others get 404)")
     ap.add_argument("--api-key", help="require 'Authorization: Bearer KEY'")
-    ap.add_argument("--schemas", default="", help="comma-separated schema fields to enforce, as a real server does "
-                                                   "(format, response_format, json_schema)")
+    ap.add_argument("--schemas", default=",".join(sorted(OLLAMA_SCHEMAS)),
+                    help="comma-separated schema fields to enforce, as a real server does (format, response_format, "
+                         "json_schema; default: Ollama's). 'none': a server that ignores schemas")
     args = ap.parse_args(argv)
     server = LLMServer(models=args.models.split(",") if args.models else None, api_key=args.api_key,
-                       host=args.host, port=args.port, schemas={s for s in args.schemas.split(",") if s})
+                       host=args.host, port=args.port,
+                       schemas={s for s in args.schemas.split(",") if s and s != "none"})
     if args.rules:
         with open(args.rules, encoding="utf-8") as fh:
             for rule in json.load(fh):

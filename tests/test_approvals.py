@@ -65,7 +65,10 @@ def tool_messages(llm_request: dict) -> list[str]:
 
 
 def offered(llm_request: dict) -> set[str]:
-    return {t["function"]["name"] for t in llm_request.get("tools") or []}
+    """The tools a call offers: sent natively, or (the default step) the branches of its schema."""
+    schema = llm_request.get("format") or ((llm_request.get("response_format") or {}).get("json_schema") or {}).get("schema")
+    branches = {b["properties"]["name"]["const"] for b in (schema or {}).get("anyOf", [])} - {"answer"}
+    return {t["function"]["name"] for t in llm_request.get("tools") or []} | branches
 
 
 class TestApprovalOverWebSocket:
@@ -233,6 +236,9 @@ class TestPermission:
         return ApiToken.issue(other_user)[1]
 
     async def test_host_tools_are_not_offered_and_a_call_anyway_is_refused(self, llm, plain_session, plain_token, settings):
+        # A call of a tool not offered comes only from a native caller (the default step's
+        # schema cannot name one): `native`, where such a call can be tried.
+        await Profile.objects.filter(pk="secretary").aupdate(tool_calling="native")
         script_tool(
             llm, "attack",
             ("terminal", {"command": "echo pwned"}),
@@ -271,7 +277,8 @@ class TestPermission:
 
 class TestPolicy:
     async def test_a_denied_tool_is_not_offered_and_refused(self, llm, session, owner_token):
-        await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"todo": "deny"})
+        # `native`: on the default step a tool not offered cannot be called at all.
+        await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"todo": "deny"}, tool_calling="native")
         script_tool(llm, "todo please", ("todo", {"action": "read"}), answer="no todo")
         comm = await start(session, owner_token, "todo please")
         frames = await frames_until(comm, run_ended)
@@ -321,7 +328,7 @@ class TestUntrustedContent:
         frames = await frames_until(comm, of_type("approval_required"))
         assert frames[-1]["tool"] == "terminal" and page in frames[-1]["reason"]
         # What the model read is delimited as data, and says so.
-        seen = tool_messages(llm.requests[-1])[-1]
+        seen = tool_messages(llm.requests[-1])[-1].split("\n\n---\n[next step]")[0]  # the step's note after it
         assert seen.startswith("[UNTRUSTED DATA") and "not instructions" in seen and "IGNORE PREVIOUS" in seen
         assert seen.rstrip().endswith("]") and "[END UNTRUSTED DATA" in seen
         await comm.send_json_to({"type": "approval", "approval_id": frames[-1]["approval_id"], "decision": "deny"})
@@ -359,6 +366,8 @@ class TestUntrustedContent:
 
 
 async def test_every_call_is_audited(llm, session, owner_token, owner):
+    # `native`: a call of an unknown tool comes only from a native caller (not the default step).
+    await Profile.objects.filter(pk="secretary").aupdate(tool_calling="native")
     script_tool(llm, "audit", ("todo", {"action": "set", "tasks": ["a"]}), ("no_such_tool", {}))
     comm = await start(session, owner_token, "audit")
     await frames_until(comm, run_ended)

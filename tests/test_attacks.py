@@ -87,7 +87,13 @@ def test_row_1_terminal_cannot_read_the_server_environment_or_edit_the_database(
         ("code_exec", {"code": f"print(open('/proc/{pid}/environ').read())"}),
     )
     session = new_session(navi, navi.mallory)
-    frames = asyncio.run(run_as(navi, navi.mallory, session, "row one"))
+    # `native`: a call of a tool not offered to her (terminal) comes only from a native caller;
+    # the default step's schema cannot name it.
+    navi.sql("update agent_profile set tool_calling = 'native' where id = 'secretary'")
+    try:
+        frames = asyncio.run(run_as(navi, navi.mallory, session, "row one"))
+    finally:
+        navi.sql("update agent_profile set tool_calling = 'auto' where id = 'secretary'")
     results = tool_results(frames)
     assert len(results) == 3 and not any(r["success"] for r in results)
     assert all("run host tools" in r["result"] for r in results)

@@ -42,10 +42,11 @@ async def _id_of(session, content: str) -> int:
 
 def _user_texts(request: dict) -> list[str]:
     """The user messages the model read, as the owner wrote them (the clock under the turn's
-    request left out)."""
+    request and the default step's note under that left out)."""
     from agent.context.prompts import without_clock
 
-    return [without_clock(m["content"]) for m in request["messages"] if m["role"] == "user"]
+    return [without_clock(m["content"].split("\n\n---\n[next step]")[0]) for m in request["messages"]
+            if m["role"] == "user"]
 
 
 async def _error(comm) -> str:
@@ -122,7 +123,8 @@ class TestEditOverWebSocket:
         await comm.disconnect()
 
     async def test_regenerate_after_an_error_answers_again(self, llm, session, owner_token, no_planning):
-        llm.script(Turn(status=500, error="boom"), Turn(content="better now"))
+        # The server fails every call of the turn: the default step's call and the plain call it falls back to.
+        llm.script(Turn(status=500, error="boom"), Turn(status=500, error="boom"), Turn(content="better now"))
         comm = await _socket(session, owner_token)
         frames = await _say(comm, "try")
         assert frames[-1]["type"] == "error"

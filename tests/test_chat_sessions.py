@@ -184,17 +184,12 @@ class TestHistoryAfterReload:
         folder.mkdir(parents=True)
         (folder / "report.txt").write_text("hello")
         await SessionFile.objects.acreate(session=session, name="report.txt", path=str(folder / "report.txt"), size=5)
+        # One call a step, as the default step writes them.
         llm.script(
-            Turn(
-                tool_calls=[
-                    {
-                        "name": "memory_save",
-                        "arguments": {"category": "preferences", "key": "editor", "value": "neovim"},
-                    },
-                    {"name": "content_publish", "arguments": {"name": "report.txt"}},
-                    {"name": "spawn_agent", "arguments": {"task": "list my todos"}},
-                ]
-            ),
+            Turn(tool_calls=[{"name": "memory_save",
+                              "arguments": {"category": "preferences", "key": "editor", "value": "neovim"}}]),
+            Turn(tool_calls=[{"name": "content_publish", "arguments": {"name": "report.txt"}}]),
+            Turn(tool_calls=[{"name": "spawn_agent", "arguments": {"task": "list my todos"}}]),
             Turn(tool_calls=[{"name": "todo", "arguments": {"action": "list"}}]),  # the sub-agent
             Turn(content="sub-agent done"),
             Turn(content="All done."),
@@ -219,7 +214,8 @@ class TestHistoryAfterReload:
         await comm.disconnect()
 
     async def test_an_llm_error_stays_in_the_history(self, llm, session, owner_token, no_planning):
-        llm.script(Turn(status=500, error="the model exploded"))
+        # Every call fails: the default step's and the plain call it falls back to.
+        llm.script(Turn(status=500, error="the model exploded"), Turn(status=500, error="the model exploded"))
         comm = await _socket(session, owner_token)
         await comm.send_json_to({"type": "message", "content": "hi"})
         frames = await receive_until(comm)

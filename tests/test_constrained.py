@@ -67,6 +67,7 @@ class TestSupportProbe:
         assert "json_schema" in llm.requests[0] and "response_format" not in llm.requests[0]
 
     async def test_a_server_that_enforces_nothing_keeps_text_recovery(self, llm, session, owner_token):
+        llm.schemas = set()  # the subject: a server that ignores `format` (the probe's negative case)
         llm.script(Turn(content='<tool_call>{"name": "scratchpad", "arguments": {"action": "append", '
                                 '"section": "log", "content": "done"}}</tool_call>'), Turn(content="Noted."))
         frames = await run(session, owner_token, "note done")

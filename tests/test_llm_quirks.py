@@ -78,7 +78,8 @@ class TestIncompleteStreams:
         assert frames[-1]["content"] == "Paris."
 
     async def test_a_stream_that_just_stops_is_not_an_empty_success(self, llm, session, openai_profile):
-        llm.script(Turn(content="", no_finish=True))
+        # The server's streams stop: the default step's call and the plain call it falls back to.
+        llm.script(Turn(content="", no_finish=True), Turn(content="", no_finish=True))
         frames = await frames_of(session.id, "hello?")
         assert frames[-1]["type"] == "error" and "without finishing it" in frames[-1]["message"]
         assert await rows(session) == [("user", "hello?", "complete")]  # no empty "complete" answer
@@ -161,6 +162,8 @@ class TestOllamaCapabilities:
         ],
     )
     async def test_string_arguments_from_ollama(self, llm, session, no_planning, arguments, success, told):
+        # `native`: arguments as a string come with Ollama's native tool calls (ollama-python#484).
+        await Profile.objects.filter(pk="secretary").aupdate(tool_calling="native")
         llm.add_rule(Rule(match="go", turns=[
             Turn(tool_calls=[{"name": "todo", "arguments": arguments}]), Turn(content="done"),
         ]))
@@ -180,8 +183,9 @@ class TestPromptCache:
         # Same system message and tools, and the answer's messages are a prefix of the planning
         # call's up to the user's text: a prefix cache holds everything but the instruction.
         assert planning["messages"][:-1] == answer["messages"][:-1]
-        assert planning["tools"] == answer["tools"]
-        assert planning["messages"][-1]["content"].startswith(answer["messages"][-1]["content"])
+        assert planning.get("tools") == answer.get("tools")
+        request = answer["messages"][-1]["content"].split("\n\n---\n[next step]")[0]  # the step's own instruction
+        assert planning["messages"][-1]["content"].startswith(request)
         assert len([m for m in answer["messages"] if m["role"] == "system"]) == 1
 
 

@@ -350,3 +350,37 @@ def test_openai_response_format_is_honoured_and_unknown_fields_ignored() -> None
                                                                           "format": STEP}).json()
         assert resp["choices"][0]["message"]["content"] == "Rome."
 
+
+
+def test_by_default_the_server_enforces_what_ollama_does_and_answers_navis_probe() -> None:
+    probe = {"title": "navi_probe", "type": "object", "required": ["probe"],
+             "properties": {"probe": {"type": "string", "enum": ["navi-7q"]}}}
+    with LLMServer() as server:
+        reply = ollama.Client(host=server.url).chat("m", messages=USER, format=probe).message.content
+        assert json.loads(reply) == {"probe": "navi-7q"}
+        assert len(server.probes) == 1 and server.requests == []
+    with LLMServer(schemas=set()) as server:  # the opt-out: a server that ignores `format` just talks
+        reply = ollama.Client(host=server.url).chat("m", messages=USER, format=probe).message.content
+        assert not reply.startswith("{") and len(server.probes) == 1
+
+
+def test_a_text_the_schema_has_no_room_for_waits_for_the_next_free_call() -> None:
+    answer_only = {"anyOf": [{"type": "object", "properties": {"name": {"const": "answer"}}, "required": ["name"],
+                              "additionalProperties": False}, STEP["anyOf"][1]]}
+    with LLMServer() as server:
+        server.script(Turn(content="It is sunny."))
+        assert _ollama_json(server, "weather?", answer_only)[1] == {"name": "answer"}
+        client = ollama.Client(host=server.url)
+        assert client.chat("m", messages=[{"role": "user", "content": "weather?"}]).message.content == "It is sunny."
+
+
+def test_scripted_arguments_keep_what_the_schema_allows_and_a_named_tool_only_before_a_result() -> None:
+    with LLMServer() as server:
+        server.script(Turn(tool_calls=[{"name": "get_weather", "arguments": {"city": "Oslo", "days": 0}}]))
+        assert _ollama_json(server, "weather?")[1] == {"name": "get_weather", "arguments": {"city": "Oslo", "days": 1}}
+        after = [{"role": "user", "content": "use get_weather for Oslo"},
+                 {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "get_weather", "arguments": {}}}]},
+                 {"role": "tool", "content": "12 C"}, {"role": "user", "content": "[image from get_weather]"}]
+        parts = [p.message.content for p in ollama.Client(host=server.url).chat(
+            "m", messages=after, format=STEP, stream=True) if not p.done]
+        assert json.loads("".join(parts))["name"] == "answer"  # the result is in: the model answers

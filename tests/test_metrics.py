@@ -107,7 +107,8 @@ async def run_once(session_id: str, token: str, content: str) -> list[dict]:
 @pytest.mark.django_db(transaction=True)
 async def test_a_run_with_a_tool_call_moves_the_counters(settings, llm, owner, owner_token):
     settings.METRICS_TOKEN = METRICS_TOKEN
-    await Profile.objects.aupdate(planning_enabled=False)
+    # `native`: the run counts a call of an unknown tool, which only a native caller can make.
+    await Profile.objects.aupdate(planning_enabled=False, tool_calling="native")
     session = await Session.objects.acreate(owner=owner, profile_id="secretary")
     llm.add_rule(Rule(match="add milk", turns=[
         Turn(tool_calls=[{"name": "todo", "arguments": {"action": "set", "tasks": ["milk"]}}]),

@@ -65,7 +65,8 @@ class TestClock:
         now = datetime.now(ZoneInfo("Europe/Lisbon"))
         assert system.startswith("what day is it?\n\n---\nCurrent date and time: ")
         assert f"{now:%A, %d %B %Y}" in system and "Europe/Lisbon" in system
-        assert system.rstrip().endswith("Use them for 'today', 'tomorrow', 'next Friday' and other dates.")
+        clock_part = system.split("\n\n---\n[next step]")[0]  # the default step's note comes after it
+        assert clock_part.rstrip().endswith("Use them for 'today', 'tomorrow', 'next Friday' and other dates.")
         # The coming week spelled out, so "next Friday" needs no weekday arithmetic.
         week = [now + timedelta(days=n) for n in range(1, 8)]
         assert f"The next seven days: {', '.join(f'{d:%a %d %b}' for d in week)}." in system
@@ -85,7 +86,8 @@ class TestClock:
         systems = {r["messages"][0]["content"] for r in llm.requests}
         clocks = {next(m["content"] for m in r["messages"] if m["role"] == "user").split("(time zone")[0]
                   for r in llm.requests}
-        assert len(llm.requests) == 3 and len(systems) == 1 and len(clocks) == 1
+        # planning, the step that calls, the step that answers, the answer
+        assert len(llm.requests) == 4 and len(systems) == 1 and len(clocks) == 1
         assert clocks.pop().endswith("09:00 ")  # the turn's start, not a later minute
         await run(session, owner_token, "thanks")
         last = [m["content"] for m in llm.requests[-1]["messages"] if m["role"] == "user"]
@@ -102,6 +104,11 @@ class TestClock:
 
 
 class TestToolCallsWrittenAsText:
+    @pytest.fixture(autouse=True)
+    def _server_ignores_schemas(self, llm):
+        """The subject: calls written as text, which only a server that ignores `format` leaves to recover."""
+        llm.schemas = set()
+
     CALL = '<tool_call>\n{"name": "todo", "arguments": {"action": "set", "tasks": ["buy milk"]}}\n</tool_call>'
 
     async def test_a_call_written_as_text_runs_and_is_never_shown(self, llm, session, owner_token):
@@ -160,6 +167,11 @@ class TestToolCallsWrittenAsText:
 
 
 class TestArguments:
+    @pytest.fixture(autouse=True)
+    def _server_ignores_schemas(self, llm):
+        """The subject: almost-valid arguments, which only a server that ignores `format` lets a model write."""
+        llm.schemas = set()
+
     async def test_almost_valid_arguments_are_repaired_and_counted(self, llm, session, owner_token):
         broken = "{'action': 'set', 'tasks': 'buy milk',}"  # single quotes, trailing comma, a lone value
         llm.script(Turn(tool_calls=[{"name": "todo", "arguments": broken}]), Turn(content="ok"))
@@ -285,7 +297,9 @@ class TestContextWindow:
 
 class TestFewerTools:
     async def test_a_cap_offers_the_most_relevant_tools_and_the_core(self, llm, session, owner_token):
-        await Profile.objects.filter(pk="secretary").aupdate(max_tools=5)
+        # `native`: the tools sent with a native call (the default step's capped choice, with no
+        # fixed core, is constrained.choose, tested in test_constrained).
+        await Profile.objects.filter(pk="secretary").aupdate(max_tools=5, tool_calling="native")
         llm.script(Turn(content="ok"))
         await run(session, owner_token, "search the web for the weather in Lisbon")
         names = offered(llm.requests[-1])
@@ -313,8 +327,9 @@ class TestFewerTools:
     async def test_the_planning_call_offers_the_answer_calls_tools(self, llm, session, owner_token):
         # Same tools, same form, same system message: the answer call reuses the planning
         # call's prompt cache instead of re-reading every schema.
+        # `native`: the subject is the tools sent with the native answer call.
         await Profile.objects.filter(pk="secretary").aupdate(
-            max_tools=5, compact_schemas=True, planning_enabled=True, planning="always"
+            max_tools=5, compact_schemas=True, planning_enabled=True, planning="always", tool_calling="native"
         )
         llm.add_rule(Rule(system="planning step", match="", turns=[Turn(content="DIRECT")]))
         llm.add_rule(Rule(match="", turns=[Turn(content="ok")]))
@@ -324,7 +339,8 @@ class TestFewerTools:
         assert plan_call["messages"][0] == answer_call["messages"][0]
 
     async def test_compact_schemas_drop_parameter_descriptions(self, llm, session, owner_token):
-        await Profile.objects.filter(pk="secretary").aupdate(compact_schemas=True)
+        # `native`: the schemas sent as tools (the default step describes them in a catalogue).
+        await Profile.objects.filter(pk="secretary").aupdate(compact_schemas=True, tool_calling="native")
         llm.script(Turn(content="ok"))
         await run(session, owner_token, "hi")
         tools = llm.requests[-1]["tools"]
@@ -367,14 +383,15 @@ class TestDebugFigures:
         client = AsyncClient()
         body = (await client.get(f"/agents/llm_calls/{session.id}", headers={"Authorization": f"Bearer {owner_token}"})).json()
         [message] = body["runs"]
-        assert [c["purpose"] for c in message["calls"]] == ["planning", "answer", "answer"]
+        # The default step: a step that calls, a step that chooses to answer, the answer.
+        assert [c["purpose"] for c in message["calls"]] == ["planning", "decide", "decide", "answer"]
         assert all(c["outcome"] == "ok" and c["prompt_tokens"] == 10 for c in message["calls"])
         other_token = (await sync_to_async(__import__("sessions_app.models", fromlist=["ApiToken"]).ApiToken.issue)(other_user))[1]
         foreign = await client.get(f"/agents/llm_calls/{session.id}", headers={"Authorization": f"Bearer {other_token}"})
         assert foreign.status_code == 404
         assert (await client.get(f"/agents/llm_calls/{session.id}")).status_code == 401
         models = (await client.get("/agents/reliability", headers={"Authorization": f"Bearer {owner_token}"})).json()["models"]
-        assert models[0]["native_calls"] == 1 and models[0]["model"] == "gemma4:e2b-it-q8_0"
+        assert models[0]["constrained_calls"] == 1 and models[0]["model"] == "gemma4:e2b-it-q8_0"
         # The counters add up every user's runs: a plain user (mallory) is refused them.
         refused = await client.get("/agents/reliability", headers={"Authorization": f"Bearer {other_token}"})
         assert refused.status_code == 403 and "only staff" in refused.json()["error"]

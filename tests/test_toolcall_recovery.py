@@ -16,6 +16,14 @@ from tests.llm_server import Turn
 from tools_app.repair import ArgumentsUnreadable, coerce, explain, parse_lenient
 
 OFFERED = {"web_search", "todo", "memory_save", "code_exec"}
+
+
+@pytest.fixture
+def llm(llm):
+    """The subject is calls written as text: a server that ignores `format`, where Navi falls
+    back to recovering them (on one that enforces it the step cannot write text)."""
+    llm.schemas = set()
+    return llm
 CORPUS = Path(__file__).with_name("data") / "small_model_outputs.json"
 
 SHAPES = [

@@ -143,6 +143,9 @@ def page(settings):
 async def test_every_spelling_of_an_enum_value_is_judged_as_that_value(
     llm, settings, who, tool_name, field, values, session, plain_session, page, owner
 ):
+    # `native`: other spellings of an enum value come from a native caller (the default step's
+    # schema allows only the values themselves).
+    await Profile.objects.aupdate(tool_calling="native")
     if who == "owner after untrusted content":  # the profile allows everything: only the taint asks
         policy = {"filesystem": "allow", "http_request": "allow", "todo": "allow", "scratchpad": "allow"}
         await Profile.objects.aupdate(tool_policy=policy)
@@ -168,7 +171,9 @@ async def test_every_spelling_of_an_enum_value_is_judged_as_that_value(
 
 @pytest.mark.parametrize("value", ["Wrïte", "writes", "", "write;delete", "READ ME"])
 async def test_a_value_no_enum_allows_is_a_bad_call_that_never_runs(llm, settings, session, value):
-    await Profile.objects.aupdate(tool_policy={"filesystem": "allow"})
+    # `native`: a value the enum does not hold comes from a native caller (the default step's schema
+    # allows only the values themselves).
+    await Profile.objects.aupdate(tool_policy={"filesystem": "allow"}, tool_calling="native")
     script(llm, "odd action", [("filesystem", {"action": value, "path": "odd.txt", "content": "x"})])
     frames = await run(session, "odd action")
     [(args, kind, result)] = outcomes(frames)
@@ -195,7 +200,9 @@ INJECTED_FILE = (
 
 async def test_an_uploaded_file_cannot_make_the_owner_run_a_capitalised_write(llm, settings, session, owner):
     """The profile allows filesystem changes; the upload's instructions still have to ask."""
-    await Profile.objects.aupdate(tool_policy={"filesystem": "allow"})
+    # `native`: a value the enum does not hold comes from a native caller (the default step's schema
+    # allows only the values themselves).
+    await Profile.objects.aupdate(tool_policy={"filesystem": "allow"}, tool_calling="native")
     keep = settings.NAVI_WORKSPACE / str(owner.id) / "keep.txt"
     keep.parent.mkdir(parents=True, exist_ok=True)
     keep.write_text("kept")
@@ -218,6 +225,9 @@ async def test_an_uploaded_file_cannot_make_the_owner_run_a_capitalised_write(ll
 
 
 async def test_an_uploaded_file_cannot_make_a_plain_user_write(llm, settings, plain_session, other_user):
+    # `native`: a value the enum does not hold comes from a native caller (the default step's schema
+    # allows only the values themselves).
+    await Profile.objects.aupdate(tool_calling="native")
     path = await sync_to_async(upload)(other_user, plain_session, "notes.txt", INJECTED_FILE)
     script(
         llm, "summarise my notes",
@@ -440,6 +450,9 @@ async def execute(params):
 @needs_sandbox
 async def test_a_user_tools_enum_is_folded_and_an_unknown_value_refused(llm, settings, session):
     settings.CODE_EXEC_SANDBOX = "bwrap"
+    # `native`: a value the enum does not hold comes from a native caller (the default step's schema
+    # allows only the values themselves).
+    await Profile.objects.aupdate(tool_calling="native")
     Path(settings.TOOLS_DIR / "modes.py").write_text(MODES)
     script(llm, "modes", [("modes", {"mode": " SEND "}), ("modes", {"mode": "broadcast"})])
     frames = await run(session, "modes")

@@ -23,7 +23,10 @@ async def execute(params: dict) -> str:
 
 
 def offered(llm) -> set[str]:
-    return {t["function"]["name"] for t in llm.requests[-1].get("tools") or []}
+    """The tools the last call offered: sent natively, or (the default step) its schema's branches."""
+    request = llm.requests[-1]
+    branches = {b["properties"]["name"]["const"] for b in (request.get("format") or {}).get("anyOf", [])}
+    return {t["function"]["name"] for t in request.get("tools") or []} | (branches - {"answer"})
 
 
 async def run(agent, session, text):

@@ -41,10 +41,11 @@ def _message(detail: dict, content: str) -> dict:
 
 def _user_texts(request: dict) -> list[str]:
     """The user messages the model read, as the owner wrote them (the clock under the turn's
-    request left out)."""
+    request and the default step's note under that left out)."""
     from agent.context.prompts import without_clock
 
-    return [without_clock(m["content"]) for m in request["messages"] if m["role"] == "user"]
+    return [without_clock(m["content"].split("\n\n---\n[next step]")[0]) for m in request["messages"]
+            if m["role"] == "user"]
 
 
 async def _edited_three_times(llm, session, owner_token) -> TokenClient:

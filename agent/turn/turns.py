@@ -79,6 +79,9 @@ class TurnFailed(Exception):
         self.event = event
 
 
+CATALOGUE_SHARE = 4  # the catalogue takes at most this fraction of the window
+
+
 async def make_setup(profile: Profile, backend: LLMBackend, tools: list[Tool], limit: int = 0) -> Setup:
     """What the turn's calls use of `profile` offering `tools`: the window, a call tracker, and
     how the server takes a schema when the steps are constrained (probed once per server and model)."""
@@ -96,6 +99,10 @@ async def make_setup(profile: Profile, backend: LLMBackend, tools: list[Tool], l
         # cached prefix). A profile that caps its tools (a small model's) sends each step's
         # few tools the way the chat template shows them instead.
         setup.catalogue = constrained.catalogue(tools) if setup.constrained and not profile.max_tools else ""
+        if estimate_text(setup.catalogue) > limit // CATALOGUE_SHARE:
+            # A small window: the catalogue would crowd the chat out of it (a 1500-token window
+            # could not take "hi"). The step's tools go as fit_request cuts them down instead.
+            setup.catalogue = ""
     return setup
 
 
@@ -353,18 +360,28 @@ async def _constrained_stream(
     parts: list[str] = []
     calls: list[ToolCall] = []
     finish = ""
+    # The step of a profile that lists every tool reasons as any call does (OLLAMA_THINK): its
+    # thinking is the turn's, shown as it comes. A small model's capped steps never think.
+    think = False if profile.max_tools else None
     with llm_purpose("decide"):
         stream = setup.backend.stream_complete(
             context, request.schemas, model=profile.resolved_model(), temperature=profile.temperature,
-            think=False, max_tokens=profile.answer_token_limit(), output=output,
+            think=think, max_tokens=profile.answer_token_limit(), output=output,
         )
         try:
             async for chunk in stoppable(stream, stop):
                 raise_if_stopped(stop)
+                if chunk.thinking:
+                    msg.thinking += chunk.thinking
+                    turn.thinking_open = True
+                    yield ThinkingDelta(chunk.thinking)  # not saved yet: the answer call reads the context
                 if chunk.content:
                     parts.append(chunk.content)
                     if reader is not None and (shown := reader.feed(chunk.content)):
                         msg.content += shown
+                        if turn.thinking_open:
+                            yield ThinkingEnd()
+                            turn.thinking_open = False
                         yield TextDelta(shown)
                         await conv.save_streaming(msg, status="partial", force=False)
                 calls.extend(chunk.tool_calls)

@@ -84,8 +84,11 @@ def test_edit_and_regenerate_versions_switch_reload_and_export_import(page, navi
     send(page, "gamma")
     expect(page.locator(".bubble.assistant").last).to_have_text("echo: gamma")
     wait_idle_with_ids(page)
-    # the user's own words: the clock line goes under the newest request (a cached prefix)
-    asked = [m["content"].split("\n\n---\n", 1)[0] for m in live_llm.requests[-1]["messages"] if m["role"] == "user"]
+    from agent.context.prompts import without_clock
+
+    # The user's words as the model read them: the clock and the default step's note under them left out.
+    asked = [without_clock(m["content"].split("\n\n---\n[next step]")[0])
+             for m in live_llm.requests[-1]["messages"] if m["role"] == "user"]
     assert asked[-2:] == ["alpha", "gamma"] and "beta" not in asked
 
     # Export → import: the copy keeps every version and switches like the original.
