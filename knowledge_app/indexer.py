@@ -16,7 +16,7 @@ import threading
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -205,12 +205,7 @@ def backfill(progress: Callable[[int, int], None] | None = None, *, everything: 
     total, done = passages.count() + facts.count(), 0
     if progress:
         progress(0, total)
-    last = 0
-    while True:
-        batch = list(passages.filter(pk__gt=last).order_by("pk")[:WRITE_BATCH * 4])
-        if not batch:
-            break
-        last = batch[-1].pk
+    for batch in _in_batches(passages, WRITE_BATCH * 4):
         space = _embed_rows("passage", [(p.pk, p.owner_id, p.text) for p in batch])
         if space is None:
             return done, total  # the server or the model is missing: later
@@ -218,12 +213,7 @@ def backfill(progress: Callable[[int, int], None] | None = None, *, everything: 
         done += len(batch)
         if progress:
             progress(done, total)
-    last = 0
-    while True:
-        batch = list(facts.filter(pk__gt=last).order_by("pk")[:WRITE_BATCH * 4])
-        if not batch:
-            break
-        last = batch[-1].pk
+    for batch in _in_batches(facts, WRITE_BATCH * 4):
         embedded = embed_facts(batch)
         if embedded == 0 and not embeddings.usable():
             return done, total
@@ -232,6 +222,14 @@ def backfill(progress: Callable[[int, int], None] | None = None, *, everything: 
             progress(done, total)
     _drop_unused_spaces()
     return done, total
+
+
+def _in_batches(rows, size: int) -> Iterator[list]:
+    """`rows` in primary-key order, `size` at a time, each batch read once the one before is handled."""
+    last = 0
+    while batch := list(rows.filter(pk__gt=last).order_by("pk")[:size]):
+        last = batch[-1].pk
+        yield batch
 
 
 def _drop_unused_spaces() -> None:

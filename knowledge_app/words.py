@@ -8,9 +8,9 @@ Terms are OR-ed, each quoted: the query's syntax is never interpreted.
 
 from __future__ import annotations
 
-import re
-
 from django.db import connection, connections
+
+from navi_project.fulltext import fts5_match, install_missing_triggers, pg_tsquery, query_terms
 
 FTS_TABLE = "knowledge_app_passage_fts"
 PASSAGE_TABLE = "knowledge_app_passage"
@@ -27,7 +27,6 @@ _TRIGGERS = {
         INSERT INTO {FTS_TABLE}(rowid, text) VALUES (new.id, new.text);
     END""",
 }
-_WORD = re.compile(r"\w+", re.UNICODE)
 MAX_TERMS = 32
 PG_DOCUMENT = "p.tsv"  # a stored generated column: to_tsvector('english', text)
 
@@ -41,12 +40,7 @@ def ensure_fts(conn=connection) -> None:
             f"CREATE VIRTUAL TABLE IF NOT EXISTS {FTS_TABLE} USING fts5(text, content='{PASSAGE_TABLE}', "
             "content_rowid='id', tokenize='porter unicode61 remove_diacritics 2')"
         )
-        cur.execute("SELECT name FROM sqlite_master WHERE type='trigger' AND tbl_name=%s", [PASSAGE_TABLE])
-        present = {row[0] for row in cur.fetchall()}
-        missing = [name for name in _TRIGGERS if name not in present]
-        for name in missing:
-            cur.execute(_TRIGGERS[name])
-        if missing:
+        if install_missing_triggers(cur, [PASSAGE_TABLE], _TRIGGERS):
             cur.execute(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('rebuild')")
 
 
@@ -54,21 +48,14 @@ def ensure_fts_after_migrate(sender, using="default", **kwargs) -> None:
     ensure_fts(connections[using])
 
 
-def terms(query: str) -> list[str]:
-    seen: list[str] = []
-    for term in _WORD.findall(query.lower()):
-        if term not in seen:
-            seen.append(term)
-    return seen[:MAX_TERMS]
-
-
 def ranked(owner_id: int, query: str, limit: int) -> list[tuple[int, float]]:
     """The owner's passages (of ready documents) matching any word, best first: (id, score)."""
-    words = terms(query)
+    # Whole words, not prefixes as for facts and chats: the index stems them (porter).
+    words = query_terms(query, MAX_TERMS)
     if not words or limit <= 0:
         return []
     if connection.vendor == "sqlite":
-        match = " OR ".join(f'"{t}"' for t in words)
+        match = fts5_match(words)
         sql = (
             f"SELECT p.id, bm25({FTS_TABLE}) AS r FROM {FTS_TABLE} CROSS JOIN {PASSAGE_TABLE} p ON p.id = {FTS_TABLE}.rowid "
             f"JOIN {DOCUMENT_TABLE} d ON d.id = p.document_id "
@@ -79,7 +66,7 @@ def ranked(owner_id: int, query: str, limit: int) -> list[tuple[int, float]]:
         # ts_rank has no inverse document frequency: a passage repeating a common word would
         # beat the one with the rare name or number. How many of the query's words a passage
         # has comes first, ts_rank after.
-        tsquery = " | ".join(words)  # \\w+ only: no tsquery syntax
+        tsquery = pg_tsquery(words)
         coverage = " + ".join([f"({PG_DOCUMENT} @@ plainto_tsquery('english', %s))::int"] * len(words))
         sql = (
             f"SELECT p.id, {coverage} + ts_rank({PG_DOCUMENT}, q) AS r FROM {PASSAGE_TABLE} p "

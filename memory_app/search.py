@@ -17,11 +17,12 @@ in meaning (`register_meaning`); its list and the words' are fused by reciprocal
 from __future__ import annotations
 
 import logging
-import re
 from typing import Callable
 
 from django.db import connection, connections
 from django.db.models import Q
+
+from navi_project.fulltext import fts5_match, install_missing_triggers, pg_tsquery, query_terms
 
 from .models import MemoryFact
 
@@ -41,7 +42,6 @@ _TRIGGERS = {
         INSERT INTO {FTS_TABLE}(rowid, category, "key", value) VALUES (new.id, new.category, new."key", new.value);
     END""",
 }
-_WORD = re.compile(r"\w+", re.UNICODE)
 MAX_TERMS = 20
 MIN_PREFIX = 3  # shorter terms match whole words only
 MAX_RANKED = 1000  # matches ranked at most (the newest ones)
@@ -67,12 +67,7 @@ def ensure_fts(conn=connection) -> None:
             f"category, \"key\", value, content='{FACT_TABLE}', content_rowid='id', "
             "tokenize='unicode61 remove_diacritics 2')"
         )
-        cur.execute("SELECT name FROM sqlite_master WHERE type='trigger' AND tbl_name=%s", [FACT_TABLE])
-        present = {row[0] for row in cur.fetchall()}
-        missing = [name for name in _TRIGGERS if name not in present]
-        for name in missing:
-            cur.execute(_TRIGGERS[name])
-        if missing:
+        if install_missing_triggers(cur, [FACT_TABLE], _TRIGGERS):
             cur.execute(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('rebuild')")
 
 
@@ -85,18 +80,9 @@ def drop_fts(conn=connection) -> None:
         cur.execute(f"DROP TABLE IF EXISTS {FTS_TABLE}")
 
 
-def query_terms(query: str) -> list[str]:
-    """Distinct lowercase word terms of a query (punctuation and FTS syntax are dropped)."""
-    seen: list[str] = []
-    for term in _WORD.findall(query.lower()):
-        if term not in seen:
-            seen.append(term)
-    return seen[:MAX_TERMS]
-
-
 def search_facts(owner_id: int, query: str, limit: int = 15) -> list[MemoryFact]:
     """The owner's facts matching any term of `query` or close to it in meaning, best first."""
-    terms = query_terms(query)
+    terms = query_terms(query, MAX_TERMS)
     if not terms or limit <= 0:
         return []
     by_words = _by_words(owner_id, terms, limit)
@@ -130,7 +116,7 @@ def _search_sqlite(owner_id: int, terms: list[str], limit: int) -> list[MemoryFa
     # Each term quoted (no FTS syntax injection), long ones prefix-matched, OR-ed. CROSS JOIN
     # keeps the index lookup outside: SQLite would otherwise walk the owner's rows and probe the
     # index for each.
-    match = " OR ".join(f'"{t}"*' if len(t) >= MIN_PREFIX else f'"{t}"' for t in terms)
+    match = fts5_match(terms, prefix_from=MIN_PREFIX)
     matches = f"FROM {FTS_TABLE} CROSS JOIN {FACT_TABLE} f ON f.id = {FTS_TABLE}.rowid WHERE {FTS_TABLE} MATCH %s AND f.owner_id = %s"
     with connection.cursor() as cur:
         cur.execute(f"SELECT f.id {matches} ORDER BY {FTS_TABLE}.rowid DESC LIMIT 1 OFFSET %s", [match, owner_id, MAX_RANKED - 1])
@@ -145,8 +131,7 @@ def _search_sqlite(owner_id: int, terms: list[str], limit: int) -> list[MemoryFa
 
 
 def _search_postgres(owner_id: int, terms: list[str], limit: int) -> list[MemoryFact]:
-    # Terms are \w+ only: no tsquery syntax.
-    tsquery = " | ".join(f"{t}:*" if len(t) >= MIN_PREFIX else t for t in terms)
+    tsquery = pg_tsquery(terms, prefix_from=MIN_PREFIX)
     document = (
         "setweight(to_tsvector('simple', category), 'B') || setweight(to_tsvector('simple', \"key\"), 'A')"
         " || setweight(to_tsvector('simple', value), 'C')"

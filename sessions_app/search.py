@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from django.db import connection, connections
 from django.db.models import Q
 
+from navi_project.fulltext import fts5_match, install_missing_triggers, is_prefix, pg_tsquery, query_terms
+
 from .models import Message, Session
 
 MESSAGE_FTS = "sessions_app_message_fts"
@@ -27,11 +29,13 @@ TITLE_FTS = "sessions_app_session_fts"
 MESSAGE_TABLE = "sessions_app_message"
 SESSION_TABLE = "sessions_app_session"
 MAX_TERMS = 12
+# Words of 3+ characters are prefix-matched ("dock" finds "docker"); shorter ones would expand to
+# half the vocabulary.
+MIN_PREFIX = 3
 MAX_RESULTS = 50
 TITLE_WEIGHT = 3.0  # a title match counts three times a message match
 # Match markers: private-use characters, replaced by <mark> tags after escaping.
 _START, _STOP = "\ue000", "\ue001"
-_WORD = re.compile(r"\w+", re.UNICODE)
 _INDEXED = "new.in_display AND new.role IN ('user', 'assistant') AND new.content != '' AND new.status != 'partial'"
 
 _TRIGGERS = {
@@ -81,15 +85,7 @@ def ensure_search_index(conn=connection) -> None:
         cur.execute(
             f"CREATE VIRTUAL TABLE IF NOT EXISTS {TITLE_FTS} USING fts5(title, session_id UNINDEXED, {tokenize})"
         )
-        cur.execute(
-            "SELECT name FROM sqlite_master WHERE type='trigger' AND tbl_name IN (%s, %s)",
-            [MESSAGE_TABLE, SESSION_TABLE],
-        )
-        present = {row[0] for row in cur.fetchall()}
-        missing = [name for name in _TRIGGERS if name not in present]
-        for name in missing:
-            cur.execute(_TRIGGERS[name])
-        if missing:
+        if install_missing_triggers(cur, [MESSAGE_TABLE, SESSION_TABLE], _TRIGGERS):
             _refill(cur)
 
 
@@ -139,21 +135,6 @@ def drop_search_index(conn=connection) -> None:
 
 
 # --- queries --------------------------------------------------------------------------------
-def query_terms(query: str) -> list[str]:
-    """Distinct lowercase words of the query; everything else (FTS syntax included) is dropped."""
-    seen: list[str] = []
-    for term in _WORD.findall(query.lower()):
-        if term not in seen:
-            seen.append(term)
-    return seen[:MAX_TERMS]
-
-
-def _prefix(term: str) -> bool:
-    """Prefix-match words of 3+ characters ("dock" finds "docker"); shorter ones would expand
-    to half the vocabulary."""
-    return len(term) >= 3
-
-
 @dataclass
 class Hit:
     session_id: str
@@ -165,7 +146,7 @@ class Hit:
 def search_sessions(user, query: str, limit: int = MAX_RESULTS) -> list[tuple[Session, str, int | None]]:
     """The user's sessions matching every word of `query`, best first, each with an HTML snippet
     and the id of its best-matching message (None when only the title matched)."""
-    terms = query_terms(query)
+    terms = query_terms(query, MAX_TERMS)
     if not terms:
         return []
     if connection.vendor == "sqlite":
@@ -200,7 +181,7 @@ def _rank(message_hits: dict[str, tuple[float, int]], title_hits: dict[str, floa
 
 
 def _search_sqlite(owner_id: int, terms: list[str], limit: int) -> tuple[list[Hit], dict[int, str]]:
-    match = " ".join(f'"{t}"*' if _prefix(t) else f'"{t}"' for t in terms)  # AND of quoted terms
+    match = fts5_match(terms, every=True, prefix_from=MIN_PREFIX)
     with connection.cursor() as cur:
         # MATERIALIZED: bm25() only works in the query on the FTS table itself, so the subquery
         # must not be flattened into the aggregate. The bare rowid next to MIN() comes from the
@@ -240,7 +221,7 @@ def _search_postgres(owner_id: int, terms: list[str], limit: int) -> tuple[list[
     from django.contrib.postgres.search import SearchQuery, SearchRank, SearchVector
 
     # Terms are \w+ only, so this raw tsquery has no syntax of the user's in it.
-    query = SearchQuery(" & ".join(f"{t}:*" if _prefix(t) else t for t in terms), search_type="raw", config="simple")
+    query = SearchQuery(pg_tsquery(terms, every=True, prefix_from=MIN_PREFIX), search_type="raw", config="simple")
     vector = SearchVector("content", config="simple")  # the expression of the GIN index (0002)
     rows = (
         Message.objects.filter(session__owner_id=owner_id, in_display=True, role__in=("user", "assistant"))
@@ -319,7 +300,7 @@ def highlight(text: str, terms: list[str]) -> str:
     if not text or not terms:
         return html.escape(text or "")
     alternatives = "|".join(
-        re.escape(t) + (r"\w*" if _prefix(t) else r"(?!\w)") for t in sorted(terms, key=len, reverse=True)
+        re.escape(t) + (r"\w*" if is_prefix(t, MIN_PREFIX) else r"(?!\w)") for t in sorted(terms, key=len, reverse=True)
     )
     pattern = re.compile(rf"(?<!\w)(?:{alternatives})", re.IGNORECASE)
     return marked_to_html(pattern.sub(lambda m: f"{_START}{m.group(0)}{_STOP}", text))

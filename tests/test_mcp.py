@@ -13,10 +13,9 @@ import time
 import pytest
 from asgiref.sync import sync_to_async
 
-from agent.models import Profile
 from sessions_app.models import SessionFile
 from tests.llm_server import Rule, Turn
-from tests.mcp_support import SDKServer, reset_hub, wait_state
+from tests.mcp_support import SDKServer, mcp_tool, mcp_tools, wait_state
 from tests.test_approvals import frames_until, of_type, offered, run_ended, start, tool_messages
 from tools_app.base import Tool, ToolResult
 from tools_app.context import current_user_id
@@ -29,20 +28,8 @@ TIMEOUT = 20
 
 
 @pytest.fixture(autouse=True)
-def _setup(profiles, settings):
-    Profile.objects.update(planning_enabled=False)
-    settings.HTTP_ALLOWED_HOSTS = ["127.0.0.1"]
+def _setup(loopback_mcp, no_planning, settings):
     settings.TERMINAL_ALLOWED_COMMANDS = "echo"
-    reset_hub()
-    yield
-    reset_hub()
-
-
-@pytest.fixture
-def test_server(tmp_path):
-    server = SDKServer(tmp_path / "marker.txt")
-    yield server
-    server.stop()
 
 
 def add_server(owner, url, name="demo", **fields) -> MCPServer:
@@ -168,29 +155,29 @@ class TestToolsThroughARun:
     ):
         monkeypatch.setattr(mcp_client, "BACKOFF_MIN_S", 0.2)
         server = await sync_to_async(add_server)(owner, test_server.url, auto_approve=True)
-        died = await (await _tool(owner, "demo__die")).execute({})
+        died = await (await mcp_tool(owner, "demo__die")).execute({})
         assert not died.success and "Navi reconnects on the next call" in died.error
         test_server.proc.wait(10)
         # Down: the next use fails at once (backing off), with the reason.
-        assert await _tools(owner) == []
+        assert await mcp_tools(owner) == []
         server = await sync_to_async(wait_state)(server, ("failed",))
         assert "cannot reach" in server.last_error or "broke" in server.last_error
         back = SDKServer(tmp_path / "again.txt", port=test_server.port)
         try:
             deadline = time.monotonic() + 15
-            while await _tool(owner, "demo__add") is None and time.monotonic() < deadline:
+            while await mcp_tool(owner, "demo__add") is None and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)  # waiting out the backoff, then it connects on first use
-            assert (await (await _tool(owner, "demo__add")).execute({"a": 1, "b": 1})).output == "2"
+            assert (await (await mcp_tool(owner, "demo__add")).execute({"a": 1, "b": 1})).output == "2"
         finally:
             back.stop()
 
     async def test_a_server_disabled_by_another_worker_is_closed_here_at_the_next_turn(self, owner, test_server):
         server = await sync_to_async(add_server)(owner, test_server.url)
-        assert await _tool(owner, "demo__add") is not None
+        assert await mcp_tool(owner, "demo__add") is not None
         conn = mcp_client.get_hub().connections[server.pk]
         # Another process saved the row: no signal reaches this one.
         await MCPServer.objects.filter(pk=server.pk).aupdate(enabled=False)
-        assert await _tools(owner) == []
+        assert await mcp_tools(owner) == []
         deadline = time.monotonic() + 10
         while conn.client is not None and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
@@ -222,26 +209,26 @@ class TestToolsThroughARun:
 class TestToolList:
     async def test_a_20_mb_answer_passes_the_default_cap_and_is_a_clear_error(self, owner, test_server):
         await sync_to_async(add_server)(owner, test_server.url)
-        tool = await _tool(owner, "demo__huge")
+        tool = await mcp_tool(owner, "demo__huge")
         result = await tool.execute({})
         assert not result.success and "the limit is 8 MB (MCP_MAX_RESPONSE_MB)" in result.error
 
     async def test_a_20_mb_result_under_a_raised_cap_is_cut_for_the_model(self, owner, test_server, settings):
         settings.MCP_MAX_RESPONSE_MB = 64  # the SDK server sends the text twice (content, structured)
         await sync_to_async(add_server)(owner, test_server.url)
-        tool = await _tool(owner, "demo__huge")
+        tool = await mcp_tool(owner, "demo__huge")
         result = await tool.execute({})
         assert result.success and len(result.output) < 70_000
         assert "[cut: the result was 20,971,520 characters" in result.output
 
     async def test_profiles_and_the_tool_allowlist_choose_what_is_offered(self, owner, test_server):
         await sync_to_async(add_server)(owner, test_server.url, profiles=["server_admin"], tool_allowlist=["add", "hang"])
-        assert await _tools(owner, "secretary") == []
-        assert {t.name for t in await _tools(owner, "server_admin")} == {"demo__add", "demo__hang"}
+        assert await mcp_tools(owner, "secretary") == []
+        assert {t.name for t in await mcp_tools(owner, "server_admin")} == {"demo__add", "demo__hang"}
 
     async def test_tool_manual_describes_an_mcp_tool(self, owner, test_server):
         await sync_to_async(add_server)(owner, test_server.url)
-        assert await _tool(owner, "demo__add") is not None
+        assert await mcp_tool(owner, "demo__add") is not None
         token = current_user_id.set(owner.id)
         try:
             result = await get_tool_registry().call("tool_manual", {"name": "demo__add"})
@@ -251,12 +238,12 @@ class TestToolList:
 
     async def test_list_changed_refreshes_the_offered_tools(self, owner, test_server):
         server = await sync_to_async(add_server)(owner, test_server.url)
-        assert await _tool(owner, "demo__late") is None
-        assert (await (await _tool(owner, "demo__grow")).execute({})).output == "grown"
+        assert await mcp_tool(owner, "demo__late") is None
+        assert (await (await mcp_tool(owner, "demo__grow")).execute({})).output == "grown"
         deadline = time.monotonic() + 10
-        while await _tool(owner, "demo__late") is None and time.monotonic() < deadline:
+        while await mcp_tool(owner, "demo__late") is None and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
-        late = await _tool(owner, "demo__late")
+        late = await mcp_tool(owner, "demo__late")
         assert late is not None and (await late.execute({})).output == "late answer"
         server = await sync_to_async(wait_state)(server)
         assert "demo__late" in [t["name"] for t in server.tools]
@@ -265,9 +252,9 @@ class TestToolList:
         bad = SDKServer(tmp_path / "bad.txt", "--bad")
         try:
             server = await sync_to_async(add_server)(owner, bad.url, name="bad")
-            names = {t.name for t in await _tools(owner)}
+            names = {t.name for t in await mcp_tools(owner)}
             assert {"bad__good", "bad__odd_name___"} <= names and "bad__broken" not in names
-            assert (await (await _tool(owner, "bad__odd_name___")).execute({})).output == "odd"
+            assert (await (await mcp_tool(owner, "bad__odd_name___")).execute({})).output == "odd"
             server = await sync_to_async(wait_state)(server)
             assert server.state == "connected" and "broken: its input schema is invalid" in server.last_error
         finally:
@@ -284,7 +271,7 @@ class TestToolList:
 
         registry.register(Squatter(), builtin=True)
         server = await sync_to_async(add_server)(owner, test_server.url)
-        tools = {t.name: t for t in await _tools(owner)}
+        tools = {t.name: t for t in await mcp_tools(owner)}
         assert isinstance(registry.lookup("demo__add"), Squatter) and "demo__add" not in {
             n for n, t in tools.items() if not isinstance(t, Squatter)}
         server = await sync_to_async(wait_state)(server)
@@ -298,7 +285,7 @@ class TestToolList:
             mute = await sync_to_async(add_server)(owner, f"http://127.0.0.1:{port}/mcp", name="mute")
             await sync_to_async(add_server)(owner, test_server.url)
             started = time.monotonic()
-            names = {t.name for t in await _tools(owner)}
+            names = {t.name for t in await mcp_tools(owner)}
             assert time.monotonic() - started < 8  # both connect at once, each bounded
             assert "demo__add" in names and not any(n.startswith("mute__") for n in names)
             mute = await sync_to_async(wait_state)(mute, ("failed",))
@@ -307,14 +294,14 @@ class TestToolList:
     async def test_a_private_address_not_in_http_allowed_hosts_is_refused(self, owner, settings):
         settings.HTTP_ALLOWED_HOSTS = []
         server = await sync_to_async(add_server)(owner, f"http://127.0.0.1:{_closed_port()}/mcp", name="inside")
-        assert await _tools(owner) == []
+        assert await mcp_tools(owner) == []
         server = await sync_to_async(wait_state)(server, ("failed",))
         assert "loopback" in server.last_error and "HTTP_ALLOWED_HOSTS" in server.last_error
 
     async def test_a_stdio_command_that_does_not_exist_fails_with_what_to_do(self, owner):
         server = await MCPServer.objects.acreate(owner=owner, name="ghost", transport="stdio",
                                                  command="no-such-mcp-server-here")
-        assert await _tools(owner) == []
+        assert await mcp_tools(owner) == []
         server = await sync_to_async(wait_state)(server, ("failed",))
         assert "command not found: 'no-such-mcp-server-here'" in server.last_error and "full path" in server.last_error
 
@@ -339,18 +326,6 @@ def _silent_listener():
         silent.close()
         for conn in held:
             conn.close()
-
-
-async def _tools(owner, profile_id: str = "secretary") -> list:
-    """The MCP tools a run of `owner` is offered (what the loop does at the start of a turn)."""
-    registry = get_tool_registry()
-    await sync_to_async(registry.load_provided)(owner.id)
-    await registry.prepare_provided(owner.id)
-    return [t for t in registry.tools_for([], owner.id, profile_id) if "__" in t.name]
-
-
-async def _tool(owner, name: str):
-    return {t.name: t for t in await _tools(owner)}.get(name)
 
 
 def _closed_port() -> int:
@@ -390,5 +365,5 @@ async def test_a_hostname_in_http_allowed_hosts_connects(owner, test_server, set
     settings.HTTP_ALLOWED_HOSTS = ["localhost"]
     url = test_server.url.replace("127.0.0.1", "localhost")
     server = await sync_to_async(add_server)(owner, url)
-    assert await _tool(owner, "demo__add") is not None
+    assert await mcp_tool(owner, "demo__add") is not None
     assert (await sync_to_async(wait_state)(server)).state == "connected"

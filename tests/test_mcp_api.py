@@ -4,7 +4,6 @@ the metric and `manage.py navi_mcp`."""
 from __future__ import annotations
 
 import io
-import json
 
 import pytest
 from django.contrib.auth.models import Permission
@@ -13,43 +12,20 @@ from django.test import Client
 
 from navi_project.metrics import exposition
 from sessions_app.models import ApiToken
-from tests.mcp_support import SDKServer, reset_hub, wait_state
+from tests.mcp_support import logged_in, patch_json, post_json, wait_state
 from tools_app.context import current_user_id
 from tools_app.models import MCPServer
 from tools_app.toolset import get_tool_registry
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def _setup(profiles, settings):
-    settings.HTTP_ALLOWED_HOSTS = ["127.0.0.1"]
-    reset_hub()
-    yield
-    reset_hub()
-
-
-@pytest.fixture
-def test_server(tmp_path):
-    server = SDKServer(tmp_path / "marker.txt")
-    yield server
-    server.stop()
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("loopback_mcp")]
 
 
 def bearer(user) -> dict:
     return {"HTTP_AUTHORIZATION": f"Bearer {ApiToken.issue(user, name='t')[1]}"}
 
 
-def post(client: Client, path: str, body: dict, **extra):
-    return client.post(path, json.dumps(body), content_type="application/json", **extra)
-
-
-def patch(client: Client, path: str, body: dict, **extra):
-    return client.patch(path, json.dumps(body), content_type="application/json", **extra)
-
-
 def test_a_user_adds_an_http_server_sees_it_connect_and_its_secrets_stay_hidden(owner, owner_client, test_server):
-    created = post(owner_client, "/mcp/servers", {
+    created = post_json(owner_client, "/mcp/servers", {
         "name": "demo", "transport": "http", "url": test_server.url,
         "headers": {"Authorization": "Bearer very-secret-token-123"},
     })
@@ -63,9 +39,9 @@ def test_a_user_adds_an_http_server_sees_it_connect_and_its_secrets_stay_hidden(
     shown = owner_client.get(f"/mcp/servers/{body['id']}").json()
     assert shown["headers"]["Authorization"] != "Bearer very-secret-token-123" and "••••" in shown["headers"]["Authorization"]
     # Sending the masked value back keeps the secret; a new value replaces it.
-    assert patch(owner_client, f"/mcp/servers/{body['id']}", {"headers": shown["headers"]}).status_code == 200
+    assert patch_json(owner_client, f"/mcp/servers/{body['id']}", {"headers": shown["headers"]}).status_code == 200
     assert MCPServer.objects.get(pk=body["id"]).headers == {"Authorization": "Bearer very-secret-token-123"}
-    patch(owner_client, f"/mcp/servers/{body['id']}", {"headers": {"Authorization": "Bearer new-one-456789"}})
+    patch_json(owner_client, f"/mcp/servers/{body['id']}", {"headers": {"Authorization": "Bearer new-one-456789"}})
     assert MCPServer.objects.get(pk=body["id"]).headers == {"Authorization": "Bearer new-one-456789"}
     # Editing closed the old connection; the row never says "disabled" for an enabled server.
     assert wait_state(MCPServer.objects.get(pk=body["id"]), ("connected",)).state == "connected"
@@ -73,12 +49,11 @@ def test_a_user_adds_an_http_server_sees_it_connect_and_its_secrets_stay_hidden(
 
 def test_another_user_cannot_see_call_or_change_someones_server(owner, owner_client, other_user, test_server):
     server = MCPServer.objects.create(owner=owner, name="demo", transport="http", url=test_server.url)
-    mallory = Client()
-    mallory.force_login(other_user)
+    mallory = logged_in(other_user)
     assert mallory.get("/mcp/servers").json() == []
     for response in (
         mallory.get(f"/mcp/servers/{server.pk}"),
-        patch(mallory, f"/mcp/servers/{server.pk}", {"url": "http://127.0.0.1:9/mcp"}),
+        patch_json(mallory, f"/mcp/servers/{server.pk}", {"url": "http://127.0.0.1:9/mcp"}),
         mallory.delete(f"/mcp/servers/{server.pk}"),
         mallory.post(f"/mcp/servers/{server.pk}/test"),
     ):
@@ -102,22 +77,20 @@ def test_another_user_cannot_see_call_or_change_someones_server(owner, owner_cli
 
 def test_only_staff_with_run_host_tools_may_add_stdio_servers(owner_client, other_user, django_user_model):
     body = {"name": "local", "transport": "stdio", "command": "mcp-server-time"}
-    mallory = Client()
-    mallory.force_login(other_user)
-    refused = post(mallory, "/mcp/servers", body)
+    mallory = logged_in(other_user)
+    refused = post_json(mallory, "/mcp/servers", body)
     assert refused.status_code == 403 and "run host tools" in refused.json()["error"]
     staff = django_user_model.objects.create_user("staff", password="x", is_staff=True)
-    staff_client = Client()
-    staff_client.force_login(staff)
-    assert post(staff_client, "/mcp/servers", body).status_code == 403
+    staff_client = logged_in(staff)
+    assert post_json(staff_client, "/mcp/servers", body).status_code == 403
     assert not MCPServer.objects.exists()
     staff.user_permissions.add(Permission.objects.get(codename="run_host_tools"))
     staff_client.force_login(django_user_model.objects.get(pk=staff.pk))
-    assert post(staff_client, "/mcp/servers", body).status_code == 201
+    assert post_json(staff_client, "/mcp/servers", body).status_code == 201
     # A plain user cannot turn their http server into a stdio one either.
-    theirs = post(mallory, "/mcp/servers", {"name": "web", "transport": "http", "url": "http://127.0.0.1:9/mcp"})
+    theirs = post_json(mallory, "/mcp/servers", {"name": "web", "transport": "http", "url": "http://127.0.0.1:9/mcp"})
     assert theirs.status_code == 201, theirs.content
-    changed = patch(mallory, f"/mcp/servers/{theirs.json()['id']}", body | {"name": "web"})
+    changed = patch_json(mallory, f"/mcp/servers/{theirs.json()['id']}", body | {"name": "web"})
     assert changed.status_code == 403
     assert MCPServer.objects.get(pk=theirs.json()["id"]).transport == "http"
 
@@ -137,32 +110,30 @@ def test_bad_input_is_a_400_and_nothing_is_saved(owner_client, settings):
         ({"name": "x", "transport": "http", "url": "https://example.com/mcp", "colour": "red"}, "unknown field"),
     ]
     for body, message in cases:
-        response = post(owner_client, "/mcp/servers", body)
+        response = post_json(owner_client, "/mcp/servers", body)
         assert response.status_code == 400 and message in response.json()["error"], (body, response.content)
-    assert post(owner_client, "/mcp/servers", ["not", "an", "object"]).status_code == 400
+    assert post_json(owner_client, "/mcp/servers", ["not", "an", "object"]).status_code == 400
     assert not MCPServer.objects.exists()
 
 
 def test_global_servers_are_offered_to_everyone_without_how_they_run(other_user, test_server):
     MCPServer.objects.create(owner=None, name="shared", transport="http", url=test_server.url,
                              headers={"Authorization": "Bearer admin-secret-999"})
-    mallory = Client()
-    mallory.force_login(other_user)
+    mallory = logged_in(other_user)
     listed = mallory.get("/mcp/servers")
     assert [s["name"] for s in listed.json()] == ["shared"] and listed.json()[0]["global"] is True
     assert "admin-secret" not in listed.content.decode() and test_server.url not in listed.content.decode()
     server_id = listed.json()[0]["id"]
-    assert patch(mallory, f"/mcp/servers/{server_id}", {"enabled": False}).status_code == 403
+    assert patch_json(mallory, f"/mcp/servers/{server_id}", {"enabled": False}).status_code == 403
     assert mallory.delete(f"/mcp/servers/{server_id}").status_code == 403
     # A user's own server may not take a global server's name (tools would clash).
-    clash = post(mallory, "/mcp/servers", {"name": "shared", "transport": "http", "url": test_server.url})
+    clash = post_json(mallory, "/mcp/servers", {"name": "shared", "transport": "http", "url": test_server.url})
     assert clash.status_code == 400 and "global server" in clash.json()["error"]
 
 
 def test_cookie_sessions_need_the_csrf_token(owner):
-    strict = Client(enforce_csrf_checks=True)
-    strict.force_login(owner)
-    response = post(strict, "/mcp/servers", {"name": "x", "transport": "http", "url": "https://example.com/mcp"})
+    strict = logged_in(owner, enforce_csrf_checks=True)
+    response = post_json(strict, "/mcp/servers", {"name": "x", "transport": "http", "url": "https://example.com/mcp"})
     assert response.status_code == 403
     assert not MCPServer.objects.exists()
     token_client = Client(enforce_csrf_checks=True)  # Bearer requests carry no cookie: no CSRF
@@ -222,8 +193,7 @@ def test_the_admin_masks_secrets_and_refuses_stdio_to_staff_without_the_permissi
     assert f"/admin/tools_app/mcpserver/{server.pk}/test/".encode() in page.content  # the test connection button
     staff = django_user_model.objects.create_user("staff2", password="x", is_staff=True)
     staff.user_permissions.add(*Permission.objects.filter(codename__in=["add_mcpserver", "change_mcpserver"]))
-    staff_client = Client()
-    staff_client.force_login(staff)
+    staff_client = logged_in(staff)
     form = {"name": "local2", "transport": "stdio", "command": "mcp-server-time", "args": "[]", "env": "{}",
             "headers": "{}", "paths": "[]", "profiles": "[]", "tool_allowlist": "[]", "auto_approve_tools": "[]",
             "tools": "[]", "enabled": "on", "state": "connecting", "created_at_0": "2026-01-01", "created_at_1": "00:00"}

@@ -10,16 +10,13 @@ import asyncio
 import pytest
 from asgiref.sync import sync_to_async
 
-from agent.models import Profile
 from agent.trust.approvals import _owner_hosts
 from sessions_app.models import Message
 from tests.live_server import free_port
 from tests.llm_server import Rule, Turn
-from tests.mcp_support import SDKServer, reset_hub, wait_state
+from tests.mcp_support import connect_in_background, wait_state
 from tests.test_approvals import frames_until, of_type, open_socket, run_ended
 from tests.test_consumer import TokenClient
-from tools_app.mcp import client as mcp_client
-from tools_app.mcp.config import ServerConfig
 from tools_app.models import MCPServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -27,28 +24,15 @@ TIMEOUT = 20
 
 
 @pytest.fixture(autouse=True)
-def _setup(profiles, settings):
-    Profile.objects.update(planning_enabled=False)
-    settings.HTTP_ALLOWED_HOSTS = ["127.0.0.1"]
+def _setup(loopback_mcp, no_planning, settings):
     settings.TERMINAL_ALLOWED_COMMANDS = "echo"
     settings.MCP_CONNECT_TIMEOUT_S = 5
-    reset_hub()
-    yield
-    reset_hub()
-
-
-@pytest.fixture
-def test_server(tmp_path):
-    server = SDKServer(tmp_path / "marker.txt")
-    yield server
-    server.stop()
 
 
 def add_server(owner, url, name="demo") -> MCPServer:
     """A server made and connected the way POST /mcp/servers does it."""
     server = MCPServer.objects.create(owner=owner, name=name, transport="http", url=url)
-    hub = mcp_client.get_hub()
-    hub.submit(hub.ensure(ServerConfig.from_row(server), 0))
+    connect_in_background(server)
     return wait_state(server)
 
 

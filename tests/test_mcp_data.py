@@ -7,14 +7,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from asgiref.sync import sync_to_async
 
-from tests.mcp_support import reset_hub, wait_state
-from tests.test_mcp import _tool
+from tests.mcp_support import connect_in_background, mcp_tool, poll_server, post_json, reset_hub, wait_state
 from tools_app.mcp import service
 from tools_app.mcp.config import data_dir
 from tools_app.models import MCPServer
@@ -26,13 +24,10 @@ PYTHON = sorted({sys.prefix, os.path.realpath(sys.prefix), os.path.realpath(sys.
 
 
 @pytest.fixture(autouse=True)
-def _setup(profiles, settings, tmp_path):
+def _setup(mcp_hub, settings, tmp_path):
     settings.CODE_EXEC_SANDBOX = "bwrap"
     settings.MCP_CONNECT_TIMEOUT_S = 30
     settings.MCP_DATA_DIR = tmp_path / "mcp_data"
-    reset_hub()
-    yield
-    reset_hub()
 
 
 async def _files(owner, paths: tuple[str, ...] = (), **fields) -> MCPServer:
@@ -42,7 +37,7 @@ async def _files(owner, paths: tuple[str, ...] = (), **fields) -> MCPServer:
 
 
 async def _call(owner, tool: str, **args) -> str:
-    found = await _tool(owner, f"files__{tool}")
+    found = await mcp_tool(owner, f"files__{tool}")
     assert found is not None, "the files server did not start"
     return (await found.execute(args)).output
 
@@ -73,7 +68,7 @@ async def test_another_servers_data_folder_is_refused(owner, owner_client, tmp_p
     first = await _files(owner)
     body = {"name": "thief", "transport": "stdio", "command": sys.executable,
             "writable_paths": [str(data_dir(first.pk))]}
-    answer = await sync_to_async(owner_client.post)("/mcp/servers", json.dumps(body), content_type="application/json")
+    answer = await sync_to_async(post_json)(owner_client, "/mcp/servers", body)
     assert answer.status_code == 400 and "data folders" in answer.json()["error"]
 
 
@@ -94,23 +89,14 @@ async def test_a_launchers_first_start_may_take_long_shows_progress_and_its_cach
     assert seen["state"] == "connecting" and "first start of" in seen["last_error"], seen
     server = await sync_to_async(wait_state)(server, ("connected", "failed"), 60)
     assert server.state == "connected", server.last_error  # after the long first start
-    assert await _tool(owner, "files__read") is not None
+    assert await mcp_tool(owner, "files__read") is not None
     assert (data_dir(server.pk) / ".cache" / "pkg").exists()
     reset_hub()  # the next start is quick and within the ordinary limit
-    assert await _tool(owner, "files__read") is not None
+    assert await mcp_tool(owner, "files__read") is not None
 
 
 def _progress(client, server_id: int) -> dict:
     """Open the connection in the background and read the state until it reports progress."""
-    from tools_app.mcp import client as mcp_client
-    from tools_app.mcp.config import ServerConfig
-
-    hub = mcp_client.get_hub()
-    hub.submit(hub.ensure(ServerConfig.from_row(MCPServer.objects.get(pk=server_id)), 0))
-    body: dict = {}
-    for _ in range(300):
-        body = client.get(f"/mcp/servers/{server_id}").json()
-        if "first start of" in body["last_error"] or body["state"] != "connecting":
-            return body
-        time.sleep(0.1)
-    return body
+    connect_in_background(MCPServer.objects.get(pk=server_id))
+    return poll_server(client, server_id, lambda body: "first start of" in body["last_error"]
+                       or body["state"] != "connecting", 30)

@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 from asgiref.sync import sync_to_async
 
-from agent.models import Profile
 from sessions_app.models import SessionFile
 from tests.conftest import NO_SANDBOX, sandbox_works
 from tests.llm_server import Rule, Turn
-from tests.mcp_support import reset_hub, wait_state
+from tests.mcp_support import wait_state
 from tests.test_approvals import frames_until, of_type, offered, run_ended, start
 from tools_app.models import MCPServer
 
@@ -35,14 +34,10 @@ TIMEOUT = 40
 
 
 @pytest.fixture(autouse=True)
-def _setup(profiles, settings):
-    Profile.objects.update(planning_enabled=False)
+def _setup(mcp_hub, no_planning, settings):
     settings.CODE_EXEC_SANDBOX = "bwrap"
     settings.MCP_CONNECT_TIMEOUT_S = 30
     settings.TOOL_TIMEOUT_S = 30
-    reset_hub()
-    yield
-    reset_hub()
 
 
 @pytest.fixture

@@ -4,35 +4,16 @@ others are made. Also what a stranger, a plain user and malformed bodies get."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from django.test import Client
 
-from tests.mcp_support import SDKServer, reset_hub, wait_state
+from tests.mcp_support import logged_in, post_json, wait_state
 from tools_app.models import MCPServer
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("loopback_mcp")]
 
 
-@pytest.fixture(autouse=True)
-def _setup(profiles, settings):
-    settings.HTTP_ALLOWED_HOSTS = ["127.0.0.1"]
-    reset_hub()
-    yield
-    reset_hub()
-
-
-@pytest.fixture
-def test_server(tmp_path):
-    server = SDKServer(tmp_path / "marker.txt")
-    yield server
-    server.stop()
-
-
-def _import(client: Client, body) -> object:
-    data = body if isinstance(body, str) else json.dumps(body)
-    return client.post("/mcp/servers/import", data, content_type="application/json")
+def _import(client, body) -> object:
+    return post_json(client, "/mcp/servers/import", body)
 
 
 def test_a_pasted_claude_desktop_config_makes_the_good_servers_and_names_the_bad(owner, owner_client, test_server):
@@ -77,8 +58,7 @@ def test_a_pasted_claude_desktop_config_makes_the_good_servers_and_names_the_bad
 
 
 def test_a_plain_user_may_import_http_servers_but_not_stdio_ones(owner, other_user, test_server):
-    mallory = Client()
-    mallory.force_login(other_user)
+    mallory = logged_in(other_user)
     answer = _import(mallory, {"mcpServers": {
         "shell": {"command": "/bin/sh", "args": ["-c", "id"]},
         "web": {"url": test_server.url},
@@ -89,8 +69,7 @@ def test_a_plain_user_may_import_http_servers_but_not_stdio_ones(owner, other_us
     assert "run host tools" in body["errors"]["shell"]
     assert not MCPServer.objects.filter(transport="stdio").exists()
     # The owner does not see mallory's server.
-    owner_client = Client()
-    owner_client.force_login(owner)
+    owner_client = logged_in(owner)
     assert owner_client.get(f"/mcp/servers/{body['servers'][0]['id']}").status_code == 404
 
 

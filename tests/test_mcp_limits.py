@@ -5,59 +5,23 @@ error, the server's RSS grows by less than 64 MB; and calls per server are bound
 from __future__ import annotations
 
 import asyncio
-import select
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from asgiref.sync import sync_to_async
 
-from tests.live_server import free_port
-from tests.mcp_support import reset_hub, wait_state
-from tests.test_mcp import _tool
+from tests.mcp_support import FLOOD_SCRIPT, mcp_tool, wait_state
 from tools_app.mcp import client as mcp_client
 from tools_app.models import MCPServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
-FLOOD = Path(__file__).resolve().parent / "mcp_flood_server.py"
 MB = 1024 * 1024
 
 
 @pytest.fixture(autouse=True)
-def _setup(profiles, settings):
-    settings.HTTP_ALLOWED_HOSTS = ["127.0.0.1"]
+def _setup(loopback_mcp, settings):
     settings.MCP_CONNECT_TIMEOUT_S = 20
-    reset_hub()
-    yield
-    reset_hub()
-
-
-class FloodServer:
-    def __init__(self, *extra: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/mcp"
-        self.proc = subprocess.Popen([sys.executable, str(FLOOD), "--port", str(self.port), *extra],
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        ready, _, _ = select.select([self.proc.stdout], [], [], 30)
-        assert ready and self.proc.stdout.readline().strip() == "ready", "the flood server did not start"
-
-    def stop(self) -> None:
-        self.proc.kill()
-        self.proc.wait(10)
-
-
-@pytest.fixture
-def flood():
-    servers: list[FloodServer] = []
-
-    def start(*extra: str) -> FloodServer:
-        servers.append(FloodServer(*extra))
-        return servers[-1]
-
-    yield start
-    for server in servers:
-        server.stop()
 
 
 def rss_peak_reset() -> bool:
@@ -97,10 +61,10 @@ async def _add(owner, **fields) -> MCPServer:
 
 
 async def _flood_call(owner):
-    small = await _tool(owner, "evil__small")
+    small = await mcp_tool(owner, "evil__small")
     assert small is not None, "the hostile server's tools were not offered"
     assert (await small.execute({})).output == "small"  # the connection is warm before measuring
-    tool = await _tool(owner, "evil__flood")
+    tool = await mcp_tool(owner, "evil__flood")
     return await peak_growth(lambda: tool.execute({}))
 
 
@@ -114,25 +78,25 @@ async def test_a_500_mb_http_answer_is_cut_while_it_streams(owner, flood, mode):
     assert "Ask the tool for less" in result.error
     assert growth < 64 * MB, f"the server's memory grew by {growth // MB} MB"
     # The server stays usable: the next call works.
-    assert (await (await _tool(owner, "evil__small")).execute({})).output == "small"
+    assert (await (await mcp_tool(owner, "evil__small")).execute({})).output == "small"
     row = await sync_to_async(wait_state)(row)
     assert row.state == "connected"
 
 
 async def test_a_500_mb_stdio_line_is_cut_while_it_streams(owner, settings, tmp_path):
     settings.CODE_EXEC_SANDBOX = "none"  # the cap is the transport's, sandbox or not
-    await _add(owner, transport="stdio", command=sys.executable, args=[str(FLOOD), "--stdio", "--mb", "500"])
+    await _add(owner, transport="stdio", command=sys.executable, args=[str(FLOOD_SCRIPT), "--stdio", "--mb", "500"])
     result, growth = await _flood_call(owner)
     assert not result.success and "the limit is 8 MB" in result.error
     assert growth < 64 * MB, f"the server's memory grew by {growth // MB} MB"
-    assert (await (await _tool(owner, "evil__small")).execute({})).output == "small"
+    assert (await (await mcp_tool(owner, "evil__small")).execute({})).output == "small"
 
 
 async def test_the_cap_is_a_setting(owner, flood, settings):
     settings.MCP_MAX_RESPONSE_MB = 1
     server = flood("--mb", "2")
     await _add(owner, transport="http", url=server.url)
-    result = await (await _tool(owner, "evil__flood")).execute({})
+    result = await (await mcp_tool(owner, "evil__flood")).execute({})
     assert not result.success and "the limit is 1 MB" in result.error
 
 
@@ -141,7 +105,7 @@ async def test_calls_per_server_are_bounded(owner, flood, settings, tmp_path):
     marker = tmp_path / "marker"
     server = flood("--marker", str(marker))
     row = await _add(owner, transport="http", url=server.url)
-    tool = await _tool(owner, "evil__slow")
+    tool = await mcp_tool(owner, "evil__slow")
     calls = [asyncio.ensure_future(tool.execute({})) for _ in range(6)]
     try:
         conn = mcp_client._hub.connections[row.pk]

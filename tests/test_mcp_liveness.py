@@ -8,45 +8,32 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import time
-from pathlib import Path
 
 import pytest
 from asgiref.sync import async_to_sync
 
-from tests.mcp_support import SDKServer, reset_hub
-from tests.test_mcp import _tools
+from tests.mcp_support import SERVER_SCRIPT, SDKServer, mcp_tools, pids_running, poll_server
 from tools_app.models import MCPServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
-SERVER_SCRIPT = Path(__file__).resolve().parent / "mcp_test_server.py"
 LIMIT_S = 30  # DESIGN §10
 
 
 @pytest.fixture(autouse=True)
-def _setup(profiles, settings):
-    settings.HTTP_ALLOWED_HOSTS = ["127.0.0.1"]
+def _setup(loopback_mcp, settings):
     settings.MCP_CONNECT_TIMEOUT_S = 20
-    reset_hub()
-    yield
-    reset_hub()
 
 
 def api_state(client, server_id: int, wanted: str, timeout: float = LIMIT_S) -> dict:
     """GET /mcp/servers/<id> until its state is `wanted` (what the page and scripts read)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        body = client.get(f"/mcp/servers/{server_id}").json()
-        if body["state"] == wanted or time.monotonic() > deadline:
-            return body
-        time.sleep(0.1)
+    return poll_server(client, server_id, lambda body: body["state"] == wanted, timeout)
 
 
 def test_an_http_server_killed_while_idle_shows_failed_and_comes_back(owner, owner_client, tmp_path):
     server = SDKServer(tmp_path / "marker.txt")
     try:
         row = MCPServer.objects.create(owner=owner, name="demo", transport="http", url=server.url)
-        assert async_to_sync(_tools)(owner), "the server did not connect"
+        assert async_to_sync(mcp_tools)(owner), "the server did not connect"
         assert api_state(owner_client, row.pk, "connected")["state"] == "connected"
         server.stop()  # killed while nobody calls it
         body = api_state(owner_client, row.pk, "failed")
@@ -61,25 +48,14 @@ def test_an_http_server_killed_while_idle_shows_failed_and_comes_back(owner, own
         server.stop()
 
 
-def _pids_running(marker: str) -> list[int]:
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
-                found.append(int(pid))
-        except OSError:
-            pass
-    return found
-
-
 def test_a_stdio_server_that_dies_while_idle_shows_failed_with_its_exit(owner, owner_client, settings, tmp_path):
     settings.CODE_EXEC_SANDBOX = "none"  # the watch is the transport's, sandboxed or not
     marker = str(tmp_path / "stdio-marker.txt")
     row = MCPServer.objects.create(owner=owner, name="local", transport="stdio", command=sys.executable,
                                    args=[str(SERVER_SCRIPT), "--stdio", "--marker", marker])
-    assert async_to_sync(_tools)(owner), "the server did not connect"
+    assert async_to_sync(mcp_tools)(owner), "the server did not connect"
     assert api_state(owner_client, row.pk, "connected")["state"] == "connected"
-    pids = _pids_running(marker)
+    pids = pids_running(marker)
     assert pids
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
@@ -91,7 +67,7 @@ def test_another_process_writing_the_row_does_not_change_this_process_state(owne
     server = SDKServer(tmp_path / "marker.txt")
     try:
         row = MCPServer.objects.create(owner=owner, name="demo", transport="http", url=server.url)
-        assert async_to_sync(_tools)(owner)
+        assert async_to_sync(mcp_tools)(owner)
         assert api_state(owner_client, row.pk, "connected")["state"] == "connected"
         # What a `navi_mcp serve` with other settings (its servers unreachable) writes:
         MCPServer.objects.filter(pk=row.pk).update(state="failed", last_error="cannot reach it from here")

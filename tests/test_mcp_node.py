@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 from asgiref.sync import sync_to_async
 
-from tests.mcp_support import reset_hub, wait_state
-from tests.test_mcp import _tool
+from tests.mcp_support import mcp_tool, wait_state
 from tools_app.models import MCPServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -22,13 +21,10 @@ SCRIPT = Path(__file__).resolve().parent / "mcp_fetch_server.mjs"
 
 
 @pytest.fixture(autouse=True)
-def _setup(profiles, settings):
+def _setup(mcp_hub, settings):
     settings.CODE_EXEC_SANDBOX = "bwrap"
     settings.MCP_CONNECT_TIMEOUT_S = 30
     settings.TOOL_TIMEOUT_S = 30
-    reset_hub()
-    yield
-    reset_hub()
 
 
 @pytest.fixture
@@ -60,7 +56,7 @@ async def _node_server(owner) -> MCPServer:
 
 async def test_a_node_server_fetches_over_loopback_under_the_default_memory_cap(owner, page):
     server = await _node_server(owner)
-    tool = await _tool(owner, "nodefetch__fetch_url")
+    tool = await mcp_tool(owner, "nodefetch__fetch_url")
     assert tool is not None, (await sync_to_async(wait_state)(server)).stderr_tail
     result = await tool.execute({"url": page})
     assert result.success and "200 hello from the local page" in result.output, (result, server.stderr_tail)
@@ -72,7 +68,7 @@ async def test_the_memory_cap_still_holds(owner, settings):
     settings.MCP_STDIO_MEMORY_MB = 512
     settings.SANDBOX_MEMORY_MB = 256  # the cap is the larger of the two
     await _node_server(owner)
-    tool = await _tool(owner, "nodefetch__eat")
+    tool = await mcp_tool(owner, "nodefetch__eat")
     assert (await tool.execute({"mb": 64})).output.startswith("ate 64 MB")
     result = await tool.execute({"mb": 2048})
     assert not result.success, result.output

@@ -4,32 +4,24 @@ workspace are refused (400, nothing saved); a row that holds one anyway never st
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 from django.conf import settings as django_settings
 
-from tests.mcp_support import reset_hub, wait_state
+from tests.mcp_support import patch_json, post_json, wait_state
 from tools_app.mcp import client as mcp_client
 from tools_app.mcp import paths as mcp_paths
 from tools_app.mcp.config import ServerConfig
 from tools_app.models import MCPServer
 from tools_app.workspace import workspace_for
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def _setup(profiles):
-    reset_hub()
-    yield
-    reset_hub()
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("mcp_hub")]
 
 
 def _add(client, paths: list[str], name: str = "files"):
     body = {"name": name, "transport": "stdio", "command": "cat", "paths": paths}
-    return client.post("/mcp/servers", json.dumps(body), content_type="application/json")
+    return post_json(client, "/mcp/servers", body)
 
 
 def _refused_paths(owner, other_user, tmp_path) -> list[str]:
@@ -59,8 +51,7 @@ def test_a_patch_cannot_add_them_either(owner, owner_client, other_user, tmp_pat
     assert created.status_code == 201, created.content
     server_id = created.json()["id"]
     for path in _refused_paths(owner, other_user, tmp_path):
-        answer = owner_client.patch(f"/mcp/servers/{server_id}", json.dumps({"paths": [path]}),
-                                    content_type="application/json")
+        answer = patch_json(owner_client, f"/mcp/servers/{server_id}", {"paths": [path]})
         assert answer.status_code == 400, (path, answer.content)
     assert MCPServer.objects.get(pk=server_id).paths == [str(mine)]
 

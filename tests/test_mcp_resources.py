@@ -4,35 +4,17 @@ text) through REST; another user gets 404, bad input a 400 that says what to do.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from django.test import Client
 
-from tests.mcp_support import SDKServer, reset_hub, wait_state
+from tests.mcp_support import logged_in, post_json, wait_state
 from tools_app.models import MCPServer
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def _setup(profiles, settings):
-    settings.HTTP_ALLOWED_HOSTS = ["127.0.0.1"]
-    reset_hub()
-    yield
-    reset_hub()
-
-
-@pytest.fixture
-def test_server(tmp_path):
-    server = SDKServer(tmp_path / "marker.txt")
-    yield server
-    server.stop()
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("loopback_mcp")]
 
 
 def _connected(owner_client, url) -> dict:
-    created = owner_client.post("/mcp/servers", json.dumps({"name": "demo", "transport": "http", "url": url}),
-                                content_type="application/json").json()
+    created = post_json(owner_client, "/mcp/servers", {"name": "demo", "transport": "http", "url": url}).json()
     wait_state(MCPServer.objects.get(pk=created["id"]))
     return owner_client.get(f"/mcp/servers/{created['id']}").json()
 
@@ -47,9 +29,8 @@ def test_resources_and_prompts_are_listed_read_and_fetched(owner_client, test_se
     read = owner_client.get(f"/mcp/servers/{server['id']}/resource", {"uri": "notes://today"})
     assert read.status_code == 200 and read.json()["contents"][0]["text"] == "Buy milk. Call Ada."
     assert read.json()["untrusted"] is True
-    prompt = owner_client.post(f"/mcp/servers/{server['id']}/prompt",
-                               json.dumps({"name": "review", "arguments": {"topic": "the budget"}}),
-                               content_type="application/json")
+    prompt = post_json(owner_client, f"/mcp/servers/{server['id']}/prompt",
+                       {"name": "review", "arguments": {"topic": "the budget"}})
     assert prompt.status_code == 200, prompt.content
     assert prompt.json()["messages"] == [{"role": "user", "text": "Please review the budget carefully."}]
 
@@ -61,11 +42,9 @@ def test_bad_input_and_other_users_are_refused(owner_client, other_user, test_se
     missing = owner_client.get(f"{base}/resource", {"uri": "notes://nope"})
     assert missing.status_code == 400 and "answered with an error" in missing.json()["error"]
     for body in ({}, {"name": ""}, {"name": "review", "arguments": {"topic": 5}}, {"name": "review", "arguments": []}):
-        answer = owner_client.post(f"{base}/prompt", json.dumps(body), content_type="application/json")
+        answer = post_json(owner_client, f"{base}/prompt", body)
         assert answer.status_code == 400, body
-    mallory = Client()
-    mallory.force_login(other_user)
+    mallory = logged_in(other_user)
     assert mallory.get(f"{base}/resource", {"uri": "notes://today"}).status_code == 404
-    assert mallory.post(f"{base}/prompt", json.dumps({"name": "review", "arguments": {"topic": "x"}}),
-                        content_type="application/json").status_code == 404
+    assert post_json(mallory, f"{base}/prompt", {"name": "review", "arguments": {"topic": "x"}}).status_code == 404
     assert Client().get(f"{base}/resource", {"uri": "notes://today"}).status_code in (401, 403)

@@ -15,12 +15,10 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.conf import settings as django_settings
 
-from agent.models import Profile
 from tests.conftest import NO_SANDBOX, sandbox_works
 from tests.llm_server import Rule, Turn
-from tests.mcp_support import reset_hub, wait_state
+from tests.mcp_support import mcp_tools, pids_running, wait_state
 from tests.test_approvals import frames_until, of_type, offered, run_ended, start
-from tests.test_mcp import _tools
 from tests.test_tools_trust import assert_no_server_secrets
 from tools_app.models import MCPServer
 from tools_app.workspace import workspace_for
@@ -35,14 +33,10 @@ SECRET = "s3cr3t-mcp-do-not-leak"
 
 
 @pytest.fixture(autouse=True)
-def _setup(profiles, settings):
-    Profile.objects.update(planning_enabled=False)
+def _setup(mcp_hub, no_planning, settings):
     settings.CODE_EXEC_SANDBOX = "bwrap"
     settings.MCP_CONNECT_TIMEOUT_S = 20
     settings.TOOL_TIMEOUT_S = 20
-    reset_hub()
-    yield
-    reset_hub()
 
 
 @pytest.mark.skipif(shutil.which("mcp-server-time", path=f"{sys.prefix}/bin") is None,
@@ -92,7 +86,7 @@ async def test_a_stdio_server_that_crashes_at_start_shows_its_stderr(owner):
     server = await MCPServer.objects.acreate(
         owner=owner, name="crashy", transport="stdio", command=sys.executable,
         args=["-c", "import sys; sys.stderr.write('missing config file /etc/crashy.toml\\n'); sys.exit(2)"])
-    assert await _tools(owner) == []
+    assert await mcp_tools(owner) == []
     server = await sync_to_async(wait_state)(server, ("failed",))
     assert server.state == "failed" and server.last_error
     assert "missing config file /etc/crashy.toml" in server.stderr_tail
@@ -103,7 +97,7 @@ class TestSandbox:
         await MCPServer.objects.acreate(owner=owner, name="probe", transport="stdio", command=sys.executable,
                                         args=[str(PROBE)], paths=[str(PROBE)],
                                         env={"PROBE_TOKEN": "its-own-secret"}, **fields)
-        tools = {t.name: t for t in await _tools(owner)}
+        tools = {t.name: t for t in await mcp_tools(owner)}
         assert "probe__read" in tools, "the probe server did not start"
         return tools
 
@@ -144,23 +138,11 @@ class TestSandbox:
         from tools_app.mcp import client as mcp_client
 
         await self._probe(owner)
-        assert _probes(), "the probe server process is not running"
+        assert pids_running(str(PROBE)), "the probe server process is not running"
         server = await MCPServer.objects.aget(name="probe")
         conn = mcp_client.get_hub().connections[server.pk]
         server.enabled = False
         await server.asave()  # the admin, /settings and PATCH all save the row like this
         assert conn.state == "disabled" and conn.client is None
-        assert not _probes()
-        assert await _tools(owner) == []
-
-
-def _probes() -> list[str]:
-    """Processes running the probe server (bwrap's child included)."""
-    import os
-
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        with contextlib.suppress(OSError):
-            if str(PROBE).encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
-                found.append(pid)
-    return found
+        assert not pids_running(str(PROBE))  # bwrap's child included
+        assert await mcp_tools(owner) == []

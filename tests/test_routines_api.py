@@ -27,12 +27,17 @@ KEYS = {"id", "name", "instruction", "schedule", "time_zone", "profile_id", "ena
 RUN_KEYS = {"id", "scheduled_for", "status", "session_id", "started_at", "finished_at", "error", "deliveries"}
 
 
-@pytest.fixture(autouse=True)
-def _profiles_offer_routines(profiles, settings):
+def offer_routine_tools() -> None:
+    """Every profile offers the routine tools and does not plan (the tests script each call)."""
     for profile in Profile.objects.all():
         profile.enabled_tools = list(profile.enabled_tools) + ROUTINE_TOOLS
         profile.planning_enabled = False
         profile.save()
+
+
+@pytest.fixture(autouse=True)
+def _profiles_offer_routines(profiles, settings):
+    offer_routine_tools()
     settings.TERMINAL_ALLOWED_COMMANDS = "echo"
 
 
@@ -149,6 +154,28 @@ async def create(client: AsyncClient, headers: dict, **extra) -> int:
     return response.json()["id"]
 
 
+async def run_now(owner, **extra) -> tuple[AsyncClient, dict, int]:
+    """A routine of `owner` made over REST and run now: (client, headers, routine id)."""
+    client, headers = AsyncClient(), await sync_to_async(bearer)(owner)
+    rid = await create(client, headers, **extra)
+    await client.post(f"/routines/{rid}/run", headers=headers)
+    return client, headers, rid
+
+
+DISK_CHECK = {"name": "terminal", "arguments": {"command": "echo disk-ok"}}
+
+
+def script_call(llm, instruction: str, call: dict, answer: str) -> None:
+    """The model makes `call` for a run of `instruction`, then answers."""
+    llm.add_rule(Rule(match=instruction, turns=[Turn(tool_calls=[call]), Turn(content=answer)]))
+
+
+async def decide(client: AsyncClient, headers: dict, run: RoutineRun, record: ToolCallRecord, decision: str):
+    """Answer the approval the run waits for, over REST."""
+    return await client.post(f"/sessions/{run.session_id}/approvals/{record.approval_id}", {"decision": decision},
+                             content_type="application/json", headers=headers)
+
+
 class TestRuns:
     async def test_run_now_writes_in_the_routines_chat_and_marks_it_unread(self, llm, owner):
         client, headers = AsyncClient(), await sync_to_async(bearer)(owner)
@@ -176,16 +203,11 @@ class TestRuns:
 
     async def test_a_tool_that_asks_waits_and_is_answered_over_rest(self, llm, owner):
         await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"terminal": "ask"})
-        llm.add_rule(Rule(match="check the disk", turns=[
-            Turn(tool_calls=[{"name": "terminal", "arguments": {"command": "echo disk-ok"}}]), Turn(content="Disk is fine.")]))
-        client, headers = AsyncClient(), await sync_to_async(bearer)(owner)
-        rid = await create(client, headers, instruction="check the disk")
-        await client.post(f"/routines/{rid}/run", headers=headers)
+        script_call(llm, "check the disk", DISK_CHECK, "Disk is fine.")
+        client, headers, _ = await run_now(owner, instruction="check the disk")
         run = await until(lambda: RoutineRun.objects.filter(status="waiting_approval").first())
         record = await ToolCallRecord.objects.aget(decision="pending")
-        answer = await client.post(f"/sessions/{run.session_id}/approvals/{record.approval_id}", {"decision": "approve"},
-                                   content_type="application/json", headers=headers)
-        assert answer.status_code == 200
+        assert (await decide(client, headers, run, record, "approve")).status_code == 200
         await sch.get_scheduler().idle()
         run = await RoutineRun.objects.aget(pk=run.pk)
         assert run.status == "ok"
@@ -196,11 +218,8 @@ class TestRuns:
     async def test_an_unanswered_approval_times_out_to_deny(self, llm, owner, settings):
         settings.ROUTINE_APPROVAL_TIMEOUT_S = 0.5
         await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"terminal": "ask"})
-        llm.add_rule(Rule(match="check the disk", turns=[
-            Turn(tool_calls=[{"name": "terminal", "arguments": {"command": "echo disk-ok"}}]), Turn(content="Could not check.")]))
-        client, headers = AsyncClient(), await sync_to_async(bearer)(owner)
-        rid = await create(client, headers, instruction="check the disk")
-        await client.post(f"/routines/{rid}/run", headers=headers)
+        script_call(llm, "check the disk", DISK_CHECK, "Could not check.")
+        await run_now(owner, instruction="check the disk")
         await sch.get_scheduler().idle()
         assert (await ToolCallRecord.objects.aget(tool="terminal")).decision == "timed_out"
         run = await RoutineRun.objects.aget()
@@ -209,17 +228,13 @@ class TestRuns:
         assert "nobody approved this terminal call in time" in tool_rows[0].content
 
     async def test_a_routines_own_run_must_ask_before_scheduling(self, llm, owner):
-        llm.add_rule(Rule(match="multiply", turns=[
-            Turn(tool_calls=[{"name": "schedule_routine", "arguments": {
-                "name": "copy", "instruction": "multiply", "every_s": 60}}]), Turn(content="ok")]))
-        client, headers = AsyncClient(), await sync_to_async(bearer)(owner)
-        rid = await create(client, headers, instruction="multiply")
-        await client.post(f"/routines/{rid}/run", headers=headers)
+        script_call(llm, "multiply", {"name": "schedule_routine", "arguments": {
+            "name": "copy", "instruction": "multiply", "every_s": 60}}, "ok")
+        client, headers, _ = await run_now(owner, instruction="multiply")
         run = await until(lambda: RoutineRun.objects.filter(status="waiting_approval").first())
         record = await ToolCallRecord.objects.aget(decision="pending")
         assert "routine's own unattended run" in record.reason
-        await client.post(f"/sessions/{run.session_id}/approvals/{record.approval_id}", {"decision": "deny"},
-                          content_type="application/json", headers=headers)
+        await decide(client, headers, run, record, "deny")
         await sch.get_scheduler().idle()
         assert await Routine.objects.acount() == 1  # no copy was made
 
@@ -265,9 +280,7 @@ class TestDelivery:
             settings.HTTP_ALLOWED_HOSTS = [f"127.0.0.1:{good.port}", f"127.0.0.1:{bad.port}"]
             ok_target = await NotifyTarget.objects.acreate(owner=owner, kind="apprise", url=f"json://127.0.0.1:{good.port}/a")
             bad_target = await NotifyTarget.objects.acreate(owner=owner, kind="apprise", url=f"json://127.0.0.1:{bad.port}/b")
-            client, headers = AsyncClient(), await sync_to_async(bearer)(owner)
-            rid = await create(client, headers, instruction="Weather in Berlin?")
-            await client.post(f"/routines/{rid}/run", headers=headers)
+            client, headers, rid = await run_now(owner, instruction="Weather in Berlin?")
             await sch.get_scheduler().idle()
             runs = (await client.get(f"/routines/{rid}/runs", headers=headers)).json()
         outcome = {d["target_id"]: d for d in runs[0]["deliveries"]}
@@ -277,9 +290,7 @@ class TestDelivery:
         assert sent["title"] == "Morning" and "echo: Weather in Berlin?" in sent["message"]
 
     async def test_without_targets_the_run_says_so(self, llm, owner):
-        client, headers = AsyncClient(), await sync_to_async(bearer)(owner)
-        rid = await create(client, headers)
-        await client.post(f"/routines/{rid}/run", headers=headers)
+        client, headers, rid = await run_now(owner)
         await sch.get_scheduler().idle()
         runs = (await client.get(f"/routines/{rid}/runs", headers=headers)).json()
         assert [d["ok"] for d in runs[0]["deliveries"]] == [False]
@@ -311,9 +322,7 @@ class TestOneNotificationPerRun:
         from agent.frames import notices
 
         push, hook = targets
-        client, headers = AsyncClient(), await sync_to_async(bearer)(owner)
-        rid = await create(client, headers, instruction="Weather in Berlin?")
-        await client.post(f"/routines/{rid}/run", headers=headers)
+        await run_now(owner, instruction="Weather in Berlin?")
         await sch.get_scheduler().idle()
         await notices.drain()  # nothing else is still on its way
         assert titles(push, hook) == (["Morning"], ["Morning"])
@@ -324,16 +333,12 @@ class TestOneNotificationPerRun:
 
         push, hook = targets
         await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"terminal": "ask"})
-        llm.add_rule(Rule(match="check the disk", turns=[
-            Turn(tool_calls=[{"name": "terminal", "arguments": {"command": "echo disk-ok"}}]), Turn(content="Disk is fine.")]))
-        client, headers = AsyncClient(), await sync_to_async(bearer)(owner)
-        rid = await create(client, headers, instruction="check the disk")
-        await client.post(f"/routines/{rid}/run", headers=headers)
+        script_call(llm, "check the disk", DISK_CHECK, "Disk is fine.")
+        client, headers, _ = await run_now(owner, instruction="check the disk")
         run = await until(lambda: RoutineRun.objects.filter(status="waiting_approval").first())
         await asyncio.to_thread(push.wait_for, 1)
         record = await ToolCallRecord.objects.aget(decision="pending")
-        await client.post(f"/sessions/{run.session_id}/approvals/{record.approval_id}", {"decision": "approve"},
-                          content_type="application/json", headers=headers)
+        await decide(client, headers, run, record, "approve")
         await sch.get_scheduler().idle()
         await notices.drain()
         assert titles(push, hook) == (["Approval needed: Morning", "Morning"], ["Approval needed: Morning", "Morning"])

@@ -8,19 +8,15 @@ import json
 import pytest
 from django.test import Client
 
-from agent.models import Profile
 from routines_app.models import Routine
+from tests.test_routines_api import offer_routine_tools
 
 pytestmark = pytest.mark.django_db(transaction=True)
-ROUTINE_TOOLS = ["schedule_routine", "list_routines", "cancel_routine"]
 
 
 @pytest.fixture(autouse=True)
-def _profiles_offer_routines(profiles, settings):
-    for profile in Profile.objects.all():
-        profile.enabled_tools = list(profile.enabled_tools) + ROUTINE_TOOLS
-        profile.planning_enabled = False
-        profile.save()
+def _profiles_offer_routines(profiles):
+    offer_routine_tools()
 
 
 def _raw(client: Client, method: str, path: str, text: str):

@@ -5,17 +5,14 @@ is down gives the message back. Both themes, phone width, no serious axe-core fi
 
 from __future__ import annotations
 
-import time
-
 import httpx
 import pytest
 from playwright.sync_api import expect
 
+from tests import mcp_support
 from tests.browser.test_daily import axe_serious, new_page, open_chat
 from tests.browser_support import screenshot
-from tests.live_server import LiveNavi
 from tests.llm_server import Rule, Turn
-from tests.mcp_support import SDKServer
 
 # Elements of the composer that stick out of a phone-wide page.
 WIDE = """() => [...document.querySelectorAll('#composer, #composer *, .group.user, .group.user *')]
@@ -23,42 +20,27 @@ WIDE = """() => [...document.querySelectorAll('#composer, #composer *, .group.us
   .map(e => e.tagName + '#' + e.id + '.' + e.className).slice(0, 12)"""
 
 
-@pytest.fixture(scope="module")
-def navi(live_llm):
-    env = {"OLLAMA_HOST": live_llm.url, "CHAT_TITLES": "first_words", "HTTP_ALLOWED_HOSTS": "127.0.0.1",
-           "MCP_CONNECT_TIMEOUT_S": "3"}
-    with LiveNavi(env=env) as server:
-        yield server
-
-
-@pytest.fixture
-def mcp_server(tmp_path):
-    server = SDKServer(tmp_path / "marker.txt")
-    yield server
-    server.stop()
+navi = mcp_support.mcp_navi  # this module's Navi: login_state and the tests ask for `navi`
 
 
 def connected(client: httpx.Client, name: str, url: str) -> dict:
     """A server added through REST, once this Navi is connected to it."""
     created = client.post("/mcp/servers", json={"name": name, "transport": "http", "url": url})
     assert created.status_code == 201, created.text
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        server = client.get(f"/mcp/servers/{created.json()['id']}").json()
-        if server["state"] == "connected" and server["prompts"]:
-            return server
-        time.sleep(0.1)
-    raise AssertionError(f"{name} did not connect: {server}")
+    server = mcp_support.poll_server(client, created.json()["id"],
+                                     lambda body: body["state"] == "connected" and body["prompts"], 20)
+    assert server["state"] == "connected" and server["prompts"], f"{name} did not connect: {server}"
+    return server
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
-def test_attach_a_resource_and_use_a_prompt_from_the_keyboard(browser, login_state, navi, live_llm, mcp_server,
+def test_attach_a_resource_and_use_a_prompt_from_the_keyboard(browser, login_state, navi, live_llm, test_server,
                                                                scheme):
     api = navi.api()
-    mine = connected(api, f"notes{scheme}", mcp_server.url)
+    mine = connected(api, f"notes{scheme}", test_server.url)
     mallory = httpx.Client(base_url=navi.url, headers={"Authorization": f"Bearer {navi.add_user('mallory')}"},
                            timeout=30)
-    theirs = connected(mallory, f"theirs{scheme}", mcp_server.url)
+    theirs = connected(mallory, f"theirs{scheme}", test_server.url)
     live_llm.add_rule(Rule(match="what is on today", turns=[Turn(content="Milk, then a call with Ada.")]))
     context, page = new_page(browser, login_state, color_scheme=scheme, viewport={"width": 390, "height": 800})
     try:
@@ -122,7 +104,7 @@ def test_attach_a_resource_and_use_a_prompt_from_the_keyboard(browser, login_sta
         page.fill("#input", "")
         button.click()
         menu.get_by_role("menuitem").nth(1).click()  # "meeting"
-        mcp_server.stop()
+        test_server.stop()
         page.fill("#input", "sum up the meeting")
         page.press("#input", "Enter")
         expect(page.locator(".toast").last).to_contain_text(f"MCP server 'notes{scheme}'")

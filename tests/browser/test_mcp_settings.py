@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
+from tests import mcp_support
 from tests.browser.test_daily import axe_serious, new_page
 from tests.browser_support import screenshot
-from tests.live_server import LiveNavi, free_port
-from tests.mcp_support import SDKServer
+from tests.live_server import free_port
 
 # Elements of the MCP section that stick out of a phone-wide page.
 WIDE = """() => [...document.querySelectorAll('#mcp, #mcp *')]
@@ -18,19 +18,7 @@ WIDE = """() => [...document.querySelectorAll('#mcp, #mcp *')]
   .map(e => e.tagName + '#' + e.id + '.' + e.className).slice(0, 12)"""
 
 
-@pytest.fixture(scope="module")
-def navi(live_llm):
-    env = {"OLLAMA_HOST": live_llm.url, "CHAT_TITLES": "first_words", "HTTP_ALLOWED_HOSTS": "127.0.0.1",
-           "MCP_CONNECT_TIMEOUT_S": "3"}
-    with LiveNavi(env=env) as server:
-        yield server
-
-
-@pytest.fixture
-def mcp_server(tmp_path):
-    server = SDKServer(tmp_path / "marker.txt")
-    yield server
-    server.stop()
+navi = mcp_support.mcp_navi  # this module's Navi: login_state and the tests ask for `navi`
 
 
 def add(page, name: str, url: str) -> None:
@@ -42,12 +30,12 @@ def add(page, name: str, url: str) -> None:
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
-def test_a_working_and_a_broken_server_show_their_state(browser, login_state, navi, mcp_server, scheme):
+def test_a_working_and_a_broken_server_show_their_state(browser, login_state, navi, test_server, scheme):
     context, page = new_page(browser, login_state, color_scheme=scheme, viewport={"width": 390, "height": 800})
     try:
         page.goto(f"{navi.url}/settings/")
         page.wait_for_selector("body[data-mcp-ready='1']")
-        add(page, f"demo{scheme}", mcp_server.url)
+        add(page, f"demo{scheme}", test_server.url)
         working = page.locator(".mcp-server", has_text=f"demo{scheme}")
         expect(working.locator(".mcp-state")).to_have_text("connected")
         working.locator("summary").first.click()
@@ -71,7 +59,7 @@ def test_a_working_and_a_broken_server_show_their_state(browser, login_state, na
         context.close()
 
 
-def test_paste_a_config_allow_without_asking_and_live_state(browser, login_state, navi, mcp_server):
+def test_paste_a_config_allow_without_asking_and_live_state(browser, login_state, navi, test_server):
     """Issue 39 items 5 and 7: a pasted Claude Desktop config adds the good server and names the
     bad one; the allow switch is kept; a server killed while idle turns `failed` without a reload."""
     import json
@@ -80,7 +68,7 @@ def test_paste_a_config_allow_without_asking_and_live_state(browser, login_state
     try:
         page.goto(f"{navi.url}/settings/")
         page.wait_for_selector("body[data-mcp-ready='1']")
-        config = {"mcpServers": {"pasted": {"url": mcp_server.url}, "bad name!": {"url": mcp_server.url}}}
+        config = {"mcpServers": {"pasted": {"url": test_server.url}, "bad name!": {"url": test_server.url}}}
         page.fill("#mcp-import-text", json.dumps(config))
         page.get_by_role("button", name="Import servers").focus()
         page.keyboard.press("Enter")
@@ -97,7 +85,7 @@ def test_paste_a_config_allow_without_asking_and_live_state(browser, login_state
         expect(page.locator("#mcp-import-errors")).to_contain_text("Not valid JSON")
         assert not page.evaluate(WIDE)
         assert not axe_serious(page)
-        mcp_server.stop()  # killed while idle: the page follows without a reload
+        test_server.stop()  # killed while idle: the page follows without a reload
         expect(page.locator(".mcp-server", has_text="pasted").locator(".mcp-state")).to_have_text(
             "failed", timeout=40000)
     finally:
