@@ -164,6 +164,7 @@ class Message(models.Model):
             "is_summary": self.is_summary,
             "status": self.status,
             "meta": self.meta or {},
+            "sources": (self.meta or {}).get("sources") or [],  # an answer's cited passages (source chips)
             "created_at": self.created_at.isoformat(),
         }
 

@@ -83,6 +83,9 @@ class Conversation:
         if tokens is not None:
             self.token_count = tokens
 
+    async def save_meta(self, msg: ChatMessage) -> None:
+        """Persist what the live view shows besides the text (an answer's sources); no-op in memory."""
+
     def last_request(self) -> str:
         """The user's latest message: what tool selection ranks the tools against."""
         return next((m.content for m in reversed(self.context) if m.role == "user" and not m.is_summary), "")
@@ -251,6 +254,10 @@ class DBConversation(Conversation):
     async def set_token_count(self, tokens: int) -> None:
         self.token_count = tokens
         await db_hop(self._count_now, tokens)
+
+    async def save_meta(self, msg: ChatMessage) -> None:
+        if msg.db_id is not None:
+            await db_hop(_save_row, msg.db_id, {"meta": msg.meta})
 
     def _count_now(self, tokens: int) -> None:
         hotsql.execute(

@@ -79,6 +79,8 @@ class StreamEnd(AgentEvent):
     content: str
     context_tokens: int = 0
     max_context_tokens: int = 0
+    # The passages the answer drew on (agent.context.citations), also kept in its row's meta.
+    sources: list = field(default_factory=list)
     type = "stream_end"
 
 
