@@ -16,7 +16,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from agent.context import clock
+from agent.context import clock, recall
 from agent.llm.messages import ChatMessage, ToolCall
 from agent.models import Profile
 from navi_project import hotsql
@@ -56,6 +56,16 @@ class Conversation:
         self.plan: tuple[ChatMessage | None, str] = (None, "")  # this turn's plan (agent.turn.planning)
         self.clock = clock.now()  # the turn's time, the same in every call of it (agent.context.clock)
         self.memory_ahead: str | None = None  # the memory summary read with the turn's start
+        self.facts_known: bool | None = None  # whether the owner has facts (read with the summary)
+        self._recalled: tuple[str, list] | None = None  # (request, its facts): recalled once per turn
+
+    async def recalled_facts(self) -> list:
+        """The owner's facts that bear on the turn's request (agent.context.recall), found once
+        per request."""
+        request = self.last_request()
+        if self._recalled is None or self._recalled[0] != request:
+            self._recalled = (request, await recall.relevant_facts(self.owner_id, request, known=self.facts_known))
+        return self._recalled[1]
 
     def take_memory(self) -> str | None:
         """The memory summary read ahead for the turn's first call (None: read it now). Later
@@ -123,6 +133,8 @@ class DBConversation(Conversation):
         self.plan = (None, "")
         self.clock = clock.now()
         self.memory_ahead = None
+        self.facts_known = None
+        self._recalled = None
         self._flush: dict[int, _FlushState] = {}
 
     @classmethod
