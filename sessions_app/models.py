@@ -151,6 +151,7 @@ class Message(models.Model):
         return f"{self.role} #{self.seq}: {self.content[:60]}"
 
     def as_dict(self) -> dict:
+        sources = (self.meta or {}).get("sources")
         return {
             "id": self.id,
             "seq": self.seq,
@@ -164,8 +165,8 @@ class Message(models.Model):
             "is_summary": self.is_summary,
             "status": self.status,
             "meta": self.meta or {},
-            "sources": (self.meta or {}).get("sources") or [],  # an answer's cited passages (source chips)
             "created_at": self.created_at.isoformat(),
+            **({"sources": sources} if sources else {}),  # an answer's cited passages (its source chips)
         }
 
 

@@ -79,9 +79,16 @@ class StreamEnd(AgentEvent):
     content: str
     context_tokens: int = 0
     max_context_tokens: int = 0
-    # The passages the answer drew on (agent.context.citations), also kept in its row's meta.
-    sources: list = field(default_factory=list)
     type = "stream_end"
+
+
+@dataclass
+class CitedStreamEnd(StreamEnd):
+    """The end of an answer that drew on the owner's documents: `sources`, the passages it cites
+    (agent.context.citations), also kept in its row's meta. A class of its own so every other
+    stream_end keeps exactly its fields."""
+
+    sources: list = field(default_factory=list)
 
 
 @dataclass

@@ -7,7 +7,7 @@ from typing import AsyncIterator
 
 from agent.context.citations import cited_sources
 from agent.context.conversation import Conversation
-from agent.frames.events import AgentEvent, StreamEnd, TextDelta, TurnThinking
+from agent.frames.events import AgentEvent, CitedStreamEnd, StreamEnd, TextDelta, TurnThinking
 from agent.llm.messages import ChatMessage
 from agent.turn import workers
 from agent.turn.turns import Setup, Turn
@@ -23,7 +23,10 @@ async def answer(conv: Conversation, setup: Setup, turn: Turn, is_subagent: bool
     if sources:  # kept with the answer, so the history shows its source chips after a reload
         turn.message.meta = {**turn.message.meta, "sources": sources}
         await conv.save_meta(turn.message)
-    yield StreamEnd(turn.message.content, turn.tokens, setup.limit, sources=sources)
+    if sources:
+        yield CitedStreamEnd(turn.message.content, turn.tokens, setup.limit, sources=sources)
+    else:
+        yield StreamEnd(turn.message.content, turn.tokens, setup.limit)
     if not is_subagent:
         for event in await workers.run_phase(
             workers.post_turn_workers, conv, setup.profile, setup.backend, "post", setup.limit
