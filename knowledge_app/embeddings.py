@@ -137,7 +137,7 @@ def _call(texts: list[str], timeout: float) -> list[list[float]]:
     return vectors
 
 
-def embed_query(text: str) -> list[float] | None:
+def embed_query(text: str, timeout: float = QUERY_TIMEOUT_S) -> list[float] | None:
     """The query's vector, or None when embeddings cannot be had now (search uses the words).
     Recent ones are kept, so a caller can embed a query first in a thread of its own (the
     agent's turn) and the search on the database thread then finds it without waiting."""
@@ -150,7 +150,7 @@ def embed_query(text: str) -> list[float] | None:
     if not usable():
         return None
     try:
-        vector = embed([text], timeout=QUERY_TIMEOUT_S)[0]
+        vector = embed([text], timeout=timeout)[0]
     except EmbeddingError:
         return None
     with _lock:

@@ -22,6 +22,9 @@ from memory_app.services import UNVERIFIED_HEADER, has_facts
 from navi_project.hop import db_hop
 
 RECALL_LIMIT = 5
+# The turn waits this long for its request's vector (a server that does not answer is then
+# skipped for a while: knowledge_app.embeddings.RETRY_AFTER_S), then recalls by the words.
+EMBED_TIMEOUT_S = 5.0
 QUERY_MAX = 2000  # characters of the request searched with
 HEADER = "Facts I remember that may bear on this request:"
 # Words every request has: by the words alone they would recall any fact that holds them.
@@ -48,7 +51,7 @@ async def relevant_facts(owner_id: int | None, request: str, *, known: bool | No
         return []
     if known is None and not await db_hop(has_facts, owner_id):
         return []
-    await sync_to_async(embed_query, thread_sensitive=False)(query)  # kept for the search below
+    await sync_to_async(embed_query, thread_sensitive=False)(query, EMBED_TIMEOUT_S)  # kept for the search below
     return await db_hop(search_facts, owner_id, query, RECALL_LIMIT)
 
 
