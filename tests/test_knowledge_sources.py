@@ -78,6 +78,8 @@ class TestSourcesOfAnAnswer:
         assert row.meta["sources"] == end["sources"]
         shown = (await sync_to_async(owner_client.get)(f"/sessions/{session.pk}")).json()["messages"][-1]
         assert shown["sources"] == end["sources"] and shown["meta"]["sources"] == end["sources"]
+        exported = (await sync_to_async(owner_client.get)(f"/sessions/{session.pk}/export?format=md")).content.decode()
+        assert f"Sources: `boiler.md` (`{end['sources'][0]['where']}`)" in exported
         opened = (await sync_to_async(owner_client.get)(f"/knowledge/passages/{end['sources'][0]['passage_id']}")).json()
         assert opened["name"] == "boiler.md" and opened["where"] == end["sources"][0]["where"]
         assert "every October" in opened["text"] and "hedge" not in opened["text"]
