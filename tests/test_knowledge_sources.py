@@ -111,6 +111,27 @@ class TestSourcesOfAnAnswer:
         assert [s["location"]["heading"] for s in reply.json()["sources"]] == ["Garden"]
 
 
+class TestOnlyTheOwner:
+    async def test_another_user_sees_neither_the_answer_nor_its_passages_even_through_an_import(
+            self, llm, embed, searcher, owner_client, other_user, session, owner_token):
+        await sync_to_async(indexed)(owner_client, "boiler.md", BOILER)
+        frames = await _ask(llm, session, owner_token, "when is the boiler serviced", "boiler service",
+                            "Every October (boiler.md, section “Heating”).")
+        passage_id = frames[-1]["sources"][0]["passage_id"]
+        mallory = Client()
+        await sync_to_async(mallory.force_login)(other_user)
+        assert (await sync_to_async(mallory.get)(f"/sessions/{session.pk}")).status_code == 404
+        # A chat export carrying the owner's passage ids, imported by another user: the chips come
+        # with it, but what they point at stays the owner's.
+        exported = (await sync_to_async(owner_client.get)(f"/sessions/{session.pk}/export?format=json")).content
+        imported = await sync_to_async(mallory.post)("/sessions/import", exported, content_type="application/json")
+        assert imported.status_code == 201, imported.content
+        copy = (await sync_to_async(mallory.get)(f"/sessions/{imported.json()['session_id']}")).json()
+        assert copy["messages"][-1]["sources"][0]["passage_id"] == passage_id
+        refused = await sync_to_async(mallory.get)(f"/knowledge/passages/{passage_id}")
+        assert refused.status_code == 404 and "boiler" not in refused.content.decode()
+
+
 class TestOpeningAPassage:
     def test_only_the_owner_opens_a_passage(self, embed, owner_client, other_user, anon_client):
         document = indexed(owner_client, "boiler.md", BOILER)
