@@ -166,7 +166,7 @@ class Message(models.Model):
             "status": self.status,
             "meta": self.meta or {},
             "created_at": self.created_at.isoformat(),
-            **({"sources": sources} if sources else {}),  # an answer's cited passages (its source chips)
+            **({"sources": sources} if sources and isinstance(sources, list) else {}),  # an answer's cited passages (its chips)
         }
 
 

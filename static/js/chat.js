@@ -73,7 +73,7 @@ function renderTurnRows(rows) {
         turn.append(t);
       }
       if (row.content) turn.append(assistantBubble(row.content));
-      const sources = row.sources || meta.sources || [];
+      const sources = [row.sources, meta.sources].find(Array.isArray) || [];
       if (sources.length) turn.append(sourceChips(sources));
       for (const call of row.tool_calls || []) {
         const card = toolCard(call.name, call.arguments);
@@ -811,7 +811,7 @@ export class ChatView {
           run.text = { node: assistantBubble(f.content), value: f.content };
           run.el.append(run.text.node);
         }
-        if (f.sources?.length && !run.el.querySelector(":scope > .sources")) run.el.append(sourceChips(f.sources));
+        if (Array.isArray(f.sources) && f.sources.length && !run.el.querySelector(":scope > .sources")) run.el.append(sourceChips(f.sources));
         this.onContext(f.context_tokens, f.max_context_tokens);
         break;
       case "stream_stopped":

@@ -11,13 +11,16 @@ function label(source) {
   return source.where ? `${source.name}, ${source.where}` : source.name;
 }
 
-/** The chips under an answer (a labelled group of buttons). */
+/** The chips under an answer (a labelled group of buttons); an empty fragment when none is well-formed. */
 export function sourceChips(sources) {
   const box = el("div", "sources");
   box.setAttribute("role", "group");
   box.setAttribute("aria-label", "Sources of this answer");
   box.append(el("span", "sources-label", "Sources"));
-  for (const source of sources) {
+  // An imported chat's sources are whatever its file said: only well-formed ones become chips.
+  for (const raw of sources) {
+    if (!raw || typeof raw !== "object" || !raw.passage_id) continue;
+    const source = { ...raw, name: String(raw.name || "document"), where: raw.where ? String(raw.where) : "" };
     const chip = el("button", "chip source");
     chip.type = "button";
     chip.dataset.passageId = String(source.passage_id);
@@ -28,7 +31,7 @@ export function sourceChips(sources) {
     chip.addEventListener("click", () => openPassage(source, chip));
     box.append(chip);
   }
-  return box;
+  return box.querySelector("button") ? box : document.createDocumentFragment(); // nothing to show: nothing added
 }
 
 let dialog = null;

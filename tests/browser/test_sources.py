@@ -123,3 +123,31 @@ def test_a_passage_that_is_gone_says_so(browser, login_state, navi, live_llm, bo
         screenshot(page, "sources-4-gone")
     finally:
         context.close()
+
+
+def test_an_imported_chat_with_malformed_sources_still_renders(browser, login_state, navi):
+    from sessions_app.transfer import FORMAT, VERSION
+
+    answers = [{"passage_id": 1, "document_id": "d", "name": "ok.md", "where": "page 2"}, "junk", None, {"x": 1}]
+    messages = [{"seq": 1, "role": "user", "content": "q1"},
+                {"seq": 2, "role": "assistant", "content": "answer one", "meta": {"sources": "not a list"}},
+                {"seq": 3, "role": "user", "content": "q2"},
+                {"seq": 4, "role": "assistant", "content": "answer two", "meta": {"sources": {"a": 1}}},
+                {"seq": 5, "role": "user", "content": "q3"},
+                {"seq": 6, "role": "assistant", "content": "answer three", "meta": {"sources": answers}}]
+    export = {"format": FORMAT, "version": VERSION, "session": {"title": "imported sources"}, "messages": messages}
+    with navi.api() as client:
+        made = client.post("/sessions/import", json=export)
+        assert made.status_code == 201, made.text
+        sid = made.json()["session_id"]
+    context, page = new_page(browser, login_state)
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        open_chat(page, navi, sid)
+        expect(page.locator(".bubble.assistant")).to_have_count(3)
+        expect(page.locator(".sources")).to_have_count(1)  # only the answer with a well-formed source
+        expect(page.locator(".sources button.chip.source")).to_have_text("ok.mdpage 2")
+        assert errors == []
+    finally:
+        context.close()
