@@ -176,7 +176,7 @@ def document(request: HttpRequest, document_id: str) -> JsonResponse:
 @api_login_required
 @json_view("GET")
 def passages(request: HttpRequest, document_id: str) -> JsonResponse:
-    """GET /knowledge/<id>/passages?seq=N: a passage of the caller's document (a source chip opens it)."""
+    """GET /knowledge/<id>/passages?seq=N: the passages of the caller's document (one with `seq`)."""
     found = _owned(request, document_id)
     rows = found.passages.order_by("seq")
     seq = request.GET.get("seq")
