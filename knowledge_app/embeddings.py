@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import httpx
@@ -17,6 +18,7 @@ from django.conf import settings
 
 RETRY_AFTER_S = 30.0  # a failed server or missing model is asked again after this
 QUERY_TIMEOUT_S = 10.0  # a search waits this long for its query's vector, then uses the words
+QUERY_CACHE = 64  # recent queries' vectors kept: a turn's request is embedded once, off the database thread
 
 
 class EmbeddingError(Exception):
@@ -38,6 +40,7 @@ class State:
 _lock = threading.Lock()
 _state = State()
 _client: httpx.Client | None = None
+_queries: OrderedDict[tuple, list[float]] = OrderedDict()
 
 
 def _http() -> httpx.Client:
@@ -70,6 +73,7 @@ def forget() -> None:
     global _state
     with _lock:
         _state = State()
+        _queries.clear()
 
 
 def usable() -> bool:
@@ -133,11 +137,24 @@ def _call(texts: list[str], timeout: float) -> list[list[float]]:
     return vectors
 
 
-def embed_query(text: str) -> list[float] | None:
-    """The query's vector, or None when embeddings cannot be had now (search uses the words)."""
+def embed_query(text: str, timeout: float = QUERY_TIMEOUT_S) -> list[float] | None:
+    """The query's vector, or None when embeddings cannot be had now (search uses the words).
+    Recent ones are kept, so a caller can embed a query first in a thread of its own (the
+    agent's turn) and the search on the database thread then finds it without waiting."""
+    text = text[:4000]
+    key = (_key(), text)
+    with _lock:
+        if (known := _queries.get(key)) is not None:
+            _queries.move_to_end(key)
+            return known
     if not usable():
         return None
     try:
-        return embed([text[:4000]], timeout=QUERY_TIMEOUT_S)[0]
+        vector = embed([text], timeout=timeout)[0]
     except EmbeddingError:
         return None
+    with _lock:
+        _queries[key] = vector
+        while len(_queries) > QUERY_CACHE:
+            _queries.popitem(last=False)
+    return vector

@@ -55,10 +55,11 @@ class Hit:
     text: str
     score: float
     location: dict
+    passage_id: int = 0  # what a source chip opens (GET /knowledge/passages/<id>)
 
     def as_dict(self) -> dict:
         return {"document_id": self.document_id, "name": self.name, "text": self.text,
-                "score": round(self.score, 6), "location": self.location}
+                "score": round(self.score, 6), "location": self.location, "passage_id": self.passage_id}
 
 
 def fuse(*ranked: list[int]) -> list[tuple[int, float]]:
@@ -112,7 +113,7 @@ def search(owner_id: int, query: str, k: int = 5, *, mode: str = "hybrid") -> li
         passage = rows.get(passage_id)
         if passage is None:
             continue  # a vector of a passage that is gone, or of a document still indexing
-        hits.append(Hit(str(passage.document_id), passage.document.name, passage.text, score, passage.location))
+        hits.append(Hit(str(passage.document_id), passage.document.name, passage.text, score, passage.location, passage.pk))
         if len(hits) == k:
             break
     return hits

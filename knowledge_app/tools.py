@@ -19,6 +19,12 @@ from tools_app.toolset import register_app_tools
 from . import search
 
 TEXT_MAX = 1200  # characters of each passage shown
+# Read by the model after the passages, outside their untrusted block (it names no document:
+# an uploaded file's name is not the owner speaking).
+CITE_NOTE = (
+    "When you use one of these passages, name its source in parentheses after the sentence: the "
+    "document's name and where in it, e.g. (notes.md, section “Travel”) or (report.pdf, page 3)."
+)
 
 
 def describe(location: dict) -> str:
@@ -66,8 +72,10 @@ class KnowledgeSearchTool(Tool):
         for number, hit in enumerate(hits, start=1):
             where = describe(hit.location)
             lines.append(f"[{number}] {hit.name}" + (f" ({where})" if where else "") + f":\n{hit.text[:TEXT_MAX]}")
-        sources = [{"document_id": h.document_id, "name": h.name, "location": h.location} for h in hits]
-        return ToolResult(True, "\n\n".join(lines), metadata={"sources": sources})
+        # What the answer drew on, kept with it so the page shows chips that open each passage.
+        sources = [{"passage_id": h.passage_id, "document_id": h.document_id, "name": h.name,
+                    "location": h.location, "where": describe(h.location)} for h in hits]
+        return ToolResult(True, "\n\n".join(lines), metadata={"sources": sources, "cite_note": CITE_NOTE})
 
 
 def _make(_registry) -> Tool:

@@ -26,7 +26,8 @@ from sessions_app.auth import api_login_required
 from sessions_app.files import sanitize_filename
 
 from . import embeddings, extract, indexer, search, vectors
-from .models import Document
+from .models import Document, Passage
+from .tools import describe
 
 MB = 1024 * 1024
 SNIFF = 8192
@@ -175,7 +176,7 @@ def document(request: HttpRequest, document_id: str) -> JsonResponse:
 @api_login_required
 @json_view("GET")
 def passages(request: HttpRequest, document_id: str) -> JsonResponse:
-    """GET /knowledge/<id>/passages?seq=N: a passage of the caller's document (a source chip opens it)."""
+    """GET /knowledge/<id>/passages?seq=N: the passages of the caller's document (one with `seq`)."""
     found = _owned(request, document_id)
     rows = found.passages.order_by("seq")
     seq = request.GET.get("seq")
@@ -186,6 +187,23 @@ def passages(request: HttpRequest, document_id: str) -> JsonResponse:
     rows = rows[:200]
     return JsonResponse({"document_id": str(found.id), "name": found.name,
                          "passages": [{"seq": p.seq, "text": p.text, "location": p.location} for p in rows]})
+
+
+@api_login_required
+@json_view("GET")
+def passage(request: HttpRequest, passage_id: str) -> JsonResponse:
+    """GET /knowledge/passages/<id>: one passage of the caller's, with its document's name and
+    where it is (what an answer's source chip opens); another user's id is a 404 like a missing one."""
+    found = None
+    if passage_id.isdigit() and int(passage_id) < 2**63:  # a bigger number is no row (and no SQLite integer)
+        found = Passage.objects.filter(pk=int(passage_id), owner=request.user).select_related("document").first()
+    if found is None:
+        raise ApiError(f"no passage '{passage_id[:32]}': its document may have been deleted or indexed again; "
+                       "search the Knowledge page for it", 404)
+    document = found.document
+    return JsonResponse({"id": found.pk, "document_id": str(document.id), "name": document.name, "seq": found.seq,
+                         "location": found.location, "where": describe(found.location), "text": found.text,
+                         "document_status": document.status})
 
 
 @api_login_required

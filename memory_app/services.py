@@ -97,6 +97,14 @@ def get_summary(owner_id: int | None) -> str:
     return (rows[0][0] if rows else "") or ""  # one row per owner (OneToOne); read on every run
 
 
+def has_facts(owner_id: int | None) -> bool:
+    """Whether the owner has any fact (read with the summary on every run: a run recalls facts
+    by meaning only for an owner who has some)."""
+    if owner_id is None:
+        return False
+    return bool(hotsql.values(f"SELECT 1 FROM {hotsql.table(MemoryFact)} WHERE owner_id = %s LIMIT 1", [owner_id]))
+
+
 def set_summary(owner_id: int, content: str) -> None:
     MemorySummary.objects.update_or_create(
         owner_id=owner_id, defaults={"content": content.strip(), "updated_at": timezone.now()}

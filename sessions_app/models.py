@@ -151,6 +151,7 @@ class Message(models.Model):
         return f"{self.role} #{self.seq}: {self.content[:60]}"
 
     def as_dict(self) -> dict:
+        sources = (self.meta or {}).get("sources")
         return {
             "id": self.id,
             "seq": self.seq,
@@ -165,6 +166,7 @@ class Message(models.Model):
             "status": self.status,
             "meta": self.meta or {},
             "created_at": self.created_at.isoformat(),
+            **({"sources": sources} if sources and isinstance(sources, list) else {}),  # an answer's cited passages (its chips)
         }
 
 

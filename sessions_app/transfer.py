@@ -139,6 +139,8 @@ def _markdown_message(m: Message) -> list[str]:
         out.append(_details("Thinking", m.thinking))
     if m.content:
         out += [m.content, ""]
+    if sources := (m.meta or {}).get("sources"):
+        out += ["Sources: " + "; ".join(_source_md(s) for s in sources if isinstance(s, dict)), ""]
     for call in m.tool_calls or []:
         args = call.get("arguments")
         text = args if isinstance(args, str) else json.dumps(args, indent=2, ensure_ascii=False)
@@ -146,6 +148,12 @@ def _markdown_message(m: Message) -> list[str]:
     if m.status == Message.Status.INTERRUPTED:
         out += ["*(interrupted)*", ""]
     return out
+
+
+def _source_md(source: dict) -> str:
+    """A passage an answer cites, in code spans: an uploaded file's name and headings are not Markdown to render."""
+    name, where = (str(source.get(k) or "").replace("`", "'") for k in ("name", "where"))
+    return f"`{name}`" + (f" (`{where}`)" if where else "")
 
 
 # --- import ---------------------------------------------------------------------------------

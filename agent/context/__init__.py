@@ -1,4 +1,5 @@
 """What a model call is sent: the chat's conversation, loaded and saved row by row
-(`conversation`), the system prompt (`prompts`), the turn's clock (`clock`) and the window it must
+(`conversation`), the system prompt (`prompts`), the turn's clock (`clock`), the facts the
+request recalls (`recall`), the sources an answer cites (`citations`) and the window it must
 fit (`window`).
 May import frames, llm and models only."""

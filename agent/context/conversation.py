@@ -16,7 +16,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from agent.context import clock
+from agent.context import clock, recall
 from agent.llm.messages import ChatMessage, ToolCall
 from agent.models import Profile
 from navi_project import hotsql
@@ -56,6 +56,16 @@ class Conversation:
         self.plan: tuple[ChatMessage | None, str] = (None, "")  # this turn's plan (agent.turn.planning)
         self.clock = clock.now()  # the turn's time, the same in every call of it (agent.context.clock)
         self.memory_ahead: str | None = None  # the memory summary read with the turn's start
+        self.facts_known: bool | None = None  # whether the owner has facts (read with the summary)
+        self._recalled: tuple[str, list] | None = None  # (request, its facts): recalled once per turn
+
+    async def recalled_facts(self) -> list:
+        """The owner's facts that bear on the turn's request (agent.context.recall), found once
+        per request."""
+        request = self.last_request()
+        if self._recalled is None or self._recalled[0] != request:
+            self._recalled = (request, await recall.relevant_facts(self.owner_id, request, known=self.facts_known))
+        return self._recalled[1]
 
     def take_memory(self) -> str | None:
         """The memory summary read ahead for the turn's first call (None: read it now). Later
@@ -82,6 +92,9 @@ class Conversation:
             await self.add(msg, status=status)
         if tokens is not None:
             self.token_count = tokens
+
+    async def save_meta(self, msg: ChatMessage) -> None:
+        """Persist what the live view shows besides the text (an answer's sources); no-op in memory."""
 
     def last_request(self) -> str:
         """The user's latest message: what tool selection ranks the tools against."""
@@ -120,6 +133,8 @@ class DBConversation(Conversation):
         self.plan = (None, "")
         self.clock = clock.now()
         self.memory_ahead = None
+        self.facts_known = None
+        self._recalled = None
         self._flush: dict[int, _FlushState] = {}
 
     @classmethod
@@ -251,6 +266,10 @@ class DBConversation(Conversation):
     async def set_token_count(self, tokens: int) -> None:
         self.token_count = tokens
         await db_hop(self._count_now, tokens)
+
+    async def save_meta(self, msg: ChatMessage) -> None:
+        if msg.db_id is not None:
+            await db_hop(_save_row, msg.db_id, {"meta": msg.meta})
 
     def _count_now(self, tokens: int) -> None:
         hotsql.execute(

@@ -83,6 +83,15 @@ class StreamEnd(AgentEvent):
 
 
 @dataclass
+class CitedStreamEnd(StreamEnd):
+    """The end of an answer that drew on the owner's documents: `sources`, the passages it cites
+    (agent.context.citations), also kept in its row's meta. A class of its own so every other
+    stream_end keeps exactly its fields."""
+
+    sources: list = field(default_factory=list)
+
+
+@dataclass
 class StreamStopped(AgentEvent):
     type = "stream_stopped"
 

@@ -102,6 +102,7 @@ class Run:
     shut_down: bool = False  # stopped by the server's shutdown, not by a person: interrupted
     answered: bool = False  # stream_end sent; only post-turn workers may still run
     context_tokens: int = 0
+    sources: list = field(default_factory=list)  # the answer's (stream_end's), for the REST reply
     rewound: dict | None = None  # the history_rewound frame of an edit or regenerate
     publishing: bool = False  # the publisher task has frames in hand
     origin: str = ""  # who started it: "" a person in a chat, else the starter's word ("routine")
@@ -299,6 +300,7 @@ class RunManager:
                     run.answered = True
                     run.final_content = frame["content"]
                     run.context_tokens = frame.get("context_tokens", 0)
+                    run.sources = frame.get("sources") or []
                 elif frame["type"] == "error":
                     run.error, run.error_code = frame["message"], frame.get("code", "internal")
                 elif frame["type"] == "stream_stopped":

@@ -82,6 +82,7 @@ async def run_tool(
             with contextlib.suppress(ValueError):  # closed from another task's context: nothing to undo
                 current_taint.reset(taint)
     content = _content(call, prepared, result, conv, guard, taint_before) + tracker.after(call, result)
+    trace.note_result(result)
     yield ToolEvent(tool=call.name, args=call.arguments, result=content, success=result.success, recovered=call.recovered)
     await conv.add(ChatMessage(role="tool", content=content, tool_call_id=call.id, name=call.name, meta=trace.meta()))
     if verdict is not None and verdict.run:
@@ -162,4 +163,6 @@ def _content(
         content = policy.wrap_untrusted(content, source)
         if guard is not None and conv is not guard.conversation:
             guard.taint(source)
+    if result.success and (note := result.metadata.get("cite_note")):
+        content = f"{content}\n{note}"  # the tool's own words, after (outside) the data it returned
     return content

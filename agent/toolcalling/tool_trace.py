@@ -1,12 +1,14 @@
 """What a tool call showed in the live view besides its result, kept on its tool row
 (`Message.meta`) so the history after a reload shows the same: published files, memory notes,
-a profile switch, and the sub-agent's own tool calls (nested under spawn_agent)."""
+a profile switch, the sub-agent's own tool calls (nested under spawn_agent), and the sources a
+search returned (the turn's answer cites them: agent.context.citations)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from agent.frames.events import AgentEvent, FilePublished, MemorySaved, ProfileSwitched, ToolEvent
+from tools_app.base import ToolResult
 
 MAX_SUBAGENT_CALLS = 50
 MAX_RESULT_CHARS = 1000
@@ -38,6 +40,12 @@ class ToolTrace:
                 )
             else:
                 self._meta["subagent_truncated"] = True
+
+    def note_result(self, result: ToolResult) -> None:
+        """A search's passages (knowledge_search's `sources`), for the answer's source chips."""
+        sources = result.metadata.get("sources") if result.success else None
+        if isinstance(sources, list) and sources:
+            self._meta["sources"] = sources
 
     def meta(self) -> dict[str, Any]:
         return dict(self._meta)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import AsyncIterator
 
+from agent.context.citations import cited_sources
 from agent.context.conversation import Conversation
-from agent.frames.events import AgentEvent, StreamEnd, TextDelta, TurnThinking
+from agent.frames.events import AgentEvent, CitedStreamEnd, StreamEnd, TextDelta, TurnThinking
 from agent.llm.messages import ChatMessage
 from agent.turn import workers
 from agent.turn.turns import Setup, Turn
@@ -18,7 +19,14 @@ async def answer(conv: Conversation, setup: Setup, turn: Turn, is_subagent: bool
     if is_subagent and turn.message.thinking:
         yield TurnThinking(thinking=turn.message.thinking)
     await setup.tracker.flush()  # nothing to write on a plain answer; counted before the run is seen ending
-    yield StreamEnd(turn.message.content, turn.tokens, setup.limit)
+    sources = [] if is_subagent else cited_sources(conv.context, turn.message.content)
+    if sources:  # kept with the answer, so the history shows its source chips after a reload
+        turn.message.meta = {**turn.message.meta, "sources": sources}
+        await conv.save_meta(turn.message)
+    if sources:
+        yield CitedStreamEnd(turn.message.content, turn.tokens, setup.limit, sources=sources)
+    else:
+        yield StreamEnd(turn.message.content, turn.tokens, setup.limit)
     if not is_subagent:
         for event in await workers.run_phase(
             workers.post_turn_workers, conv, setup.profile, setup.backend, "post", setup.limit

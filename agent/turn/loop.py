@@ -23,7 +23,7 @@ from agent.turn import ending, subagent, workers
 from agent.turn.planning import plan_turn, should_plan
 from agent.turn.stopping import Stopped, raise_if_stopped, until_stopped
 from agent.turn.turns import Setup, Turn, TurnFailed, constrained_step, make_setup, stream_turn, turn_context
-from memory_app.services import get_summary
+from memory_app.services import get_summary, has_facts
 from navi_project.hop import db_hop
 from tools_app.context import (
     current_chat_session_id,
@@ -94,7 +94,8 @@ class Agent:
         """The start of a turn, sync, for one thread hop (each hop cost 2-3 ms while other runs
         stream): the session and its context, the run's guard, the user's message committed
         before any LLM call (a crash or an unreachable model never loses it), the user tools
-        written or toggled elsewhere since the last run, and the memory summary for the first call.
+        written or toggled elsewhere since the last run, and the memory summary for the first call
+        (and whether the owner has facts to recall).
         `session`: its row as the run's claim just read it, if it did."""
         message = ChatMessage(role="user", content=user_message, images=list(images or []))
         conv = DBConversation.load(session_id, session=session)
@@ -103,6 +104,7 @@ class Agent:
         self.tools.refresh_user_tools_now()
         self.tools.load_provided(conv.owner_id)
         conv.memory_ahead = get_summary(conv.owner_id)
+        conv.facts_known = has_facts(conv.owner_id)  # no facts: no search for the ones the request recalls
         return conv, guard
 
     async def run(self, session_id: str, user_message: str, images: list[str] | None = None) -> str:

@@ -113,7 +113,7 @@ async def turn_context(conv: Conversation, setup: Setup) -> list[ChatMessage]:
     # what is written under its request: its clock stays in the system message.
     context = await prompts.build_context(
         setup.profile, conv.context, conv.owner_id, conv.clock, conv.take_memory(), tools_text=setup.catalogue,
-        clock_after=not setup.profile.max_tools,
+        clock_after=not setup.profile.max_tools, recalled=await conv.recalled_facts(),
     )
     return planning.with_plan(context, conv)
 

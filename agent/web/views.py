@@ -212,7 +212,8 @@ async def _run_and_wait(session: Session, content: str, images: list[str], **mod
     if run.stopped and not run.answered:
         return JsonResponse({"error": "the run was stopped before it finished", "run_id": run.run_id}, status=409)
     return JsonResponse(
-        {"content": run.final_content or "", "context_tokens": run.context_tokens, "run_id": run.run_id}
+        {"content": run.final_content or "", "context_tokens": run.context_tokens, "run_id": run.run_id,
+         **({"sources": run.sources} if run.sources else {})}  # the passages the answer cites, when it cites any
     )
 
 

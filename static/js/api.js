@@ -82,6 +82,7 @@ export const api = {
   forgetFact: (id) => request("DELETE", `/memory/facts/${id}`),
   confirmFact: (id) => request("POST", `/memory/facts/${id}/confirm`),
   session: (id) => request("GET", `/sessions/${id}`),
+  passage: (id) => request("GET", `/knowledge/passages/${encodeURIComponent(id)}`),
   olderMessages: (id, before) => request("GET", `/sessions/${id}?before=${encodeURIComponent(before)}`),
   // New chat: the newest chat is reused while it is still empty (a script's POST always creates).
   createSession: (profileId) => request("POST", "/sessions", { profile_id: profileId, reuse_empty: true }),

@@ -7,6 +7,7 @@ import {
   actionButton, closeThinking, completeToolCard, el, errorBox, notice, planCard, publishedFile, setToolStatus,
   statusBadge, subagentList, thinkingBlock, toolCard, userBubble,
 } from "./cards.js";
+import { sourceChips } from "./sources.js";
 
 const PAGE = 30; // groups rendered per page of history
 const TERMINAL = new Set(["stream_end", "stream_stopped", "error"]);
@@ -72,6 +73,8 @@ function renderTurnRows(rows) {
         turn.append(t);
       }
       if (row.content) turn.append(assistantBubble(row.content));
+      const sources = [row.sources, meta.sources].find(Array.isArray) || [];
+      if (sources.length) turn.append(sourceChips(sources));
       for (const call of row.tool_calls || []) {
         const card = toolCard(call.name, call.arguments);
         cards.set(call.id, card);
@@ -808,6 +811,7 @@ export class ChatView {
           run.text = { node: assistantBubble(f.content), value: f.content };
           run.el.append(run.text.node);
         }
+        if (Array.isArray(f.sources) && f.sources.length && !run.el.querySelector(":scope > .sources")) run.el.append(sourceChips(f.sources));
         this.onContext(f.context_tokens, f.max_context_tokens);
         break;
       case "stream_stopped":

@@ -36,6 +36,7 @@ function statusText(doc) {
 function documentItem(doc) {
   const li = el("li", `document ${doc.status}`);
   li.dataset.id = doc.id;
+  li.id = `document-${doc.id}`; // an answer's source chip links here
   const head = el("div", "document-head");
   head.append(el("strong", "document-name", doc.name), el("span", "hint", ` added ${when(doc.created_at)}`));
   const status = el("p", "document-status", statusText(doc));
@@ -81,12 +82,31 @@ async function refresh() {
   } else if (!notice.textContent) {
     notice.hidden = true;
   }
+  showLinked();
   const busy = data.documents.some((d) => d.status === "indexing");
   if (busy && !polling) polling = setInterval(refresh, POLL_MS);
   if (!busy && polling) {
     clearInterval(polling);
     polling = null;
   }
+}
+
+let linkShown = false;
+
+/** /knowledge/#document-<id> (from a source chip in the chat): that document, marked and focused. */
+function showLinked() {
+  const target = decodeURIComponent(location.hash.slice(1));
+  if (linkShown || !target.startsWith("document-")) return;
+  linkShown = true;
+  const item = document.getElementById(target);
+  if (!item) {
+    toast("The document that answer cited is no longer in your Knowledge (it was deleted); upload it again to cite it.");
+    return;
+  }
+  item.classList.add("linked");
+  item.tabIndex = -1;
+  item.scrollIntoView({ block: "center" });
+  item.focus();
 }
 
 function upload(file) {
