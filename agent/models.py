@@ -73,7 +73,14 @@ class Profile(models.Model):
         return settings.OLLAMA_DEFAULT_MODEL
 
     def answer_token_limit(self) -> int:
-        return self.max_answer_tokens or settings.LLM_MAX_ANSWER_TOKENS
+        """The profile's own cap, else LLM_MAX_ANSWER_TOKENS; a small model's profile (one that caps
+        its tools) at most LLM_MAX_ANSWER_TOKENS_SMALL: it can write thousands of tokens to a
+        one-line question."""
+        if self.max_answer_tokens:
+            return self.max_answer_tokens
+        if self.max_tools:
+            return min(settings.LLM_MAX_ANSWER_TOKENS, settings.LLM_MAX_ANSWER_TOKENS_SMALL)
+        return settings.LLM_MAX_ANSWER_TOKENS
 
     def as_dict(self) -> dict:
         return {

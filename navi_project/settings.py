@@ -351,6 +351,7 @@ LLM_CALL_MAX_S = env.float("LLM_CALL_MAX_S", default=600.0)
 # Output caps per purpose (max_tokens / num_predict): a small model left unbounded writes until
 # the context window is full. Answers can be capped per profile (Profile.max_answer_tokens).
 LLM_MAX_ANSWER_TOKENS = env.int("LLM_MAX_ANSWER_TOKENS", default=4096)
+LLM_MAX_ANSWER_TOKENS_SMALL = env.int("LLM_MAX_ANSWER_TOKENS_SMALL", default=1024)  # profiles that cap their tools (small models)
 LLM_MAX_PLAN_TOKENS = env.int("LLM_MAX_PLAN_TOKENS", default=200)
 LLM_MAX_SUMMARY_TOKENS = env.int("LLM_MAX_SUMMARY_TOKENS", default=1024)  # compression, memory summary, reflect
 LLM_MAX_EXTRACTION_TOKENS = env.int("LLM_MAX_EXTRACTION_TOKENS", default=512)

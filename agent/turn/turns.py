@@ -34,6 +34,7 @@ from agent.toolcalling.calls import CallTracker, DoesNotFit, fit_request
 from agent.toolcalling.partial_json import FieldText
 from agent.toolcalling.toolcalls import CallTextFilter, extract_calls
 from agent.turn import planning
+from agent.turn.runaway import RunawayGuard
 from agent.turn.stopping import Stopped, raise_if_stopped, stoppable, until_stopped
 from navi_project.llm_purpose import llm_purpose
 from tools_app.base import Tool
@@ -356,6 +357,7 @@ async def _constrained_stream(
     request = _fit_step(context, tools, setup)
     output = OutputSchema(setup.constrained, constrained.step_schema(allowed, answer=answer, without=without, text=text))
     reader = FieldText(constrained.ANSWER_TEXT) if text else None
+    guard = RunawayGuard()
     msg, stop = turn.message, current_stop_event.get()
     parts: list[str] = []
     calls: list[ToolCall] = []
@@ -383,6 +385,9 @@ async def _constrained_stream(
                             yield ThinkingEnd()
                             turn.thinking_open = False
                         yield TextDelta(shown)
+                        if guard.looping(msg.content):
+                            await _cut_loop(conv, msg, guard)
+                            break  # the answer is what was said before the loop; the call is closed
                         await conv.save_streaming(msg, status="partial", force=False)
                 calls.extend(chunk.tool_calls)
                 if chunk.done:
@@ -508,6 +513,7 @@ async def _streamed(stream, conv: Conversation, setup: Setup, turn: Turn, text_f
 async def _receive(stream, conv: Conversation, turn: Turn, text_filter: CallTextFilter | None):
     stop = current_stop_event.get()
     msg = turn.message
+    guard = RunawayGuard()
     async for chunk in stoppable(stream, stop):
         raise_if_stopped(stop)
         if chunk.thinking:
@@ -521,6 +527,9 @@ async def _receive(stream, conv: Conversation, turn: Turn, text_filter: CallText
                 yield ThinkingEnd()
             turn.thinking_open = False
             yield TextDelta(shown)
+            if guard.looping(msg.content):
+                await _cut_loop(conv, msg, guard)
+                return  # the stream is closed by the caller: the model stops writing
         turn.calls.extend(chunk.tool_calls)
         if chunk.done:
             turn.tokens = chunk.prompt_tokens + chunk.completion_tokens
@@ -528,6 +537,17 @@ async def _receive(stream, conv: Conversation, turn: Turn, text_filter: CallText
             await conv.save_streaming(msg, status="partial", force=False)
         if text_filter is not None and text_filter.enough:
             return  # a call found, then only talk: the call runs now (the stream is closed)
+
+
+async def _cut_loop(conv: Conversation, msg: ChatMessage, guard: RunawayGuard) -> None:
+    """The answer ended in a loop: it keeps the loop said once (stream_end's content replaces
+    what the page showed)."""
+    log.info("answer cut: it repeated itself (%d characters kept of %d)", len(guard.cut or ""), len(msg.content))
+    msg.content = guard.cut or ""
+    msg.meta = {**(msg.meta or {}), "cut": "repetition"}
+    await conv.save_streaming(msg, status="partial", force=True)
+    if msg.db_id is not None:
+        await conv.save_meta(msg)
 
 
 async def _keep_interrupted(conv: Conversation, msg: ChatMessage) -> None:
