@@ -1,5 +1,7 @@
-"""Fewer, smaller tools for small windows: the tools most relevant to the message (BM25 over
-names and descriptions) plus a core set, and schemas in a compact form."""
+"""Fewer, smaller tools for small windows: the tools most relevant to the message by words (BM25
+over names, keywords, descriptions and example requests) plus a core set, and schemas in a
+compact form. A capped constrained step ranks by meaning where an embedding model answers
+(agent.toolcalling.toolmeaning); these words are its fallback."""
 
 from __future__ import annotations
 
@@ -106,8 +108,9 @@ def scored(tools: list, query: str) -> list[tuple[Any, float]]:
 
 
 def mentioned(tools: list, query: str, keep: set[str] | frozenset[str] = frozenset()) -> list:
-    """The tools a capped selection may offer for this request: those without `offer_when`
-    words, those whose subject the request names (one of the words), and those in `keep`."""
+    """The tools a capped selection ranking on words may offer for this request: those without
+    `offer_when` words (a structural gate, see tools_app.base.Tool), those whose subject the
+    request names (one of the words), and those in `keep`."""
     words = said(query)
     return [t for t in tools if t.name in keep or not getattr(t, "offer_when", "") or words & subject_words(t)]
 
