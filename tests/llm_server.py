@@ -261,7 +261,8 @@ class LLMServer:
 
     @property
     def embeds(self) -> list[dict]:
-        """The embedding requests (path, model, input count), kept apart from the chat calls."""
+        """The embedding requests (path, model, input count, longest input's characters), kept
+        apart from the chat calls."""
         with self._cond:
             return list(self._embeds)
 
@@ -613,7 +614,9 @@ class _Handler(BaseHTTPRequestHandler):
         fake = self.server.fake
         model, given = str(body.get("model") or ""), body.get("input")
         texts = [given] if isinstance(given, str) else given
-        fake._record_embed({"path": path, "model": model, "inputs": len(texts) if isinstance(texts, list) else 0})
+        fake._record_embed({"path": path, "model": model, "inputs": len(texts) if isinstance(texts, list) else 0,
+                            "longest": max((len(t) for t in texts if isinstance(t, str)), default=0)
+                            if isinstance(texts, list) else 0})
         if not self._auth_ok():
             return
         if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
@@ -774,6 +777,9 @@ SYNONYMS = [
     {"cancel", "terminate", "end", "quit"},
     {"contract", "agreement", "lease"},
     {"refund", "reimbursement", "repayment"},
+    # Requests for a tool in words its description never uses (agent.toolcalling.toolmeaning).
+    {"todo", "chore", "errand"},
+    {"sunrise", "dawn", "daybreak"},
 ]
 _CONCEPT = {word: min(group) for group in SYNONYMS for word in group}
 

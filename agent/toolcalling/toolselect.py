@@ -1,5 +1,5 @@
 """Fewer, smaller tools for small windows: the tools most relevant to the message by words (BM25
-over names, keywords, descriptions and example requests) plus a core set, and schemas in a
+over names, keywords and descriptions) plus a core set, and schemas in a
 compact form. A capped constrained step ranks by meaning where an embedding model answers
 (agent.toolcalling.toolmeaning); these words are its fallback."""
 
