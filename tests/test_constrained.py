@@ -452,17 +452,22 @@ class TestSmallModelStep:
         assert fixed("Copy a.txt to b.txt.", action="write", path="/path/to/it") == "/path/to/it"
         assert fixed("Write a haiku to a file.", action="write", path="poem") == "poem"
 
-    def test_what_is_left_names_untouched_files_and_unused_named_tools(self):
+    async def test_what_is_left_names_untouched_files_and_unused_tools_of_other_parts(self, llm):
         from agent.llm.messages import ToolCall
         from tools_app.builtin.filesystem import FilesystemTool
         from tools_app.builtin.memory import MemorySaveTool
 
-        offer = [FilesystemTool(), MemorySaveTool()]  # no embedding model here: each part's best tool by words
+        offer = [FilesystemTool(), MemorySaveTool()]
         read = ToolCall(id="1", name="filesystem", arguments={"action": "read", "path": "data/timesheet.csv"})
-        left = constrained.what_is_left("Add up timesheet.csv into hours_total.txt and remember it", [read], offer)
+        request = "Add up timesheet.csv into hours_total.txt and remember that my total is due on Friday"
+        meaning = await constrained.meaning(offer, request, 3)  # the test server's /api/embed
+        left = constrained.what_is_left(request, [read], offer, meaning=meaning)
         assert left.files == ["hours_total.txt"] and [t.name for t in left.tools] == ["memory_save"]
-        assert not constrained.what_is_left("What does timesheet.csv say?", [read], offer)
-        assert not constrained.what_is_left("Read timesheet.csv and then tell me the total", [read], offer)
+        # Without an embedding model only the file is left: words alone named tools for any part.
+        assert constrained.what_is_left(request, [read], offer).files == ["hours_total.txt"]
+        assert not constrained.what_is_left(request, [read], offer).tools
+        one = "What does timesheet.csv say?"
+        assert not constrained.what_is_left(one, [read], offer, meaning=await constrained.meaning(offer, one, 3))
 
     async def test_a_stock_refusal_over_results_is_asked_once_more_and_never_shown(self, llm, session, owner_token):
         refusal = "I'm sorry, but I can't assist with that request."

@@ -115,7 +115,7 @@ class TestTheVectors:
         changed = FakeTool("todo", "A checklist.", ("tick off an errand", "what is left on my list?"))
         meaning = await toolmeaning.similarities([FILES, changed], "hello")
         assert [e["inputs"] for e in llm.embeds[before:]] == [len(toolmeaning.texts_of(changed))]
-        assert set(meaning.whole) == {"filesystem", "todo"}
+        assert set(meaning.whole) == {"filesystem", "todo", toolmeaning.ANSWER}
 
     async def test_a_hot_loaded_user_tool_is_embedded_and_chosen_by_meaning(self, llm, settings):
         from asgiref.sync import sync_to_async
@@ -168,16 +168,27 @@ class TestHostileRequests:
 
 
 class TestWhatIsLeft:
-    async def test_by_meaning_a_part_in_other_words_is_left_too(self, llm):
+    async def test_a_part_whose_tool_did_not_run_is_left_where_words_and_meaning_agree(self, llm):
         from agent.llm.messages import ToolCall
 
-        request = "Read email.txt, then note each errand it asks for"
+        request = "Read email.txt, then put each errand on my todo list"
         read = ToolCall(id="1", name="filesystem", arguments={"action": "read", "path": "email.txt"})
-        offer = [FILES, TODO]
-        assert not constrained.what_is_left(request, [read], offer)  # on words, nothing says "todo"
+        offer = [FILES, SEARCH, TODO]
+        assert not constrained.what_is_left(request, [read], offer)  # no embedding model: only files count
         meaning = await constrained.meaning(offer, request, 3)
-        assert len(meaning.parts) == 2
+        assert meaning.part_texts == ["Read email.txt", "put each errand on my todo list"]
         left = constrained.what_is_left(request, [read], offer, meaning=meaning)
         assert names(left.tools) == ["todo"] and "todo (not used yet)" in left.say()
-        done = ToolCall(id="2", name="todo", arguments={"action": "add", "task": "reply"})
+        done = ToolCall(id="2", name="todo", arguments={"action": "set", "tasks": ["reply"]})
         assert not constrained.what_is_left(request, [read, done], offer, meaning=meaning)
+
+    async def test_a_part_that_asks_for_the_reply_is_no_tools_work(self, llm):
+        from agent.llm.messages import ToolCall
+
+        todo = FakeTool("todo", "Keep a list of tasks.", ("put milk on my todo list",))
+        request = "Look up the latest news, then reply with the answer in a list"
+        searched = ToolCall(id="1", name="web_search", arguments={"query": "news"})
+        meaning = await constrained.meaning([FILES, SEARCH, todo], request, 3)
+        reply = meaning.parts[1]
+        assert reply[toolmeaning.ANSWER] > reply["todo"]  # "list" says todo to the words, not to the meaning
+        assert not constrained.what_is_left(request, [searched], [FILES, SEARCH, todo], meaning=meaning)

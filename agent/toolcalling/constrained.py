@@ -77,7 +77,10 @@ RELEVANT = 0.3  # of the best match's score: a capped step ranking on words offe
 # the word matches: with all-MiniLM-L6-v2 on the bench's tuning wordings (bench/tool_offer.py
 # --meaning) the smallest offer that kept every needed tool (0.1 and more offered more, and lost one).
 CLOSE = 0.05
-LEFT_MARGIN = 0.05  # by meaning, a part of a request is left when its tool beats those that ran by this
+# A part of a request is left for its best tool by words only when that tool is among the part's
+# CONFIRM closest in meaning (all-MiniLM-L6-v2 on the tuning wordings: no tool named for a part
+# such as "port set to 8080" or "List it", the todo and scratchpad parts still named).
+CONFIRM = 3
 BRIEF_CHARS = 90  # of a tool's description in the catalogue
 
 
@@ -223,25 +226,24 @@ class Left:
 def what_is_left(request: str, done: list[ToolCall], offer: list, used: set[str] | frozenset[str] = frozenset(),
                  meaning: toolmeaning.Meaning | None = None) -> Left:
     """For a small model that would stop or go round: the parts of the request left — the
-    files it names that no successful call (`done`) touched, and, for a request of several
-    parts ("read the page and remember the price"), each part's best tool when it did not run
-    and clearly beats every tool that ran for that part (by meaning, or by words without an
-    embedding model)."""
+    files it names that no successful call (`done`) touched, and, where an embedding model
+    answers (`meaning`), the tools of the other parts of a request of several ("read the
+    email and put each errand on my todo list") that did not run: a part's best tool by
+    words, where its meaning agrees (among the part's CONFIRM closest, and closer than a plain
+    reply). Words alone named tools for parts such as "port set to 8080" or "tell me the
+    result"; without an embedding model only files count."""
     values = " ".join(json.dumps(c.arguments, ensure_ascii=False).lower() for c in done)
     files = [f for f in toolselect.file_names(request) if f.rsplit("/", 1)[-1].lower() not in values]
     ran = {c.name for c in done} | set(used)
-    if meaning is not None:
-        margin, parts = LEFT_MARGIN, [toolmeaning.ranked(offer, scores) for scores in meaning.parts]
-    else:
-        margin, parts = 0.0, [toolselect.scored(toolselect.mentioned(offer, part, ran), part)
-                              for part in toolmeaning.parts_of(request)]
-    tools = []
-    for scored in parts:
-        if not scored:
+    tools: list = []
+    for part, scores in zip(meaning.part_texts, meaning.parts) if meaning is not None else ():
+        words = toolselect.scored(toolselect.mentioned(offer, part, ran), part)
+        if not words or words[0][1] <= 0:
             continue
-        best, score = scored[0]
-        beaten = max((s for t, s in scored if t.name in ran), default=0.0 if meaning is None else -1.0)
-        if best.name not in ran and best not in tools and score > 0 and score > beaten + margin:
+        best, score = words[0]
+        closest = [t.name for t, _ in toolmeaning.ranked(offer, scores)[:CONFIRM]]
+        if (best.name not in ran and best not in tools and score > max((s for t, s in words if t.name in ran), default=0.0)
+                and best.name in closest and scores.get(best.name, -1.0) > scores.get(toolmeaning.ANSWER, -1.0)):
             tools.append(best)
     return Left(files, tools)
 

@@ -1,6 +1,7 @@
 """Tools chosen by meaning for a capped step (a small model's profile, `max_tools`): how close the
 request is to each tool's description or one of its example requests (`Tool.examples`), by the
-embedding model knowledge search uses (knowledge_app.embeddings).
+embedding model knowledge search uses (knowledge_app.embeddings). The step offers the tools
+closest in meaning beside the best word matches (agent.toolcalling.constrained.choose).
 
 A tool's vectors are worked out once per process and tool version (its name, description and
 examples, and the embedding model): a reloaded user tool or a changed MCP tool is a new version.
@@ -38,15 +39,31 @@ MAX_REQUESTS = 64  # requests whose vectors are kept (a turn's later steps ask a
 # for `what_is_left`: sentence ends, semicolons, and "and"/"then" after a comma or on their own.
 _PARTS = re.compile(r"(?:[.!?;]+\s+|,?\s+\b(?:and then|then|and also|and|after that|afterwards)\b\s+)", re.I)
 MIN_PART_WORDS = 2  # a shorter piece ("and so") is no part of its own
+MAX_PARTS = 6  # parts embedded (a request of more is a list, not steps to check off)
+
+
+class _Answer:
+    """Not a tool: what a part of a request reads like when it asks for the reply itself ("let
+    me know what it says"), so `what_is_left` does not take such a part for a tool's work."""
+
+    name = ANSWER = "(answer)"  # no tool can be called this: a name has no brackets
+    description = "Reply to the user in words, with what is already known."
+    examples = ("let me know what you find", "reply with the answer", "say what it is", "give me the number",
+                "explain it in a sentence", "is it there?")
+
+
+ANSWER = _Answer.ANSWER
 
 
 @dataclass
 class Meaning:
     """How close a request (`whole`) and each of its parts (`parts`, only for a request of more
-    than one) are to each tool: {tool name: cosine similarity}, the best of the tool's vectors."""
+    than one) are to each tool: {tool name: cosine similarity}, the best of the tool's vectors
+    (and to a plain reply: ANSWER)."""
 
     whole: dict[str, float]
     parts: list[dict[str, float]] = field(default_factory=list)
+    part_texts: list[str] = field(default_factory=list)  # the parts themselves, in order
 
 
 _lock = threading.Lock()
@@ -75,7 +92,7 @@ def parts_of(request: str) -> list[str]:
     """The parts of a multi-part request, in order ([] for a request of one part)."""
     pieces = [p.strip(" ,") for p in _PARTS.split(request or "")]
     parts = [p for p in pieces if len(p.split()) >= MIN_PART_WORDS]
-    return parts if len(parts) > 1 else []
+    return parts[:MAX_PARTS] if len(parts) > 1 else []
 
 
 def _unit(vector: list[float]) -> tuple[float, ...]:
@@ -114,6 +131,7 @@ async def similarities(tools: list, request: str) -> Meaning | None:
     its parts and any tool not yet known, in one batch."""
     if not tools or not embeddings.usable():
         return None
+    tools = [*tools, _Answer()]
     request = (request or "")[:MAX_REQUEST_CHARS]
     wanted = [request, *parts_of(request)]
     model = _model()
@@ -145,7 +163,7 @@ async def similarities(tools: list, request: str) -> Meaning | None:
         except KeyError:  # pushed out by other turns in between: words this once
             return None
     scores = [{name: max(_cosine(q, v) for v in vectors) for name, vectors in by_tool.items()} for q in asked_vectors]
-    return Meaning(scores[0], scores[1:])
+    return Meaning(scores[0], scores[1:], wanted[1:])
 
 
 def ranked(tools: list, scores: dict[str, float]) -> list[tuple[object, float]]:
