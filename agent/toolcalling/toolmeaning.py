@@ -125,6 +125,21 @@ def _remember(store: OrderedDict, key, value, limit: int) -> None:
             store.popitem(last=False)
 
 
+def _embed_and_keep(asked: list[str], missing: dict, model: tuple[str, str], timeout: float) -> None:
+    """Embed the requests and the tools not yet known in one batch, and keep their vectors: run in
+    a thread, which finishes and keeps them even when the turn stopped waiting (the next one gains)."""
+    texts = asked + [text for tool in missing.values() for text in texts_of(tool)]
+    started = time.monotonic()
+    vectors = [_unit(v) for v in embeddings.embed(texts, timeout=timeout)]
+    if missing:
+        log.info("embedded %d tool texts in %.1f s", len(texts) - len(asked), time.monotonic() - started)
+    for text, vector in zip(asked, vectors):
+        _remember(_requests, (model, text), vector, MAX_REQUESTS)
+    rest = iter(vectors[len(asked):])
+    for key, tool in missing.items():
+        _remember(_tools, key, [next(rest) for _ in texts_of(tool)], MAX_TOOL_VERSIONS)
+
+
 async def similarities(tools: list, request: str) -> Meaning | None:
     """How close `request` is in meaning to each of `tools`, or None when no embedding model
     answers in time (the caller then ranks on words). One embedding call at most: the request,
@@ -139,23 +154,13 @@ async def similarities(tools: list, request: str) -> Meaning | None:
         versions = {t.name: version(t) for t in tools}
         missing = {v: t for t in tools if (v := versions[t.name]) not in _tools}
         asked = [text for text in dict.fromkeys(wanted) if (model, text) not in _requests]
-    texts = asked + [text for tool in missing.values() for text in texts_of(tool)]
-    if texts:
+    if asked or missing:
         timeout = TOOLS_TIMEOUT_S if missing else REQUEST_TIMEOUT_S
-        started = time.monotonic()
         try:
-            vectors = await asyncio.wait_for(asyncio.to_thread(embeddings.embed, texts, timeout=timeout), timeout)
+            await asyncio.wait_for(asyncio.to_thread(_embed_and_keep, asked, missing, model, timeout), timeout)
         except (embeddings.EmbeddingError, TimeoutError) as exc:
             log.info("tools ranked on words: no vectors from the embedding model (%s)", exc or type(exc).__name__)
             return None
-        if missing:
-            log.info("embedded %d tools (%d texts) in %.1f s", len(missing), len(texts), time.monotonic() - started)
-        vectors = [_unit(v) for v in vectors]
-        for text, vector in zip(asked, vectors):
-            _remember(_requests, (model, text), vector, MAX_REQUESTS)
-        rest = iter(vectors[len(asked):])
-        for key, tool in missing.items():
-            _remember(_tools, key, [next(rest) for _ in texts_of(tool)], MAX_TOOL_VERSIONS)
     with _lock:
         try:
             by_tool = {name: _tools[v] for name, v in versions.items()}
