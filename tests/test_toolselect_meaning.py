@@ -161,6 +161,14 @@ class TestHostileRequests:
         chosen = constrained.choose([FILES, SEARCH, TODO], request, 2, set(), meaning)
         assert 1 <= len(chosen) <= 2 and set(names(chosen)) <= {"filesystem", "web_search", "todo"}
 
+    async def test_a_tool_with_an_oversized_description_and_examples_is_embedded_cut(self, llm):
+        flood = FakeTool("flood", "Floods. " * 100_000, tuple(f"example {i} " * 5_000 for i in range(500)))
+        meaning = await constrained.meaning([FILES, flood], "read notes.txt", 1)
+        assert meaning is not None and set(meaning.whole) >= {"filesystem", "flood"}
+        assert max(e["longest"] for e in llm.embeds) <= toolmeaning.MAX_REQUEST_CHARS
+        assert len(toolmeaning.texts_of(flood)) == 1 + toolmeaning.MAX_EXAMPLES
+        assert [t.name for t in constrained.choose([FILES, flood], "read notes.txt", 1, set(), meaning)] == ["filesystem"]
+
     async def test_an_embedding_server_that_answers_an_error_leaves_the_words(self, llm, settings):
         settings.EMBEDDING_BASE_URL = llm.url + "/not-embeddings"  # no such path: an HTTP error
         assert await constrained.meaning([FILES, TODO], "chores", 2) is None

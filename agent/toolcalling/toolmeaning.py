@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 REQUEST_TIMEOUT_S = 3.0  # a turn waits this long for its request's vector, then ranks on words
 TOOLS_TIMEOUT_S = 30.0  # the first turn of a process also embeds every tool (a model may be loading)
 MAX_REQUEST_CHARS = 2000  # what of a long request is embedded: its start says what it asks
+MAX_EXAMPLES = 12  # of a tool's examples embedded (a user or MCP tool's own text is not trusted to be short)
 MAX_TOOL_VERSIONS = 512  # tool versions kept (user tools reloaded many times leave old ones)
 MAX_REQUESTS = 64  # requests whose vectors are kept (a turn's later steps ask again)
 # A multi-part request ("read the page, then save the price") split where a new part starts,
@@ -77,9 +78,9 @@ def _model() -> tuple[str, str]:
 
 def texts_of(tool) -> list[str]:
     """What a tool is known by: its name and description, and each of its example requests."""
-    description = " ".join(str(getattr(tool, "description", "") or "").split())
-    examples = [" ".join(str(e).split()) for e in getattr(tool, "examples", ()) or () if str(e).strip()]
-    return [f"{tool.name.replace('_', ' ')}: {description}"[:MAX_REQUEST_CHARS], *examples]
+    description = " ".join(str(getattr(tool, "description", "") or "")[:MAX_REQUEST_CHARS * 2].split())
+    examples = [" ".join(str(e)[:MAX_REQUEST_CHARS].split()) for e in list(getattr(tool, "examples", ()) or ())[:MAX_EXAMPLES]]
+    return [f"{tool.name.replace('_', ' ')}: {description}"[:MAX_REQUEST_CHARS], *[e for e in examples if e]]
 
 
 def version(tool) -> str:
