@@ -64,6 +64,20 @@ class TestChoosing:
         chosen = names(constrained.choose(tools, request, 1, {"web_search"}, meaning))
         assert chosen == ["todo", "web_search"]
 
+    async def test_a_capped_native_profile_fills_its_slots_by_meaning_too(self, llm, session, owner_token, settings):
+        from agent.toolcalling import toolselect
+
+        (settings.TOOLS_DIR / "sun_clock.py").write_text(
+            'name = "sun_clock"\ndescription = "Tell when the sunrise is in a city."\n'
+            'parameters = {"type": "object", "properties": {"city": {"type": "string"}}}\n\n'
+            'async def execute(params: dict) -> str:\n    return "06:12"\n')
+        await Profile.objects.filter(pk="secretary").aupdate(max_tools=len(toolselect.CORE) + 1, tool_calling="native")
+        llm.script(Turn(content="I will look it up."))
+        frames = await run(session, owner_token, "When is daybreak in Lima?")  # no word of the tool's
+        offered = [t["function"]["name"] for t in llm.requests[0]["tools"]]
+        assert "sun_clock" in offered and len(offered) == len(toolselect.CORE) + 1  # the one free slot
+        assert frames[-1]["content"] == "I will look it up."
+
     async def test_a_profile_without_a_cap_pays_no_embedding_call(self, llm, session, owner_token):
         llm.schemas = {"format"}
         assert await constrained.meaning([FILES, TODO], "chores", 0) is None

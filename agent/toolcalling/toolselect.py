@@ -12,6 +12,8 @@ import re
 from collections import Counter
 from typing import Any
 
+from agent.toolcalling import toolmeaning
+
 # Offered whenever they are in the profile: how the model finds out what else it can do, and
 # the memory every turn may need.
 CORE = ("list_tools", "tool_manual", "memory_search")
@@ -115,16 +117,24 @@ def mentioned(tools: list, query: str, keep: set[str] | frozenset[str] = frozens
     return [t for t in tools if t.name in keep or not getattr(t, "offer_when", "") or words & subject_words(t)]
 
 
-def select(tools: list, query: str, cap: int, keep: set[str] | frozenset[str] = frozenset()) -> list:
+def select(tools: list, query: str, cap: int, keep: set[str] | frozenset[str] = frozenset(), meaning=None) -> list:
     """At most `cap` tools (0 = all): the core set, tools already used this turn (`keep`), then
-    the best BM25 matches for the query among the tools it mentions; in the profile's order."""
+    the best BM25 matches for the query among the tools it mentions — fused with the closest in
+    meaning where an embedding model answered (`meaning`, agent.toolcalling.toolmeaning) — in
+    the profile's order."""
     if cap <= 0 or len(tools) <= cap:
         return list(tools)
-    tools = mentioned(tools, query, keep | set(CORE))
+    if meaning is None:
+        tools = mentioned(tools, query, keep | set(CORE))
     by_name = {t.name: t for t in tools}
     chosen = [n for n in by_name if n in CORE or n in keep][:cap]
     documents = {t.name: _document(t) for t in tools if t.name not in chosen}
-    for name, _ in bm25_rank(documents, query):
+    order = [name for name, _ in bm25_rank(documents, query)]
+    if meaning is not None:
+        from_words = [by_name[name] for name, score in bm25_rank(documents, query) if score > 0]
+        closest = [t for t, _ in toolmeaning.ranked([by_name[n] for n in documents], meaning.whole)]
+        order = [t.name for t in toolmeaning.fused([from_words, closest])]
+    for name in order:
         if len(chosen) >= cap:
             break
         chosen.append(name)

@@ -135,8 +135,10 @@ async def stream_turn(
         request = _fit_step(context, setup.step_tools, setup)
         readable = setup.step_tools or offer
     else:
+        capped = len(offer) > profile.max_tools > 0  # a small model's profile choosing its few: by meaning too
+        meaning = await until_stopped(constrained.meaning(offer, query, profile.max_tools), current_stop_event.get()) if capped else None
         try:
-            request = fit_request(context, offer, profile, setup.limit, query, setup.tracker.used)
+            request = fit_request(context, offer, profile, setup.limit, query, setup.tracker.used, meaning)
         except DoesNotFit as exc:
             raise TurnFailed(ErrorEvent(str(exc), code="context_too_large")) from None
         readable = request.tools
