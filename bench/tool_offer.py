@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 WEB = "http://127.0.0.1:8000"
 MODES = ("words", "meaning")
+LABELS = {"words": "words", "meaning": "words+meaning"}  # with meaning, the word matches stay on offer
 
 
 def _embedder() -> None:
@@ -95,7 +96,7 @@ def main() -> None:
         for split in ("tuning", "heldout"):
             part = by_split.get(split)
             if part:
-                print(f"{mode:7} {split:8} offered at step 1: {part['offered']}/{part['wordings']} "
+                print(f"{LABELS[mode]:13} {split:8} offered at step 1: {part['offered']}/{part['wordings']} "
                       f"({100 * part['rate']:.0f}%), {part['mean_offered']} tools offered on average")
                 for miss in part.get("misses", []):
                     print(f"    miss {miss['task']:28} needs {'/'.join(miss['needs'])}; offered {', '.join(miss['offered'])}")
