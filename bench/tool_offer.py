@@ -42,6 +42,7 @@ def _embedder() -> None:
     model = MiniLM()
     settings.OLLAMA_HOST = serve(lambda texts: model.embed(texts).tolist())
     settings.EMBEDDING_MODEL, settings.EMBEDDING_BASE_URL = "all-minilm-l6-v2", ""
+    settings.EMBEDDING_TIMEOUT_S = 900  # numpy on a shared CPU: a batch can take a while
 
 
 def offer_rates(cap: int, show_heldout: bool = False, mode: str = "words") -> dict:

@@ -164,6 +164,8 @@ class LLMServer:
         # Embedding models this server has (/api/embed, /v1/embeddings); None = any name embeds.
         # An empty list is a server where no embedding model was pulled (404, as Ollama says).
         self.embed_models: list[str] | None = None
+        # Set to an Event to hold every embedding answer until the test sets it (a slow model).
+        self.embed_gate: threading.Event | None = None
         self._embeds: list[dict] = []
         self._probes: list[dict] = []
         self._addr = (host, port)
@@ -624,6 +626,8 @@ class _Handler(BaseHTTPRequestHandler):
         if not fake.embed_known(model):
             return self._error(404, f'model "{model}" not found, try pulling it first')
         vectors = [embed_text(t) for t in texts]
+        if fake.embed_gate is not None:
+            fake.embed_gate.wait(timeout=60)
         if path == "/api/embed":
             return self._send_json(200, {"model": model, "embeddings": vectors, "total_duration": 1000,
                                          "load_duration": 10, "prompt_eval_count": sum(len(t.split()) for t in texts)})

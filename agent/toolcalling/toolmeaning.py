@@ -31,7 +31,9 @@ from knowledge_app import embeddings
 log = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT_S = 3.0  # a turn waits this long for its request's vector, then ranks on words
-TOOLS_TIMEOUT_S = 30.0  # the first turn of a process also embeds every tool (a model may be loading)
+# The first capped turn of a process also embeds every tool (a model may be loading): it waits
+# this long, then ranks on words while the tools' vectors are finished and kept for later turns.
+TOOLS_TIMEOUT_S = 10.0
 MAX_REQUEST_CHARS = 2000  # what of a long request is embedded: its start says what it asks
 MAX_EXAMPLES = 12  # of a tool's examples embedded (a user or MCP tool's own text is not trusted to be short)
 MAX_TOOL_VERSIONS = 512  # tool versions kept (user tools reloaded many times leave old ones)
@@ -70,6 +72,7 @@ class Meaning:
 _lock = threading.Lock()
 _tools: OrderedDict[str, list[tuple[float, ...]]] = OrderedDict()  # tool version -> unit vectors
 _requests: OrderedDict[tuple, tuple[float, ...]] = OrderedDict()  # (model, text) -> unit vector
+_pending: set[str] = set()  # tool versions being embedded now (by a turn that stopped waiting, say)
 
 
 def _model() -> tuple[str, str]:
@@ -116,6 +119,7 @@ def forget() -> None:
     with _lock:
         _tools.clear()
         _requests.clear()
+        _pending.clear()
 
 
 def _remember(store: OrderedDict, key, value, limit: int) -> None:
@@ -131,7 +135,11 @@ def _embed_and_keep(asked: list[str], missing: dict, model: tuple[str, str], tim
     a thread, which finishes and keeps them even when the turn stopped waiting (the next one gains)."""
     texts = asked + [text for tool in missing.values() for text in texts_of(tool)]
     started = time.monotonic()
-    vectors = [_unit(v) for v in embeddings.embed(texts, timeout=timeout)]
+    try:
+        vectors = [_unit(v) for v in embeddings.embed(texts, timeout=timeout)]
+    finally:
+        with _lock:
+            _pending.difference_update(missing)
     if missing:
         log.info("embedded %d tool texts in %.1f s", len(texts) - len(asked), time.monotonic() - started)
     for text, vector in zip(asked, vectors):
@@ -139,6 +147,12 @@ def _embed_and_keep(asked: list[str], missing: dict, model: tuple[str, str], tim
     rest = iter(vectors[len(asked):])
     for key, tool in missing.items():
         _remember(_tools, key, [next(rest) for _ in texts_of(tool)], MAX_TOOL_VERSIONS)
+
+
+def _retrieved(job: asyncio.Future) -> None:
+    """A call that failed after its turn stopped waiting: logged once, not left unretrieved."""
+    if not job.cancelled() and (exc := job.exception()) is not None:
+        log.info("embedding the tools failed after the turn went on: %s", exc)
 
 
 async def similarities(tools: list, request: str) -> Meaning | None:
@@ -154,11 +168,20 @@ async def similarities(tools: list, request: str) -> Meaning | None:
     with _lock:
         versions = {t.name: version(t) for t in tools}
         missing = {v: t for t in tools if (v := versions[t.name]) not in _tools}
+        if missing.keys() & _pending:  # another turn's call is embedding them: words this once
+            return None
+        _pending.update(missing)
         asked = [text for text in dict.fromkeys(wanted) if (model, text) not in _requests]
     if asked or missing:
-        timeout = TOOLS_TIMEOUT_S if missing else REQUEST_TIMEOUT_S
+        wait = TOOLS_TIMEOUT_S if missing else REQUEST_TIMEOUT_S
+        # With tools to embed the call may outlive the wait: it finishes and keeps their vectors.
+        timeout = settings.EMBEDDING_TIMEOUT_S if missing else REQUEST_TIMEOUT_S
         try:
-            await asyncio.wait_for(asyncio.to_thread(_embed_and_keep, asked, missing, model, timeout), timeout)
+            # Shielded: a turn that stops waiting never cancels the call before it started (its
+            # tools would stay pending).
+            job = asyncio.ensure_future(asyncio.to_thread(_embed_and_keep, asked, missing, model, timeout))
+            job.add_done_callback(_retrieved)
+            await asyncio.wait_for(asyncio.shield(job), wait)
         except (embeddings.EmbeddingError, TimeoutError) as exc:
             log.info("tools ranked on words: no vectors from the embedding model (%s)", exc or type(exc).__name__)
             return None
