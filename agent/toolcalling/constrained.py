@@ -201,7 +201,7 @@ def choose(tools: list, query: str, cap: int, used: set[str], meaning: toolmeani
     close = toolmeaning.ranked(tools, meaning.whole)
     near = [t for i, (t, score) in enumerate(close) if i < cap and score >= close[0][1] - CLOSE]
     wanted = {t.name for t in words + near}
-    fused = toolmeaning.fused([[t for t, _ in scored if _ > 0], [t for t, _ in close]])
+    fused = toolmeaning.fused([[t for t, score in scored if score > 0], [t for t, _ in close]])
     chosen = [t for t in fused if t.name in wanted][:cap]
     return chosen + [t for t in tools if t.name in used and t not in chosen]
 

@@ -1,7 +1,6 @@
 """Fewer, smaller tools for small windows: the tools most relevant to the message by words (BM25
-over names, keywords and descriptions) plus a core set, and schemas in a
-compact form. A capped constrained step ranks by meaning where an embedding model answers
-(agent.toolcalling.toolmeaning); these words are its fallback."""
+over names, keywords and descriptions), fused with the closest in meaning where an embedding
+model answers (agent.toolcalling.toolmeaning), plus a core set; and schemas in a compact form."""
 
 from __future__ import annotations
 
@@ -117,7 +116,8 @@ def mentioned(tools: list, query: str, keep: set[str] | frozenset[str] = frozens
     return [t for t in tools if t.name in keep or not getattr(t, "offer_when", "") or words & subject_words(t)]
 
 
-def select(tools: list, query: str, cap: int, keep: set[str] | frozenset[str] = frozenset(), meaning=None) -> list:
+def select(tools: list, query: str, cap: int, keep: set[str] | frozenset[str] = frozenset(),
+           meaning: toolmeaning.Meaning | None = None) -> list:
     """At most `cap` tools (0 = all): the core set, tools already used this turn (`keep`), then
     the best BM25 matches for the query among the tools it mentions — fused with the closest in
     meaning where an embedding model answered (`meaning`, agent.toolcalling.toolmeaning) — in
@@ -129,11 +129,12 @@ def select(tools: list, query: str, cap: int, keep: set[str] | frozenset[str] = 
     by_name = {t.name: t for t in tools}
     chosen = [n for n in by_name if n in CORE or n in keep][:cap]
     documents = {t.name: _document(t) for t in tools if t.name not in chosen}
-    order = [name for name, _ in bm25_rank(documents, query)]
+    by_words = bm25_rank(documents, query)
+    order = [name for name, _ in by_words]
     if meaning is not None:
-        from_words = [by_name[name] for name, score in bm25_rank(documents, query) if score > 0]
+        matched = [by_name[name] for name, score in by_words if score > 0]
         closest = [t for t, _ in toolmeaning.ranked([by_name[n] for n in documents], meaning.whole)]
-        order = [t.name for t in toolmeaning.fused([from_words, closest])]
+        order = [t.name for t in toolmeaning.fused([matched, closest])]
     for name in order:
         if len(chosen) >= cap:
             break
