@@ -22,7 +22,11 @@ if TYPE_CHECKING:
 class SwitchProfileTool(Tool):
     name = "switch_profile"
     keywords = "switch profile change mode"
-    offer_when = "profile profiles mode switch"
+    examples = (
+        "switch to the coding profile",
+        "change mode to the server admin assistant",
+        "let's continue as the research agent",
+    )
     description = (
         "Switch this session to another profile when the conversation's domain clearly changes "
         "(e.g. from research to server administration). Do not switch for one off-topic question "
@@ -50,7 +54,11 @@ class SwitchProfileTool(Tool):
 class ListProfilesTool(Tool):
     name = "list_profiles"
     keywords = "profiles profile list available agent ids"
-    offer_when = "profile profiles agents"
+    examples = (
+        "which profiles are available?",
+        "what kinds of assistant can you be?",
+        "list the agents I can switch to",
+    )
     description = "List the available agent profiles (id, name, what each is for)."
     parameters = {"type": "object", "properties": {}}
 
@@ -62,7 +70,11 @@ class ListProfilesTool(Tool):
 class SpawnAgentTool(Tool):
     name = "spawn_agent"
     keywords = "delegate sub agent subtask parallel helper"
-    offer_when = "agent agents subagent delegate parallel helper"
+    examples = (
+        "delegate researching the three laptops to a helper and compare them",
+        "hand this sub-task to a separate agent",
+        "get a sub-agent to summarise each chapter in parallel",
+    )
     description = (
         "Delegate a self-contained sub-task to an isolated sub-agent and wait for its answer. "
         "Give it a complete task description: it does not see this conversation. It has its own "

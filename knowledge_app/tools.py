@@ -41,7 +41,12 @@ def describe(location: dict) -> str:
 class KnowledgeSearchTool(Tool):
     name = "knowledge_search"
     keywords = "document documents file pdf knowledge notes manual uploaded says contract policy find look up"
-    offer_when = "document documents file files pdf knowledge manual notes uploaded contract docx"
+    examples = (
+        "what does my rental agreement say about pets?",
+        "search my uploaded documents for the warranty period",
+        "according to the manual I uploaded, how do I reset the router?",
+        "find the passage about holidays in the employee handbook",
+    )
     description = (
         "Search the documents the user uploaded to Navi's Knowledge page (by meaning and by words). "
         "Returns passages with their document name and location; name the document and page or section "

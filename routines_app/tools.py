@@ -45,7 +45,12 @@ class _RoutineTool(Tool):
 class ScheduleRoutineTool(_RoutineTool):
     name = "schedule_routine"
     keywords = "remind reminder schedule later tomorrow every daily weekly hourly cron recurring routine job at in minutes"
-    offer_when = "remind reminder schedule scheduled later every daily weekly hourly monthly routine cron recurring tomorrow"
+    examples = (
+        "remind me to water the plants every Sunday at 10",
+        "in two hours, tell me to take the cake out",
+        "every morning at 7, send me the news headlines",
+        "set a reminder for the dentist appointment next Tuesday",
+    )
     description = (
         "Schedule an instruction for Navi to run later. Easiest: `when` in plain words, e.g. 'every weekday at 8', "
         "'every Monday and Thursday at 18:00', 'every 2 hours', 'on the 1st of each month at 9', 'tomorrow at 9', "
@@ -111,7 +116,11 @@ def _wordy(value: str) -> bool:
 class ListRoutinesTool(Tool):
     name = "list_routines"
     keywords = "routines reminders scheduled jobs list what is scheduled"
-    offer_when = "routine routines reminder reminders schedule scheduled"
+    examples = (
+        "which reminders do I have set?",
+        "what have you got scheduled for me?",
+        "show my recurring jobs",
+    )
     description = "List the user's routines (scheduled instructions) with their ids, schedules and next run times."
     parameters = {"type": "object", "properties": {}}
 
@@ -135,7 +144,11 @@ def _listing(owner_id: int) -> str:
 class CancelRoutineTool(_RoutineTool):
     name = "cancel_routine"
     keywords = "cancel delete stop remove routine reminder scheduled job"
-    offer_when = "routine routines reminder reminders schedule scheduled cancel"
+    examples = (
+        "cancel the plant watering reminder",
+        "stop the daily news job",
+        "I don't need that reminder any more, remove it",
+    )
     description = "Delete one of the user's routines by its id (see list_routines) or exact name."
     parameters = {
         "type": "object",

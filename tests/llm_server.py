@@ -164,6 +164,8 @@ class LLMServer:
         # Embedding models this server has (/api/embed, /v1/embeddings); None = any name embeds.
         # An empty list is a server where no embedding model was pulled (404, as Ollama says).
         self.embed_models: list[str] | None = None
+        # Set to an Event to hold every embedding answer until the test sets it (a slow model).
+        self.embed_gate: threading.Event | None = None
         self._embeds: list[dict] = []
         self._probes: list[dict] = []
         self._addr = (host, port)
@@ -261,7 +263,8 @@ class LLMServer:
 
     @property
     def embeds(self) -> list[dict]:
-        """The embedding requests (path, model, input count), kept apart from the chat calls."""
+        """The embedding requests (path, model, input count, longest input's characters), kept
+        apart from the chat calls."""
         with self._cond:
             return list(self._embeds)
 
@@ -613,7 +616,9 @@ class _Handler(BaseHTTPRequestHandler):
         fake = self.server.fake
         model, given = str(body.get("model") or ""), body.get("input")
         texts = [given] if isinstance(given, str) else given
-        fake._record_embed({"path": path, "model": model, "inputs": len(texts) if isinstance(texts, list) else 0})
+        fake._record_embed({"path": path, "model": model, "inputs": len(texts) if isinstance(texts, list) else 0,
+                            "longest": max((len(t) for t in texts if isinstance(t, str)), default=0)
+                            if isinstance(texts, list) else 0})
         if not self._auth_ok():
             return
         if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
@@ -621,6 +626,8 @@ class _Handler(BaseHTTPRequestHandler):
         if not fake.embed_known(model):
             return self._error(404, f'model "{model}" not found, try pulling it first')
         vectors = [embed_text(t) for t in texts]
+        if fake.embed_gate is not None:
+            fake.embed_gate.wait(timeout=60)
         if path == "/api/embed":
             return self._send_json(200, {"model": model, "embeddings": vectors, "total_duration": 1000,
                                          "load_duration": 10, "prompt_eval_count": sum(len(t.split()) for t in texts)})
@@ -774,6 +781,9 @@ SYNONYMS = [
     {"cancel", "terminate", "end", "quit"},
     {"contract", "agreement", "lease"},
     {"refund", "reimbursement", "repayment"},
+    # Requests for a tool in words its description never uses (agent.toolcalling.toolmeaning).
+    {"todo", "chore", "errand"},
+    {"sunrise", "dawn", "daybreak"},
 ]
 _CONCEPT = {word: min(group) for group in SYNONYMS for word in group}
 

@@ -452,15 +452,22 @@ class TestSmallModelStep:
         assert fixed("Copy a.txt to b.txt.", action="write", path="/path/to/it") == "/path/to/it"
         assert fixed("Write a haiku to a file.", action="write", path="poem") == "poem"
 
-    def test_what_is_left_names_untouched_files_and_unused_named_tools(self):
+    async def test_what_is_left_names_untouched_files_and_unused_tools_of_other_parts(self, llm):
         from agent.llm.messages import ToolCall
+        from tools_app.builtin.filesystem import FilesystemTool
+        from tools_app.builtin.memory import MemorySaveTool
 
-        save = FakeTool("memory_save", {})
-        save.offer_when = "remember"
+        offer = [FilesystemTool(), MemorySaveTool()]
         read = ToolCall(id="1", name="filesystem", arguments={"action": "read", "path": "data/timesheet.csv"})
-        left = constrained.what_is_left("Add up timesheet.csv into hours_total.txt and remember it", [read], [save])
+        request = "Add up timesheet.csv into hours_total.txt and remember that my total is due on Friday"
+        meaning = await constrained.meaning(offer, request, 3)  # the test server's /api/embed
+        left = constrained.what_is_left(request, [read], offer, meaning=meaning)
         assert left.files == ["hours_total.txt"] and [t.name for t in left.tools] == ["memory_save"]
-        assert not constrained.what_is_left("What does timesheet.csv say?", [read], [save])
+        # Without an embedding model only the file is left: words alone named tools for any part.
+        assert constrained.what_is_left(request, [read], offer).files == ["hours_total.txt"]
+        assert not constrained.what_is_left(request, [read], offer).tools
+        one = "What does timesheet.csv say?"
+        assert not constrained.what_is_left(one, [read], offer, meaning=await constrained.meaning(offer, one, 3))
 
     async def test_a_stock_refusal_over_results_is_asked_once_more_and_never_shown(self, llm, session, owner_token):
         refusal = "I'm sorry, but I can't assist with that request."
@@ -586,21 +593,27 @@ class TestTheSchema:
         assert names(toolselect.select([files, plugin, TODO], "write 'finished' to log.txt", 2)) == ["filesystem", "todo"]
 
     @pytest.mark.django_db
-    def test_the_built_in_tools_a_small_model_is_offered_for_everyday_requests(self):
+    def test_without_an_embedding_model_the_built_in_tools_are_offered_by_their_words(self):
+        # The word fallback (no embedding model): the tool a request needs comes first, and the
+        # tools that change Navi's own tools only when the request names tools (a structural
+        # gate, selfext.TOOLS_SUBJECT). Choosing by meaning: tests/test_toolselect_meaning.py.
         from agent.registry import get_agent
 
         registry = get_agent().tools
         tools = [registry.get(n) for n in sorted(registry.builtin_names)]
         offered = lambda request: [t.name for t in constrained.choose(tools, request, 8, set())]  # noqa: E731
-        assert offered("Append a new line saying 'finished' to the file log.txt.") == ["filesystem"]
-        assert offered("Rename the file draft.txt to final.txt.") == ["filesystem"]
+        assert offered("Append a new line saying 'finished' to the file log.txt.")[0] == "filesystem"
+        assert offered("Rename the file draft.txt to final.txt.")[0] == "filesystem"
         assert offered("Please remember that my favourite colour is teal.")[0] == "memory_save"
-        assert offered("Write 'server is up' into the scratchpad section named status.") == ["scratchpad"]
-        assert offered("On my todo list, mark task 2 as done.") == ["todo"]
-        assert "write_tool" in offered("Create a new tool named word_count that counts words.")
+        assert offered("Write 'server is up' into the scratchpad section named status.")[0] == "scratchpad"
+        assert offered("On my todo list, mark task 2 as done.")[0] == "todo"
+        assert offered("Create a new tool named word_count that counts words.")[0] == "write_tool"
         assert "schedule_routine" in offered("Remind me every weekday at 8 to stretch.")
-        for request in ("Append 'finished' to log.txt.", "Add up the hours column of timesheet.csv."):
-            assert not {"write_tool", "schedule_routine", "share_file", "ssh_exec", "todo"} & set(offered(request))
+        changes_tools = {"write_tool", "delete_tool", "reload_tools", "test_tool"}
+        for request in ("Append 'finished' to log.txt.", "Add up the hours column of timesheet.csv.",
+                        "Write a short poem into poem.txt.", "Delete the old drafts folder."):
+            chosen = offered(request)
+            assert not changes_tools & set(chosen) and len(chosen) <= 8 and "filesystem" in chosen
 
     def test_subjects_and_file_names_match_whatever_the_case_or_padding(self):
         from agent.llm.messages import ToolCall

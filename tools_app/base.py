@@ -30,9 +30,13 @@ class Tool(ABC):
     # Words a user says when this tool is wanted ("file folder rename ..."): tool selection
     # (agent.toolcalling.toolselect) ranks on them with the name and description; never sent to the model.
     keywords: str = ""
-    # Words one of which the request must say before a capped selection (a small model's
-    # profile, `max_tools`) offers this tool at all ("tool plugin" for write_tool): a tool for
-    # a subject the user never mentioned is only one more wrong choice. "" = always a candidate.
+    # A few everyday requests this tool serves, in a user's own words: a capped selection (a
+    # small model's profile, `max_tools`) ranks tools by how close the request is in meaning to
+    # the description or one of these (agent.toolcalling.toolmeaning); never sent to the model.
+    examples: tuple[str, ...] = ()
+    # Words one of which the request must say before the word fallback (no embedding model)
+    # offers this tool to a capped selection: only for a structural subject a word ranking
+    # cannot tell apart (selfext's TOOLS_SUBJECT), never a task's wording. "" = always a candidate.
     offer_when: str = ""
     parameters: dict[str, Any] = {"type": "object", "properties": {}}
     # For a tool with an `action` parameter: the other parameters each action takes ("?" =

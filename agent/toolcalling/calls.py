@@ -1,8 +1,8 @@
 """What a turn offers the model and how its tool calls went, for small models.
 
-`fit_request` picks the tools of one LLM call (BM25 + core set when the profile caps them),
-sends them compact when asked or when the window is tight, and refuses a request that cannot
-fit the window instead of sending it to overflow. `CallTracker` notices the same failing call
+`fit_request` picks the tools of one LLM call (BM25 fused with meaning where an embedding model
+answers, plus a core set, when the profile caps them), sends them compact when asked or when the
+window is tight, and refuses a request that cannot fit the window instead of sending it to overflow. `CallTracker` notices the same failing call
 twice in a row (the model is told to answer without it) and counts per-model reliability.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 from agent.context import window
 from agent.llm.messages import ChatMessage, ToolCall
-from agent.toolcalling import reliability, toolselect
+from agent.toolcalling import reliability, toolmeaning, toolselect
 from tools_app.base import ToolResult
 
 MIN_ANSWER_ROOM = 256  # tokens a reply needs at the very least
@@ -32,11 +32,13 @@ class Request:
     prompt_tokens: int  # estimate of context + schemas
 
 
-def fit_request(context: list[ChatMessage], tools: list, profile, limit: int, query: str, keep: set[str]) -> Request:
-    """The tools to offer in one call, cut down until the prompt leaves room for an answer."""
+def fit_request(context: list[ChatMessage], tools: list, profile, limit: int, query: str, keep: set[str],
+                meaning: toolmeaning.Meaning | None = None) -> Request:
+    """The tools to offer in one call, cut down until the prompt leaves room for an answer
+    (`meaning`: agent.toolcalling.toolmeaning's, for a capped profile where an embedding model answered)."""
     room = max(MIN_ANSWER_ROOM, min(profile.answer_token_limit(), limit // 4))
     context_tokens = window.estimate_messages(context)
-    chosen = toolselect.select(tools, query, profile.max_tools, keep)
+    chosen = toolselect.select(tools, query, profile.max_tools, keep, meaning)
     attempts = [(chosen, profile.compact_schemas), (chosen, True)]
     core = [t for t in chosen if t.name in toolselect.CORE or t.name in keep]
     attempts += [(core, True), ([], True)]

@@ -32,7 +32,7 @@ from agent.context import prompts
 from agent.llm import LLMBackend, LLMError
 from agent.llm.base import LLMTimeout, LLMUnreachable, OutputSchema
 from agent.llm.messages import ChatMessage, ToolCall
-from agent.toolcalling import reliability, toolselect
+from agent.toolcalling import reliability, toolmeaning, toolselect
 from navi_project.llm_purpose import llm_purpose
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,15 @@ CATALOGUE_HEADER = "## Tools\nEach step you either call one of these tools or an
 _DROPPED_KEYS = ("description", "title", "examples", "default", "$schema")
 _SENTENCE = re.compile(r"(?<!e\.g\.)(?<!i\.e\.)(?<=[.!?])\s")
 MAX_NAMED = 6  # tools the deciding call names as the best fit
-RELEVANT = 0.3  # of the best match's score: a capped step offers no tool that matches less
+RELEVANT = 0.3  # of the best match's score: a capped step ranking on words offers no tool that matches less
+# By meaning, a capped step adds the tools no further than this (cosine) from the closest one to
+# the word matches: with all-MiniLM-L6-v2 on the bench's tuning wordings (bench/tool_offer.py
+# --meaning) the smallest offer that kept every needed tool (0.1 and more offered more, and lost one).
+CLOSE = 0.05
+# A part of a request is left for its best tool by words only when that tool is among the part's
+# CONFIRM closest in meaning (all-MiniLM-L6-v2 on the tuning wordings: no tool named for a part
+# such as "port set to 8080" or "List it", the todo and scratchpad parts still named).
+CONFIRM = 3
 BRIEF_CHARS = 90  # of a tool's description in the catalogue
 
 
@@ -167,18 +175,35 @@ def _clean(schema: Any) -> Any:
     return out
 
 
-def choose(tools: list, query: str, cap: int, used: set[str]) -> list:
+async def meaning(tools: list, query: str, cap: int) -> toolmeaning.Meaning | None:
+    """For a capped step (a small model's profile): how close the request is in meaning to each
+    tool, or None (no cap: nothing is chosen, and the turn pays no embedding call; no embedding
+    model: the words decide)."""
+    return await toolmeaning.similarities(tools, query) if cap > 0 else None
+
+
+def choose(tools: list, query: str, cap: int, used: set[str], meaning: toolmeaning.Meaning | None = None) -> list:
     """The tools a step may call, best match for the request first: with a cap (a small
-    model's profile), at most `cap` of those that match at least RELEVANT of the best match's
-    score among those whose subject the request names (Tool.offer_when), and those already
-    used this turn; without one (0), all. No fixed core set: for a
-    small model each extra name is one more wrong choice."""
+    model's profile), at most `cap` of the best word matches (at least RELEVANT of the best
+    BM25 score, among the tools a word gate lets through: Tool.offer_when) and, where an
+    embedding model answers (`meaning`), the tools closest in meaning (within CLOSE of the
+    closest), in fused order; and those already used this turn. Without a cap (0), all. No
+    fixed core set: for a small model each extra name is one more wrong choice."""
     if cap <= 0:
         return toolselect.ranked(tools, query)
     scored = toolselect.scored(toolselect.mentioned(tools, query, used), query)
     best = scored[0][1] if scored else 0.0
-    floor = best * RELEVANT if best > 0 else 0.0  # nothing matches: the first `cap`, as ranked
-    return [t for i, (t, score) in enumerate(scored) if (i < cap and score >= floor) or t.name in used]
+    if meaning is None:
+        floor = best * RELEVANT if best > 0 else 0.0  # nothing matches: the first `cap`, as ranked
+        return [t for i, (t, score) in enumerate(scored) if (i < cap and score >= floor) or t.name in used]
+    # With meaning, words add only what they match (their "first `cap`" is the profile's order).
+    words = [t for i, (t, score) in enumerate(scored) if i < cap and score > 0 and score >= best * RELEVANT]
+    close = toolmeaning.ranked(tools, meaning.whole)
+    near = [t for i, (t, score) in enumerate(close) if i < cap and score >= close[0][1] - CLOSE]
+    wanted = {t.name for t in words + near}
+    fused = toolmeaning.fused([[t for t, score in scored if score > 0], [t for t, _ in close]])
+    chosen = [t for t in fused if t.name in wanted][:cap]
+    return chosen + [t for t in tools if t.name in used and t not in chosen]
 
 
 @dataclass
@@ -198,17 +223,28 @@ class Left:
         return "; ".join(parts)
 
 
-def what_is_left(request: str, done: list[ToolCall], offer: list, used: set[str] | frozenset[str] = frozenset()) -> Left:
+def what_is_left(request: str, done: list[ToolCall], offer: list, used: set[str] | frozenset[str] = frozenset(),
+                 meaning: toolmeaning.Meaning | None = None) -> Left:
     """For a small model that would stop or go round: the parts of the request left — the
-    files it names that no successful call (`done`) touched, and the offered tools whose
-    subject it names with a word no tool that ran (`used`) answers to ("remember" after a
-    web_view: memory_save)."""
+    files it names that no successful call (`done`) touched, and, where an embedding model
+    answers (`meaning`), the tools of the other parts of a request of several ("read the
+    email and put each errand on my todo list") that did not run: a part's best tool by
+    words, where its meaning agrees (among the part's CONFIRM closest, and closer than a plain
+    reply). Words alone named tools for parts such as "port set to 8080" or "tell me the
+    result"; without an embedding model only files count."""
     values = " ".join(json.dumps(c.arguments, ensure_ascii=False).lower() for c in done)
     files = [f for f in toolselect.file_names(request) if f.rsplit("/", 1)[-1].lower() not in values]
     ran = {c.name for c in done} | set(used)
-    answered = {w for t in offer if t.name in ran for w in toolselect.subject_words(t)}
-    said = toolselect.said(request)
-    tools = [t for t in offer if t.name not in ran and (toolselect.subject_words(t) & said) - answered]
+    tools: list = []
+    for part, scores in zip(meaning.part_texts, meaning.parts) if meaning is not None else ():
+        words = toolselect.scored(toolselect.mentioned(offer, part, ran), part)
+        if not words or words[0][1] <= 0:
+            continue
+        best, score = words[0]
+        closest = [t.name for t, _ in toolmeaning.ranked(offer, scores)[:CONFIRM]]
+        if (best.name not in ran and best not in tools and score > max((s for t, s in words if t.name in ran), default=0.0)
+                and best.name in closest and scores.get(best.name, -1.0) > scores.get(toolmeaning.ANSWER, -1.0)):
+            tools.append(best)
     return Left(files, tools)
 
 

@@ -1,5 +1,6 @@
-"""Fewer, smaller tools for small windows: the tools most relevant to the message (BM25 over
-names and descriptions) plus a core set, and schemas in a compact form."""
+"""Fewer, smaller tools for small windows: the tools most relevant to the message by words (BM25
+over names, keywords and descriptions), fused with the closest in meaning where an embedding
+model answers (agent.toolcalling.toolmeaning), plus a core set; and schemas in a compact form."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import math
 import re
 from collections import Counter
 from typing import Any
+
+from agent.toolcalling import toolmeaning
 
 # Offered whenever they are in the profile: how the model finds out what else it can do, and
 # the memory every turn may need.
@@ -106,22 +109,33 @@ def scored(tools: list, query: str) -> list[tuple[Any, float]]:
 
 
 def mentioned(tools: list, query: str, keep: set[str] | frozenset[str] = frozenset()) -> list:
-    """The tools a capped selection may offer for this request: those without `offer_when`
-    words, those whose subject the request names (one of the words), and those in `keep`."""
+    """The tools a capped selection ranking on words may offer for this request: those without
+    `offer_when` words (a structural gate, see tools_app.base.Tool), those whose subject the
+    request names (one of the words), and those in `keep`."""
     words = said(query)
     return [t for t in tools if t.name in keep or not getattr(t, "offer_when", "") or words & subject_words(t)]
 
 
-def select(tools: list, query: str, cap: int, keep: set[str] | frozenset[str] = frozenset()) -> list:
+def select(tools: list, query: str, cap: int, keep: set[str] | frozenset[str] = frozenset(),
+           meaning: toolmeaning.Meaning | None = None) -> list:
     """At most `cap` tools (0 = all): the core set, tools already used this turn (`keep`), then
-    the best BM25 matches for the query among the tools it mentions; in the profile's order."""
+    the best BM25 matches for the query among the tools it mentions — fused with the closest in
+    meaning where an embedding model answered (`meaning`, agent.toolcalling.toolmeaning) — in
+    the profile's order."""
     if cap <= 0 or len(tools) <= cap:
         return list(tools)
-    tools = mentioned(tools, query, keep | set(CORE))
+    if meaning is None:
+        tools = mentioned(tools, query, keep | set(CORE))
     by_name = {t.name: t for t in tools}
     chosen = [n for n in by_name if n in CORE or n in keep][:cap]
     documents = {t.name: _document(t) for t in tools if t.name not in chosen}
-    for name, _ in bm25_rank(documents, query):
+    by_words = bm25_rank(documents, query)
+    order = [name for name, _ in by_words]
+    if meaning is not None:
+        matched = [by_name[name] for name, score in by_words if score > 0]
+        closest = [t for t, _ in toolmeaning.ranked([by_name[n] for n in documents], meaning.whole)]
+        order = [t.name for t in toolmeaning.fused([matched, closest])]
+    for name in order:
         if len(chosen) >= cap:
             break
         chosen.append(name)

@@ -41,7 +41,11 @@ def transcript(messages: list) -> str:
 class ReflectTool(Tool):
     name = "reflect"
     keywords = "reflect review stuck progress step back"
-    offer_when = "reflect stuck review"
+    examples = (
+        "step back and review what we've done so far",
+        "we seem stuck, rethink the approach",
+        "what is missing before we can finish?",
+    )
     description = (
         "Step back and review progress so far: a fresh look at this session's recent work that "
         "returns what went well, what is missing, and the next concrete steps. Use it when stuck, "

@@ -136,8 +136,10 @@ async def stream_turn(
         request = _fit_step(context, setup.step_tools, setup)
         readable = setup.step_tools or offer
     else:
+        capped = len(offer) > profile.max_tools > 0  # a small model's profile choosing its few: by meaning too
+        meaning = await until_stopped(constrained.meaning(offer, query, profile.max_tools), current_stop_event.get()) if capped else None
         try:
-            request = fit_request(context, offer, profile, setup.limit, query, setup.tracker.used)
+            request = fit_request(context, offer, profile, setup.limit, query, setup.tracker.used, meaning)
         except DoesNotFit as exc:
             raise TurnFailed(ErrorEvent(str(exc), code="context_too_large")) from None
         readable = request.tools
@@ -225,7 +227,8 @@ async def decide_step(
     not cap its tools the answer may be written in the step itself: its text is streamed as it
     grows and saved, and the turn needs no second call (a message that needs no tool is one
     call). None when the step gave nothing usable (the caller then makes an unconstrained call)."""
-    offer = constrained.choose(offer, query, setup.profile.max_tools, setup.tracker.used)
+    meaning = await until_stopped(constrained.meaning(offer, query, setup.profile.max_tools), current_stop_event.get())
+    offer = constrained.choose(offer, query, setup.profile.max_tools, setup.tracker.used, meaning)
     # "Use the reverse_text tool to …": the first step of such a request is a call, not an answer.
     told = not setup.tracker.used and constrained.names_a_tool(query, offer)
     text = not told and not setup.tracker.used and not setup.profile.max_tools
@@ -243,7 +246,7 @@ async def decide_step(
         # A small model that goes round (a call it already made) or answers after its first
         # step often has a part of the request left (read timesheet.csv, then write
         # hours_total.txt): asked once more, told what is left, without the repeated call.
-        left = constrained.what_is_left(query, setup.tracker.done, offer, setup.tracker.used)
+        left = constrained.what_is_left(query, setup.tracker.done, offer, setup.tracker.used, meaning)
         if left:
             setup.tracker.left_asks += 1
             if repeated:

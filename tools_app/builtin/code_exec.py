@@ -108,6 +108,14 @@ def _is_print(node: ast.AST) -> bool:
 class CodeExecTool(Tool):
     name = "code_exec"
     keywords = "python code program script run execute compute calculate count sum total average math csv data"
+    examples = (
+        "what is 2 to the power of 100?",
+        "calculate the average of these numbers: 4, 8, 15, 16",
+        "run this python snippet and tell me the output",
+        "how many days are there between 1 March and 25 December?",
+        "convert 37 degrees Celsius to Fahrenheit with a small program",
+        "compute the compound interest on 1000 at 5% for 10 years",
+    )
     description = (
         "Run a Python 3 program in a sandbox and return its output (stdout, stderr, exit code). "
         "Only the workspace (the current folder) is writable; no network unless the owner allows it; "

@@ -66,6 +66,15 @@ class _Target:
 class FilesystemTool(Tool):
     name = "filesystem"
     keywords = "file files folder directory path txt csv json md read open write save create make new append add line list contents rename move copy delete remove mkdir search find mention workspace text edit change replace"
+    examples = (
+        "read notes.txt and tell me what it says",
+        "create a file called shopping.txt with eggs and milk",
+        "add a line to the end of my diary file",
+        "rename report_old.md to report.md",
+        "what files are in the documents folder?",
+        "delete the temp folder",
+        "save this text to a file",
+    )
     description = (
         "Read, write, append to, list, search, move (rename) or delete files and folders in the "
         "workspace (and the other allowed folders). Relative paths start in the workspace. Writing over "

@@ -85,7 +85,12 @@ async def _load(source: str) -> tuple[bytes, str]:
 class ImageViewTool(Tool):
     name = "image_view"
     keywords = "image picture photo screenshot look see png jpg jpeg gif"
-    offer_when = "image images picture photo screenshot png jpg jpeg gif"
+    examples = (
+        "what is in this photo?",
+        "look at the screenshot and tell me what the error says",
+        "describe the picture I uploaded",
+        "read the text in this image",
+    )
     description = (
         "Look at an image: a file path (workspace or this session's uploaded files) or an http(s) "
         "URL. The image becomes visible to you in your next step. PNG, JPEG, GIF, WEBP."

@@ -26,7 +26,14 @@ def _owner() -> int:
 class MemorySaveTool(Tool):
     name = "memory_save"
     keywords = "remember save store memory fact note favourite birthday preference update changed"
-    offer_when = "remember memory memorise memorize note keep store"
+    examples = (
+        "remember that my dentist is Dr. Lopez",
+        "my daughter's birthday is on the 3rd of May, don't forget it",
+        "from now on I prefer answers in French",
+        "keep in mind that I'm allergic to peanuts",
+        "note for the future: my flat is on the fourth floor",
+        "I moved to Lisbon, update that",
+    )
     description = (
         "Remember a fact about the user for future sessions (insert or update). Use short lowercase "
         "categories (personal, preferences, projects, environment, people, routines, work) and a short key; "
@@ -65,7 +72,13 @@ class MemorySaveTool(Tool):
 class MemorySearchTool(Tool):
     name = "memory_search"
     keywords = "recall remember know memory check what my"
-    offer_when = "memory recall know"
+    examples = (
+        "what's my wife's name?",
+        "do you remember where I parked?",
+        "when is my mother's birthday?",
+        "what did I tell you about my allergies?",
+        "which bank am I with?",
+    )
     description = (
         "Search long-term memory facts about the user by keywords (any word matches, best matches first). "
         "Call it when the user mentions something personal or before assuming their preferences or environment."
@@ -94,7 +107,12 @@ class MemorySearchTool(Tool):
 class MemoryForgetTool(Tool):
     name = "memory_forget"
     keywords = "forget remove delete erase memory fact outdated"
-    offer_when = "forget memory remove delete erase"
+    examples = (
+        "forget my old phone number",
+        "delete what you know about my ex",
+        "that fact about my job is outdated, remove it",
+        "stop remembering my address",
+    )
     description = (
         "Delete facts from long-term memory by key (optionally only in one category). Only when the user "
         "explicitly asks to forget something or a stored fact is clearly wrong or outdated."

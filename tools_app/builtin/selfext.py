@@ -20,6 +20,12 @@ from tools_app.registry import ToolRegistry, _schema_problem
 from tools_app.repair import fold_enums
 
 _NAME = {"type": "string", "description": "tool name (the file is user_tools/<name>.py)"}
+# The tools that change Navi's own tools (write, delete, reload, test a plugin) are offered by the
+# word fallback only when the request names that subject: ranked on words alone, "write it to a
+# file" matches write_tool as well as filesystem, and a small model offered both has created
+# plugins for file writes. A structural rule (the subject is Navi itself), not a task's wording;
+# selection by meaning does without it.
+TOOLS_SUBJECT = "tool tools plugin plugins"
 
 
 def _first_line(text: str, limit: int = 160) -> str:
@@ -38,7 +44,13 @@ class _RegistryTool(Tool):
 class WriteToolTool(_RegistryTool):
     name = "write_tool"
     keywords = "new tool plugin ability create make build define function"
-    offer_when = "tool tools plugin ability"
+    examples = (
+        "make yourself a new tool that converts currencies",
+        "give yourself the ability to fetch the weather forecast",
+        "write a plugin that turns text into morse code",
+        "build a tool for rolling dice",
+    )
+    offer_when = TOOLS_SUBJECT
     description = (
         "Create or replace a user tool (a Python plugin that gives you a new ability; not for ordinary "
         "files: use filesystem): writes user_tools/<name>.py, enables it and reloads. "
@@ -87,7 +99,11 @@ class WriteToolTool(_RegistryTool):
 class ReloadToolsTool(_RegistryTool):
     name = "reload_tools"
     keywords = "reload tools refresh restart"
-    offer_when = "tool tools reload"
+    examples = (
+        "reload your tools, I just edited one",
+        "refresh the plugins without restarting",
+    )
+    offer_when = TOOLS_SUBJECT
     description = "Reload all user tools from user_tools/ without a restart; reports what loaded and what failed."
     parameters = {"type": "object", "properties": {}}
 
@@ -105,7 +121,11 @@ class ReloadToolsTool(_RegistryTool):
 class ListToolsTool(_RegistryTool):
     name = "list_tools"
     keywords = "tools list available have"
-    offer_when = "tool tools"
+    examples = (
+        "what tools do you have?",
+        "what can you do for me?",
+        "list your abilities",
+    )
     description = "List the tools you really have right now (built-in and user tools), and user tools that failed to load."
     parameters = {"type": "object", "properties": {}}
 
@@ -130,7 +150,11 @@ class ListToolsTool(_RegistryTool):
 class ToolManualTool(_RegistryTool):
     name = "tool_manual"
     keywords = "manual help documentation docs explain usage"
-    offer_when = "tool tools manual"
+    examples = (
+        "how do I use the filesystem tool?",
+        "show me the manual for a tool",
+        "what arguments does that tool take?",
+    )
     description = "Read the manual of a tool (manuals/<name>.md, or one generated from its parameters)."
     parameters = {"type": "object", "properties": {"name": {"type": "string", "description": "tool name"}}, "required": ["name"]}
 
@@ -167,7 +191,11 @@ def generate_manual(tool: Tool) -> str:
 class DeleteToolTool(_RegistryTool):
     name = "delete_tool"
     keywords = "delete remove tool uninstall"
-    offer_when = "tool tools plugin"
+    examples = (
+        "remove the plugin you wrote yesterday",
+        "uninstall the dice tool",
+    )
+    offer_when = TOOLS_SUBJECT
     description = "Delete a user tool (a copy is kept in the history so the owner can restore it)."
     parameters = {"type": "object", "properties": {"name": _NAME}, "required": ["name"]}
 
@@ -187,7 +215,11 @@ class TestToolTool(_RegistryTool):
     __test__ = False  # not a pytest class
     name = "test_tool"
     keywords = "test try run user tool output"
-    offer_when = "tool tools"
+    examples = (
+        "try out the new tool with a sample input",
+        "run my plugin once to check that it works",
+    )
+    offer_when = TOOLS_SUBJECT
     description = "Run a user tool once with the given params and return its output or its traceback."
     parameters = {
         "type": "object",

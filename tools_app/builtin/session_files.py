@@ -76,7 +76,11 @@ def _free_name(folder: Path, name: str, taken: set[str]) -> str:
 class ShareFileTool(Tool):
     name = "share_file"
     keywords = "share give download link send attach"
-    offer_when = "share download link attach"
+    examples = (
+        "give me a download link for the report",
+        "send me the spreadsheet so I can download it",
+        "share the zip file with me",
+    )
     description = (
         "Give the owner a download link to a file (it does not create, rename or change files): copies a "
         "local file (workspace or other allowed folder) into this "
@@ -158,7 +162,11 @@ async def _copy_in(session_id: str, source: BinaryIO, wanted: str, size: int) ->
 class ContentPublishTool(Tool):
     name = "content_publish"
     keywords = "show display inline publish preview"
-    offer_when = "show display publish preview inline"
+    examples = (
+        "show me the chart here in the chat",
+        "display the PDF inline",
+        "preview the picture you made",
+    )
     description = (
         "Show one of this chat's files inline in the chat (images, PDFs, HTML, text; it does not create "
         "or change files). "

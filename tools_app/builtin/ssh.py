@@ -281,7 +281,12 @@ async def run_command(conn: asyncssh.SSHClientConnection, command: str, timeout:
 class SshExecTool(Tool):
     name = "ssh_exec"
     keywords = "ssh remote host server machine"
-    offer_when = "ssh remote host"
+    examples = (
+        "check the disk space on my home server",
+        "restart nginx on the remote machine",
+        "how long has the raspberry pi been up?",
+        "run uptime on the backup host over ssh",
+    )
     description = (
         "Run a shell command on a named SSH host (names from the owner's SSH hosts file; call "
         "with a wrong name to see the list). The connection is reused within this session. "

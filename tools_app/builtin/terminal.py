@@ -137,7 +137,13 @@ def plan_command(command: str, allowed: list[str]) -> list[str]:
 class TerminalTool(Tool):
     name = "terminal"
     keywords = "terminal shell command bash console wc ls grep cat lines count"
-    offer_when = "terminal shell command bash console wc ls grep"
+    examples = (
+        "run ls in the workspace and show me the output",
+        "use the shell to count the lines in a text file",
+        "grep the server log for the word error",
+        "what does the command df -h print?",
+        "run a bash command for me",
+    )
     description = (
         "Run a shell command in a sandbox in the workspace folder and return its output. "
         "Commands are limited to the owner's allowlist; long output is truncated."

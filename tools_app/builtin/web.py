@@ -49,7 +49,13 @@ def _ddgs_text(query: str, max_results: int) -> list[dict]:
 class WebSearchTool(Tool):
     name = "web_search"
     keywords = "search web internet google lookup news find online"
-    offer_when = "search web internet online google news"
+    examples = (
+        "look up the latest news about electric cars",
+        "search online for a good lasagne recipe",
+        "find out who won the football match last night",
+        "what is the weather forecast for Berlin this weekend?",
+        "google the opening hours of the city museum",
+    )
     description = (
         "Search the web (DuckDuckGo and others via ddgs). Returns title, URL and snippet for each "
         "result; open a promising result with web_view."
@@ -155,7 +161,12 @@ def readable(markup: str, url: str) -> tuple[str, str]:
 class WebViewTool(Tool):
     name = "web_view"
     keywords = "open read page website web url link site article html"
-    offer_when = "http https www url page website site link web html"
+    examples = (
+        "open this page and tell me what it says",
+        "read the article at this link and summarise it",
+        "what is the title of the website at this address?",
+        "visit the URL and give me the main points",
+    )
     description = (
         "Open a web page and return its readable text as markdown (title, main content, links). "
         "Long pages are cut at max_chars. Internal/LAN addresses are refused unless allowed by the owner."
@@ -201,7 +212,12 @@ class WebViewTool(Tool):
 class HttpRequestTool(Tool):
     name = "http_request"
     keywords = "fetch get post put patch delete api json endpoint webhook url request send"
-    offer_when = "http https url api endpoint post put patch delete request webhook fetch"
+    examples = (
+        "call this API endpoint and show me the JSON",
+        "send a POST request with this data to the webhook",
+        "get the status of my order from the shop's API",
+        "fetch the JSON from this address",
+    )
     # A small model's step writes the method first, and a body only where one is sent.
     action_parameter = "method"
     actions = {"GET": "url headers? timeout?", "POST": "url headers? json? body? timeout?",

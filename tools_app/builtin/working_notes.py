@@ -37,7 +37,13 @@ def _render_todo(items: list[dict]) -> str:
 class TodoTool(Tool):
     name = "todo"
     keywords = "todo list task tasks checklist mark done finished plan steps"
-    offer_when = "todo todos task tasks checklist"
+    examples = (
+        "put buy bread and pay the rent on my checklist",
+        "mark the second item as done",
+        "what's still open on my list of things to do?",
+        "make a plan with the steps for moving house",
+        "cross off calling the bank",
+    )
     description = (
         "A checklist for multi-step work in this session. action=set replaces the list with "
         "`tasks`; action=update sets the status of task number `index` (1-based); action=read "
@@ -84,7 +90,12 @@ class TodoTool(Tool):
 class ScratchpadTool(Tool):
     name = "scratchpad"
     keywords = "scratchpad note notes section write append working"
-    offer_when = "scratchpad scratch"
+    examples = (
+        "keep a draft of the email in your notes section",
+        "write the findings so far into a notes section called research",
+        "append this line to the log section of your notes",
+        "what's in the draft section?",
+    )
     description = (
         "Named working notes for the current task (findings, logs, drafts...). action=write "
         "replaces a section, append adds to it, read shows one section (or all when `section` "
