@@ -238,3 +238,28 @@ def live_llm(llm_live):
         llm_live.start()
     llm_live.add_rule(planning_rule())
     return llm_live
+
+
+KNOWLEDGE_WAIT_S = 60
+
+
+@pytest.fixture
+def knowledge_state():
+    """knowledge_app's per-process state forgotten around the test (the embedding model found,
+    the vector store's check, the backfill's last look); its background work waited for after."""
+    from knowledge_app import embeddings, indexer, vectors
+    from knowledge_app.worker import worker
+
+    embeddings.forget()
+    vectors.forget()
+    indexer._last_check["at"] = 0.0
+    yield
+    assert worker.wait_idle(KNOWLEDGE_WAIT_S), "background indexing did not finish"
+    embeddings.forget()
+
+
+@pytest.fixture
+def embed(llm, settings):
+    """The test LLM server, serving embeddings as Ollama does; saved facts get their vectors."""
+    settings.KNOWLEDGE_EMBED_FACTS = True
+    return llm

@@ -21,25 +21,8 @@ from memory_app.services import upsert_fact
 from tests.knowledge_files import make_docx, make_docx_bomb, make_pdf
 from tests.test_approvals import frames_until, run_ended, script_tool, start, tool_messages
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("knowledge_state")]
 WAIT_S = 60
-
-
-@pytest.fixture(autouse=True)
-def _fresh_knowledge_state():
-    embeddings.forget()
-    vectors.forget()
-    indexer._last_check["at"] = 0.0
-    yield
-    assert worker.wait_idle(WAIT_S), "background indexing did not finish"
-    embeddings.forget()
-
-
-@pytest.fixture
-def embed(llm, settings):
-    """The test LLM server, serving embeddings as Ollama does; saved facts get their vectors."""
-    settings.KNOWLEDGE_EMBED_FACTS = True
-    return llm
 
 
 def upload(client: Client, name: str, data: bytes | str):

@@ -14,31 +14,13 @@ from django.test import Client
 from agent.context.citations import cited_sources
 from agent.llm.messages import ChatMessage
 from agent.models import Profile
-from knowledge_app import embeddings, indexer, vectors
 from knowledge_app.tools import CITE_NOTE
-from knowledge_app.worker import worker
 from sessions_app.models import Message
 from tests.test_approvals import frames_until, run_ended, script_tool, start, tool_messages
-from tests.test_knowledge import WAIT_S, indexed
+from tests.test_knowledge import indexed
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("knowledge_state")]
 
-
-@pytest.fixture(autouse=True)
-def _fresh_knowledge_state():
-    embeddings.forget()
-    vectors.forget()
-    indexer._last_check["at"] = 0.0
-    yield
-    assert worker.wait_idle(WAIT_S), "background indexing did not finish"
-    embeddings.forget()
-
-
-@pytest.fixture
-def embed(llm, settings):
-    """The test LLM server serves the embeddings (tests.test_knowledge's fixture of that name)."""
-    settings.KNOWLEDGE_EMBED_FACTS = True
-    return llm
 
 BOILER = "# Heating\n\nThe boiler service is every October.\n\n# Garden\n\nThe hedge is cut in June."
 TRAVEL = "# Travel\n\nPassports are in the blue folder."

@@ -11,27 +11,16 @@ import pytest
 from agent.context.prompts import without_clock
 from agent.context.recall import HEADER
 from agent.models import Profile
-from knowledge_app import embeddings, indexer, vectors
 from knowledge_app.worker import worker
 from memory_app.models import MemoryFact
 from memory_app.services import UNVERIFIED_HEADER, refresh_summary, set_summary, upsert_fact
 from tests.llm_server import Turn
+from tests.test_knowledge import WAIT_S
 from tests.test_small_models import run
 
-pytestmark = pytest.mark.django_db(transaction=True)
-WAIT_S = 60
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("knowledge_state")]
 CLOCK = "\n\n---\nCurrent date and time: "
 STEP_NOTE = "\n\n---\n[next step]"  # the constrained step's note, after what build_context wrote
-
-
-@pytest.fixture(autouse=True)
-def _fresh_knowledge_state():
-    embeddings.forget()
-    vectors.forget()
-    indexer._last_check["at"] = 0.0
-    yield
-    assert worker.wait_idle(WAIT_S), "background embedding did not finish"
-    embeddings.forget()
 
 
 @pytest.fixture
