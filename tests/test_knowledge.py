@@ -337,3 +337,63 @@ class TestRestart:
         assert lost.status == "failed" and "upload it again" in lost.error
         assert "attic" in results(owner_client, "attic key")[0]["text"]
         assert "espresso" in results(owner_client, "coffee")[0]["text"]  # re-embedded
+
+
+def _unit(rng, dim: int) -> list[float]:
+    v = [rng.gauss(0, 1) for _ in range(dim)]
+    norm = sum(x * x for x in v) ** 0.5
+    return [x / norm for x in v]
+
+
+class TestVectorStore:
+    def test_the_nearest_are_found_among_more_than_the_coarse_candidates_and_only_the_owners(
+            self, owner, other_user, monkeypatch):
+        import math
+        import random
+
+        from knowledge_app.models import VectorSpace
+
+        monkeypatch.setattr(vectors, "COARSE", 8)  # fewer hamming candidates than vectors
+        rng, dim = random.Random(5), 12  # 12: not whole bytes of bits, the padding is used
+        space = vectors.space_for("store-test", dim)
+        mine = {i: _unit(rng, dim) for i in range(1, 301)}
+        vectors.write(space, "passage", [(i, owner.pk, v) for i, v in mine.items()])
+        query = mine[123]
+        vectors.write(space, "passage", [(1000, other_user.pk, query)])  # identical, but not the owner's
+
+        def exact(i: int) -> float:
+            return 1.0 - sum(a * b for a, b in zip(mine[i], query))
+
+        found = vectors.nearest(space, "passage", owner.pk, query, 3)
+        assert found[0][0] == 123 and math.isclose(found[0][1], 0.0, abs_tol=1e-5)
+        assert all(math.isclose(d, exact(i), abs_tol=1e-5) for i, d in found)  # re-scored with the floats
+        assert [d for _, d in found] == sorted(d for _, d in found)
+        assert 1000 not in [i for i, _ in vectors.nearest(space, "passage", owner.pk, query, 300)]
+        assert vectors.nearest(space, "passage", other_user.pk, query, 5) == [(1000, pytest.approx(0.0, abs=1e-5))]
+        vectors.delete("passage", [123])
+        assert 123 not in [i for i, _ in vectors.nearest(space, "passage", owner.pk, query, 5)]
+        VectorSpace.objects.filter(pk=space.pk).delete()
+
+    def test_tables_of_the_float_only_layout_are_upgraded_on_first_use(self, owner_client, embed):
+        from django.db import connection
+
+        from knowledge_app.models import VectorSpace
+
+        indexed(owner_client, "a.txt", "I drink a double espresso every morning.")
+        space = VectorSpace.objects.get()
+        name = vectors.table(space, "passage")
+        if connection.vendor == "sqlite":  # as a database indexed before binary quantization has it
+            with connection.cursor() as cur:
+                cur.execute(f"SELECT rowid, owner_id, embedding FROM {name}")
+                rows = cur.fetchall()
+                cur.execute(f"DROP TABLE {name}")
+                cur.execute(f"CREATE VIRTUAL TABLE {name} USING vec0(owner_id integer partition key, "
+                            f"embedding float[{space.dim}] distance_metric=cosine)")
+                cur.executemany(f"INSERT INTO {name}(rowid, owner_id, embedding) VALUES (%s, %s, %s)", rows)
+            vectors.forget()  # a process starting on that database
+            assert "espresso" in results(owner_client, "coffee")[0]["text"]
+            with connection.cursor() as cur:
+                cur.execute("SELECT sql FROM sqlite_master WHERE name = %s", [name])
+                assert " coarse bit[" in cur.fetchone()[0]
+        assert vectors.upgrade(connection) == 0  # nothing left to do (PostgreSQL: never anything)
+        assert "espresso" in results(owner_client, "coffee")[0]["text"]
