@@ -204,6 +204,20 @@ class TestMeaning:
         indexed(owner_client, "invoices.txt", text)
         assert "4711" in results(owner_client, "invoice 4711")[0]["text"]
 
+    def test_common_words_beyond_the_budget_do_not_crowd_out_the_rare_one(self, owner_client, embed, monkeypatch):
+        from knowledge_app import words
+        from knowledge_app.search import search
+
+        monkeypatch.setattr(words, "BUDGET", 20)  # ranked at most: here fewer than the common word's matches
+        text = "\n\n".join(f"Receipt number {n} of the shop, paid with the card." + " filler" * 150 for n in range(60))
+        indexed(owner_client, "receipts.txt", text)
+        indexed(owner_client, "boat.txt", "The kayak is stored in the shed.")
+        owner_id = Document.objects.first().owner_id
+        assert search(owner_id, "where is the kayak", mode="words")[0].name == "boat.txt"
+        common = search(owner_id, "the shop receipt", k=50, mode="words")
+        assert 0 < len(common) <= 20 and common[0].name == "receipts.txt"  # the newest 20 matches ranked
+        assert not any("number 0 " in h.text for h in common)
+
     def test_without_an_embedding_model_search_uses_the_words_and_health_says_so(self, owner_client, embed):
         embed.embed_models = []  # nothing pulled
         doc = indexed(owner_client, "a.txt", "I drink a double espresso every morning.")
