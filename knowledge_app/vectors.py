@@ -30,6 +30,8 @@ PGVECTOR_HINT = (
     "install pgvector on the PostgreSQL server (PGDG's `postgresql-15-pgvector` package, or the "
     "`pgvector/pgvector` image) and run `CREATE EXTENSION vector` as a superuser"
 )
+PG_EXTENSION = "vector"  # pgvector's name in CREATE EXTENSION
+SQLITE_PROBE = "vec_version"  # a function sqlite-vec adds: there when it is loaded
 _TABLE = re.compile(r"^knowledge_vec_(\d+)_(passage|fact)$")
 # Hamming candidates re-scored with the float vectors. sqlite-vec's KNN keeps its top k with a
 # selection whose cost grows with k × rows: at 100 000 vectors ~7 ms for k=50, ~12 for 100,
@@ -70,7 +72,7 @@ def available() -> str:
     if connection.vendor == "sqlite":
         try:
             with connection.cursor() as cur:
-                cur.execute("SELECT vec_version()")
+                cur.execute(f"SELECT {SQLITE_PROBE}()")
             found = "ok"
         except Exception as exc:  # noqa: BLE001
             found = _checked.get(alias) or f"sqlite-vec is not loaded ({exc}); install the `sqlite-vec` package"
@@ -137,9 +139,9 @@ def forget() -> None:
 def _pgvector() -> str:
     try:
         with transaction.atomic(), connection.cursor() as cur:
-            cur.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'")
+            cur.execute("SELECT 1 FROM pg_extension WHERE extname = %s", [PG_EXTENSION])
             if cur.fetchone() is None:
-                cur.execute("CREATE EXTENSION IF NOT EXISTS vector")
+                cur.execute(f'CREATE EXTENSION IF NOT EXISTS "{PG_EXTENSION}"')
         return "ok"
     except Exception as exc:  # noqa: BLE001 - the extension is missing or not ours to create
         return f"PostgreSQL has no pgvector extension ({str(exc).splitlines()[0]}): {PGVECTOR_HINT}"

@@ -77,6 +77,8 @@ def ranked(owner_id: int, query: str, limit: int) -> list[tuple[int, float]]:
     if not words or limit <= 0:
         return []
     words, oldest = _within_budget(words)
+    if not words:
+        return []
     newest_only = " AND p.id >= %s" if oldest is not None else ""
     extra = [oldest] if oldest is not None else []
     if connection.vendor == "sqlite":
@@ -115,6 +117,7 @@ def _within_budget(words: list[str]) -> tuple[list[str], int | None]:
     """The terms to rank by (rarest first, their matches within BUDGET) and, when the rarest
     alone matches more, all of them and the id from which their BUDGET newest matches start."""
     counts = {t: _matches(t) for t in words}
+    words = [t for t in words if counts[t]]  # a term matching nothing (on PostgreSQL: a stop word) adds nothing
     chosen, total = [], 0
     for term in sorted(words, key=lambda t: counts[t]):
         if chosen and total + counts[term] > BUDGET:

@@ -33,6 +33,7 @@ def _fresh_knowledge_state():
     yield
     assert worker.wait_idle(WAIT_S), "background indexing did not finish"
     embeddings.forget()
+    vectors.forget()  # a test may have found no vector index: later tests look again
 
 
 @pytest.fixture
@@ -411,3 +412,41 @@ class TestVectorStore:
                 assert " coarse bit[" in cur.fetchone()[0]
         assert vectors.upgrade(connection) == 0  # nothing left to do (PostgreSQL: never anything)
         assert "espresso" in results(owner_client, "coffee")[0]["text"]
+
+
+class TestWithoutVectorExtension:
+    def test_health_names_what_to_install_and_search_and_the_tool_use_the_words(self, owner, owner_client, embed,
+                                                                               monkeypatch):
+        """PostgreSQL without pgvector (SQLite without sqlite-vec): the detection is pointed at an
+        extension the server does not have, so the server's own refusal takes the real path."""
+        from asgiref.sync import async_to_sync
+        from django.db import connection
+
+        from knowledge_app.models import VectorSpace
+        from knowledge_app.tools import KnowledgeSearchTool
+        from tools_app.context import current_user_id
+
+        if connection.vendor == "postgresql":
+            monkeypatch.setattr(vectors, "PG_EXTENSION", "navi_absent_vector")  # CREATE EXTENSION fails on the server
+            install = "postgresql-15-pgvector"
+        else:
+            monkeypatch.setattr(vectors, "SQLITE_PROBE", "navi_absent_vec_version")  # as if sqlite-vec never loaded
+            install = "sqlite-vec"
+        vectors.forget()
+        doc = indexed(owner_client, "a.txt", "I drink a double espresso every morning.")
+        assert doc["status"] == "ready"
+        assert not VectorSpace.objects.exists() and Passage.objects.get().space is None  # nothing embedded
+        health = owner_client.get("/health").json()
+        assert health["status"] == "degraded"
+        assert "no vector index" in health["embeddings"] and install in health["embeddings"]
+        assert owner_client.get("/health").json()["status"] == "degraded"
+        hit = results(owner_client, "espresso")[0]  # the words still answer
+        assert hit["name"] == "a.txt" and "espresso" in hit["text"]
+        assert results(owner_client, "coffee") == []  # meaning needs the vectors
+        assert owner_client.get("/knowledge").json()["search"] == "words"
+        token = current_user_id.set(owner.pk)
+        try:
+            answer = async_to_sync(KnowledgeSearchTool().execute)({"query": "double espresso"})
+        finally:
+            current_user_id.reset(token)
+        assert answer.success and "a.txt" in answer.output and "espresso" in answer.output
