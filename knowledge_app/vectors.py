@@ -134,6 +134,7 @@ def forget() -> None:
     """Check again on the next call (tests switch databases and extensions)."""
     with _lock:
         _checked.clear()
+        _versions.clear()
 
 
 def _pgvector() -> str:
@@ -247,15 +248,25 @@ def nearest(space: VectorSpace, kind: str, owner_id: int, vector: list[float], k
     with transaction.atomic(), connection.cursor() as cur:
         # The HNSW index is searched first and filtered after: without an iterative scan a
         # busy index could return fewer than k of this owner's rows (pgvector >= 0.8).
-        cur.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
-        version = tuple(int(p) for p in (cur.fetchone() or ("0",))[0].split(".")[:2])
-        if version >= (0, 8):
-            cur.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-        cur.execute(f"SET LOCAL hnsw.ef_search = {max(40, k)}")
+        settings = f"SET LOCAL hnsw.ef_search = {max(40, k)}"
+        if _pgvector_version(cur) >= (0, 8):
+            settings += "; SET LOCAL hnsw.iterative_scan = relaxed_order"
+        cur.execute(settings)  # one round trip
         cur.execute(f"SELECT id, embedding <=> %s::vector AS d FROM {name} WHERE owner_id = %s ORDER BY d LIMIT %s",
                     [literal, owner_id, k])
         rows = [(int(i), float(d)) for i, d in cur.fetchall()]
     return sorted(rows, key=lambda row: row[1])
+
+
+_versions: dict[str, tuple[int, ...]] = {}  # database alias -> pgvector's version
+
+
+def _pgvector_version(cur) -> tuple[int, ...]:
+    if connection.alias not in _versions:
+        cur.execute("SELECT extversion FROM pg_extension WHERE extname = %s", [PG_EXTENSION])
+        row = cur.fetchone()
+        _versions[connection.alias] = tuple(int(p) for p in (row or ("0",))[0].split(".")[:2])
+    return _versions[connection.alias]
 
 
 def drop_space(space: VectorSpace) -> None:

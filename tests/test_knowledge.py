@@ -209,10 +209,15 @@ class TestMeaning:
         from knowledge_app import words
         from knowledge_app.search import search
 
-        monkeypatch.setattr(words, "BUDGET", 20)  # ranked at most: here fewer than the common word's matches
+        from django.db import connection
+
+        monkeypatch.setitem(words.BUDGET, connection.vendor, 20)  # ranked at most: fewer than "shop" matches
         text = "\n\n".join(f"Receipt number {n} of the shop, paid with the card." + " filler" * 150 for n in range(60))
         indexed(owner_client, "receipts.txt", text)
         indexed(owner_client, "boat.txt", "The kayak is stored in the shed.")
+        if connection.vendor == "postgresql":  # its word counts come from statistics autovacuum keeps up to date
+            with connection.cursor() as cur:
+                cur.execute("ANALYZE knowledge_app_passage")
         owner_id = Document.objects.first().owner_id
         assert search(owner_id, "where is the kayak", mode="words")[0].name == "boat.txt"
         common = search(owner_id, "the shop receipt", k=50, mode="words")
