@@ -37,7 +37,7 @@ _TRIGGERS = {
 _WORD = re.compile(r"\w+", re.UNICODE)
 MAX_TERMS = 32
 # Matching passages ranked at most: ranking costs ~1 µs a passage on SQLite, ~6 on PostgreSQL.
-BUDGET = {"sqlite": 5000, "postgresql": 1000}
+BUDGET = {"sqlite": 2000, "postgresql": 1000}
 PG_DOCUMENT = "p.tsv"  # a stored generated column: to_tsvector('english', text)
 
 
