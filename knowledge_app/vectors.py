@@ -77,7 +77,11 @@ def available() -> str:
         except Exception as exc:  # noqa: BLE001
             found = _checked.get(alias) or f"sqlite-vec is not loaded ({exc}); install the `sqlite-vec` package"
         if found == "ok":
-            found = _upgrade_or_why()
+            try:
+                upgrade(connection)
+            except Exception as exc:  # noqa: BLE001 - e.g. another process upgrading now: not kept, asked again
+                log.warning("vector tables not upgraded yet: %s", exc)
+                return f"the vector tables are being upgraded ({exc}); search uses the words until it is done"
     elif connection.vendor == "postgresql":
         found = _pgvector()
     else:
@@ -85,15 +89,6 @@ def available() -> str:
     with _lock:
         _checked[alias] = found
     return found
-
-
-def _upgrade_or_why() -> str:
-    try:
-        upgrade(connection)
-        return "ok"
-    except Exception as exc:  # noqa: BLE001 - e.g. another process upgrading now: asked again next time
-        log.warning("vector tables not upgraded yet: %s", exc)
-        return f"the vector tables are being upgraded ({exc}); try again in a minute"
 
 
 def upgrade(conn=connection) -> int:
