@@ -254,6 +254,7 @@ def _scale(sizes: list[int], postgres_url: str | None, dim: int = 384) -> None:
             Passage.objects.filter(pk__in=[p.pk for p in batch]).update(space=space)
         took, cpu_took = time.perf_counter() - started, time.thread_time() + _server_ns() / 1e9 - cpu_started
         added, have = size - have, size
+        words.added(added)  # as the indexer does once a document is ready
         queries = [" ".join(rng.choices(words_list, weights, k=rng.randint(2, 4))) for _ in range(200)]
         for q in queries[:10]:
             search.search(user.pk, q, 5)  # warm up

@@ -15,11 +15,13 @@ the owner's would mean walking every match again).
 
 from __future__ import annotations
 
+import logging
 import re
 from contextlib import nullcontext
 
 from django.db import connection, connections, transaction
 
+log = logging.getLogger(__name__)
 FTS_TABLE = "knowledge_app_passage_fts"
 PASSAGE_TABLE = "knowledge_app_passage"
 DOCUMENT_TABLE = "knowledge_app_document"
@@ -62,6 +64,23 @@ def ensure_fts(conn=connection) -> None:
 
 def ensure_fts_after_migrate(sender, using="default", **kwargs) -> None:
     ensure_fts(connections[using])
+
+
+ANALYZE_AFTER = 1000  # passages added at once after which PostgreSQL's statistics are refreshed
+
+
+def added(count: int) -> None:
+    """A document's `count` passages were written: on PostgreSQL, after a big one, refresh the
+    statistics now rather than when autovacuum next looks (up to a minute or more): until then
+    the words' counts and the planner see the table as it was (at 10 000 new passages: ~20 ms
+    more a search)."""
+    if connection.vendor != "postgresql" or count < ANALYZE_AFTER:
+        return
+    try:
+        with connection.cursor() as cur:
+            cur.execute(f"ANALYZE {PASSAGE_TABLE}")
+    except Exception as exc:  # noqa: BLE001 - not the table's owner: autovacuum will do it
+        log.info("ANALYZE %s skipped: %s", PASSAGE_TABLE, exc)
 
 
 def terms(query: str) -> list[str]:
