@@ -92,9 +92,8 @@ def available() -> str:
 
 
 def upgrade(conn=connection) -> int:
-    """Rebuild SQLite vector tables of the float-only layout (before binary quantization) with
-    the `coarse` bit column, their vectors copied; how many were. Idempotent (migration 0003
-    and each process's first use call it)."""
+    """Rebuild float-only SQLite vector tables with the `coarse` bit column, vectors copied; how
+    many were. Idempotent: migration 0003 and each process's first use (`available`) call it."""
     if conn.vendor != "sqlite":
         return 0
     done = 0
@@ -103,7 +102,10 @@ def upgrade(conn=connection) -> int:
             sql = dict(_vector_tables(conn)).get(name)
             if sql is None or _quantized(sql):
                 continue  # another process did it meanwhile
-            dim = int(_OLD_DIM.search(sql).group(1))
+            found = _OLD_DIM.search(sql)
+            if found is None:
+                raise ValueError(f"{name} has a layout Navi does not know: {sql}")
+            dim = int(found.group(1))
             # vec0 does not rename its shadow tables: copy out, drop, make anew, copy back.
             cur.execute(f"CREATE TEMP TABLE knowledge_vec_upgrade AS SELECT rowid AS id, owner_id, embedding FROM {name}")
             cur.execute(f"DROP TABLE {name}")

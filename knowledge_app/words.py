@@ -7,10 +7,10 @@ Terms are OR-ed, each quoted: the query's syntax is never interpreted.
 
 Bounded cost: ranking costs per matching passage, and a common word matches most of them
 (100 ms at 100 000 passages). So the terms are taken rarest first while their matches add up
-to at most `BUDGET` (the rarest always; how many each matches: `_counts`); the common ones left out weigh least in bm25 anyway (its idf is
-near zero for a word in most passages). When even the rarest matches more, every term is
-used but only the newest `BUDGET` passages matching any are ranked (anyone's newest: finding
-the owner's would mean walking every match again).
+to at most `BUDGET` (the rarest always; how many each matches: `_counts`); the common ones
+left out weigh least in bm25 anyway (its idf is near zero for a word in most passages). When
+even the rarest matches more, every term is used but only the newest `BUDGET` passages
+matching any are ranked (anyone's newest: finding the owner's would walk every match again).
 """
 
 from __future__ import annotations
@@ -71,9 +71,7 @@ ANALYZE_AFTER = 1000  # passages added at once after which PostgreSQL's statisti
 
 def added(count: int) -> None:
     """A document's `count` passages were written: on PostgreSQL, after a big one, refresh the
-    statistics now rather than when autovacuum next looks (up to a minute or more): until then
-    the words' counts and the planner see the table as it was (at 10 000 new passages: ~20 ms
-    more a search)."""
+    statistics now, not when autovacuum next looks (`_counts` and the planner read them)."""
     if connection.vendor != "postgresql" or count < ANALYZE_AFTER:
         return
     try:
@@ -135,7 +133,7 @@ def _pg_query(words: list[str]) -> str:
 
 def _within_budget(words: list[str]) -> tuple[list[str], int | None]:
     """The terms to rank by (rarest first, their matches within the budget) and, when the
-    rarest alone matches more, all of them and the id from which their newest matches start."""
+    rarest alone matches more, all of them and the id where their newest matches start."""
     budget = BUDGET[connection.vendor]
     counts = _counts(words, budget)
     words = [t for t in words if counts[t]]  # a term matching nothing (on PostgreSQL: a stop word) adds nothing
@@ -160,11 +158,12 @@ def _within_budget(words: list[str]) -> tuple[list[str], int | None]:
 
 
 def _counts(words: list[str], budget: int) -> dict[str, int]:
-    """How many passages (anyone's) contain each term: counted up to budget + 1 (the index stops
-    there) or, on PostgreSQL once ANALYZE has run, estimated from its statistics of the column's
-    most common lexemes (counting there fetches each matching row: ~50 ms for a common word at
-    100 000 passages). A term not among them is rarer than the rarest that is: 1; a stop word: 0."""
+    """How many passages (anyone's) contain each term (0: a stop word), counted up to budget + 1
+    or, on PostgreSQL once analyzed, estimated from ANALYZE's most common lexemes."""
     if connection.vendor == "postgresql":
+        # Counting there fetches each matching row (~50 ms for a common word at 100 000
+        # passages); the statistics are read at once. A term not among the most common is
+        # rarer than the rarest that is: 1.
         with connection.cursor() as cur:
             cur.execute(
                 "WITH common AS (SELECT unnest(most_common_elems::text::text[]) AS lexeme, "
