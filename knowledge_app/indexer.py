@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from memory_app.models import MemoryFact
 
-from . import embeddings, extract, vectors
+from . import embeddings, extract, vectors, words
 from .models import Document, FactVector, Passage, VectorSpace
 from .worker import worker
 
@@ -107,6 +107,7 @@ def index_document(document_id) -> None:
     Document.objects.filter(pk=document.pk).update(
         status="ready", error="", chunks=count, progress=100, updated_at=timezone.now())
     path.unlink(missing_ok=True)  # the passages are what is kept; the upload is not needed again
+    words.added(count)
 
 
 def _write(batch: list[Passage], seen: set[str]) -> None:

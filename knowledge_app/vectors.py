@@ -2,8 +2,16 @@
 
 Each space (`VectorSpace`: one model, one dimension) has a table per kind of thing embedded
 ("passage", "fact"), keyed by that thing's id and partitioned by owner, so a search only ever
-looks at the caller's vectors. SQLite: a `vec0` virtual table (`owner_id` a partition key,
-cosine distance). PostgreSQL: a table with a `vector(dim)` column and an HNSW index.
+looks at the caller's vectors. PostgreSQL: a table with a `vector(dim)` column and an HNSW index.
+
+SQLite: a `vec0` virtual table (`owner_id` a partition key). sqlite-vec has no ANN index: a
+KNN query compares every vector of the owner, and over float vectors that cost ~80 ms of CPU
+at 100 000 passages. So, as sqlite-vec's binary-quantization guide does, the scanned column is
+`coarse`, the vector's signs as bits (`vec_quantize_binary`: 48 bytes for 384 dimensions
+instead of 1 536); the nearest `COARSE` by hamming distance are then re-scored with the float
+vector, an auxiliary column (`+embedding`: read by rowid, never scanned) and
+`vec_distance_cosine`. A space whose owner has at most `COARSE` vectors is thus searched exactly.
+Tables made before this (float vectors in the scanned column) are rebuilt by `upgrade`.
 """
 
 from __future__ import annotations
@@ -22,7 +30,16 @@ PGVECTOR_HINT = (
     "install pgvector on the PostgreSQL server (PGDG's `postgresql-15-pgvector` package, or the "
     "`pgvector/pgvector` image) and run `CREATE EXTENSION vector` as a superuser"
 )
+PG_EXTENSION = "vector"  # pgvector's name in CREATE EXTENSION
+SQLITE_PROBE = "vec_version"  # a function sqlite-vec adds: there when it is loaded
 _TABLE = re.compile(r"^knowledge_vec_(\d+)_(passage|fact)$")
+# Hamming candidates re-scored with the float vectors. sqlite-vec's KNN keeps its top k with a
+# selection whose cost grows with k × rows: at 100 000 vectors ~7 ms for k=50, ~12 for 100,
+# ~30 for 200 (bench/README). Real embeddings' near neighbours are far nearer by hamming distance
+# than the rest, so 100 candidates hold the nearest ones (bench/knowledge.py measures the agreement).
+COARSE = 100
+MAX_COARSE = 4096  # sqlite-vec's own limit on k
+_OLD_DIM = re.compile(r"embedding float\[(\d+)\]")
 _checked: dict[str, str] = {}  # database alias -> "ok" or why vectors cannot be stored
 _lock = threading.Lock()
 
@@ -55,10 +72,16 @@ def available() -> str:
     if connection.vendor == "sqlite":
         try:
             with connection.cursor() as cur:
-                cur.execute("SELECT vec_version()")
+                cur.execute(f"SELECT {SQLITE_PROBE}()")
             found = "ok"
         except Exception as exc:  # noqa: BLE001
             found = _checked.get(alias) or f"sqlite-vec is not loaded ({exc}); install the `sqlite-vec` package"
+        if found == "ok":
+            try:
+                upgrade(connection)
+            except Exception as exc:  # noqa: BLE001 - e.g. another process upgrading now: not kept, asked again
+                log.warning("vector tables not upgraded yet: %s", exc)
+                return f"the vector tables are being upgraded ({exc}); search uses the words until it is done"
     elif connection.vendor == "postgresql":
         found = _pgvector()
     else:
@@ -68,18 +91,55 @@ def available() -> str:
     return found
 
 
+def upgrade(conn=connection) -> int:
+    """Rebuild float-only SQLite vector tables with the `coarse` bit column, vectors copied; how
+    many were. Idempotent: migration 0003 and each process's first use (`available`) call it."""
+    if conn.vendor != "sqlite":
+        return 0
+    done = 0
+    for name in [n for n, sql in _vector_tables(conn) if not _quantized(sql)]:
+        with transaction.atomic(using=conn.alias), conn.cursor() as cur:
+            sql = dict(_vector_tables(conn)).get(name)
+            if sql is None or _quantized(sql):
+                continue  # another process did it meanwhile
+            found = _OLD_DIM.search(sql)
+            if found is None:
+                raise ValueError(f"{name} has a layout Navi does not know: {sql}")
+            dim = int(found.group(1))
+            # vec0 does not rename its shadow tables: copy out, drop, make anew, copy back.
+            cur.execute(f"CREATE TEMP TABLE knowledge_vec_upgrade AS SELECT rowid AS id, owner_id, embedding FROM {name}")
+            cur.execute(f"DROP TABLE {name}")
+            _create_sqlite(cur, name, dim)
+            cur.execute(f"INSERT INTO {name}(rowid, owner_id, coarse, embedding) "
+                        f"SELECT id, owner_id, {_coarse('embedding', dim)}, embedding FROM knowledge_vec_upgrade")
+            cur.execute("DROP TABLE knowledge_vec_upgrade")
+        done += 1
+    return done
+
+
+def _vector_tables(conn) -> list[tuple[str, str]]:
+    with conn.cursor() as cur:
+        cur.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'")
+        return [(name, sql or "") for name, sql in cur.fetchall() if _TABLE.match(name)]
+
+
+def _quantized(sql: str) -> bool:
+    return " coarse bit[" in sql
+
+
 def forget() -> None:
     """Check again on the next call (tests switch databases and extensions)."""
     with _lock:
         _checked.clear()
+        _versions.clear()
 
 
 def _pgvector() -> str:
     try:
         with transaction.atomic(), connection.cursor() as cur:
-            cur.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'")
+            cur.execute("SELECT 1 FROM pg_extension WHERE extname = %s", [PG_EXTENSION])
             if cur.fetchone() is None:
-                cur.execute("CREATE EXTENSION IF NOT EXISTS vector")
+                cur.execute(f'CREATE EXTENSION IF NOT EXISTS "{PG_EXTENSION}"')
         return "ok"
     except Exception as exc:  # noqa: BLE001 - the extension is missing or not ours to create
         return f"PostgreSQL has no pgvector extension ({str(exc).splitlines()[0]}): {PGVECTOR_HINT}"
@@ -98,14 +158,26 @@ def space_for(model: str, dim: int) -> VectorSpace:
     return space
 
 
+def _bits(dim: int) -> int:
+    return (int(dim) + 7) // 8 * 8  # a bit vector is whole bytes
+
+
+def _coarse(expr: str, dim: int) -> str:
+    """SQL for the bit vector of the float32 blob `expr`, padded with zeros to whole bytes."""
+    pad = _bits(dim) - int(dim)
+    return f"vec_quantize_binary(unhex(hex({expr}) || '{'00' * 4 * pad}'))" if pad else f"vec_quantize_binary({expr})"
+
+
+def _create_sqlite(cur, name: str, dim: int) -> None:
+    cur.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING vec0("
+                f"owner_id integer partition key, coarse bit[{_bits(dim)}], +embedding blob)")
+
+
 def _create(space: VectorSpace, kind: str) -> None:
     name = table(space, kind)
     with connection.cursor() as cur:
         if connection.vendor == "sqlite":
-            cur.execute(
-                f"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING vec0("
-                f"owner_id integer partition key, embedding float[{int(space.dim)}] distance_metric=cosine)"
-            )
+            _create_sqlite(cur, name, space.dim)
         else:
             cur.execute(
                 f"CREATE TABLE IF NOT EXISTS {name} (id bigint PRIMARY KEY, owner_id bigint NOT NULL, "
@@ -132,8 +204,9 @@ def write(space: VectorSpace, kind: str, rows: list[tuple[int, int, list[float]]
         if replace:
             _delete_ids(cur, name, [row[0] for row in rows])
         if connection.vendor == "sqlite":
-            cur.executemany(f"INSERT INTO {name}(rowid, owner_id, embedding) VALUES (%s, %s, %s)",
-                            [(i, owner, _literal(v)) for i, owner, v in rows])
+            cur.executemany(f"INSERT INTO {name}(rowid, owner_id, coarse, embedding) "
+                            f"VALUES (%s, %s, {_coarse('%s', space.dim)}, %s)",
+                            [(i, owner, blob, blob) for i, owner, v in rows for blob in [_literal(v)]])
         else:
             cur.executemany(f"INSERT INTO {name}(id, owner_id, embedding) VALUES (%s, %s, %s::vector)",
                             [(i, owner, _literal(v)) for i, owner, v in rows])
@@ -161,24 +234,36 @@ def nearest(space: VectorSpace, kind: str, owner_id: int, vector: list[float], k
     """The owner's `k` nearest ids to `vector` with their cosine distance, nearest first."""
     name, k = table(space, kind), max(1, min(int(k), 1000))
     if connection.vendor == "sqlite":
-        sql = (f"SELECT rowid, distance FROM {name} WHERE embedding MATCH %s AND k = %s AND owner_id = %s "
-               "ORDER BY distance")
+        query = _literal(vector)
+        sql = (f"WITH near AS (SELECT rowid, embedding FROM {name} WHERE coarse MATCH {_coarse('%s', space.dim)} "
+               "AND k = %s AND owner_id = %s) "
+               "SELECT rowid, vec_distance_cosine(embedding, %s) AS d FROM near ORDER BY d, rowid LIMIT %s")
         with connection.cursor() as cur:
-            cur.execute(sql, [_literal(vector), k, owner_id])
+            cur.execute(sql, [query, min(MAX_COARSE, max(COARSE, 2 * k)), owner_id, query, k])
             return [(int(i), float(d)) for i, d in cur.fetchall()]
     literal = _literal(vector)
     with transaction.atomic(), connection.cursor() as cur:
         # The HNSW index is searched first and filtered after: without an iterative scan a
         # busy index could return fewer than k of this owner's rows (pgvector >= 0.8).
-        cur.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
-        version = tuple(int(p) for p in (cur.fetchone() or ("0",))[0].split(".")[:2])
-        if version >= (0, 8):
-            cur.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-        cur.execute(f"SET LOCAL hnsw.ef_search = {max(40, k)}")
+        settings = f"SET LOCAL hnsw.ef_search = {max(40, k)}"
+        if _pgvector_version(cur) >= (0, 8):
+            settings += "; SET LOCAL hnsw.iterative_scan = relaxed_order"
+        cur.execute(settings)  # one round trip
         cur.execute(f"SELECT id, embedding <=> %s::vector AS d FROM {name} WHERE owner_id = %s ORDER BY d LIMIT %s",
                     [literal, owner_id, k])
         rows = [(int(i), float(d)) for i, d in cur.fetchall()]
     return sorted(rows, key=lambda row: row[1])
+
+
+_versions: dict[str, tuple[int, ...]] = {}  # database alias -> pgvector's version
+
+
+def _pgvector_version(cur) -> tuple[int, ...]:
+    if connection.alias not in _versions:
+        cur.execute("SELECT extversion FROM pg_extension WHERE extname = %s", [PG_EXTENSION])
+        row = cur.fetchone()
+        _versions[connection.alias] = tuple(int(p) for p in (row or ("0",))[0].split(".")[:2])
+    return _versions[connection.alias]
 
 
 def drop_space(space: VectorSpace) -> None:

@@ -256,6 +256,7 @@ def knowledge_state():
     yield
     assert worker.wait_idle(KNOWLEDGE_WAIT_S), "background indexing did not finish"
     embeddings.forget()
+    vectors.forget()  # a test may have found no vector index: later tests look again
 
 
 @pytest.fixture

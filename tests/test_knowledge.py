@@ -187,6 +187,28 @@ class TestMeaning:
         indexed(owner_client, "invoices.txt", text)
         assert "4711" in results(owner_client, "invoice 4711")[0]["text"]
 
+    def test_common_words_beyond_the_budget_do_not_crowd_out_the_rare_one(self, owner_client, embed, monkeypatch):
+        from django.db import connection
+
+        from knowledge_app import words
+        from knowledge_app.search import search
+
+        monkeypatch.setitem(words.BUDGET, connection.vendor, 20)  # ranked at most: fewer than "shop" matches
+        # PostgreSQL: the words' counts come from the statistics the indexer refreshes after a big document.
+        monkeypatch.setattr(words, "ANALYZE_AFTER", 1)
+        text = "\n\n".join(f"Receipt number {n} of the shop, paid with the card." + " filler" * 150 for n in range(60))
+        indexed(owner_client, "receipts.txt", text)
+        indexed(owner_client, "boat.txt", "The kayak is stored in the shed.")
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cur:
+                cur.execute("SELECT last_analyze FROM pg_stat_user_tables WHERE relname = 'knowledge_app_passage'")
+                assert cur.fetchone()[0] is not None
+        owner_id = Document.objects.first().owner_id
+        assert search(owner_id, "where is the kayak", mode="words")[0].name == "boat.txt"
+        common = search(owner_id, "the shop receipt", k=50, mode="words")
+        assert 0 < len(common) <= 20 and common[0].name == "receipts.txt"  # the newest 20 matches ranked
+        assert not any("number 0 " in h.text for h in common)
+
     def test_without_an_embedding_model_search_uses_the_words_and_health_says_so(self, owner_client, embed):
         embed.embed_models = []  # nothing pulled
         doc = indexed(owner_client, "a.txt", "I drink a double espresso every morning.")
@@ -320,3 +342,101 @@ class TestRestart:
         assert lost.status == "failed" and "upload it again" in lost.error
         assert "attic" in results(owner_client, "attic key")[0]["text"]
         assert "espresso" in results(owner_client, "coffee")[0]["text"]  # re-embedded
+
+
+def _unit(rng, dim: int) -> list[float]:
+    v = [rng.gauss(0, 1) for _ in range(dim)]
+    norm = sum(x * x for x in v) ** 0.5
+    return [x / norm for x in v]
+
+
+class TestVectorStore:
+    def test_the_nearest_are_found_among_more_than_the_coarse_candidates_and_only_the_owners(
+            self, owner, other_user, monkeypatch):
+        import math
+        import random
+
+        from knowledge_app.models import VectorSpace
+
+        monkeypatch.setattr(vectors, "COARSE", 8)  # fewer hamming candidates than vectors
+        rng, dim = random.Random(5), 12  # 12: not whole bytes of bits, the padding is used
+        space = vectors.space_for("store-test", dim)
+        mine = {i: _unit(rng, dim) for i in range(1, 301)}
+        vectors.write(space, "passage", [(i, owner.pk, v) for i, v in mine.items()])
+        query = mine[123]
+        vectors.write(space, "passage", [(1000, other_user.pk, query)])  # identical, but not the owner's
+
+        def exact(i: int) -> float:
+            return 1.0 - sum(a * b for a, b in zip(mine[i], query))
+
+        found = vectors.nearest(space, "passage", owner.pk, query, 3)
+        assert found[0][0] == 123 and math.isclose(found[0][1], 0.0, abs_tol=1e-5)
+        assert all(math.isclose(d, exact(i), abs_tol=1e-5) for i, d in found)  # re-scored with the floats
+        assert [d for _, d in found] == sorted(d for _, d in found)
+        assert 1000 not in [i for i, _ in vectors.nearest(space, "passage", owner.pk, query, 300)]
+        assert vectors.nearest(space, "passage", other_user.pk, query, 5) == [(1000, pytest.approx(0.0, abs=1e-5))]
+        vectors.delete("passage", [123])
+        assert 123 not in [i for i, _ in vectors.nearest(space, "passage", owner.pk, query, 5)]
+        VectorSpace.objects.filter(pk=space.pk).delete()
+
+    def test_tables_of_the_float_only_layout_are_upgraded_on_first_use(self, owner_client, embed):
+        from django.db import connection
+
+        from knowledge_app.models import VectorSpace
+
+        indexed(owner_client, "a.txt", "I drink a double espresso every morning.")
+        space = VectorSpace.objects.get()
+        name = vectors.table(space, "passage")
+        if connection.vendor == "sqlite":  # as a database indexed before binary quantization has it
+            with connection.cursor() as cur:
+                cur.execute(f"SELECT rowid, owner_id, embedding FROM {name}")
+                rows = cur.fetchall()
+                cur.execute(f"DROP TABLE {name}")
+                cur.execute(f"CREATE VIRTUAL TABLE {name} USING vec0(owner_id integer partition key, "
+                            f"embedding float[{space.dim}] distance_metric=cosine)")
+                cur.executemany(f"INSERT INTO {name}(rowid, owner_id, embedding) VALUES (%s, %s, %s)", rows)
+            vectors.forget()  # a process starting on that database
+            assert "espresso" in results(owner_client, "coffee")[0]["text"]
+            with connection.cursor() as cur:
+                cur.execute("SELECT sql FROM sqlite_master WHERE name = %s", [name])
+                assert " coarse bit[" in cur.fetchone()[0]
+        assert vectors.upgrade(connection) == 0  # nothing left to do (PostgreSQL: never anything)
+        assert "espresso" in results(owner_client, "coffee")[0]["text"]
+
+
+class TestWithoutVectorExtension:
+    def test_health_names_what_to_install_and_search_and_the_tool_use_the_words(self, owner, owner_client, embed,
+                                                                               monkeypatch):
+        """PostgreSQL without pgvector (SQLite without sqlite-vec): the detection is pointed at an
+        extension the server does not have, so the server's own refusal takes the real path."""
+        from asgiref.sync import async_to_sync
+        from django.db import connection
+
+        from knowledge_app.models import VectorSpace
+        from knowledge_app.tools import KnowledgeSearchTool
+        from tools_app.context import current_user_id
+
+        if connection.vendor == "postgresql":
+            monkeypatch.setattr(vectors, "PG_EXTENSION", "navi_absent_vector")  # CREATE EXTENSION fails on the server
+            install = "postgresql-15-pgvector"
+        else:
+            monkeypatch.setattr(vectors, "SQLITE_PROBE", "navi_absent_vec_version")  # as if sqlite-vec never loaded
+            install = "sqlite-vec"
+        vectors.forget()
+        doc = indexed(owner_client, "a.txt", "I drink a double espresso every morning.")
+        assert doc["status"] == "ready"
+        assert not VectorSpace.objects.exists() and Passage.objects.get().space is None  # nothing embedded
+        health = owner_client.get("/health").json()
+        assert health["status"] == "degraded"
+        assert "no vector index" in health["embeddings"] and install in health["embeddings"]
+        assert owner_client.get("/health").json()["status"] == "degraded"
+        hit = results(owner_client, "espresso")[0]  # the words still answer
+        assert hit["name"] == "a.txt" and "espresso" in hit["text"]
+        assert results(owner_client, "coffee") == []  # meaning needs the vectors
+        assert owner_client.get("/knowledge").json()["search"] == "words"
+        token = current_user_id.set(owner.pk)
+        try:
+            answer = async_to_sync(KnowledgeSearchTool().execute)({"query": "double espresso"})
+        finally:
+            current_user_id.reset(token)
+        assert answer.success and "a.txt" in answer.output and "espresso" in answer.output
