@@ -350,6 +350,28 @@ class TestSmallModelStep:
         frames = await run(session, owner_token, "make a new tool named shout")
         assert of(frames, "tool_call")[0]["args"]["code"] == "x = 1"
 
+    async def test_a_rewrite_that_reads_a_file_nobody_named_leaves_the_models_own(self, llm, session, owner_token, host_tools_allowed):
+        decided = json.dumps({"name": "code_exec", "arguments": {"code": "print(17 * 23)"}})
+        invented = "```python\nwith open('example.txt') as f:\n    print(f.read())\n```"
+        llm.script(Turn(content=decided), Turn(content=invented), Turn(content=ANSWER), Turn(content="It is 391."))
+        frames = await run(session, owner_token, "What's 17 times 23? Use Python.")
+        offered = [t["function"]["name"] for t in llm.requests[0]["tools"]]
+        assert "code_exec" in offered  # the words' best match keeps its place whatever the embeddings say
+        assert schema_of(llm.requests[1]) is None and "My request: What's 17 times 23" in llm.requests[1]["messages"][-1]["content"]
+        call = of(frames, "tool_call")[0]
+        assert call["args"]["code"] == "print(17 * 23)" and call["success"] and "391" in call["result"]
+
+    def test_which_rewrites_invent_their_input(self):
+        invents = constrained.invents_inputs
+        assert invents("print(open('example.txt').read())", "What's 17 times 23?", "print(17 * 23)")
+        assert invents("import pandas\nprint(pandas.read_csv(path))", "add up the hours", "")
+        assert invents("print(len('/etc/passwd'))", "count the lines", "")
+        # what the request or the model's program names, and plain numbers and words, are no invention
+        assert not invents("print(sum(range(1, 12346)))", "Add up all the whole numbers from 1 to 12345", "1 + 12345")
+        assert not invents("print(open('timesheet.csv').read().count('\\n'))", "how many lines has timesheet.csv", "")
+        assert not invents("print('The answer is 3.14 km/h')", "speed?", "")
+        assert not invents("rows = open(name).read()", "read data/hours.csv", "")
+
     def test_the_program_is_read_from_a_fence_or_the_whole_reply(self):
         assert constrained.code_from("Sure:\n```py\nprint(1)\n```\nDone.") == "print(1)\n"
         assert constrained.code_from("print(sum(range(1, 12346)))") == "print(sum(range(1, 12346)))\n"

@@ -203,6 +203,10 @@ def choose(tools: list, query: str, cap: int, used: set[str], meaning: toolmeani
     wanted = {t.name for t in words + near}
     fused = toolmeaning.fused([[t for t, score in scored if score > 0], [t for t, _ in close]])
     chosen = [t for t in fused if t.name in wanted][:cap]
+    if words and words[0] not in chosen:
+        # The best word match keeps a place: an embedding model that says little (a tiny one, a
+        # request in another language) must not push out the tool the request's words name.
+        chosen = [*chosen[:cap - 1], words[0]]
     return chosen + [t for t in tools if t.name in used and t not in chosen]
 
 
@@ -445,6 +449,32 @@ def code_from(text: str, tools: set[str] | frozenset[str] = frozenset()) -> str:
     except SyntaxError:
         return ""
     return code + "\n"
+
+
+# One word holding a folder separator, or a file name with an extension ("example.txt", not "3.14").
+_PATH_LIKE = re.compile(r"^[^\s]*[\\/][^\s]*$|^[\w.-]+\.[A-Za-z][A-Za-z0-9]{0,5}$")
+_READS = frozenset({"open", "read_text", "read_bytes", "read_csv", "read_json", "loadtxt", "listdir", "scandir", "glob"})
+
+
+def invents_inputs(code: str, request: str, original: str) -> bool:
+    """A rewritten program that reads a file or names a path neither the request nor the model's
+    own program mentioned: it invented its input (asked "17 times 23", a coder model wrote a
+    program reading example.txt). Such a rewrite is not kept."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return True
+    said = f"{request}\n{original}"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and _PATH_LIKE.search(node.value.strip()):
+            if node.value.strip() not in said:
+                return True
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            if name in _READS and not any(_PATH_LIKE.search(word) for word in said.split()):
+                return True
+    return False
 
 
 def answer_note(context: list[ChatMessage]) -> str:

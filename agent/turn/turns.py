@@ -303,7 +303,7 @@ async def _write_code(conv: Conversation, setup: Setup, call: ToolCall) -> None:
     """A small model's program argument (Tool.code_argument), written again as plain code in a
     short call of its own: inside a JSON string a coder model writes `1 + 12345` for "the sum
     from 1 to 12345"; asked for code, it writes the program. The model's own version stays when
-    this one gives no Python that parses."""
+    this one gives no Python that parses, or reads a file or path nobody named."""
     tool = next((t for t in setup.step_tools if t.name == call.name), None)
     argument = getattr(tool, "code_argument", "")
     if not argument or not isinstance(call.arguments.get(argument, ""), str):
@@ -328,6 +328,9 @@ async def _write_code(conv: Conversation, setup: Setup, call: ToolCall) -> None:
         log.info("the program of %s was not written again: %s", call.name, exc)
         return
     code = constrained.code_from(response.content, {t.name for t in setup.tools})
+    if code and constrained.invents_inputs(code, conv.last_request(), call.arguments.get(argument, "")):
+        log.info("the program of %s written again reads what the request never named: the model's own is kept", call.name)
+        return
     if code:
         written_as = _written_as(call)
         call.arguments = {**call.arguments, argument: code}
