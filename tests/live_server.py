@@ -174,7 +174,8 @@ class LiveNavi:
         self.proc = None
 
     def sql(self, query: str, params: tuple = ()) -> list[tuple]:
-        """Rows of one query on this server's database (SQLite or PostgreSQL; `%s` placeholders)."""
+        """Rows of one query on this server's database (SQLite or PostgreSQL; `%s` placeholders);
+        [] for a statement that returns none (an UPDATE)."""
         url = self.env["DATABASE_URL"]
         if url.startswith("sqlite:///"):
             import sqlite3
@@ -184,7 +185,8 @@ class LiveNavi:
         import psycopg
 
         with psycopg.connect(_libpq_url(url)) as db:
-            return db.execute(query, params).fetchall()
+            cursor = db.execute(query, params)
+            return cursor.fetchall() if cursor.description is not None else []
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -105,6 +105,12 @@ class Rule:
                    system=obj.get("system", ""))
 
 
+def talk(count: int, word: str = "word", sep: str = " ") -> str:
+    """A long answer of `count` different words (word0 word1 …): the same word over and over
+    would be cut by Navi as an answer that repeats itself (agent/turn/runaway.py)."""
+    return sep.join(f"{word}{i}" for i in range(count)) + sep
+
+
 def _text(content: Any) -> str:
     """Message content as text (OpenAI allows a list of typed parts)."""
     if isinstance(content, list):

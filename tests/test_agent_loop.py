@@ -12,7 +12,7 @@ from agent.models import Profile
 from agent.registry import get_agent
 from agent.turn.loop import RunFailed
 from sessions_app.models import Message, Session
-from tests.llm_server import Rule, Turn
+from tests.llm_server import Rule, Turn, talk
 from tools_app.base import Tool, ToolResult
 from tools_app.context import current_stop_event
 from tools_app.models import ScratchpadSection
@@ -388,7 +388,7 @@ class TestPersistenceAndErrors:
         assert await rows(session) == [("user", "stream slowly", "complete"), ("assistant", "x" * 40, "complete")]
 
     async def test_stop_mid_stream_closes_the_llm_connection_and_keeps_the_partial_text(self, llm, session, no_planning):
-        llm.script(Turn(content="word " * 200, chunk_size=5, delay=0.02))
+        llm.script(Turn(content=talk(200), chunk_size=5, delay=0.02))
         stop = asyncio.Event()
         current_stop_event.set(stop)
         frames = []
@@ -421,7 +421,7 @@ class TestPersistenceAndErrors:
         llm.add_rule(Rule(match="delegate", turns=[
             Turn(tool_calls=[{"name": "spawn_agent", "arguments": {"task": "sub: ramble"}}]),
         ]))
-        llm.add_rule(Rule(match="sub: ramble", turns=[Turn(content="la " * 500, chunk_size=3, delay=0.02)]))
+        llm.add_rule(Rule(match="sub: ramble", turns=[Turn(content=talk(500, "la"), chunk_size=3, delay=0.02)]))
         stop = asyncio.Event()
         current_stop_event.set(stop)
         frames = []

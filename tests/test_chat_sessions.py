@@ -12,7 +12,7 @@ from django.test import AsyncClient
 from agent.models import Profile
 from agent.turn import titles
 from sessions_app.models import Message, Session, SessionFile, UserSettings
-from tests.llm_server import Turn
+from tests.llm_server import Turn, talk
 from tests.test_consumer import TIMEOUT, TokenClient, connect, receive_until
 
 IMAGE = "aGVsbG8="
@@ -229,7 +229,7 @@ class TestHistoryAfterReload:
         await comm.disconnect()
 
     async def test_a_stopped_answer_is_interrupted_with_one_stopped_row(self, llm, session, owner_token, no_planning):
-        llm.script(Turn(content="word " * 300, chunk_size=5, delay=0.02))
+        llm.script(Turn(content=talk(300), chunk_size=5, delay=0.02))
         comm = await _socket(session, owner_token)
         await comm.send_json_to({"type": "message", "content": "talk"})
         while json.loads(await comm.receive_from(timeout=TIMEOUT))["type"] != "stream_delta":

@@ -14,7 +14,7 @@ from django.test import AsyncClient
 
 from navi_project.asgi import application
 from sessions_app.models import Message, Session
-from tests.llm_server import Turn
+from tests.llm_server import Turn, talk
 
 pytestmark = pytest.mark.django_db(transaction=True)
 TIMEOUT = 10
@@ -341,7 +341,7 @@ class TestReconnect:
 
 class TestStopAndRest:
     async def test_stop_frame(self, llm, session, owner_token, no_planning):
-        llm.script(Turn(content="word " * 300, chunk_size=5, delay=0.02))
+        llm.script(Turn(content=talk(300), chunk_size=5, delay=0.02))
         comm = await send_message(session, owner_token, "talk")
         await comm.receive_from(timeout=TIMEOUT)
         await comm.receive_from(timeout=TIMEOUT)
@@ -354,7 +354,7 @@ class TestStopAndRest:
         await comm.disconnect()
 
     async def test_post_stop(self, llm, session, owner, owner_token, no_planning):
-        llm.script(Turn(content="word " * 300, chunk_size=5, delay=0.02))
+        llm.script(Turn(content=talk(300), chunk_size=5, delay=0.02))
         http = TokenClient(owner_token)
         assert (await http.post(f"/sessions/{session.id}/stop")).json() == {"ok": False, "reason": "no active run"}
         comm = await send_message(session, owner_token, "talk")

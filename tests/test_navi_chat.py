@@ -9,7 +9,7 @@ import time
 import pytest
 
 from tests.live_server import PYTHON, ROOT, LiveNavi
-from tests.llm_server import LLMServer, Rule, Turn
+from tests.llm_server import LLMServer, Rule, Turn, talk
 
 
 @pytest.fixture
@@ -53,13 +53,13 @@ def test_it_streams_thinking_tools_and_the_answer(navi_env):
 
 def test_ctrl_c_stops_the_run_and_keeps_the_partial_answer(navi_env):
     llm, navi = navi_env
-    llm.add_rule(Rule(match="talk", turns=[Turn(content="blah " * 400, chunk_size=5, delay=0.02)]))
+    llm.add_rule(Rule(match="talk", turns=[Turn(content=talk(400, "blah"), chunk_size=5, delay=0.02)]))
     proc = chat(navi)
     proc.stdin.write("talk\n")
     proc.stdin.flush()
     seen = ""
     deadline = time.monotonic() + 30
-    while "blah blah" not in seen and time.monotonic() < deadline:
+    while "blah0 blah1" not in seen and time.monotonic() < deadline:
         seen += proc.stdout.read(1)
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate("", timeout=30)

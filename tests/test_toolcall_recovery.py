@@ -370,7 +370,8 @@ def test_a_call_longer_than_the_hold_is_shown_but_still_recovered_from_the_whole
 async def test_an_unfinished_json_answer_reaches_the_owner_before_the_stream_ends(llm, session, owner_token):
     # The stream breaks after 150 pieces (~3 000 characters) of an answer that never closes its
     # bracket: what passed the hold limit was shown and is kept.
-    llm.script(Turn(content='{"reply": "' + "la " * 2000, chunk_size=20, drop_after=150))
+    # (Words that differ: the same word over and over would be cut as a loop first.)
+    llm.script(Turn(content='{"reply": "' + " ".join(f"la{i}" for i in range(2000)), chunk_size=20, drop_after=150))
     frames = await chat(session, owner_token, "sing")
     text = "".join(f["delta"] for f in frames if f["type"] == "stream_delta")
     assert frames[-1]["type"] == "error" and len(text) >= 1500

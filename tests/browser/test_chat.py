@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.browser_support import CHROMIUM, log_in, screenshot
-from tests.llm_server import Rule, Turn
+from tests.llm_server import Rule, Turn, talk
 
 pytestmark = pytest.mark.skipif(not shutil.which(CHROMIUM), reason="needs Debian's chromium (apt-get install chromium)")
 
@@ -184,11 +184,11 @@ def test_thinking_is_open_while_streaming_then_collapses_and_reopens(page, navi,
 
 def test_stop_mid_stream_keeps_the_partial_text(page, navi, live_llm):
     live_llm.add_rule(DIRECT)
-    live_llm.add_rule(Rule(match="long story", turns=[Turn(content="word " * 400, chunk_size=5, delay=0.04)]))
+    live_llm.add_rule(Rule(match="long story", turns=[Turn(content=talk(400), chunk_size=5, delay=0.04)]))
     open_new_chat(page, navi)
     send(page, "long story")
     turn = last_turn(page)
-    expect(turn.locator(".bubble.assistant")).to_contain_text("word word word")
+    expect(turn.locator(".bubble.assistant")).to_contain_text("word0 word1 word2")
     expect(page.locator("#stop")).to_be_visible()
     with page.expect_request(lambda r: r.url.endswith("/stop") and r.method == "POST") as stop_request:
         page.click("#stop")
@@ -197,7 +197,7 @@ def test_stop_mid_stream_keeps_the_partial_text(page, navi, live_llm):
     expect(page.locator("#send")).to_be_visible()
     expect(page.locator("#stop")).to_be_hidden()
     text = turn.locator(".bubble.assistant").inner_text()
-    assert text.startswith("word word") and len(text) < len("word " * 400)
+    assert text.startswith("word0 word1") and len(text) < len(talk(400))
     screenshot(page, "06-stopped")
 
 

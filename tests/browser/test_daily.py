@@ -14,7 +14,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.browser_support import CHROMIUM, ROOT, screenshot
-from tests.llm_server import Rule, Turn
+from tests.llm_server import Rule, Turn, talk
 
 pytestmark = pytest.mark.skipif(not shutil.which(CHROMIUM), reason="needs Debian's chromium (apt-get install chromium)")
 
@@ -338,7 +338,7 @@ RICH = (
 def test_reading_aids_math_tasks_code_header_and_jump_to_latest(page, navi, live_llm):
     live_llm.add_rule(DIRECT)
     live_llm.add_rule(Rule(match="rich answer", turns=[Turn(content=RICH)]))
-    live_llm.add_rule(Rule(match="long stream", turns=[Turn(content="line\n\n" * 300, chunk_size=6, delay=0.02)]))
+    live_llm.add_rule(Rule(match="long stream", turns=[Turn(content=talk(300, "line", "\n\n"), chunk_size=6, delay=0.02)]))
     open_chat(page, navi)
     send(page, "rich answer")
     answer = page.locator(".bubble.assistant").last
@@ -646,7 +646,7 @@ PLACEHOLDER_CONTRAST = """() => {
 def test_axe_finds_no_serious_violations(browser, navi, live_llm, login_state, scheme):
     live_llm.reset()
     live_llm.add_rule(DIRECT)
-    live_llm.add_rule(Rule(match="slow words", turns=[Turn(content="word " * 200, chunk_size=5, delay=0.03)]))
+    live_llm.add_rule(Rule(match="slow words", turns=[Turn(content=talk(200), chunk_size=5, delay=0.03)]))
     live_llm.add_rule(
         Rule(
             match="use a tool",
