@@ -270,13 +270,19 @@ def resume_after_restart(sender=None, recheck: bool = True, **kwargs) -> None:
                 Passage.objects.filter(space=space).update(space=None)
                 FactVector.objects.filter(space=space).delete()
                 vectors.space_for(space.model, space.dim)
-    _resume_stale()
+    # The rest on the worker's thread, in order with the jobs it queues: one writer at a time
+    # (a reader beside the worker's write is refused "table is locked" by an in-memory database).
+    worker.submit("resume", _resume_and_backfill)
     if recheck:
         # A document whose progress moved within the last minute may be another worker's,
         # alive: look again once it would have moved since.
-        timer = threading.Timer(RESUME_AFTER_S + 5, _resume_stale_in_thread)
+        timer = threading.Timer(RESUME_AFTER_S + 5, lambda: worker.submit("resume", _resume_stale))
         timer.daemon = True
         timer.start()
+
+
+def _resume_and_backfill() -> None:
+    _resume_stale()
     queue_backfill_if_needed(force=True)
 
 
@@ -289,8 +295,3 @@ def _resume_stale() -> None:
             Document.objects.filter(pk=document.pk).update(status="failed", error=STOPPED, updated_at=timezone.now())
 
 
-def _resume_stale_in_thread() -> None:
-    try:
-        _resume_stale()
-    finally:
-        connection.close()
