@@ -386,11 +386,8 @@ async def _constrained_stream(
                 if chunk.content:
                     parts.append(chunk.content)
                     if reader is not None and (shown := reader.feed(chunk.content)):
-                        msg.content += shown
-                        if turn.thinking_open:
-                            yield ThinkingEnd()
-                            turn.thinking_open = False
-                        yield TextDelta(shown)
+                        for event in _show(turn, shown):
+                            yield event
                         if guard.looping(msg.content):
                             await _cut_loop(conv, msg, guard)
                             break  # the answer is what was said before the loop; the call is closed
@@ -528,11 +525,8 @@ async def _receive(stream, conv: Conversation, turn: Turn, text_filter: CallText
             yield ThinkingDelta(chunk.thinking)
         shown = text_filter.feed(chunk.content) if text_filter and chunk.content else chunk.content
         if shown:
-            msg.content += shown
-            if turn.thinking_open:
-                yield ThinkingEnd()
-            turn.thinking_open = False
-            yield TextDelta(shown)
+            for event in _show(turn, shown):
+                yield event
             if guard.looping(msg.content):
                 await _cut_loop(conv, msg, guard)
                 return  # the stream is closed by the caller: the model stops writing
@@ -543,6 +537,14 @@ async def _receive(stream, conv: Conversation, turn: Turn, text_filter: CallText
             await conv.save_streaming(msg, status="partial", force=False)
         if text_filter is not None and text_filter.enough:
             return  # a call found, then only talk: the call runs now (the stream is closed)
+
+
+def _show(turn: Turn, text: str) -> list[AgentEvent]:
+    """Text of the answer, added to it: the events that show it (the thinking closed first)."""
+    turn.message.content += text
+    events: list[AgentEvent] = [ThinkingEnd()] if turn.thinking_open else []
+    turn.thinking_open = False
+    return [*events, TextDelta(text)]
 
 
 async def _cut_loop(conv: Conversation, msg: ChatMessage, guard: RunawayGuard) -> None:
