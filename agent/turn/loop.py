@@ -19,10 +19,10 @@ from agent.llm.messages import ChatMessage
 from agent.models import Profile
 from agent.toolcalling.tool_step import run_tool
 from agent.trust.approvals import RunGuard, current_guard, offered_tools
-from agent.turn import ending, subagent, workers
+from agent.turn import ending, subagent, turns, workers
 from agent.turn.planning import plan_turn, should_plan
 from agent.turn.stopping import Stopped, raise_if_stopped, until_stopped
-from agent.turn.turns import Setup, Turn, TurnFailed, constrained_step, make_setup, stream_turn, turn_context
+from agent.turn.turns import RunFailed, Setup, Turn, TurnFailed
 from memory_app.services import get_summary, has_facts
 from navi_project.hop import db_hop
 from tools_app.context import (
@@ -35,10 +35,6 @@ from tools_app.context import (
     current_user_id,
 )
 from tools_app.registry import ToolRegistry
-
-
-class RunFailed(Exception):
-    """`run()` could not produce an answer; the message says why and what to do."""
 
 
 class Agent:
@@ -82,7 +78,7 @@ class Agent:
             yield StreamStopped()
             return
         if planning and should_plan(profile, user_message):
-            plan = await plan_turn(conv, setup, await turn_context(conv, setup))
+            plan = await plan_turn(conv, setup, await turns.turn_context(conv, setup))
             if plan:
                 yield PlanReady(plan=plan)
         async for event in self._loop(conv, profile, backend, limit=limit, setup=setup):
@@ -121,7 +117,7 @@ class Agent:
 
     async def run_ephemeral(self, user_message: str, profile_id: str) -> str:
         """A sub-agent: no DB rows, its own `subagent_<uuid12>` scope, events sent to the parent."""
-        profile = await _load_profile(profile_id)
+        profile = await turns.load_profile(profile_id)
         conv = Conversation(profile.id, owner_id=current_user_id.get())
         parent_sink = current_event_sink.get()
         current_session_id.set(conv.id)
@@ -156,10 +152,10 @@ class Agent:
             raise_if_stopped(stop)
             turn, offer = Turn(), setup.tracker.offer(setup.tools)
             if setup.constrained and offer:
-                async for event in constrained_step(conv, setup, offer, turn, query, self.tools):
+                async for event in turns.constrained_step(conv, setup, offer, turn, query, self.tools):
                     yield event
             else:
-                async for event in stream_turn(conv, setup, offer, turn, query):
+                async for event in turns.stream_turn(conv, setup, offer, turn, query):
                     yield event
             if not turn.calls:
                 async for event in ending.answer(conv, setup, turn, is_subagent):
@@ -171,12 +167,7 @@ class Agent:
             async for event in self._run_calls(conv, setup, turn.calls, offer, is_subagent):
                 yield event
             if await conv.current_profile_id() != setup.profile.id:
-                tracker = setup.tracker
-                switched = await _load_profile(conv.profile_id)
-                if isinstance(conv, DBConversation) and conv.session.model:
-                    switched.model = conv.session.model  # the chat's own model outlives a profile switch
-                setup = await self._setup(switched)
-                setup.tracker.continue_from(tracker)  # one turn: the switch was its step
+                setup = await self._switched(conv, setup)
         async for event in ending.give_up(conv, setup):
             yield event
 
@@ -193,16 +184,16 @@ class Agent:
             raise
         await setup.tracker.flush()
 
+    async def _switched(self, conv: Conversation, setup: Setup) -> Setup:
+        """The setup after switch_profile: the chat's own model outlives it; one turn, one tracker."""
+        switched = await turns.load_profile(conv.profile_id)
+        if isinstance(conv, DBConversation) and conv.session.model:
+            switched.model = conv.session.model
+        new = await self._setup(switched)
+        new.tracker.continue_from(setup.tracker)  # the switch was this turn's step
+        return new
+
     async def _setup(self, profile: Profile, backend=None, limit: int = 0) -> Setup:
         """What the turn's calls use of `profile` (switch_profile may change it mid-run)."""
         backend = backend or self.backends.get(profile.llm_backend)
-        return await make_setup(profile, backend, offered_tools(self.tools, profile), limit)
-
-
-async def _load_profile(profile_id: str) -> Profile:
-    profile = await Profile.objects.filter(pk=profile_id).afirst()
-    if profile is None:
-        profile = await Profile.objects.order_by("id").afirst()
-    if profile is None:
-        raise RunFailed("no agent profiles exist; run `python manage.py migrate` to create the defaults")
-    return profile
+        return await turns.make_setup(profile, backend, offered_tools(self.tools, profile), limit)

@@ -72,6 +72,10 @@ class Turn:
     decision: constrained.Decision | None = None  # of a constrained step (decide_step)
 
 
+class RunFailed(Exception):
+    """`Agent.run` or a sub-agent got no answer; the message says why and what to do."""
+
+
 class TurnFailed(Exception):
     """The LLM call failed; `event` is the error frame that ends the run."""
 
@@ -81,6 +85,16 @@ class TurnFailed(Exception):
 
 
 CATALOGUE_SHARE = 4  # the catalogue takes at most this fraction of the window
+
+
+async def load_profile(profile_id: str) -> Profile:
+    """The profile, or the first one when it was deleted; RunFailed when none exist."""
+    profile = await Profile.objects.filter(pk=profile_id).afirst()
+    if profile is None:
+        profile = await Profile.objects.order_by("id").afirst()
+    if profile is None:
+        raise RunFailed("no agent profiles exist; run `python manage.py migrate` to create the defaults")
+    return profile
 
 
 async def make_setup(profile: Profile, backend: LLMBackend, tools: list[Tool], limit: int = 0) -> Setup:
