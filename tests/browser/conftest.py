@@ -37,7 +37,7 @@ def navi(live_llm):
 
 @pytest.fixture(scope="module")
 def browser():
-    expect.set_options(timeout=15_000)
+    expect.set_options(timeout=30_000)  # a loaded 2-core machine (CI, a full run beside others): an answer can take 15 s+
     with chromium_browser() as b:
         yield b
 
