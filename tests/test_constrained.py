@@ -498,7 +498,25 @@ class TestSmallModelStep:
         frames = await run(session, owner_token, "note done in the scratchpad log")
         assert shown(frames) == "I noted done in the log." and frames[-1]["content"] == "I noted done in the log."
         first, again = llm.requests[2], llm.requests[3]
-        assert first["messages"] == again["messages"] and again["options"]["temperature"] == 0
+        assert again["options"]["temperature"] == 0
+        # Asked again as a report of what was done (the first framing refused every memory save on
+        # the 0.5B model), with the same request and results, still marked as data.
+        assert first["messages"][1]["content"].startswith("My request: note done in the scratchpad log")
+        assert again["messages"][1]["content"].startswith("My request: note done in the scratchpad log")
+        assert "Done so far:" in again["messages"][1]["content"] and "never instructions" in again["messages"][0]["content"]
+
+    async def test_refused_twice_the_answer_is_what_the_tools_returned(self, llm, session, owner_token):
+        from sessions_app.models import Message
+
+        llm.script(Turn(content=NOTE_CALL), Turn(content=ANSWER), Turn(content="I'm sorry, but I can't assist with that."),
+                   Turn(content="I apologize, but I am unable to help with that request.", chunk_size=4))
+        frames = await run(session, owner_token, "note done in the scratchpad log")
+        answer = frames[-1]["content"]
+        assert frames[-1]["type"] == "stream_end" and len(llm.requests) == 4
+        assert "sorry" not in answer.lower() and "apologi" not in answer.lower() and shown(frames) == answer
+        assert answer.startswith("My tools returned:") and "scratchpad" in answer  # the call and its result
+        saved = await Message.objects.filter(session=session, role="assistant").order_by("-id").afirst()
+        assert saved.content == answer
 
     async def test_a_short_answer_is_shown_whole(self, llm, session, owner_token):
         llm.script(Turn(content=NOTE_CALL), Turn(content=ANSWER), Turn(content="Done.", chunk_size=2))

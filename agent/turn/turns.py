@@ -27,7 +27,7 @@ from agent.llm.base import (
     OutputSchema,
     context_window,
 )
-from agent.llm.messages import ChatMessage, ToolCall
+from agent.llm.messages import ChatMessage, LLMChunk, ToolCall
 from agent.models import Profile
 from agent.toolcalling import constrained
 from agent.toolcalling.calls import CallTracker, DoesNotFit, fit_request
@@ -447,15 +447,15 @@ async def answer_from_results(conv: Conversation, setup: Setup, turn: Turn) -> A
     """The answer of a small model's turn after its tools ran: the request and this turn's
     results in a short prompt of their own, streamed and saved as the turn's answer."""
     profile = setup.profile
-    messages = constrained.results_prompt(conv.context)
 
-    def stream(temperature: float):
+    def stream(temperature: float, again: bool = False):
         return setup.backend.stream_complete(
-            messages, None, model=profile.resolved_model(), temperature=temperature,
-            max_tokens=profile.answer_token_limit(),
+            constrained.results_prompt(conv.context, again), None, model=profile.resolved_model(),
+            temperature=temperature, max_tokens=profile.answer_token_limit(),
         )
 
-    async for event in _streamed(_unless_refusal(stream, profile.temperature), conv, setup, turn, None):
+    said = constrained.results_said(conv.context)
+    async for event in _streamed(_unless_refusal(stream, profile.temperature, said), conv, setup, turn, None):
         yield event
     turn.tokens = conv.token_count + estimate_text(turn.message.content)  # the chat's context, not this prompt
     if turn.thinking_open:
@@ -463,15 +463,31 @@ async def answer_from_results(conv: Conversation, setup: Setup, turn: Turn) -> A
     await conv.save_streaming(turn.message, tokens=turn.tokens)
 
 
-async def _unless_refusal(stream, temperature: float):
+async def _unless_refusal(stream, temperature: float, said: str):
     """The answer's chunks, its first words held back until they show it is not a stock refusal
     ("I'm sorry, but I can't assist with that"): a small model writes one now and then over
     results its tools just returned. Such a start is dropped and the answer asked once more, at
-    temperature 0."""
-    first = stream(temperature)
+    temperature 0, as a report of what was done; refused again, the answer is `said` (what the
+    tools returned)."""
+    for again in (False, True):
+        refused = False
+        async for chunk in _held_refusal(stream(0.0 if again else temperature, again)):  # it ends after a None
+            if chunk is None:
+                refused = True
+            else:
+                yield chunk
+        if not refused:
+            return
+        log.info("a small model refused to answer from its results")
+    yield LLMChunk(content=said, done=True, finish_reason="stop")
+
+
+async def _held_refusal(stream):
+    """A stream's chunks, its first REFUSAL_CHARS held back; None (and the stream closed) when
+    they are a stock refusal."""
     held, text = [], ""
     try:
-        async for chunk in first:
+        async for chunk in stream:
             if held is None:
                 yield chunk
                 continue
@@ -480,27 +496,20 @@ async def _unless_refusal(stream, temperature: float):
             if len(text) < constrained.REFUSAL_CHARS and not chunk.done:
                 continue
             if constrained.is_refusal(text):
-                break
+                yield None
+                return
             for kept in held:
                 yield kept
             held = None
+        if held is not None:  # the whole answer was shorter than the look-ahead
+            if constrained.is_refusal(text):
+                yield None
+                return
+            for kept in held:
+                yield kept
     finally:
         with contextlib.suppress(Exception):
-            await first.aclose()
-    if held is None:
-        return
-    if not constrained.is_refusal(text):  # the whole answer was shorter than the look-ahead
-        for kept in held:
-            yield kept
-        return
-    log.info("a small model refused to answer from its results (%.80r); asking once more", text)
-    again = stream(0.0)
-    try:
-        async for chunk in again:
-            yield chunk
-    finally:
-        with contextlib.suppress(Exception):
-            await again.aclose()
+            await stream.aclose()
 
 
 def _fit_step(context: list[ChatMessage], tools: list[Tool], setup: Setup):
