@@ -1,0 +1,109 @@
+"""Issue 39 end to end, as a Claude Desktop user meets it: paste a config with a stdio server
+(mcp-server-time, from PyPI) and an HTTP server into a running Navi, kill each while idle, and
+read `failed` with the reason within 30 s (DESIGN §10) from the API, /health and
+`manage.py navi_mcp list` (a process of its own, reading what the server wrote)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.live_server import LiveNavi
+from tests.mcp_support import SDKServer, poll_server
+
+LIMIT_S = 30  # DESIGN §10
+TIME_SERVER = f"{sys.prefix}/bin/mcp-server-time"  # requirements-test.txt
+
+
+@pytest.fixture(scope="module")
+def navi(llm_live):
+    env = {"OLLAMA_HOST": llm_live.url, "HTTP_ALLOWED_HOSTS": "127.0.0.1", "MCP_CONNECT_TIMEOUT_S": "30"}
+    with LiveNavi(env=env) as server:
+        yield server
+
+
+def children(pid: int) -> dict[int, list[int]]:
+    """Every process's children, by parent pid."""
+    found: dict[int, list[int]] = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            parent = int(stat.rsplit(")", 1)[1].split()[1])
+            found.setdefault(parent, []).append(int(entry))
+    return found
+
+
+def server_program(root: int, marker: str) -> list[int]:
+    """The innermost processes under `root` whose command line holds `marker`: the server program
+    itself, not the sandbox around it."""
+    tree = children(root)
+
+    def below(pid: int) -> list[int]:
+        out, todo = [], list(tree.get(pid, []))
+        while todo:
+            out.append(todo.pop())
+            todo.extend(tree.get(out[-1], []))
+        return out
+
+    def holds(pid: int) -> bool:
+        with contextlib.suppress(OSError):
+            return marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+        return False
+
+    hits = {pid for pid in below(root) if holds(pid)}
+    return [pid for pid in hits if not hits & set(below(pid))]
+
+
+def test_a_pasted_configs_servers_killed_while_idle_show_failed_with_the_reason_everywhere(navi, tmp_path):
+    web = SDKServer(tmp_path / "marker.txt")
+    try:
+        config = {"mcpServers": {
+            "clock": {"command": TIME_SERVER, "args": ["--local-timezone", "UTC"]},
+            "web": {"url": web.url, "headers": {"X-Team": "blue"}},
+        }}
+        with navi.api() as api:
+            answer = api.post("/mcp/servers/import", json=config)
+            assert answer.status_code == 201, answer.text
+            assert answer.json()["errors"] == {}
+            ids = {s["name"]: s["id"] for s in answer.json()["servers"]}
+            assert set(ids) == {"clock", "web"}
+            for name, server_id in ids.items():
+                body = poll_server(api, server_id, lambda b: b["state"] != "connecting", 90)
+                assert body["state"] == "connected", (name, body)
+            assert {t["name"] for t in api.get(f"/mcp/servers/{ids['clock']}").json()["tools"]} >= {
+                "clock__get_current_time", "clock__convert_time"}
+
+            # Killed while nobody calls them: the stdio program, and the HTTP server's process.
+            program = server_program(navi.proc.pid, "mcp-server-time")
+            assert program, "the stdio server's process was not found under Navi's"
+            for pid in program:
+                os.kill(pid, signal.SIGKILL)
+            web.stop()
+
+            failed = {name: poll_server(api, server_id, lambda b: b["state"] == "failed", LIMIT_S)
+                      for name, server_id in ids.items()}
+            assert failed["clock"]["state"] == "failed", failed["clock"]
+            assert "the program exited" in failed["clock"]["last_error"], failed["clock"]
+            assert failed["web"]["state"] == "failed", failed["web"]
+            assert ("stopped answering" in failed["web"]["last_error"]
+                    or "cannot reach" in failed["web"]["last_error"]), failed["web"]
+
+            # The page lists them failed too, and /health names both with their reasons.
+            listed = {s["name"]: s for s in api.get("/mcp/servers").json()}
+            assert listed["clock"]["state"] == listed["web"]["state"] == "failed", listed
+            health = api.get("/health").json()["mcp"]
+            assert health["status"] == "failing", health
+            reasons = {entry["name"]: entry["last_error"] for entry in health["failing"]}
+            assert set(reasons) == {"clock", "web"} and all(reasons.values()), health
+
+        # Another process reads the state the server wrote.
+        lines = {line.split(" ", 1)[0]: line for line in navi._manage("navi_mcp", "list").splitlines()}
+        assert " failed, " in lines["clock"] and "the program exited" in lines["clock"], lines
+        assert " failed, " in lines["web"], lines
+    finally:
+        web.stop()
