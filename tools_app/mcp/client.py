@@ -50,6 +50,9 @@ PROGRESS_EVERY_S = 5.0
 LIST_CAP = 200  # resources or prompts kept per server
 BACKOFF_MIN_S = 1.0
 BACKOFF_MAX_S = 60.0
+# A stdio program that exited while idle is started again by Navi after this long (sooner when it
+# is used): until then it shows `failed`, and what killed it, to whoever looks.
+RESTART_AFTER_EXIT_S = 60.0
 STDERR_TAIL = 2000
 SANDBOX_HOME = "/home/mcp"  # the stdio server's home in the sandbox: its own data folder (data_dir)
 # Names no MCP tool may take (the registry's); set when the tool registry is built.
@@ -99,15 +102,17 @@ class Connection:
         self.live = False  # this attempt reached `connected`
 
     # --- lifecycle (hub loop) ---------------------------------------------------------------
-    async def ensure(self, wait: float) -> None:
-        """Connect when not connected (unless backing off), waiting up to `wait` seconds."""
+    async def ensure(self, wait: float, *, quiet: bool = False) -> None:
+        """Connect when not connected (unless backing off), waiting up to `wait` seconds.
+        `quiet` (Navi's own retry of a server that died): it shows `failed` until it is back."""
         if self.task is None or self.task.done():
             if self.state == "failed" and time.monotonic() < self.retry_at:
                 return
             self.ready, self.closing = asyncio.Event(), asyncio.Event()
-            self._set("connecting", "")
+            if not (quiet and self.state == "failed"):
+                self._set("connecting", "")
             self.task = asyncio.get_running_loop().create_task(self._run())
-        if self.state == "connecting" and wait > 0:
+        if wait > 0 and not self.task.done() and not self.ready.is_set():  # an attempt under way
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self.ready.wait()), wait)
 
@@ -288,8 +293,9 @@ class Connection:
             return
         how = f"exit code {returncode}" if returncode is not None and returncode >= 0 else (
             f"killed by signal {-returncode}" if returncode is not None else "no exit code")
-        self._fail(f"the program exited ({how}); see its stderr below. Navi starts it again by itself "
-                   "after a pause, or press Test", retry=True)
+        self._fail(f"the program exited ({how}); see its stderr below. Navi starts it again when it is next "
+                   f"used, by itself after {RESTART_AFTER_EXIT_S:g} s, or press Test", retry=True,
+                   after=RESTART_AFTER_EXIT_S)
         self.closing.set()
 
     def _absorb(self, tools: list[Any]) -> None:
@@ -350,9 +356,10 @@ class Connection:
         return f"MCP server '{self.config.name}' is not connected: {self.error or self.state}.{again}"
 
     # --- state --------------------------------------------------------------------------------
-    def _fail(self, message: str, *, retry: bool = False) -> None:
-        """Failed, with why; a server that was in use (`retry`) is tried again after the backoff,
-        and so on while it stays down, so its state follows it back to `connected`."""
+    def _fail(self, message: str, *, retry: bool = False, after: float = 0.0) -> None:
+        """Failed, with why; a server that was in use (`retry`) is tried again after the backoff
+        (by itself no sooner than `after`), and so on while it stays down, so its state follows
+        it back to `connected`. The next use may try again once the backoff is over."""
         self.failures += 1
         delay = min(BACKOFF_MAX_S, BACKOFF_MIN_S * (2 ** (self.failures - 1)))
         self.retry_at = time.monotonic() + delay
@@ -362,13 +369,13 @@ class Connection:
             self.ready.set()  # wakes whoever waits for this attempt (the state says how it ended)
         if self.retrying:
             loop = asyncio.get_running_loop()
-            loop.call_later(delay, lambda: loop.create_task(self._retry()))
+            loop.call_later(max(delay, after), lambda: loop.create_task(self._retry()))
 
     async def _retry(self) -> None:
         current = _hub is not None and _hub.connections.get(self.config.id) is self
         if current and self.retrying and self.closed_as is None and self.state == "failed":
             self.retry_at = 0.0  # the timer may fire a hair before retry_at
-            await self.ensure(0)
+            await self.ensure(0, quiet=True)
 
     def _set(self, state: str, error: str) -> None:
         self.state, self.error = state, error
