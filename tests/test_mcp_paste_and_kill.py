@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.live_server import LiveNavi
+from tests.live_server import ROOT, LiveNavi
+from tests.llm_server import Rule, Turn
 from tests.mcp_support import SDKServer, poll_server
 
 LIMIT_S = 30  # DESIGN §10
@@ -105,5 +106,34 @@ def test_a_pasted_configs_servers_killed_while_idle_show_failed_with_the_reason_
         lines = {line.split(" ", 1)[0]: line for line in navi._manage("navi_mcp", "list").splitlines()}
         assert " failed, " in lines["clock"] and "the program exited" in lines["clock"], lines
         assert " failed, " in lines["web"], lines
+    finally:
+        web.stop()
+
+
+async def test_a_navi_mcp_serve_with_other_settings_does_not_overwrite_the_web_servers_state(navi, live_llm,
+                                                                                            tmp_path):
+    from mcp import Client, StdioServerParameters
+
+    web = SDKServer(tmp_path / "marker.txt")
+    try:
+        with navi.api() as api:
+            answer = api.post("/mcp/servers/import", json={"mcpServers": {"team": {"url": web.url}}})
+            server_id = answer.json()["servers"][0]["id"]
+            assert poll_server(api, server_id, lambda b: b["state"] != "connecting", 60)["state"] == "connected"
+        # Beside the web server, a desktop client's `navi_mcp serve` that may not reach loopback:
+        # its turn tries the user's servers and fails to reach this one.
+        live_llm.add_rule(Rule(match="say hello", turns=[Turn(content="Hello.")]))
+        env = {k: v for k, v in navi.env.items() if isinstance(v, str)}
+        params = StdioServerParameters(command=sys.executable, cwd=str(ROOT),
+                                       args=["manage.py", "navi_mcp", "serve", "--user", navi.username],
+                                       env={**env, "HTTP_ALLOWED_HOSTS": ""})
+        async with Client(params, cache=None) as client:
+            result = await client.call_tool("ask_navi", {"question": "say hello"})
+            assert not result.is_error and "Hello." in result.content[0].text, result.content
+        with navi.api() as api:
+            assert api.get(f"/mcp/servers/{server_id}").json()["state"] == "connected"
+            assert "team" not in {entry["name"] for entry in api.get("/health").json()["mcp"]["failing"]}
+        line = [row for row in navi._manage("navi_mcp", "list").splitlines() if row.startswith("team ")][0]
+        assert " connected, " in line and "HTTP_ALLOWED_HOSTS" not in line, line
     finally:
         web.stop()

@@ -601,6 +601,8 @@ class Hub:
 
 def _save_state(conn: Connection) -> None:
     """Write the state to the row (another process's page reads it), off the hub loop."""
+    if not _shares_state:
+        return
     tools = [{"name": s.name, "description": s.summary[:300], "read_only": s.read_only, "destructive": s.destructive}
              for s in conn.specs]
     tools += [{"name": name, "description": "", "problem": problem} for name, problem in conn.problems.items()]
@@ -632,6 +634,14 @@ def _write_state(server_id: int, fields: dict) -> None:
 
 
 _writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="navi-mcp-state")
+_shares_state = True
+
+
+def keep_state_here() -> None:
+    """This process (`navi_mcp serve`, `navi_chat`: beside the web server, maybe with other
+    settings) keeps its servers' states to itself; the rows show what the web server sees."""
+    global _shares_state
+    _shares_state = False
 _lock = threading.Lock()
 _hub: Hub | None = None
 
