@@ -29,12 +29,17 @@ def test_a_pasted_claude_desktop_config_makes_the_good_servers_and_names_the_bad
             "odd": {"command": "mcp-server-time", "cwd": "/"},
             "typed": {"command": "mcp-server-time", "args": "--local-timezone UTC"},
             "ghost": {"command": "no-such-program-anywhere"},
+            # A launcher downloads its server: it gets the network (left disabled: no download here).
+            "everything": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-everything"],
+                           "disabled": True},
         },
     }
     answer = _import(owner_client, config)
     assert answer.status_code == 201, answer.content
     body = answer.json()
-    assert sorted(s["name"] for s in body["servers"]) == ["ghost", "time", "web"]
+    assert sorted(s["name"] for s in body["servers"]) == ["everything", "ghost", "time", "web"]
+    made = {s["name"]: s for s in body["servers"]}
+    assert made["everything"]["network"] and not made["everything"]["enabled"] and not made["time"]["network"]
     assert set(body["errors"]) == {"bad name!", "legacy", "lan", "both", "odd", "typed"}
     assert "letters, digits" in body["errors"]["bad name!"]
     assert "streamable-HTTP URL" in body["errors"]["legacy"]

@@ -149,7 +149,7 @@ class Connection:
             with contextlib.suppress(BaseException):
                 await body
             self._fail(f"the server did not answer the MCP handshake (initialize) within {limit:g} s; "
-                       "check that it speaks MCP on this transport, or see its stderr")
+                       f"check that it speaks MCP on this transport, or see its stderr{self._launcher_hint()}")
             return
         try:
             await body
@@ -185,8 +185,15 @@ class Connection:
         if self.config.transport == "http" and type(inner).__name__ in ("ConnectError", "ConnectTimeout"):
             return f"cannot reach {self.config.url} ({text}); check the URL and that the server is running"
         if self.config.transport == "stdio":
-            return f"the program stopped or failed to start ({text}); see its stderr below"
+            return f"the program stopped or failed to start ({text}); see its stderr below{self._launcher_hint()}"
         return text
+
+    def _launcher_hint(self) -> str:
+        """What a launcher (npx, uvx) without the network needs: it downloads its package."""
+        if self.config.transport == "stdio" and is_launcher(self.config.command) and not self.config.network:
+            return (f". {self.config.command} downloads the server on its first start and this server has no "
+                    "network: turn on `network` for it (or install the package and run it directly)")
+        return ""
 
     async def _body(self) -> None:
         async with AsyncExitStack() as stack:
@@ -294,8 +301,8 @@ class Connection:
         how = f"exit code {returncode}" if returncode is not None and returncode >= 0 else (
             f"killed by signal {-returncode}" if returncode is not None else "no exit code")
         self._fail(f"the program exited ({how}); see its stderr below. Navi starts it again when it is next "
-                   f"used, by itself after {RESTART_AFTER_EXIT_S:g} s, or press Test", retry=True,
-                   after=RESTART_AFTER_EXIT_S)
+                   f"used, by itself after {RESTART_AFTER_EXIT_S:g} s, or press Test{self._launcher_hint()}",
+                   retry=True, after=RESTART_AFTER_EXIT_S)
         self.closing.set()
 
     def _absorb(self, tools: list[Any]) -> None:

@@ -16,6 +16,7 @@ from tools_app.mcp.config import (
     check_transport,
     connect_timeout,
     data_dir,
+    is_launcher,
     mask,
     masked,
 )
@@ -54,6 +55,8 @@ def from_claude_entry(name: Any, entry: Any) -> dict[str, Any]:
         stray = [key for key in ("args", "env") if key in entry]
     else:
         body.update(transport="stdio", command=entry["command"], args=entry.get("args", []), env=entry.get("env", {}))
+        if isinstance(entry["command"], str) and is_launcher(entry["command"]):
+            body["network"] = True  # npx/uvx download the server on its first start, as in Claude Desktop
         stray = [key for key in ("headers",) if key in entry]
     if stray:
         raise ConfigError(f"{', '.join(stray)} do(es) not apply to a {body['transport']} server; remove it")
