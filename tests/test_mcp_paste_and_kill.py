@@ -1,5 +1,6 @@
 """Issue 39 end to end, as a Claude Desktop user meets it: paste a config with a stdio server
-(mcp-server-time, from PyPI) and an HTTP server into a running Navi, kill each while idle, and
+(mcp-server-time from PyPI, or server-everything from npm) and an HTTP server (the SDK-built
+test server, or server-everything) into a running Navi, kill each while idle, and
 read `failed` with the reason within 30 s (DESIGN §10) from the API, /health and
 `manage.py navi_mcp list` (a process of its own, reading what the server wrote)."""
 
@@ -7,18 +8,24 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
+import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.live_server import ROOT, LiveNavi
+from tests.live_server import ROOT, LiveNavi, free_port
 from tests.llm_server import Rule, Turn
 from tests.mcp_support import SDKServer, poll_server
 
 LIMIT_S = 30  # DESIGN §10
 TIME_SERVER = f"{sys.prefix}/bin/mcp-server-time"  # requirements-test.txt
+EVERYTHING = ROOT / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"  # npm ci
+NODE = shutil.which("node") or "node"
 
 
 @pytest.fixture(scope="module")
@@ -60,27 +67,58 @@ def server_program(root: int, marker: str) -> list[int]:
     return [pid for pid in hits if not hits & set(below(pid))]
 
 
-def test_a_pasted_configs_servers_killed_while_idle_show_failed_with_the_reason_everywhere(navi, tmp_path):
+class EverythingHTTP:
+    """@modelcontextprotocol/server-everything over streamable HTTP, in a process a test may kill."""
+
+    def __init__(self) -> None:
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}/mcp"
+        self.proc = subprocess.Popen([NODE, str(EVERYTHING), "streamableHttp"], env={**os.environ, "PORT": str(port)},
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("server-everything did not start listening")
+
+    def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+def pypi_and_sdk(tmp_path):
+    """mcp-server-time (PyPI) over stdio, the SDK-built test server over HTTP."""
     web = SDKServer(tmp_path / "marker.txt")
+    return {"command": TIME_SERVER, "args": ["--local-timezone", "UTC"]}, "mcp-server-time", web
+
+
+def npm_everything(tmp_path):
+    """server-everything (npm) over stdio, as pasted with node and its script, and over HTTP."""
+    return {"command": NODE, "args": [str(EVERYTHING), "stdio"]}, str(EVERYTHING), EverythingHTTP()
+
+
+@pytest.mark.parametrize("servers", [pypi_and_sdk, npm_everything])
+def test_a_pasted_configs_servers_killed_while_idle_show_failed_with_the_reason_everywhere(navi, tmp_path, servers):
+    stdio_entry, marker, web = servers(tmp_path)
     try:
-        config = {"mcpServers": {
-            "clock": {"command": TIME_SERVER, "args": ["--local-timezone", "UTC"]},
-            "web": {"url": web.url, "headers": {"X-Team": "blue"}},
-        }}
+        config = {"mcpServers": {"local": stdio_entry, "web": {"url": web.url, "headers": {"X-Team": "blue"}}}}
         with navi.api() as api:
+            for old in api.get("/mcp/servers").json():  # the module's Navi: another case's servers go
+                api.delete(f"/mcp/servers/{old['id']}")
             answer = api.post("/mcp/servers/import", json=config)
             assert answer.status_code == 201, answer.text
             assert answer.json()["errors"] == {}
             ids = {s["name"]: s["id"] for s in answer.json()["servers"]}
-            assert set(ids) == {"clock", "web"}
+            assert set(ids) == {"local", "web"}
             for name, server_id in ids.items():
                 body = poll_server(api, server_id, lambda b: b["state"] != "connecting", 90)
-                assert body["state"] == "connected", (name, body)
-            assert {t["name"] for t in api.get(f"/mcp/servers/{ids['clock']}").json()["tools"]} >= {
-                "clock__get_current_time", "clock__convert_time"}
+                assert body["state"] == "connected" and body["tools"], (name, body)
 
             # Killed while nobody calls them: the stdio program, and the HTTP server's process.
-            program = server_program(navi.proc.pid, "mcp-server-time")
+            program = server_program(navi.proc.pid, marker)
             assert program, "the stdio server's process was not found under Navi's"
             for pid in program:
                 os.kill(pid, signal.SIGKILL)
@@ -88,23 +126,23 @@ def test_a_pasted_configs_servers_killed_while_idle_show_failed_with_the_reason_
 
             failed = {name: poll_server(api, server_id, lambda b: b["state"] == "failed", LIMIT_S)
                       for name, server_id in ids.items()}
-            assert failed["clock"]["state"] == "failed", failed["clock"]
-            assert "the program exited" in failed["clock"]["last_error"], failed["clock"]
+            assert failed["local"]["state"] == "failed", failed["local"]
+            assert "the program exited" in failed["local"]["last_error"], failed["local"]
             assert failed["web"]["state"] == "failed", failed["web"]
             assert ("stopped answering" in failed["web"]["last_error"]
                     or "cannot reach" in failed["web"]["last_error"]), failed["web"]
 
             # The page lists them failed too, and /health names both with their reasons.
             listed = {s["name"]: s for s in api.get("/mcp/servers").json()}
-            assert listed["clock"]["state"] == listed["web"]["state"] == "failed", listed
+            assert listed["local"]["state"] == listed["web"]["state"] == "failed", listed
             health = api.get("/health").json()["mcp"]
             assert health["status"] == "failing", health
             reasons = {entry["name"]: entry["last_error"] for entry in health["failing"]}
-            assert set(reasons) == {"clock", "web"} and all(reasons.values()), health
+            assert set(reasons) == {"local", "web"} and all(reasons.values()), health
 
         # Another process reads the state the server wrote.
         lines = {line.split(" ", 1)[0]: line for line in navi._manage("navi_mcp", "list").splitlines()}
-        assert " failed, " in lines["clock"] and "the program exited" in lines["clock"], lines
+        assert " failed, " in lines["local"] and "the program exited" in lines["local"], lines
         assert " failed, " in lines["web"], lines
     finally:
         web.stop()
