@@ -175,3 +175,27 @@ async def test_a_navi_mcp_serve_with_other_settings_does_not_overwrite_the_web_s
         assert " connected, " in line and "HTTP_ALLOWED_HOSTS" not in line, line
     finally:
         web.stop()
+
+
+def test_after_a_restart_each_state_follows_its_server_without_any_use(navi, tmp_path):
+    web = SDKServer(tmp_path / "marker.txt")
+    try:
+        config = {"mcpServers": {"local": {"command": TIME_SERVER}, "web": {"url": web.url}}}
+        with navi.api() as api:
+            for old in api.get("/mcp/servers").json():
+                api.delete(f"/mcp/servers/{old['id']}")
+            ids = {s["name"]: s["id"] for s in api.post("/mcp/servers/import", json=config).json()["servers"]}
+            for server_id in ids.values():
+                assert poll_server(api, server_id, lambda b: b["state"] != "connecting", 90)["state"] == "connected"
+        navi.stop()
+        web.stop()  # gone while Navi was down; the rows still say `connected`
+        navi.start()
+        with navi.api() as api:
+            body = poll_server(api, ids["web"], lambda b: b["state"] == "failed", LIMIT_S)
+            assert body["state"] == "failed" and "cannot reach" in body["last_error"], body
+            # The stdio server was started again with Navi: it runs and shows so.
+            body = poll_server(api, ids["local"], lambda b: b["state"] == "connected", 90)
+            assert body["state"] == "connected", body
+        assert server_program(navi.proc.pid, "mcp-server-time")
+    finally:
+        web.stop()

@@ -688,6 +688,14 @@ def shutdown(timeout: float = 10.0) -> None:
 atexit.register(shutdown)
 
 
+def connect_all(sender=None, **kwargs) -> None:
+    """`server_started`: open every enabled server's connection in the background, so each
+    state follows its server from the start (a row from before the restart is no news of it)."""
+    hub = get_hub()
+    for row in MCPServer.objects.filter(enabled=True):
+        hub.submit(hub.ensure(ServerConfig.from_row(row), 0))
+
+
 def apply_change(server_id: int, *, disabled: bool = False) -> None:
     """A server row was saved or deleted: its connection in this process ends now (a stdio
     server's process group with it); the next use connects with the new settings."""
