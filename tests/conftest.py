@@ -15,7 +15,7 @@ from sessions_app.models import ApiToken, Session
 from tests.live_server import free_port
 from tests.live_ws import planning_rule
 from tests.llm_server import OLLAMA_SCHEMAS, LLMServer
-from tests.mcp_support import flood, loopback_mcp, mcp_hub, test_server  # noqa: F401 - the MCP tests' fixtures
+from tests.mcp_support import flood, local_page, loopback_mcp, mcp_hub, test_server  # noqa: F401 - the MCP tests' fixtures
 from tools_app.sandbox import bwrap_binary
 
 PASSWORD = "correct horse battery"

@@ -90,6 +90,7 @@ class LiveNavi:
             **os.environ,
             "DATABASE_URL": (env or {}).get("DATABASE_URL") or live_database_url(self.data_dir),
             "NAVI_WORKSPACE": str(self.data_dir / "workspace"),
+            "MCP_DATA_DIR": str(self.data_dir / "mcp_data"),  # not the checkout's mcp_data/
             "SESSION_FILES_DIR": str(self.data_dir / "session_files"),
             "TOOLS_DIR": str(self.data_dir / "user_tools"),
             "SECRET_KEY": "live-test-secret",

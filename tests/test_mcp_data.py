@@ -100,3 +100,16 @@ def _progress(client, server_id: int) -> dict:
     connect_in_background(MCPServer.objects.get(pk=server_id))
     return poll_server(client, server_id, lambda body: "first start of" in body["last_error"]
                        or body["state"] != "connecting", 30)
+
+
+async def test_a_launcher_without_the_network_says_to_turn_it_on(owner, tmp_path):
+    launcher = tmp_path / "bin" / "npx"
+    launcher.parent.mkdir()
+    launcher.write_text('#!/bin/sh\necho "npm error code EAI_AGAIN: request to registry.npmjs.org failed" >&2\nexit 1\n')
+    launcher.chmod(0o755)
+    server = await MCPServer.objects.acreate(owner=owner, name="pkg", transport="stdio", command=str(launcher),
+                                             args=["-y", "some-mcp-server"], paths=[str(launcher.parent)])
+    assert await mcp_tool(owner, "pkg__anything") is None
+    server = await sync_to_async(wait_state)(server, ("failed",), 60)
+    assert server.state == "failed" and "turn on `network`" in server.last_error, server.last_error
+    assert "EAI_AGAIN" in server.stderr_tail

@@ -4,10 +4,20 @@ others are made. Also what a stranger, a plain user and malformed bodies get."""
 
 from __future__ import annotations
 
-import pytest
+import shutil
+import sys
+from pathlib import Path
 
-from tests.mcp_support import logged_in, post_json, wait_state
+import pytest
+from asgiref.sync import async_to_sync
+
+from tests.mcp_support import logged_in, mcp_tool, post_json, wait_state
 from tools_app.models import MCPServer
+
+ROOT = Path(__file__).resolve().parent.parent
+NODE_MODULES = ROOT / "node_modules"
+EVERYTHING = NODE_MODULES / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+FILES_SCRIPT = Path(__file__).resolve().parent / "mcp_files_server.py"
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("loopback_mcp")]
 
@@ -29,12 +39,17 @@ def test_a_pasted_claude_desktop_config_makes_the_good_servers_and_names_the_bad
             "odd": {"command": "mcp-server-time", "cwd": "/"},
             "typed": {"command": "mcp-server-time", "args": "--local-timezone UTC"},
             "ghost": {"command": "no-such-program-anywhere"},
+            # A launcher downloads its server: it gets the network (left disabled: no download here).
+            "everything": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-everything"],
+                           "disabled": True},
         },
     }
     answer = _import(owner_client, config)
     assert answer.status_code == 201, answer.content
     body = answer.json()
-    assert sorted(s["name"] for s in body["servers"]) == ["ghost", "time", "web"]
+    assert sorted(s["name"] for s in body["servers"]) == ["everything", "ghost", "time", "web"]
+    made = {s["name"]: s for s in body["servers"]}
+    assert made["everything"]["network"] and not made["everything"]["enabled"] and not made["time"]["network"]
     assert set(body["errors"]) == {"bad name!", "legacy", "lan", "both", "odd", "typed"}
     assert "letters, digits" in body["errors"]["bad name!"]
     assert "streamable-HTTP URL" in body["errors"]["legacy"]
@@ -55,6 +70,34 @@ def test_a_pasted_claude_desktop_config_makes_the_good_servers_and_names_the_bad
     again = _import(owner_client, {"mcpServers": {"web": {"url": test_server.url}}}).json()
     assert again["servers"] == [] and "already have a server called 'web'" in again["errors"]["web"]
     assert MCPServer.objects.filter(name="web").count() == 1
+
+
+def test_a_pasted_stdio_server_sees_the_files_its_arguments_name(owner, owner_client, settings, tmp_path):
+    # Claude Desktop runs servers unsandboxed: what their arguments name must be there in Navi's sandbox.
+    settings.CODE_EXEC_SANDBOX = "bwrap"
+    settings.MCP_CONNECT_TIMEOUT_S = 30
+    settings.MCP_DATA_DIR = tmp_path / "mcp_data"
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    config = {"mcpServers": {
+        "everything": {"command": shutil.which("node") or "node", "args": [str(EVERYTHING), "stdio"]},
+        "files": {"command": sys.executable, "args": [str(FILES_SCRIPT), f"--root={shared}"]},
+    }}
+    answer = _import(owner_client, config)
+    assert answer.status_code == 201 and answer.json()["errors"] == {}, answer.content
+    made = {s["name"]: s for s in answer.json()["servers"]}
+    assert made["everything"]["paths"] == [str(NODE_MODULES)] and made["everything"]["writable_paths"] == []
+    assert made["files"]["paths"] == [str(FILES_SCRIPT.parent)] and made["files"]["writable_paths"] == [str(shared)]
+    for name in made:
+        server = wait_state(MCPServer.objects.get(name=name), timeout=60)
+        assert server.state == "connected", (name, server.last_error, server.stderr_tail)
+    write = async_to_sync(mcp_tool)(owner, "files__write")
+    assert async_to_sync(write.execute)({"path": str(shared / "a.txt"), "text": "kept"}).output.startswith("wrote")
+    assert (shared / "a.txt").read_text() == "kept"
+    # Navi's own places are refused like in a manual add, even when an argument names them.
+    refused = _import(owner_client, {"mcpServers": {
+        "nosy": {"command": sys.executable, "args": [str(FILES_SCRIPT), str(ROOT)]}}}).json()
+    assert refused["servers"] == [] and "checkout" in refused["errors"]["nosy"], refused
 
 
 def test_a_plain_user_may_import_http_servers_but_not_stdio_ones(owner, other_user, test_server):

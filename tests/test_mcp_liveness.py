@@ -8,11 +8,13 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 
 import pytest
 from asgiref.sync import async_to_sync
 
 from tests.mcp_support import SERVER_SCRIPT, SDKServer, mcp_tools, pids_running, poll_server
+from tools_app.mcp import client as mcp_client
 from tools_app.models import MCPServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -35,6 +37,10 @@ def test_an_http_server_killed_while_idle_shows_failed_and_comes_back(owner, own
         row = MCPServer.objects.create(owner=owner, name="demo", transport="http", url=server.url)
         assert async_to_sync(mcp_tools)(owner), "the server did not connect"
         assert api_state(owner_client, row.pk, "connected")["state"] == "connected"
+        conn = mcp_client.get_hub().connections[row.pk]
+        states: list[str] = []
+        saved = conn.on_change
+        conn.on_change = lambda c: (states.append(c.state), saved(c))
         server.stop()  # killed while nobody calls it
         body = api_state(owner_client, row.pk, "failed")
         # The ping fails ("stopped answering"), then the retries ("cannot reach"): either says why.
@@ -42,8 +48,14 @@ def test_an_http_server_killed_while_idle_shows_failed_and_comes_back(owner, own
         assert "stopped answering" in body["last_error"] or "cannot reach" in body["last_error"], body
         health = owner_client.get("/health").json()["mcp"]
         assert health["status"] == "failing" and health["failing"][0]["name"] == "demo"
+        deadline = time.monotonic() + LIMIT_S
+        while conn.failures < 3 and time.monotonic() < deadline:  # Navi's own retries, still down
+            time.sleep(0.05)
+        assert conn.failures >= 3 and api_state(owner_client, row.pk, "failed")["state"] == "failed"
         server = SDKServer(tmp_path / "marker2.txt", port=server.port)  # back on the same port
         assert api_state(owner_client, row.pk, "connected", 90)["state"] == "connected"
+        # While it was down, Navi's retries never showed it as `connecting`: whoever looked saw why.
+        assert states[-1] == "connected" and "connecting" not in states, states
     finally:
         server.stop()
 
@@ -61,6 +73,15 @@ def test_a_stdio_server_that_dies_while_idle_shows_failed_with_its_exit(owner, o
         os.kill(pid, signal.SIGKILL)
     body = api_state(owner_client, row.pk, "failed")
     assert body["state"] == "failed" and "the program exited (killed by signal 9)" in body["last_error"], body
+    # Nobody uses it: it stays failed (Navi starts it again by itself only after a minute) ...
+    assert mcp_client.RESTART_AFTER_EXIT_S >= 2 * LIMIT_S
+    assert owner_client.get("/health").json()["mcp"]["failing"][0]["name"] == "local"
+    # ... and the next use starts it again (after the short backoff).
+    deadline = time.monotonic() + LIMIT_S
+    while not async_to_sync(mcp_tools)(owner) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert api_state(owner_client, row.pk, "connected")["state"] == "connected"
+    assert len(pids_running(marker)) == 1 and pids_running(marker) != pids
 
 
 def test_another_process_writing_the_row_does_not_change_this_process_state(owner, owner_client, tmp_path):

@@ -17,7 +17,7 @@ from django.conf import settings as django_settings
 
 from tests.conftest import NO_SANDBOX, sandbox_works
 from tests.llm_server import Rule, Turn
-from tests.mcp_support import mcp_tools, pids_running, wait_state
+from tests.mcp_support import mcp_tool, mcp_tools, pids_running, wait_state
 from tests.test_approvals import frames_until, of_type, offered, run_ended, start
 from tests.test_tools_trust import assert_no_server_secrets
 from tools_app.models import MCPServer
@@ -62,6 +62,20 @@ async def test_mcp_server_time_answers_what_time_it_is_in_tokyo_after_one_approv
     server = await sync_to_async(wait_state)(server)
     assert server.state == "connected" and {"time__get_current_time", "time__convert_time"} <= {
         t["name"] for t in server.tools}
+
+
+async def test_mcp_server_fetch_reads_a_local_page_under_the_default_memory_cap(owner, local_page):
+    # Issue 39 item 1: the PyPI fetch server exited under the old address-space cap.
+    server = await MCPServer.objects.acreate(
+        owner=owner, name="fetch", transport="stdio", command=f"{sys.prefix}/bin/mcp-server-fetch",
+        args=["--allow-private-ips", "--ignore-robots-txt"], network=True, auto_approve=True)
+    tool = await mcp_tool(owner, "fetch__fetch")
+    assert tool is not None, (await sync_to_async(wait_state)(server)).stderr_tail
+    # raw: its HTML simplifier (readabilipy) would `npm install` into its read-only package folder.
+    result = await tool.execute({"url": local_page, "raw": True})
+    assert result.success and "<p>hello from the local page</p>" in result.output, result
+    server = await sync_to_async(wait_state)(server)
+    assert server.state == "connected"
 
 
 def _listener():

@@ -31,6 +31,7 @@ function details(summary, body) {
 }
 
 function serverItem(server) {
+  latest.set(server.id, server);
   const li = el("li", "mcp-server");
   li.dataset.id = server.id;
   li.dataset.state = server.state;
@@ -47,7 +48,7 @@ function serverItem(server) {
       const item = el("li");
       const hint = tool.read_only ? " (read-only)" : tool.destructive ? " (destructive)" : "";
       const remote = tool.name.includes("__") ? tool.name.split("__").slice(1).join("__") : tool.name;
-      if (!server.global && !tool.problem) item.append(allowSwitch(server, remote, li));
+      if (!server.global && !tool.problem) item.append(allowSwitch(server, remote));
       item.append(el("code", "", tool.name), document.createTextNode(tool.problem ? ` — not offered: ${tool.problem}` : `${hint} — ${tool.description || ""}`));
       list.append(item);
     }
@@ -74,16 +75,20 @@ function serverItem(server) {
   }
   if (server.stderr_tail) li.append(details("stderr (last lines)", el("pre", "", server.stderr_tail)));
   const actions = el("div", "actions");
-  if (!server.global) actions.append(allowSwitch(server, null, li));
-  const test = button("Test connection", "", async () => {
+  if (!server.global) actions.append(allowSwitch(server, null));
+  const test = button("Test connection", "test", async () => {
     test.disabled = true;
     test.textContent = "Testing…";
+    test.setAttribute("aria-label", `Testing connection to ${server.name}`); // the name says what it shows
     try {
-      li.replaceWith(serverItem(await call("POST", `/mcp/servers/${server.id}/test`)));
+      const fresh = serverItem(await call("POST", `/mcp/servers/${server.id}/test`));
+      li.replaceWith(fresh);
+      fresh.querySelector("button.test")?.focus(); // the keyboard keeps its place
     } catch (err) {
       toast(`Test failed: ${err.message}`);
       test.disabled = false;
       test.textContent = "Test connection";
+      test.setAttribute("aria-label", `Test connection to ${server.name}`);
     }
   }, `Test connection to ${server.name}`);
   if (server.enabled) actions.append(test);
@@ -111,26 +116,54 @@ function serverItem(server) {
 }
 
 // "Allow without asking": the whole server (auto_approve) or one tool (auto_approve_tools).
-function allowSwitch(server, tool, li) {
+// Changes are sent one after another, each built on the server's latest answer, so quick
+// toggles of several switches all stay (none is lost to an answer that was still on its way).
+const latest = new Map(); // server id -> its latest JSON from the API
+let saving = Promise.resolve();
+
+function allowSwitch(server, tool) {
   const label = el("label", "allow-switch");
   const box = document.createElement("input");
   box.type = "checkbox";
   const tools = server.auto_approve_tools || [];
   box.checked = tool === null ? !!server.auto_approve : !!server.auto_approve || tools.includes(tool);
   box.disabled = tool !== null && !!server.auto_approve;
-  box.addEventListener("change", async () => {
-    const body = tool === null ? { auto_approve: box.checked }
-      : { auto_approve_tools: box.checked ? [...new Set([...tools, tool])] : tools.filter((t) => t !== tool) };
-    try {
-      li.replaceWith(serverItem(await call("PATCH", `/mcp/servers/${server.id}`, body)));
-    } catch (err) {
-      box.checked = !box.checked;
-      toast(`Could not change ${server.name}: ${err.message}`);
-    }
+  box.dataset.allow = tool === null ? "" : tool;
+  box.addEventListener("change", () => {
+    const wanted = box.checked;
+    saving = saving.then(async () => {
+      const now = latest.get(server.id) || server;
+      const chosen = now.auto_approve_tools || [];
+      const body = tool === null ? { auto_approve: wanted }
+        : { auto_approve_tools: wanted ? [...new Set([...chosen, tool])] : chosen.filter((t) => t !== tool) };
+      try {
+        replaceItem(await call("PATCH", `/mcp/servers/${server.id}`, body));
+      } catch (err) {
+        box.checked = !wanted;
+        toast(`Could not change ${server.name}: ${err.message}`);
+      }
+    });
   });
   label.append(box, document.createTextNode(tool === null ? " Allow all its tools without asking" : " allow "));
+  if (tool !== null) box.setAttribute("aria-label", `Allow ${tool} without asking`); // "allow" alone names no tool
   label.title = tool === null ? `Run every tool of ${server.name} without asking first` : `Run ${tool} without asking first`;
   return label;
+}
+
+// A server's item drawn again from an answer; the keyboard keeps its place (the same switch,
+// its tool list still open) when it was on one of the item's switches.
+function replaceItem(server) {
+  const here = document.querySelector(`.mcp-server[data-id="${server.id}"]`);
+  const fresh = serverItem(server);
+  if (!here) return;
+  const active = here.contains(document.activeElement) ? document.activeElement.dataset.allow : undefined;
+  here.replaceWith(fresh);
+  const again = [...fresh.querySelectorAll("input[data-allow]")].find((b) => b.dataset.allow === active);
+  if (again) {
+    const list = again.closest("details");
+    if (list) list.open = true;
+    again.focus();
+  }
 }
 
 // The state follows the server: refresh what changed every few seconds (never the item in use).
@@ -144,9 +177,29 @@ async function refresh() {
   for (const server of servers) {
     const item = document.querySelector(`.mcp-server[data-id="${server.id}"]`);
     const stamp = JSON.stringify([server.state, server.last_error, server.tools, server.enabled, server.resources, server.prompts]);
-    if (!item || item.dataset.stamp === stamp || item.contains(document.activeElement)) continue;
-    item.replaceWith(serverItem(server));
+    if (!item || item.dataset.stamp === stamp) continue;
+    if (item.contains(document.activeElement)) showState(item, server); // in use: only its state and error
+    else item.replaceWith(serverItem(server));
   }
+}
+
+// A server's state and last error, changed in place (the item keeps the keyboard's focus).
+function showState(item, server) {
+  latest.set(server.id, server);
+  const badge = item.querySelector(".mcp-state");
+  badge.className = `mcp-state ${server.state}`;
+  badge.textContent = server.state;
+  item.dataset.state = server.state;
+  let error = item.querySelector(":scope > p.error");
+  if (!server.last_error) {
+    error?.remove();
+    return;
+  }
+  if (!error) {
+    error = el("p", "error");
+    item.querySelector(":scope > .head").after(error);
+  }
+  error.textContent = server.last_error;
 }
 
 async function load() {

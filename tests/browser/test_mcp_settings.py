@@ -4,6 +4,8 @@ at phone width, with no serious axe-core findings."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from playwright.sync_api import expect
 
@@ -47,7 +49,9 @@ def test_a_working_and_a_broken_server_show_their_state(browser, login_state, na
         # Test connection again, from the keyboard.
         broken.get_by_role("button", name=f"Test connection to broken{scheme}").focus()
         page.keyboard.press("Enter")
-        expect(page.locator(".mcp-server", has_text=f"broken{scheme}").locator(".mcp-state")).to_have_text("failed")
+        again = page.locator(".mcp-server", has_text=f"broken{scheme}")
+        expect(again.get_by_role("button", name=f"Test connection to broken{scheme}")).to_be_focused()  # done
+        expect(again.locator(".mcp-state")).to_have_text("failed")
         wide = page.evaluate(WIDE)
         assert not wide, wide
         screenshot(page, f"mcp-settings-{scheme}")
@@ -75,18 +79,38 @@ def test_paste_a_config_allow_without_asking_and_live_state(browser, login_state
         expect(page.locator("#mcp-import-errors")).to_contain_text("bad name!:")
         pasted = page.locator(".mcp-server", has_text="pasted")
         expect(pasted.locator(".mcp-state")).to_have_text("connected", timeout=20000)
+        pasted.locator("summary", has_text="tool(s)").focus()
+        page.keyboard.press("Enter")  # the tool list opens
+        one = pasted.get_by_label("Allow add without asking")  # one tool, by its name
+        one.focus()
+        page.keyboard.press("Space")
+        expect(page.locator(".mcp-server", has_text="pasted").get_by_label("Allow add without asking")).to_be_checked()
+        expect(page.locator(".mcp-server", has_text="pasted").get_by_label("Allow add without asking")).to_be_focused()
+        expect(page.locator(".mcp-server", has_text="pasted").get_by_label("Allow weather without asking")
+               ).not_to_be_checked()
         switch = pasted.get_by_label("Allow all its tools without asking")
         switch.focus()
         page.keyboard.press("Space")
         expect(page.locator(".mcp-server", has_text="pasted").get_by_label("Allow all its tools without asking")
                ).to_be_checked()
+        # Both were stored, the quick second change built on the first (each tool switch now
+        # shows the server-wide allow).
+        pasted_id = int(page.locator(".mcp-server", has_text="pasted").get_attribute("data-id"))
+        with navi.api() as api:
+            stored = mcp_support.poll_server(api, pasted_id, lambda b: b["auto_approve"], 15)
+        assert stored["auto_approve"] and stored["auto_approve_tools"] == ["add"], stored
         page.fill("#mcp-import-text", "{not json")
         page.get_by_role("button", name="Import servers").click()
         expect(page.locator("#mcp-import-errors")).to_contain_text("Not valid JSON")
         assert not page.evaluate(WIDE)
         assert not axe_serious(page)
+        in_use = page.locator(".mcp-server", has_text="pasted").get_by_label("Allow all its tools without asking")
+        in_use.focus()  # the item in use follows too, and keeps the focus
         test_server.stop()  # killed while idle: the page follows without a reload
         expect(page.locator(".mcp-server", has_text="pasted").locator(".mcp-state")).to_have_text(
             "failed", timeout=40000)
+        expect(page.locator(".mcp-server", has_text="pasted").locator("p.error")).to_contain_text(
+            re.compile("stopped answering|cannot reach"))
+        expect(in_use).to_be_focused()
     finally:
         context.close()

@@ -50,6 +50,9 @@ PROGRESS_EVERY_S = 5.0
 LIST_CAP = 200  # resources or prompts kept per server
 BACKOFF_MIN_S = 1.0
 BACKOFF_MAX_S = 60.0
+# A stdio program that exited while idle is started again by Navi after this long (sooner when it
+# is used): until then it shows `failed`, and what killed it, to whoever looks.
+RESTART_AFTER_EXIT_S = 60.0
 STDERR_TAIL = 2000
 SANDBOX_HOME = "/home/mcp"  # the stdio server's home in the sandbox: its own data folder (data_dir)
 # Names no MCP tool may take (the registry's); set when the tool registry is built.
@@ -99,15 +102,17 @@ class Connection:
         self.live = False  # this attempt reached `connected`
 
     # --- lifecycle (hub loop) ---------------------------------------------------------------
-    async def ensure(self, wait: float) -> None:
-        """Connect when not connected (unless backing off), waiting up to `wait` seconds."""
+    async def ensure(self, wait: float, *, quiet: bool = False) -> None:
+        """Connect when not connected (unless backing off), waiting up to `wait` seconds.
+        `quiet` (Navi's own retry of a server that died): it shows `failed` until it is back."""
         if self.task is None or self.task.done():
             if self.state == "failed" and time.monotonic() < self.retry_at:
                 return
             self.ready, self.closing = asyncio.Event(), asyncio.Event()
-            self._set("connecting", "")
+            if not (quiet and self.state == "failed"):
+                self._set("connecting", "")
             self.task = asyncio.get_running_loop().create_task(self._run())
-        if self.state == "connecting" and wait > 0:
+        if wait > 0 and not self.task.done() and not self.ready.is_set():  # an attempt under way
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self.ready.wait()), wait)
 
@@ -144,7 +149,7 @@ class Connection:
             with contextlib.suppress(BaseException):
                 await body
             self._fail(f"the server did not answer the MCP handshake (initialize) within {limit:g} s; "
-                       "check that it speaks MCP on this transport, or see its stderr")
+                       f"check that it speaks MCP on this transport, or see its stderr{self._launcher_hint()}")
             return
         try:
             await body
@@ -180,8 +185,15 @@ class Connection:
         if self.config.transport == "http" and type(inner).__name__ in ("ConnectError", "ConnectTimeout"):
             return f"cannot reach {self.config.url} ({text}); check the URL and that the server is running"
         if self.config.transport == "stdio":
-            return f"the program stopped or failed to start ({text}); see its stderr below"
+            return f"the program stopped or failed to start ({text}); see its stderr below{self._launcher_hint()}"
         return text
+
+    def _launcher_hint(self) -> str:
+        """What a launcher (npx, uvx) without the network needs: it downloads its package."""
+        if self.config.transport == "stdio" and is_launcher(self.config.command) and not self.config.network:
+            return (f". {self.config.command} downloads the server on its first start and this server has no "
+                    "network: turn on `network` for it (or install the package and run it directly)")
+        return ""
 
     async def _body(self) -> None:
         async with AsyncExitStack() as stack:
@@ -288,8 +300,9 @@ class Connection:
             return
         how = f"exit code {returncode}" if returncode is not None and returncode >= 0 else (
             f"killed by signal {-returncode}" if returncode is not None else "no exit code")
-        self._fail(f"the program exited ({how}); see its stderr below. Navi starts it again by itself "
-                   "after a pause, or press Test", retry=True)
+        self._fail(f"the program exited ({how}); see its stderr below. Navi starts it again when it is next "
+                   f"used, by itself after {RESTART_AFTER_EXIT_S:g} s, or press Test{self._launcher_hint()}",
+                   retry=True, after=RESTART_AFTER_EXIT_S)
         self.closing.set()
 
     def _absorb(self, tools: list[Any]) -> None:
@@ -350,9 +363,10 @@ class Connection:
         return f"MCP server '{self.config.name}' is not connected: {self.error or self.state}.{again}"
 
     # --- state --------------------------------------------------------------------------------
-    def _fail(self, message: str, *, retry: bool = False) -> None:
-        """Failed, with why; a server that was in use (`retry`) is tried again after the backoff,
-        and so on while it stays down, so its state follows it back to `connected`."""
+    def _fail(self, message: str, *, retry: bool = False, after: float = 0.0) -> None:
+        """Failed, with why; a server that was in use (`retry`) is tried again after the backoff
+        (by itself no sooner than `after`), and so on while it stays down, so its state follows
+        it back to `connected`. The next use may try again once the backoff is over."""
         self.failures += 1
         delay = min(BACKOFF_MAX_S, BACKOFF_MIN_S * (2 ** (self.failures - 1)))
         self.retry_at = time.monotonic() + delay
@@ -362,13 +376,13 @@ class Connection:
             self.ready.set()  # wakes whoever waits for this attempt (the state says how it ended)
         if self.retrying:
             loop = asyncio.get_running_loop()
-            loop.call_later(delay, lambda: loop.create_task(self._retry()))
+            loop.call_later(max(delay, after), lambda: loop.create_task(self._retry()))
 
     async def _retry(self) -> None:
         current = _hub is not None and _hub.connections.get(self.config.id) is self
         if current and self.retrying and self.closed_as is None and self.state == "failed":
             self.retry_at = 0.0  # the timer may fire a hair before retry_at
-            await self.ensure(0)
+            await self.ensure(0, quiet=True)
 
     def _set(self, state: str, error: str) -> None:
         self.state, self.error = state, error
@@ -594,6 +608,8 @@ class Hub:
 
 def _save_state(conn: Connection) -> None:
     """Write the state to the row (another process's page reads it), off the hub loop."""
+    if not _shares_state:
+        return
     tools = [{"name": s.name, "description": s.summary[:300], "read_only": s.read_only, "destructive": s.destructive}
              for s in conn.specs]
     tools += [{"name": name, "description": "", "problem": problem} for name, problem in conn.problems.items()]
@@ -625,6 +641,14 @@ def _write_state(server_id: int, fields: dict) -> None:
 
 
 _writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="navi-mcp-state")
+_shares_state = True
+
+
+def keep_state_here() -> None:
+    """This process (`navi_mcp serve`, `navi_chat`: beside the web server, maybe with other
+    settings) keeps its servers' states to itself; the rows show what the web server sees."""
+    global _shares_state
+    _shares_state = False
 _lock = threading.Lock()
 _hub: Hub | None = None
 
@@ -662,6 +686,14 @@ def shutdown(timeout: float = 10.0) -> None:
 
 
 atexit.register(shutdown)
+
+
+def connect_all(sender=None, **kwargs) -> None:
+    """`server_started`: open every enabled server's connection in the background, so each
+    state follows its server from the start (a row from before the restart is no news of it)."""
+    hub = get_hub()
+    for row in MCPServer.objects.filter(enabled=True):
+        hub.submit(hub.ensure(ServerConfig.from_row(row), 0))
 
 
 def apply_change(server_id: int, *, disabled: bool = False) -> None:

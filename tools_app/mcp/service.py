@@ -3,6 +3,8 @@ JSON (secrets masked), checked edits, and "test connection"."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -16,6 +18,7 @@ from tools_app.mcp.config import (
     check_transport,
     connect_timeout,
     data_dir,
+    is_launcher,
     mask,
     masked,
 )
@@ -54,6 +57,13 @@ def from_claude_entry(name: Any, entry: Any) -> dict[str, Any]:
         stray = [key for key in ("args", "env") if key in entry]
     else:
         body.update(transport="stdio", command=entry["command"], args=entry.get("args", []), env=entry.get("env", {}))
+        if isinstance(entry["command"], str) and is_launcher(entry["command"]):
+            body["network"] = True  # npx/uvx download the server on its first start, as in Claude Desktop
+        shown, writable = pasted_paths(body["args"])
+        if shown:
+            body["paths"] = shown
+        if writable:
+            body["writable_paths"] = writable
         stray = [key for key in ("headers",) if key in entry]
     if stray:
         raise ConfigError(f"{', '.join(stray)} do(es) not apply to a {body['transport']} server; remove it")
@@ -62,6 +72,33 @@ def from_claude_entry(name: Any, entry: Any) -> dict[str, Any]:
             raise ConfigError("disabled must be true or false")
         body["enabled"] = not entry["disabled"]
     return body
+
+
+def pasted_paths(args: Any) -> tuple[list[str], list[str]]:
+    """The host places a pasted stdio entry's arguments name (Claude Desktop runs servers
+    unsandboxed): a file's folder, or the whole node_modules it lies in, shown read-only; a
+    folder (server-filesystem's roots, a repository) writable. Navi's own places are refused
+    by the same check as a manual add's paths."""
+    shown: list[str] = []
+    writable: list[str] = []
+    if not isinstance(args, list):
+        return shown, writable
+    for arg in args:
+        if not isinstance(arg, str):
+            continue
+        raw = arg.split("=", 1)[1] if arg.startswith("-") and "=" in arg else arg  # --root=/srv/notes
+        if not raw.startswith("/") or not os.path.exists(raw):
+            continue
+        path = Path(os.path.normpath(raw))
+        if "node_modules" in path.parts:  # a package's script needs the packages beside it
+            place, into = str(Path(*path.parts[:path.parts.index("node_modules") + 1])), shown
+        elif path.is_dir():
+            place, into = str(path), writable
+        else:
+            place, into = str(path.parent), shown
+        if place not in shown and place not in writable:
+            into.append(place)
+    return shown, writable
 
 
 def state_of(server: MCPServer) -> str:

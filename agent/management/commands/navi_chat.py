@@ -20,6 +20,7 @@ from agent.models import Profile
 from agent.runs.manager import RunActive, frames_group, get_run_manager
 from agent.trust import approvals
 from sessions_app.models import Session
+from tools_app.mcp import client as mcp_client
 
 DIM, BOLD, RED, RESET = "\033[2m", "\033[1m", "\033[31m", "\033[0m"
 
@@ -35,6 +36,7 @@ class Command(BaseCommand):
     def handle(self, *args, **opts):
         self.color = sys.stdout.isatty() and not opts["no_color"]
         session = self._session(opts)
+        mcp_client.keep_state_here()  # the MCP servers' rows show what the web server sees
         self.stdout.write(f"Session {session.id} — profile {session.profile_id}. Ctrl-C stops a run, Ctrl-D quits.")
         asyncio.run(self._chat(str(session.id)))
 

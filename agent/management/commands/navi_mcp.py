@@ -7,6 +7,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from agent.web.mcp_server import serve_stdio
+from tools_app.mcp import client as mcp_client
 from tools_app.mcp import service
 from tools_app.models import MCPServer
 
@@ -79,4 +80,5 @@ class Command(BaseCommand):
         user = get_user_model().objects.filter(username=username, is_active=True).first()
         if user is None:
             raise CommandError(f"no active user {username!r}")
+        mcp_client.keep_state_here()  # maybe other settings than the web server's: its rows stay its
         serve_stdio(user.pk)
