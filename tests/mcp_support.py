@@ -10,16 +10,15 @@ import os
 import select
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from asgiref.sync import sync_to_async
 from django.test import Client
 
+from tests.hostile_page import serve_page
 from tests.live_server import LiveNavi, free_port
 from tools_app.mcp import client as mcp_client
 from tools_app.mcp.config import ServerConfig
@@ -121,23 +120,8 @@ def flood():
 @pytest.fixture
 def local_page():
     """The URL of an HTML page on the host's loopback (what a fetching server is asked to read)."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 - http.server's naming
-            body = b"<html><body><p>hello from the local page</p></body></html>"
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/page"
-    httpd.shutdown()
+    with serve_page("hello from the local page") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
