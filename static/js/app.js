@@ -176,6 +176,12 @@ function showWelcome(empty) {
   }));
 }
 
+/** An empty chat's welcome is read from its top; a chat with messages stays at its end. */
+function keepPlace() {
+  if ($("#welcome")) $("#scroller").scrollTop = 0;
+  else if (chat.pinned) chat.scrollToBottom();
+}
+
 function sendMessage(message) {
   const { content, images, files, resources = [] } = message;
   showWelcome(false);
@@ -267,10 +273,11 @@ async function openSession(id) {
   if (state.sessionId !== id) return;
   showSession(session);
   // The model notice above the chat may come or go: a chat opened at its end stays there.
-  models.show(session).then(() => state.sessionId === id && chat.pinned && chat.scrollToBottom());
+  models.show(session).then(() => state.sessionId === id && keepPlace());
   setContext(session.context_token_count, session.context_window || 0);
   chat.loadHistory(session.messages, session.has_more);
   showWelcome(!session.messages.length && !session.has_more);
+  keepPlace();
   state.ready = true;
   for (const frame of state.buffer.splice(0)) chat.frame(frame);
   const unsent = state.unsent;

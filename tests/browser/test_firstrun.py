@@ -240,6 +240,10 @@ def test_an_empty_chat_welcomes_with_examples_one_click_sends(browser, login_sta
         expect(examples).to_have_count(5)
         for kind in ("Files", "Web", "Routines", "Memory", "Documents"):
             expect(page.locator("#welcome")).to_contain_text(kind)
+        # It opens at its top, under the model notice: the heading and the first example are in view.
+        expect(page.locator("#model-notice")).to_be_visible()
+        expect(page.locator("#welcome-title")).to_be_in_viewport()
+        expect(examples.first).to_be_in_viewport(ratio=1)
         assert axe_serious(page) == []
         screenshot(page, f"firstrun-07-welcome-{tag}")
         examples.nth(1).focus()
