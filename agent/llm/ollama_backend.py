@@ -518,7 +518,11 @@ class OllamaBackend(LLMBackend):
         except LLMError:
             models = []
         have = ", ".join(models) if models else "none"
-        return f"model '{model}' is not available in Ollama at {self.host} (it has: {have}). Run `ollama pull {model}` or change the profile's model."
+        fix = f"Run `ollama pull {model}` or change the profile's model."
+        if models:  # the quickest fix: this chat's own model (DESIGN §10)
+            fix = ("Pick one of those for this chat (the model menu above the chat, or PATCH /sessions/<id> "
+                   f"{{\"model\"}}), run `ollama pull {model}` or change the profile's model.")
+        return f"model '{model}' is not available in Ollama at {self.host} (it has: {have}). {fix}"
 
     def server_key(self) -> str:
         return base_url(self.host)

@@ -85,6 +85,32 @@ def test_a_fresh_install_preselects_an_installed_model_and_chats(browser, login_
         context.close()
 
 
+def test_over_rest_the_missing_default_is_named_and_a_picked_model_answers(navi, llm):
+    """The same first run without the page: the listing shows what the server has, a message before
+    picking says which model is missing and how to pick one, PATCH then the message answers."""
+    with navi.api() as client:
+        listing = client.get("/models").json()
+        assert listing["default"] == "gemma4:e2b-it-q8_0"
+        assert sorted(m["name"] for m in listing["models"] if m["backend"] == "ollama") == sorted(INSTALLED)
+        sid = client.post("/sessions", json={}).json()["session_id"]
+        refused = client.post(f"/sessions/{sid}/messages", json={"content": "hello before picking"})
+        assert refused.status_code >= 400
+        error = refused.json()["error"]
+        assert "gemma4:e2b-it-q8_0" in error and OTHER in error
+        assert "pick one of those for this chat" in error.lower()  # what to do next, not only the admin
+        assert client.patch(f"/sessions/{sid}", json={"model": "gone:1b"}).status_code == 400
+        picked = client.patch(f"/sessions/{sid}", json={"model": OTHER})
+        assert picked.status_code == 200 and picked.json()["model"] == OTHER
+        before = len(llm.requests)
+        answer = client.post(f"/sessions/{sid}/messages", json={"content": "hello after picking"})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["content"] == "echo: hello after picking"
+        assert {r["model"] for r in llm.requests[before:]} == {OTHER}
+        shown = client.get(f"/sessions/{sid}").json()
+        assert shown["model"] == OTHER
+        assert [m["content"] for m in shown["messages"] if m["role"] == "user"][-1] == "hello after picking"
+
+
 def test_a_model_the_server_lost_is_refused_with_a_toast(browser, login_state, navi, llm):
     context, page = _page(browser, login_state)
     try:
