@@ -47,6 +47,14 @@ class TestModelsListing:
         assert body["default"] == "gemma4:e2b-it-q8_0"  # what a new chat would ask for (missing here)
         assert body["can_pull"] is True
 
+    def test_embedding_models_are_marked(self, owner_client, llm, settings):
+        """A first run must not choose one to chat with (Navi's own nomic-embed-text is often pulled first)."""
+        settings.EMBEDDING_MODEL = "house-vectors"
+        llm.models = ["embeddinggemma:latest", "house-vectors:latest", "nomic-embed-text:latest", "qwen2.5:0.5b"]
+        listed = {m["name"]: m.get("embedding", False) for m in owner_client.get("/models").json()["models"]}
+        assert listed == {"embeddinggemma:latest": True, "house-vectors:latest": True,
+                          "nomic-embed-text:latest": True, "qwen2.5:0.5b": False}
+
     def test_an_unreachable_server_is_named_not_a_crash(self, owner_client, llm, settings):
         llm.stop()
         body = owner_client.get("/models").json()
