@@ -70,6 +70,9 @@ def test_a_fresh_install_preselects_an_installed_model_and_chats(browser, login_
         expect(notice).to_contain_text("gemma4:e2b-it-q8_0")
         expect(notice).to_contain_text(FIRST)
         expect(page.locator("#chat-model")).to_have_value(FIRST)
+        # The picker lists what the server has (and the owner's way to pull another).
+        values = page.locator("#chat-model option").evaluate_all("os => os.map(o => o.value)")
+        assert sorted(v for v in values if v not in ("", "__pull__")) == sorted(INSTALLED) and "__pull__" in values
         assert _session(navi, sid)["model"] == FIRST
         name = f"firstrun-01-preselected-{'phone' if viewport is PHONE else 'desktop'}-{scheme}"
         screenshot(page, name)
