@@ -47,6 +47,14 @@ class TestModelsListing:
         assert body["default"] == "gemma4:e2b-it-q8_0"  # what a new chat would ask for (missing here)
         assert body["can_pull"] is True
 
+    def test_embedding_models_are_marked(self, owner_client, llm, settings):
+        """A first run must not choose one to chat with (Navi's own nomic-embed-text is often pulled first)."""
+        settings.EMBEDDING_MODEL = "house-vectors"
+        llm.models = ["embeddinggemma:latest", "house-vectors:latest", "nomic-embed-text:latest", "qwen2.5:0.5b"]
+        listed = {m["name"]: m.get("embedding", False) for m in owner_client.get("/models").json()["models"]}
+        assert listed == {"embeddinggemma:latest": True, "house-vectors:latest": True,
+                          "nomic-embed-text:latest": True, "qwen2.5:0.5b": False}
+
     def test_an_unreachable_server_is_named_not_a_crash(self, owner_client, llm, settings):
         llm.stop()
         body = owner_client.get("/models").json()
@@ -116,6 +124,26 @@ class TestEveryCallUsesTheChatsModel:
         assert {r["model"] for r in llm.requests} == {"qwen2.5:0.5b"}
         await comm.disconnect()
 
+
+    async def test_the_tool_steps_ask_for_it_too(self, llm, session, owner_token, no_planning):
+        """A turn with tool calls: each step and the answer after the results use the chat's model."""
+        from tests.llm_server import Rule
+
+        llm.models = ["qwen2.5:0.5b"]
+        client = _bearer(owner_token)
+        await client.patch(f"/sessions/{session.id}", {"model": "qwen2.5:0.5b"}, content_type="application/json")
+        llm.add_rule(Rule(match="make my list", turns=[
+            Turn(tool_calls=[{"name": "todo", "arguments": {"action": "set", "tasks": ["gym", "mail"]}}]),
+            Turn(tool_calls=[{"name": "todo", "arguments": {"action": "read"}}]),
+            Turn(content="Your list: gym, mail."),
+        ]))
+        comm = await _socket(session, owner_token)
+        await comm.send_json_to({"type": "message", "content": "make my list"})
+        frames = await receive_until(comm)
+        assert [f["type"] for f in frames].count("tool_call") == 2
+        assert frames[-1]["type"] == "stream_end" and frames[-1]["content"] == "Your list: gym, mail."
+        assert len(llm.requests) >= 3 and {r["model"] for r in llm.requests} == {"qwen2.5:0.5b"}
+        await comm.disconnect()
 
     async def test_the_planning_call_asks_for_it_too(self, llm, session, owner_token, profiles):
         """Profiles plan here (the `profiles` fixture): the plan call and the answer use the chat's model."""

@@ -518,7 +518,11 @@ class OllamaBackend(LLMBackend):
         except LLMError:
             models = []
         have = ", ".join(models) if models else "none"
-        return f"model '{model}' is not available in Ollama at {self.host} (it has: {have}). Run `ollama pull {model}` or change the profile's model."
+        fix = f"Run `ollama pull {model}` or change the profile's model."
+        if models:  # the quickest fix: this chat's own model (DESIGN §10)
+            fix = ("Pick one of those for this chat (the model menu above the chat, or PATCH /sessions/<id> "
+                   f"{{\"model\"}}), run `ollama pull {model}` or change the profile's model.")
+        return f"model '{model}' is not available in Ollama at {self.host} (it has: {have}). {fix}"
 
     def server_key(self) -> str:
         return base_url(self.host)
@@ -535,10 +539,13 @@ class OllamaBackend(LLMBackend):
         return [m["name"] for m in await self.describe_models()]
 
     async def describe_models(self) -> list[dict]:
-        """What the server has: `{"name", "size"}` (bytes) per model, by name."""
+        """What the server has: `{"name", "size"}` (bytes) per model, by name; `"embedding": true`
+        on a model that only embeds (a first run must not pick it to chat with)."""
         try:
             listing = await self._client().list()
-            return sorted(({"name": m.model, "size": m.size} for m in listing.models if m.model), key=lambda m: m["name"])
+            found = [{"name": m.model, "size": m.size, **({"embedding": True} if _embeds_only(m) else {})}
+                     for m in listing.models if m.model]
+            return sorted(found, key=lambda m: m["name"])
         except (ConnectionError, httpx.ConnectError, httpx.ConnectTimeout):
             raise LLMUnreachable(f"cannot reach Ollama at {self.host} — is `ollama serve` running?") from None
         except (ollama.ResponseError, httpx.HTTPError) as exc:
@@ -562,6 +569,17 @@ class OllamaBackend(LLMBackend):
             yield {"error": f"cannot reach Ollama at {self.host} — is `ollama serve` running?"}
         except (httpx.HTTPError, ValueError) as exc:
             yield {"error": f"the pull from Ollama at {self.host} broke off: {exc}"}
+
+
+def _embeds_only(model) -> bool:
+    """Ollama lists no capabilities in /api/tags: the configured embedding model, a name saying
+    "embed", or a BERT family (all-minilm, bge-m3, nomic-embed-text) is one."""
+    name = model.model.removesuffix(":latest")
+    families = {f.lower() for f in ((model.details and model.details.families) or [])}
+    if model.details and model.details.family:
+        families.add(model.details.family.lower())
+    return (name == settings.EMBEDDING_MODEL.removesuffix(":latest") or "embed" in name.lower()
+            or any("bert" in f for f in families))
 
 
 def _error_text(body: str) -> str:

@@ -176,6 +176,12 @@ function showWelcome(empty) {
   }));
 }
 
+/** An empty chat's welcome is read from its top; a chat with messages stays at its end. */
+function keepPlace() {
+  if ($("#welcome")) $("#scroller").scrollTop = 0;
+  else if (chat.pinned) chat.scrollToBottom();
+}
+
 function sendMessage(message) {
   const { content, images, files, resources = [] } = message;
   showWelcome(false);
@@ -202,11 +208,12 @@ const models = new ModelPicker($("#chat-model"), $("#model-notice"), {
 
 const sidebar = new Sidebar($("#sidebar"), {
   onOpen: (id, match) => {
-    document.body.classList.remove("sidebar-open");
+    setMenu(false);
     state.reveal = match ? { sessionId: id, ...match } : null;
     if (match && id === state.sessionId && state.ready) revealMatch(); // already open: no hash change
   },
   onImported: (created) => {
+    setMenu(false); // opened as a picked chat is
     location.hash = created.id;
   },
   onRenamed: (id, title) => {
@@ -267,10 +274,14 @@ async function openSession(id) {
   if (state.sessionId !== id) return;
   showSession(session);
   // The model notice above the chat may come or go: a chat opened at its end stays there.
-  models.show(session).then(() => state.sessionId === id && chat.pinned && chat.scrollToBottom());
+  const modelChosen = models.show(session).then(() => state.sessionId === id && keepPlace());
   setContext(session.context_token_count, session.context_window || 0);
   chat.loadHistory(session.messages, session.has_more);
   showWelcome(!session.messages.length && !session.has_more);
+  keepPlace();
+  // A message typed at once waits (as state.unsent) for the installed model the first run picks.
+  await modelChosen.catch(() => {});
+  if (state.sessionId !== id) return;
   state.ready = true;
   for (const frame of state.buffer.splice(0)) chat.frame(frame);
   const unsent = state.unsent;

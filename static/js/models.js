@@ -43,8 +43,9 @@ export class ModelPicker {
     const models = this.available(session);
     const wanted = session.model || session.profile_model || "";
     const missing = wanted && !models.some((m) => same(m.name, wanted));
-    if (!session.model && missing && models.length) {
-      const chosen = models[0].name;
+    const chatty = models.filter((m) => !m.embedding); // an embedding model cannot answer
+    if (!session.model && missing && chatty.length) {
+      const chosen = chatty[0].name;
       try {
         const saved = await api.setModel(session.id, chosen);
         if (this.session !== session) return;
@@ -54,8 +55,8 @@ export class ModelPicker {
       } catch (err) {
         this.onError(`Could not choose an installed model: ${err.message}`);
       }
-    } else if (!models.length) {
-      this.emptyState();
+    } else if (!chatty.length) {
+      this.emptyState(models.length > 0);
     } else {
       this.say("");
     }
@@ -99,17 +100,20 @@ export class ModelPicker {
     if (text) this.notice.append(Object.assign(document.createElement("p"), { textContent: text }));
   }
 
-  emptyState() {
+  emptyState(embeddingOnly = false) {
     const problem = Object.values(this.listing.errors || {})[0];
     if (problem) {
       this.say(`Cannot list the server's models: ${problem}`);
       return;
     }
+    const none = embeddingOnly
+      ? "The LLM server has only embedding models, which cannot chat, so Navi cannot answer."
+      : "The LLM server has no models yet, so Navi cannot answer.";
     if (!this.listing.can_pull) {
-      this.say("The LLM server has no models yet, so Navi cannot answer. Ask the owner to pull one (Ollama: `ollama pull qwen2.5:3b`).");
+      this.say(`${none} Ask the owner to pull one (Ollama: ollama pull qwen2.5:3b).`);
       return;
     }
-    this.say("The LLM server has no models yet, so Navi cannot answer. Pull one to start, for example qwen2.5:3b (about 2 GB).");
+    this.say(`${none} Pull one to start, for example qwen2.5:3b (about 2 GB).`);
     this.pullForm();
   }
 

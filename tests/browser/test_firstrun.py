@@ -70,6 +70,9 @@ def test_a_fresh_install_preselects_an_installed_model_and_chats(browser, login_
         expect(notice).to_contain_text("gemma4:e2b-it-q8_0")
         expect(notice).to_contain_text(FIRST)
         expect(page.locator("#chat-model")).to_have_value(FIRST)
+        # The picker lists what the server has (and the owner's way to pull another).
+        values = page.locator("#chat-model option").evaluate_all("os => os.map(o => o.value)")
+        assert sorted(v for v in values if v not in ("", "__pull__")) == sorted(INSTALLED) and "__pull__" in values
         assert _session(navi, sid)["model"] == FIRST
         name = f"firstrun-01-preselected-{'phone' if viewport is PHONE else 'desktop'}-{scheme}"
         screenshot(page, name)
@@ -81,6 +84,79 @@ def test_a_fresh_install_preselects_an_installed_model_and_chats(browser, login_
         expect(page.locator(".bubble.assistant").last).to_have_text("echo: hello there")
         assert {r["model"] for r in llm.requests} == {OTHER}
         expect(page.locator("#chat-model")).to_have_value(OTHER)
+    finally:
+        context.close()
+
+
+def test_over_rest_the_missing_default_is_named_and_a_picked_model_answers(navi, llm):
+    """The same first run without the page: the listing shows what the server has, a message before
+    picking says which model is missing and how to pick one, PATCH then the message answers."""
+    with navi.api() as client:
+        listing = client.get("/models").json()
+        assert listing["default"] == "gemma4:e2b-it-q8_0"
+        assert sorted(m["name"] for m in listing["models"] if m["backend"] == "ollama") == sorted(INSTALLED)
+        sid = client.post("/sessions", json={}).json()["session_id"]
+        refused = client.post(f"/sessions/{sid}/messages", json={"content": "hello before picking"})
+        assert refused.status_code >= 400
+        error = refused.json()["error"]
+        assert "gemma4:e2b-it-q8_0" in error and OTHER in error
+        assert "pick one of those for this chat" in error.lower()  # what to do next, not only the admin
+        assert client.patch(f"/sessions/{sid}", json={"model": "gone:1b"}).status_code == 400
+        picked = client.patch(f"/sessions/{sid}", json={"model": OTHER})
+        assert picked.status_code == 200 and picked.json()["model"] == OTHER
+        before = len(llm.requests)
+        answer = client.post(f"/sessions/{sid}/messages", json={"content": "hello after picking"})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["content"] == "echo: hello after picking"
+        assert {r["model"] for r in llm.requests[before:]} == {OTHER}
+        shown = client.get(f"/sessions/{sid}").json()
+        assert shown["model"] == OTHER
+        assert [m["content"] for m in shown["messages"] if m["role"] == "user"][-1] == "hello after picking"
+
+
+def test_the_first_run_does_not_choose_an_embedding_model(browser, login_state, navi, llm):
+    """Navi's own embedding model is often the first one pulled; it cannot chat."""
+    llm.models = ["embeddinggemma:latest", "nomic-embed-text:latest", OTHER]
+    context, page = _page(browser, login_state, PHONE, "light")
+    try:
+        sid = open_chat(page, navi)
+        expect(page.locator("#model-notice")).to_contain_text(f"uses “{OTHER}”")
+        assert _session(navi, sid)["model"] == OTHER
+        send(page, "hello")
+        expect(page.locator(".bubble.assistant").last).to_have_text("echo: hello")
+        llm.models = ["nomic-embed-text:latest"]
+        page.reload()
+        open_chat(page, navi)
+        expect(page.locator("#model-notice")).to_contain_text("only embedding models")
+        expect(page.locator(".pull-form input")).to_be_visible()
+        screenshot(page, "firstrun-16-embedding-only-phone-light")
+    finally:
+        context.close()
+
+
+def test_a_message_typed_before_the_installed_model_is_chosen_waits_for_it(browser, login_state, navi, llm):
+    """The first run's choice is a PATCH; a message sent while it is on its way is held, then
+    answered by the chosen model (it went to the missing default and failed)."""
+    sid = navi.create_session()
+    held = []
+    context, page = _page(browser, login_state, PHONE, "dark")
+    page.route(f"**/sessions/{sid}", lambda route: held.append(route) if route.request.method == "PATCH" else route.continue_())
+    try:
+        page.goto(f"{navi.url}/#{sid}")
+        page.wait_for_function("id => window.navi && window.navi.socket.sessionId === id", arg=sid)
+        for _ in range(600):  # the page asks to use an installed model; its answer is held back here
+            if held:
+                break
+            page.wait_for_timeout(50)  # (lets Playwright run the route handler)
+        assert held, "the page never chose an installed model"
+        page.wait_for_function("() => window.navi.socket.ws && window.navi.socket.ws.readyState === 1")
+        send(page, "typed at once")
+        expect(page.locator(".group.user .text")).to_have_count(0)  # held (as the unsent message)
+        held[0].continue_()
+        expect(page.locator(".bubble.assistant").last).to_have_text("echo: typed at once")
+        assert {r["model"] for r in llm.requests} == {FIRST}
+        assert _session(navi, sid)["model"] == FIRST
+        expect(page.locator(".error, [role=alert]")).to_have_count(0)
     finally:
         context.close()
 
@@ -100,22 +176,27 @@ def test_a_model_the_server_lost_is_refused_with_a_toast(browser, login_state, n
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
-def test_an_empty_server_shows_how_to_start_and_the_owner_pulls_with_progress(browser, login_state, navi, llm, scheme):
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["desktop", "phone"])
+def test_an_empty_server_shows_how_to_start_and_the_owner_pulls_with_progress(browser, login_state, navi, llm, scheme, viewport):
     llm.models = []
     llm.pull_delay = 0.4
-    context, page = _page(browser, login_state, PHONE if scheme == "dark" else DESKTOP, scheme)
+    context, page = _page(browser, login_state, viewport, scheme)
+    tag = f"{'phone' if viewport is PHONE else 'desktop'}-{scheme}"
     try:
         sid = open_chat(page, navi)
         notice = page.locator("#model-notice")
         expect(notice).to_contain_text("no models yet")
         expect(page.locator(".pull-form input")).to_be_focused()
+        expect(page.locator("#welcome-title")).to_be_in_viewport()  # the welcome below it starts at its top
         assert axe_serious(page) == []
-        screenshot(page, f"firstrun-02-empty-{scheme}")
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+        screenshot(page, f"firstrun-02-empty-{tag}")
         page.fill(".pull-form input", "qwen2.5:0.5b")
         page.click(".pull-form button")
         expect(page.locator(".pull-form progress")).to_be_visible()
         page.wait_for_function("() => { const p = document.querySelector('.pull-form progress'); return p && p.value > 0 && p.value < 1; }")
-        screenshot(page, f"firstrun-03-pulling-{scheme}")
+        expect(page.locator(".pull-status")).to_contain_text("%")
+        screenshot(page, f"firstrun-03-pulling-{tag}")
         expect(notice).to_contain_text("Pulled qwen2.5:0.5b")
         expect(page.locator("#chat-model")).to_have_value("qwen2.5:0.5b")
         assert llm.pulls == ["qwen2.5:0.5b"]
@@ -198,29 +279,31 @@ def test_a_routine_in_plain_words_with_a_live_preview(browser, login_state, navi
 
 # --- 4. a routine's turn is the routine's -----------------------------------------------------
 @pytest.mark.parametrize("scheme", ["light", "dark"])
-def test_a_routines_turn_is_marked_and_links_to_the_routine(browser, login_state, navi, llm, scheme):
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["desktop", "phone"])
+def test_a_routines_turn_is_marked_and_links_to_the_routine(browser, login_state, navi, llm, scheme, viewport):
     from tests.browser.test_routines import wait_for_run
     from tests.llm_server import Rule, Turn
 
+    tag = f"{'phone' if viewport is PHONE else 'desktop'}-{scheme}"
     llm.models = None  # a server that has the profile's model (a routine's chat has no model of its own)
     llm.add_rule(Rule(match="Remind me to stretch", turns=[Turn(content="Time to stretch!")]))
     with navi.api() as client:
-        routine = client.post("/routines", json={"name": f"Stretch {scheme}", "instruction": "Remind me to stretch.",
+        routine = client.post("/routines", json={"name": f"Stretch {tag}", "instruction": "Remind me to stretch.",
                                                  "schedule": {"every_s": 86400}}).json()
         assert client.post(f"/routines/{routine['id']}/run").status_code == 202
     run = wait_for_run(navi, routine["id"])
     assert run["status"] == "ok"
-    context, page = _page(browser, login_state, PHONE if scheme == "dark" else DESKTOP, scheme)
+    context, page = _page(browser, login_state, viewport, scheme)
     try:
         open_chat(page, navi, run["session_id"])
         turn = page.locator(".group.routine-turn")
-        expect(turn.locator(".routine-mark")).to_contain_text(f"Routine “Stretch {scheme}” ran at")
+        expect(turn.locator(".routine-mark")).to_contain_text(f"Routine “Stretch {tag}” ran at")
         expect(turn.locator(".routine-mark time")).to_have_text(re.compile(r"\d{1,2}:\d{2}"))
         expect(turn.locator("button.edit")).to_have_count(0)  # not the owner's words to edit
         expect(turn.locator("button.copy-message")).to_have_count(1)
         expect(page.locator(".bubble.assistant").last).to_have_text("Time to stretch!")
         assert axe_serious(page) == []
-        screenshot(page, f"firstrun-06-routine-turn-{scheme}")
+        screenshot(page, f"firstrun-06-routine-turn-{tag}")
         turn.locator(".routine-mark a").click()
         page.wait_for_url(f"**/routines/#routine-{routine['id']}")
         expect(page.locator(f"#routine-{routine['id']}")).to_have_class(re.compile("linked"))
@@ -240,6 +323,10 @@ def test_an_empty_chat_welcomes_with_examples_one_click_sends(browser, login_sta
         expect(examples).to_have_count(5)
         for kind in ("Files", "Web", "Routines", "Memory", "Documents"):
             expect(page.locator("#welcome")).to_contain_text(kind)
+        # It opens at its top, under the model notice: the heading and the first example are in view.
+        expect(page.locator("#model-notice")).to_be_visible()
+        expect(page.locator("#welcome-title")).to_be_in_viewport()
+        expect(examples.first).to_be_in_viewport(ratio=1)
         assert axe_serious(page) == []
         screenshot(page, f"firstrun-07-welcome-{tag}")
         examples.nth(1).focus()
@@ -277,6 +364,7 @@ def test_the_phone_header_keeps_the_title_and_new_chat_is_one_tap(browser, login
         assert page.evaluate("(() => { const t = document.querySelector('#session-title'); return t.scrollWidth > t.clientWidth; })()")
         assert page.evaluate("getComputedStyle(document.querySelector('#session-title')).textOverflow") == "ellipsis"
         assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+        expect(page.locator("select[aria-label*='Profile' i]")).to_have_count(1)  # 7. one profile control
         new = page.locator("#header-new-chat")
         expect(new).to_be_visible()
         screenshot(page, f"firstrun-08-phone-header-{scheme}")
@@ -374,9 +462,10 @@ def _rgb(page, selector):
     return page.evaluate(f"getComputedStyle(document.querySelector({selector!r})).backgroundColor")
 
 
+@pytest.mark.parametrize("scheme", ["light", "dark"])
 @pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["desktop", "phone"])
-def test_message_times_show_on_hover_or_long_press(browser, login_state, navi, llm, viewport):
-    context, page = _page(browser, login_state, viewport, "light")
+def test_message_times_show_on_hover_or_long_press(browser, login_state, navi, llm, viewport, scheme):
+    context, page = _page(browser, login_state, viewport, scheme)
     try:
         open_chat(page, navi)
         send(page, "what time is it")
@@ -396,45 +485,69 @@ def test_message_times_show_on_hover_or_long_press(browser, login_state, navi, l
         page.locator(".group.turn").last.hover()
         expect(turn_time).to_be_visible()
         assert turn_time.get_attribute("datetime").startswith(str(__import__("datetime").date.today().year))
-        screenshot(page, f"firstrun-10-times-{'phone' if viewport is PHONE else 'desktop'}")
+        assert axe_serious(page) == []
+        screenshot(page, f"firstrun-10-times-{'phone' if viewport is PHONE else 'desktop'}-{scheme}")
     finally:
         context.close()
 
 
-def test_an_imported_chat_is_marked_and_listed_first(browser, login_state, navi, llm, tmp_path):
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["desktop", "phone"])
+def test_an_imported_chat_is_marked_and_listed_first(browser, login_state, navi, llm, tmp_path, scheme, viewport):
+    tag = f"{'phone' if viewport is PHONE else 'desktop'}-{scheme}"
     export = {"format": "navi.session", "version": 1,
-              "session": {"title": "Trip notes", "last_active": "2020-01-01T00:00:00+00:00"},
+              "session": {"title": f"Trip notes {tag}", "last_active": "2020-01-01T00:00:00+00:00"},
               "messages": [{"seq": 1, "role": "user", "content": "old question"},
                            {"seq": 2, "role": "assistant", "content": "old answer"}]}
     path = tmp_path / "trip.json"
     path.write_text(json.dumps(export), encoding="utf-8")
-    context, page = _page(browser, login_state)
+    context, page = _page(browser, login_state, viewport, scheme)
     try:
         sid = open_chat(page, navi)
+        if viewport is PHONE:
+            page.click("#menu")
+        page.click("#import-button")  # the file chooser opens; the test hands it the file directly
         page.set_input_files("#import-file", str(path))
         page.wait_for_function("id => location.hash && location.hash.slice(1) !== id", arg=sid)
-        expect(page.locator("#session-title")).to_have_text("Trip notes (imported)")
+        expect(page.locator("#session-title")).to_have_text(f"Trip notes {tag} (imported)")
+        if viewport is PHONE:  # the imported chat is opened as a picked one is: the drawer closes
+            expect(page.locator("body")).not_to_have_class(re.compile("sidebar-open"))
+            page.click("#menu")
         first = page.locator("#session-list li").first
-        expect(first.locator(".session-title")).to_have_text("Trip notes (imported)")
+        expect(first.locator(".session-title")).to_have_text(f"Trip notes {tag} (imported)")
+        expect(first).to_be_visible()
         expect(first).to_have_class(re.compile("active"))
+        assert axe_serious(page) == []
+        screenshot(page, f"firstrun-12-imported-{tag}")
     finally:
         context.close()
 
 
-def test_a_search_snippet_opens_its_chat_and_pin_keeps_focus(browser, login_state, navi, llm):
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["desktop", "phone"])
+def test_a_search_snippet_opens_its_chat_and_pin_keeps_focus(browser, login_state, navi, llm, scheme, viewport):
+    tag = f"{'phone' if viewport is PHONE else 'desktop'}-{scheme}"
+    word = f"kumquat{viewport['width']}{scheme}"
     with navi.api() as client:
         sid = navi.create_session()
         client.patch(f"/sessions/{sid}", json={"model": FIRST}).raise_for_status()  # the default is not installed
-        client.post(f"/sessions/{sid}/messages", json={"content": "the kumquat marmalade recipe"}).raise_for_status()
-    context, page = _page(browser, login_state)
+        client.post(f"/sessions/{sid}/messages", json={"content": f"the {word} marmalade recipe"}).raise_for_status()
+    context, page = _page(browser, login_state, viewport, scheme)
     try:
         open_chat(page, navi)
-        page.fill("#search", "kumquat")
+        if viewport is PHONE:
+            page.click("#menu")
+        page.fill("#search", word)
         snippet = page.locator(f"#session-list.results li[data-id='{sid}'] .snippet")
-        expect(snippet).to_contain_text("kumquat")
+        expect(snippet).to_contain_text(word)
+        assert axe_serious(page) == []
+        screenshot(page, f"firstrun-13-search-{tag}")
         snippet.click()
         page.wait_for_function("sid => location.hash.slice(1) === sid", arg=sid)
-        expect(page.locator(".messages > .group.search-hit")).to_contain_text("kumquat")
+        expect(page.locator(".messages > .group.search-hit")).to_contain_text(word)
+        if viewport is PHONE:
+            expect(page.locator("body")).not_to_have_class(re.compile("sidebar-open"))  # the chat is in view
+            page.click("#menu")
         page.fill("#search", "")
         pin = page.locator(f"#session-list li[data-id='{sid}'] button.pin")
         pin.click()
@@ -444,16 +557,19 @@ def test_a_search_snippet_opens_its_chat_and_pin_keeps_focus(browser, login_stat
         page.keyboard.press("Enter")
         expect(page.locator(f"#session-list li[data-id='{sid}'] button.pin")).to_have_attribute("aria-label", "Pin")
         expect(page.locator(f"#session-list li[data-id='{sid}'] button.pin")).to_be_focused()
+        screenshot(page, f"firstrun-14-pin-focus-{tag}")
     finally:
         context.close()
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
-def test_info_toasts_are_quiet_and_an_error_goes_after_a_successful_save(browser, login_state, navi, llm, scheme):
-    context, page = _page(browser, login_state, DESKTOP, scheme)
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["desktop", "phone"])
+def test_info_toasts_are_quiet_and_an_error_goes_after_a_successful_save(browser, login_state, navi, llm, scheme, viewport):
+    tag = f"{'phone' if viewport is PHONE else 'desktop'}-{scheme}"
+    context, page = _page(browser, login_state, viewport, scheme)
     try:
         with navi.api() as client:
-            routine = client.post("/routines", json={"name": f"Quiet {scheme}", "instruction": "say hi",
+            routine = client.post("/routines", json={"name": f"Quiet {tag}", "instruction": "say hi",
                                                      "schedule": {"every_s": 86400}}).json()
         page.goto(f"{navi.url}/routines/")
         page.locator(f"#routine-{routine['id']}").get_by_role("button", name="Run now").click()
@@ -462,7 +578,7 @@ def test_info_toasts_are_quiet_and_an_error_goes_after_a_successful_save(browser
         assert "166, 27, 16" not in _rgb(page, "#toast .toast.info")  # not the error red
         assert info.get_attribute("role") == "status"
         assert axe_serious(page) == []
-        screenshot(page, f"firstrun-11-info-toast-{scheme}")
+        screenshot(page, f"firstrun-11-info-toast-{tag}")
         # The page leaves room below its last routine: the toast is not over it when scrolled to the end.
         page.evaluate("window.scrollTo(0, document.body.scrollHeight)")
         last, toast = page.locator(".routine").last.bounding_box(), info.bounding_box()
@@ -473,10 +589,12 @@ def test_info_toasts_are_quiet_and_an_error_goes_after_a_successful_save(browser
         page.fill("#apprise-url", "nonsense://")
         page.click("#new-apprise button[type=submit]")
         expect(page.locator("#toast .toast.error")).to_be_visible()
+        screenshot(page, f"firstrun-15-error-toast-{tag}")
         page.select_option("#theme", scheme)
         expect(page.locator("#prefs-status")).to_have_text("Saved.")
         expect(page.locator("#toast .toast.error")).to_have_count(0)
     finally:
         with navi.api() as client:
             client.delete(f"/routines/{routine['id']}")
+            client.patch("/settings", json={"theme": "system"})  # the next test's page follows its own scheme
         context.close()
