@@ -493,7 +493,7 @@ def summarise(results: list[dict], modes: tuple[str, ...]) -> dict[str, dict]:
             "success_rate": round(sum(r["success"] for r in rows) / n, 3),
             "succeeded_old": sum(r["success_old"] for r in rows),
             "success_rate_old": round(sum(r["success_old"] for r in rows) / n, 3),
-            "answer_problems": sum(bool(r["answer_problem"]) for r in rows),
+            "answer_problems": sum(bool(r.get("answer_problem")) for r in rows),
             "tool_calls": len(calls),
             "valid_calls": sum(c["valid"] for c in calls),
             "valid_call_rate": round(sum(c["valid"] for c in calls) / len(calls), 3) if calls else None,
@@ -521,7 +521,7 @@ def summarise(results: list[dict], modes: tuple[str, ...]) -> dict[str, dict]:
             "denied_approvals": sum(r["denied_approvals"] for r in rows),
             "tasks_with_denied_approvals": sum(bool(r["denied_approvals"]) for r in rows),
             "timeouts": sum(r["timed_out"] for r in rows),
-            "errors": sum(bool(r["error"]) for r in rows),
+            "errors": sum(bool(r.get("error")) for r in rows),
             "plans": sum(r["plan"] for r in rows),
             "reliability": {k: sum(r["reliability"][k] for r in rows) for k in RELIABILITY},
             "llm_purposes": {p: sum(r.get("llm_purposes", {}).get(p, 0) for r in rows)
@@ -603,7 +603,8 @@ def redact_heldout(results: list[dict]) -> list[dict]:
     out = []
     for r in results:
         if r.get("split") == "heldout":
-            r = {k: v for k, v in r.items() if k not in _HELDOUT_HIDDEN}
+            r = {k: (bool(v) if k in ("answer_problem", "error") else v) for k, v in r.items()  # whether, not what
+                 if k not in _HELDOUT_HIDDEN or k in ("answer_problem", "error")}
             r["tool_calls"] = [{k: c[k] for k in ("tool", "valid", "success")} for c in r.get("tool_calls", [])]
         out.append(r)
     return out
