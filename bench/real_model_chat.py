@@ -131,6 +131,15 @@ def direct(upstream: str, body: dict) -> tuple[float, float]:
     return first or 0.0, time.monotonic() - start
 
 
+def _purposes(navi: LiveNavi, session: str) -> list[str]:
+    """The chat's LLM calls so far as Navi logged them (agent.models.LLMCall): purpose/outcome,
+    in order (a chat's background calls, memory extraction or a title, are counted too)."""
+    out = navi._manage("shell", "-c", "import json; from agent.models import LLMCall; print('PURPOSES', json.dumps(["
+                       f"f'{{p}}/{{o}}' for p, o in LLMCall.objects.filter(session_id={session!r}).order_by('id')"
+                       ".values_list('purpose', 'outcome')]))")
+    return json.loads(out.split("PURPOSES ", 1)[1])
+
+
 async def questions(navi: LiveNavi, bodies: list[dict], modes: list[str]) -> None:
     """Five plain questions in one chat per mode; one line per question."""
     print(f"{'mode':>7} {'#':>2} {'first word':>11} {'total':>9} {'calls':>6} {'prompt read':>12} {'from cache':>11}  answer")
@@ -138,7 +147,7 @@ async def questions(navi: LiveNavi, bodies: list[dict], modes: list[str]) -> Non
         navi._manage("shell", "-c", f"from agent.models import Profile; Profile.objects.update(tool_calling={mode!r})")
         with navi.api() as client:
             session = client.post("/sessions", json={"new": True}).json()["session_id"]
-        firsts = []
+        firsts, purposes = [], []
         for number, question in enumerate(QUESTIONS, 1):
             seen = len(bodies)
             first, total, answer = await through_navi(navi, session, question)
@@ -146,8 +155,10 @@ async def questions(navi: LiveNavi, bodies: list[dict], modes: list[str]) -> Non
             read = sum(b["_timings"].get("prompt_n", 0) for b in made)
             cached = sum(b["_timings"].get("cache_n", 0) for b in made)
             firsts.append(first)
+            logged = _purposes(navi, session)
             print(f"{mode:>7} {number:>2} {first:>10.2f}s {total:>8.2f}s {len(made):>6} {read:>12} {cached:>11}  "
-                  f"{' '.join(answer.split())[:60]!r}")
+                  f"{' '.join(answer.split())[:60]!r}  [{', '.join(logged[len(purposes):])}]")
+            purposes = logged
         print(f"{mode:>7} median first word {statistics.median(firsts):.2f} s; after the first question "
               f"{statistics.median(firsts[1:]):.2f} s")
 

@@ -107,6 +107,19 @@ class TestConstrainedStep:
         row = await ModelReliability.objects.aget()
         assert (row.constrained_calls, row.native_calls, row.recovered_calls) == (1, 0, 0)
 
+    async def test_a_call_whose_arguments_run_away_is_cut_and_the_free_call_answers(self, llm, session, owner_token):
+        # A 0.5B model wrote one call's arguments until the token cap (20 minutes before the first
+        # word on a CPU): a loop in the step's JSON is cut and nothing of it runs.
+        llm.schemas = {"format"}
+        looping = ('{"name": "scratchpad", "arguments": {"action": "append", "section": "log", "content": "'
+                   + "the same words again and " * 400 + '"}}')
+        llm.script(Turn(content=looping, chunk_size=16, delay=0.002), Turn(content="Paris is the capital of France."))
+        frames = await run(session, owner_token, "What is the capital of France?")
+        assert frames[-1]["type"] == "stream_end" and frames[-1]["content"] == "Paris is the capital of France."
+        assert not of(frames, "tool_call") and len(llm.requests) == 2 and schema_of(llm.requests[1]) is None
+        assert not await ScratchpadSection.objects.filter(scope=str(session.id)).aexists()
+        assert llm.wait_for_disconnect(timeout=30)  # cut while it streamed, not read to its end
+
     async def test_the_same_successful_call_again_means_the_model_is_done(self, llm, session, owner_token):
         # A small model often calls again after a success; the step then answers instead of looping.
         llm.schemas = {"format"}

@@ -377,7 +377,7 @@ async def _constrained_stream(
     request = _fit_step(context, tools, setup)
     output = OutputSchema(setup.constrained, constrained.step_schema(allowed, answer=answer, without=without, text=text))
     reader = FieldText(constrained.ANSWER_TEXT) if text else None
-    guard = RunawayGuard()
+    guard, raw_guard = RunawayGuard(), RunawayGuard()  # the answer's text; the JSON of a call
     msg, stop = turn.message, current_stop_event.get()
     parts: list[str] = []
     calls: list[ToolCall] = []
@@ -406,6 +406,12 @@ async def _constrained_stream(
                             await _cut_loop(conv, msg, guard)
                             break  # the answer is what was said before the loop; the call is closed
                         await conv.save_streaming(msg, status="partial", force=False)
+                    elif not msg.content and raw_guard.looping("".join(parts)):
+                        # A call whose arguments repeat themselves (a 0.5B model wrote one until the
+                        # token cap: 20 minutes on a CPU): cut, nothing usable, the free call decides.
+                        log.info("a constrained call ran away in its arguments: cut at %d characters", sum(map(len, parts)))
+                        finish = "length"
+                        break
                 calls.extend(chunk.tool_calls)
                 if chunk.done:
                     finish = chunk.finish_reason or "stop"
