@@ -38,7 +38,9 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import statistics
+import string
 import subprocess
 import sys
 import tempfile
@@ -113,16 +115,22 @@ class _StampedWrites:
         return getattr(self.raw, name)
 
 
+def unrepeating(n: int) -> str:
+    """n letters, digits and spaces drawn at random (seeded): no loop for Navi's guard to cut."""
+    return "".join(random.Random(n).choices(string.ascii_letters + string.digits + " ", k=n))
+
+
 def start_llm(workdir: Path, quick: bool) -> tuple[subprocess.Popen, str, Path]:
-    text = "abcdefghij" * (BIG // 10)
-    many = "0123456789" * (MANY_DELTAS // 10)
+    # Text that never repeats itself: Navi cuts an answer that loops (agent.turn.runaway), so a
+    # pattern repeated would be cut after a few hundred characters, not relayed.
+    text, many = unrepeating(BIG), unrepeating(MANY_DELTAS)
     rules = [
         {"match": "bench-a", "turns": [{"content": text, "chunk_size": 1}]},
         {"match": "bench-b", "turns": [{"content": "hi there", "chunk_size": 1}]},
         {"match": "bench-c-paced", "turns": [{"content": many, "chunk_size": 1, "delay": 0.01}]},
         {"match": "bench-c-burst", "turns": [{"content": many, "chunk_size": 1}]},
-        {"match": "bench-e", "turns": [{"content": "0123456789" * (E_DELTAS // 10), "chunk_size": 1}]},
-        {"match": "bench-f-paced", "turns": [{"content": "0123456789" * (F_DELTAS // 10), "chunk_size": 1, "delay": 0.05}]},
+        {"match": "bench-e", "turns": [{"content": unrepeating(E_DELTAS), "chunk_size": 1}]},
+        {"match": "bench-f-paced", "turns": [{"content": unrepeating(F_DELTAS), "chunk_size": 1, "delay": 0.05}]},
         {"match": "bench-f-start", "turns": [{"content": "ok, started", "chunk_size": 1}]},
     ]
     rules_path, tap = workdir / "rules.json", workdir / "tap.jsonl"
@@ -243,7 +251,7 @@ async def part_a(navi, host: str, rounds: int) -> None:
         bare_rates.append(rate(stamps))
         sid = await asyncio.to_thread(navi.create_session)
         _, got = await navi_stream(navi, sid, f"bench-a navi {i}")
-        assert "".join(d for _, d in got) == "abcdefghij" * (BIG // 10), "Navi lost or reordered deltas"
+        assert "".join(d for _, d in got) == unrepeating(BIG), "Navi lost or reordered deltas"
         navi_rates.append(char_rate(got))
     b, n = statistics.median(bare_rates), statistics.median(navi_rates)
     print(f"(a) one session, {BIG} deltas, median of {rounds} rounds:")
