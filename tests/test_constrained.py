@@ -455,6 +455,54 @@ class TestSmallModelStep:
         assert len(llm.requests) == 3 and len(of(frames, "tool_call")) == 1  # no extra step
         assert frames[-1]["content"] == "It says apple."
 
+    async def test_a_request_of_two_parts_is_done_in_order_one_offered_tool_a_step(self, llm, session, owner, owner_token):
+        # A small model jumps to the last part's tool ("the scratchpad") or answers after the first
+        # result: each part that says what does it is a step offered that tool alone, no answer.
+        from tools_app.workspace import workspace_for
+
+        await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"filesystem": "allow"})
+        (workspace_for(owner.pk) / "parking.txt").write_text("Level 2, spot 117\n")
+        read = json.dumps({"name": "filesystem", "arguments": {"action": "read", "path": "parking.txt"}})
+        note = json.dumps({"name": "scratchpad", "arguments": {"action": "append", "section": "car", "content": "117"}})
+        llm.script(Turn(content=read), Turn(content=note), Turn(content=ANSWER), Turn(content="Spot 117 is in the scratchpad."))
+        frames = await run(session, owner_token, "Read parking.txt and put the spot number into the scratchpad section 'car'.")
+        first, second, third, _answer = llm.requests
+        assert branch_names(schema_of(first)) == ["filesystem"] and branch_names(schema_of(second)) == ["scratchpad"]
+        assert 'Part 1: "Read parking.txt"' in first["messages"][-1]["content"]
+        assert "Part 2: \"put the spot number into the scratchpad section 'car'.\"" in second["messages"][-1]["content"]
+        assert branch_names(schema_of(third))[0] == constrained.ANSWER  # every part done: it may answer
+        assert [c["tool"] for c in of(frames, "tool_call")] == ["filesystem", "scratchpad"]
+        assert (await ScratchpadSection.objects.aget(section="car")).content == "117"
+        assert frames[-1]["content"] == "Spot 117 is in the scratchpad."
+
+    async def test_a_planned_part_whose_call_keeps_failing_is_left_to_the_model(self, llm, session, owner, owner_token):
+        await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"filesystem": "allow"})
+        missing = json.dumps({"name": "filesystem", "arguments": {"action": "read", "path": "parking.txt"}})
+        llm.script(Turn(content=missing), Turn(content=missing), Turn(content=ANSWER), Turn(content="There is no parking.txt."))
+        frames = await run(session, owner_token, "Read parking.txt and put the spot number into the scratchpad section 'car'.")
+        calls = of(frames, "tool_call")
+        assert [c["success"] for c in calls] == [False, False]  # forced twice at most, then the usual step
+        assert constrained.ANSWER in branch_names(schema_of(llm.requests[2]))
+        assert frames[-1]["content"] == "There is no parking.txt."
+
+    def test_a_plan_takes_parts_that_say_what_does_them_in_the_order_said(self):
+        from agent.registry import get_agent
+        from agent.toolcalling import plan
+
+        tools = get_agent().tools.tools_for(["filesystem", "scratchpad", "web_view", "http_request", "todo", "code_exec"])
+        steps = plan.make("Check the price on http://shop.example/k.html and save it in the file price.txt.", tools, None).steps
+        assert [sorted(t.name for t in s.tools) for s in steps] == [["http_request", "web_view"], ["filesystem"]]
+        # One part with a tool is no plan; nor is a request whose first part does not say.
+        assert not plan.make("Use code_exec to add 2 and 3, and tell me the result.", tools, None)
+        assert not plan.make("Think it over and then write it into notes.txt.", tools, None)
+        assert not plan.make("Read notes.txt", tools, None)
+        # Checked off in order: a later part's tool used first does not check the first part off.
+        plan_ = plan.make("Read a.txt and then append it to the scratchpad section x.", tools, None)
+        from agent.llm.messages import ToolCall
+
+        pad, fs = ToolCall(id="1", name="scratchpad", arguments={}), ToolCall(id="2", name="filesystem", arguments={})
+        assert plan_.next([pad])[0] == 0 and plan_.next([pad, fs])[0] == 1 and plan_.next([fs, pad]) is None
+
     def test_the_answer_prompt_puts_failed_calls_on_one_line_before_the_results_that_worked(self):
         from agent.llm.messages import ToolCall
 

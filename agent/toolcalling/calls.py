@@ -103,6 +103,7 @@ class CallTracker:
     _written: set[tuple[str, str]] = field(default_factory=set)  # what they replaced (see _replaced)
     done: list[ToolCall] = field(default_factory=list)  # this turn's successful calls, in order
     left_asks: int = 0  # times a small model was asked again about a part of the request left
+    plan: Any = None  # a small model's multi-part request as steps (agent.toolcalling.plan), made at its first step
 
     def _add(self, key: str, n: int = 1) -> None:
         self.counts[key] = self.counts.get(key, 0) + n

@@ -29,7 +29,7 @@ from agent.llm.base import (
 )
 from agent.llm.messages import ChatMessage, LLMChunk, ToolCall
 from agent.models import Profile
-from agent.toolcalling import constrained
+from agent.toolcalling import constrained, plan
 from agent.toolcalling.calls import CallTracker, DoesNotFit, fit_request
 from agent.toolcalling.partial_json import FieldText
 from agent.toolcalling.toolcalls import CallTextFilter, extract_calls
@@ -242,12 +242,21 @@ async def decide_step(
     grows and saved, and the turn needs no second call (a message that needs no tool is one
     call). None when the step gave nothing usable (the caller then makes an unconstrained call)."""
     meaning = await until_stopped(constrained.meaning(offer, query, setup.profile.max_tools), current_stop_event.get())
-    offer = constrained.choose(offer, query, setup.profile.max_tools, setup.tracker.used, meaning)
-    # "Use the reverse_text tool to …": the first step of such a request is a call, not an answer.
-    told = not setup.tracker.used and constrained.names_a_tool(query, offer)
+    if setup.profile.max_tools and setup.tracker.plan is None:
+        setup.tracker.plan = plan.make(query, offer, meaning)
+    step = setup.tracker.plan.next(setup.tracker.done) if setup.profile.max_tools and setup.tracker.plan else None
+    forced = [t for t in step[1].tools if t in offer] if step is not None and step[1].tries < plan.MAX_TRIES else []
+    offer = forced or constrained.choose(offer, query, setup.profile.max_tools, setup.tracker.used, meaning)
+    # "Use the reverse_text tool to …": the first step of such a request is a call, not an answer;
+    # so is a part of a planned request that names what does it.
+    told = bool(forced) or (not setup.tracker.used and constrained.names_a_tool(query, offer))
     text = not told and not setup.tracker.used and not setup.profile.max_tools
     context = await turn_context(conv, setup)
-    context = constrained.with_note(context, constrained.decide_note(context, offer, text))
+    if forced:
+        step[1].tries += 1
+        context = constrained.with_note(context, setup.tracker.plan.note(step[0]))
+    else:
+        context = constrained.with_note(context, constrained.decide_note(context, offer, text))
     setup.step_tools = offer
     async for event in _constrained_stream(conv, setup, turn, context, offer, offer, answer=not told, text=text):
         yield event

@@ -1,0 +1,99 @@
+"""A small model's request of several parts as steps in order ("read parking.txt and put the spot
+number into the scratchpad section 'car'"). A 0.5B model given such a request jumps to the last
+part's tool, or stops after the first result; told what is left, it answers anyway. So the parts
+are taken in the order the request says them, each with the tools that plainly do it, and a
+capped step (profile `max_tools`) on a part with such tools is offered those tools only and may
+not answer: the model then writes the call's arguments, which it does well.
+
+A part's tools, from what it says, not from word lists of tasks: a file name (the file tools), a
+web address (the tools that take a `url`), a tool named by its exact name, or, where an embedding
+model answers, the tool that the part's words and its meaning agree on, clearly more than on a
+plain reply. A part with none of these ("tell me the result") is left to the model. There is a
+plan only when the first part and one more have tools; a step is checked off by a successful call of one
+of its tools after the step before it was, and forced at most MAX_TRIES times.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from agent.llm.messages import ToolCall
+from agent.toolcalling import toolmeaning, toolselect
+
+MAX_TRIES = 2  # forced steps on one part: a call that fails twice leaves the part to the model
+# A part's best word match counts when it is among the part's CONFIRM closest in meaning and closer
+# than a plain reply by MARGIN (all-MiniLM-L6-v2: "tell me its output" is 0.03 closer to
+# `terminal` than to a reply; "make a todo list of …" 0.20 closer to `todo`).
+CONFIRM = 3
+MARGIN = 0.1
+_URL = re.compile(r"\bhttps?://\S+", re.I)
+FILE_TOOL = "filesystem"
+
+
+@dataclass
+class Step:
+    """One part of the request and the tools that do it ([]: the model chooses)."""
+
+    part: str
+    tools: list = field(default_factory=list)
+    tries: int = 0
+
+
+@dataclass
+class Plan:
+    steps: list[Step] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.steps)
+
+    def next(self, done: list[ToolCall]) -> tuple[int, Step] | None:
+        """(index, step) of the first part with tools not done yet; None when all are. A part
+        without tools is passed over: what the model does for it cannot be told apart."""
+        names = [c.name for c in done]
+        at = 0
+        for i, step in enumerate(self.steps):
+            if not step.tools:
+                continue
+            found = next((j for j in range(at, len(names)) if names[j] in {t.name for t in step.tools}), None)
+            if found is None:
+                return i, step
+            at = found + 1
+        return None
+
+    def note(self, index: int) -> str:
+        step = self.steps[index]
+        names = " or ".join(t.name for t in step.tools)
+        return (f'[next step] My request has {len(self.steps)} parts; do them in order. Part {index + 1}: '
+                f'"{step.part}". Call {names} for this part now: {{"name": "{step.tools[0].name}", "arguments": {{…}}}}.')
+
+
+def make(request: str, tools: list, meaning: toolmeaning.Meaning | None) -> Plan:
+    """The request's parts in order, each with its tools (see the module's docstring); an empty
+    plan unless two parts or more have tools."""
+    parts = meaning.part_texts if meaning is not None and meaning.part_texts else toolmeaning.parts_of(request)
+    scores = meaning.parts if meaning is not None and meaning.part_texts else [None] * len(parts)
+    steps = [Step(part, tools_for(part, tools, part_scores)) for part, part_scores in zip(parts, scores)]
+    # A first part without tools leaves the order unknown from the start: no plan.
+    return Plan(steps) if steps and steps[0].tools and sum(bool(s.tools) for s in steps) > 1 else Plan()
+
+
+def tools_for(part: str, tools: list, scores: dict[str, float] | None) -> list:
+    """The tools that plainly do this part ([] when it does not say)."""
+    named = [t for t in tools if re.search(rf"(?<![\w-]){re.escape(t.name)}(?![\w-])", part)]
+    if len(named) == 1:
+        return named
+    if _URL.search(part):
+        return [t for t in toolselect.ranked(tools, part) if "url" in ((t.parameters or {}).get("properties") or {})]
+    if toolselect.file_names(part):
+        return [t for t in tools if t.name == FILE_TOOL]
+    if scores is None:
+        return []
+    words = toolselect.scored(toolselect.mentioned(tools, part), part)
+    if not words or words[0][1] <= 0:
+        return []
+    best = words[0][0]
+    closest = [t.name for t, _ in toolmeaning.ranked(tools, scores)[:CONFIRM]]
+    if best.name in closest and scores.get(best.name, -1.0) >= scores.get(toolmeaning.ANSWER, -1.0) + MARGIN:
+        return [best]
+    return []
