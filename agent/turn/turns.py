@@ -241,7 +241,10 @@ async def decide_step(
     not cap its tools the answer may be written in the step itself: its text is streamed as it
     grows and saved, and the turn needs no second call (a message that needs no tool is one
     call). None when the step gave nothing usable (the caller then makes an unconstrained call)."""
-    meaning = await until_stopped(constrained.meaning(offer, query, setup.profile.max_tools), current_stop_event.get())
+    cap = setup.profile.max_tools
+    # Only a capped step asks for meaning (an embedding call, raced against Stop); uncapped, the
+    # race's two tasks were two trips through the event loop before every request.
+    meaning = await until_stopped(constrained.meaning(offer, query, cap), current_stop_event.get()) if cap > 0 else None
     offer = constrained.choose(offer, query, setup.profile.max_tools, setup.tracker.used, meaning)
     # "Use the reverse_text tool to …": the first step of such a request is a call, not an answer.
     told = not setup.tracker.used and constrained.names_a_tool(query, offer)
