@@ -41,7 +41,7 @@ migrate: install
 # __pycache__ (PYTHONDONTWRITEBYTECODE, a read-only checkout) otherwise compiles ~100 modules
 # from source at every start, ~0.2 s of its boot (bench/README "boot").
 bytecode: install
-	@$(PY) -m compileall -q -j 0 agent knowledge_app memory_app navi_project sessions_app tools_app manage.py
+	@$(PY) -m compileall -q -j 0 agent knowledge_app memory_app messaging_app navi_project notify_app routines_app sessions_app tools_app manage.py
 
 run: migrate vendor bytecode
 	$(PY) manage.py ensure_owner

@@ -6,14 +6,16 @@ from __future__ import annotations
 from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.http import HttpRequest, JsonResponse
-from telegram.error import TelegramError
 
 from messaging_app import links
 from messaging_app.telegram import state, status
 from messaging_app.telegram.client import make_bot
 from messaging_app.telegram.poller import describe
 from navi_project.http import ApiError, json_view
+from navi_project.lazy import lazy_module
 from sessions_app.auth import api_login_required
+
+telegram = lazy_module("telegram")  # python-telegram-bot, ~80 ms of boot: first used with a bot token
 
 NOT_CONFIGURED = "Telegram is not set up on this server: the admin sets TELEGRAM_BOT_TOKEN (from @BotFather) and restarts Navi."
 
@@ -33,7 +35,7 @@ def _bot_username() -> str:
 
     try:
         username = async_to_sync(ask)()
-    except TelegramError as exc:
+    except telegram.error.TelegramError as exc:
         message = describe(exc)
         state.record_error(message)
         raise ApiError(message, 503) from None

@@ -5,7 +5,9 @@ over SSH; the official `ollama` client (pydantic models) ~250 ms, though the lea
 (agent.llm.ndjson) serves chats without it. `lazy_module(name)` is a stand-in that imports the
 real module the first time one of its attributes is read and forwards every attribute to it,
 so code keeps writing `asyncssh.connect(...)` and a test that patches the real module (or the
-stand-in) is seen. The import itself is Python's own: thread-safe, done once.
+stand-in) is seen. The import itself is Python's own: thread-safe, done once. The MCP SDK
+(~600 ms of pydantic models), pywebpush with aiohttp, apprise, python-telegram-bot and PIL are
+kept out of the boot the same way (tests/test_boot_imports.py).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class _LazyModule(ModuleType):
 
 def lazy_module(name: str) -> ModuleType:
     """A stand-in for module `name` that imports it when first used."""
-    if importlib.util.find_spec(name) is None:
+    # Only the top package is looked for: finding "PIL.Image" would import PIL (and "mcp.server…" all of mcp).
+    if importlib.util.find_spec(name.partition(".")[0]) is None:
         raise ModuleNotFoundError(f"No module named {name!r}; install the requirements (make install)", name=name)
     return _LazyModule(name)

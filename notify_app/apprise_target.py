@@ -16,11 +16,10 @@ import threading
 from typing import Any, Callable
 from urllib.parse import unquote, urlsplit
 
-import apprise
-import urllib3.util.connection
 from django.conf import settings
 
 from navi_project import netguard
+from navi_project.lazy import lazy_module
 
 from .senders import BadTarget, DeliveryFailed, Notification
 
@@ -29,7 +28,11 @@ MAX_URL = 2000
 # the connect guard does not see: not notification targets for a user.
 LOCAL_PLUGINS = {"dbus", "glib", "gnome", "macosx", "windows", "syslog", "rsyslog"}
 _local = threading.local()  # .guard: connects are checked in this thread; .refused: why one was not
+_install_lock = threading.Lock()
 _installed = False
+# ~150 ms of boot together; imported by the first Apprise target read or sent, guard installed first.
+apprise = lazy_module("apprise")
+urllib3_connection = lazy_module("urllib3.util.connection")
 
 
 def _guarded(original: Callable[..., socket.socket]) -> Callable[..., socket.socket]:
@@ -56,13 +59,17 @@ def _guarded(original: Callable[..., socket.socket]) -> Callable[..., socket.soc
 def install_connect_guard() -> None:
     """Wrap the two connect functions Apprise's plugins use (once; a no-op outside its sends)."""
     global _installed
-    if not _installed:
-        urllib3.util.connection.create_connection = _guarded(urllib3.util.connection.create_connection)
-        socket.create_connection = _guarded(socket.create_connection)
-        _installed = True
+    with _install_lock:  # the first use may come from two threads at once: wrap only once
+        if not _installed:
+            urllib3_connection.create_connection = _guarded(urllib3_connection.create_connection)
+            socket.create_connection = _guarded(socket.create_connection)
+            _installed = True
 
 
 def _instantiate(url: str):
+    """Apprise's plugin for `url` (None when it cannot read it); every use of Apprise starts here."""
+    if not _installed:
+        install_connect_guard()
     return apprise.Apprise.instantiate(url, suppress_exceptions=True)
 
 

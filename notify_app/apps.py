@@ -13,8 +13,7 @@ class NotifyAppConfig(AppConfig):
         from notify_app.senders import register_sender
 
         register_sender(webpush.WebPushSender())
-        register_sender(apprise_target.AppriseSender())
-        apprise_target.install_connect_guard()
+        register_sender(apprise_target.AppriseSender())  # Apprise and its connect guard load at first use
 
         def forget(sender, instance, **kwargs) -> None:
             delivery.forget_has_targets(instance.owner_id)

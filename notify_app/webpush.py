@@ -16,12 +16,14 @@ from typing import Any
 import httpx
 from cryptography.hazmat.primitives.asymmetric import ec
 from django.conf import settings
-from pywebpush import WebPusher, WebPushException
 
 from navi_project import netguard
+from navi_project.lazy import lazy_module
 
 from .senders import BadTarget, DeliveryFailed, Notification
 from .vapid import vapid
+
+pywebpush = lazy_module("pywebpush")  # with aiohttp and requests ~150 ms of boot; first used by a push
 
 MAX_ENDPOINT = 2000
 TTL_S = 12 * 3600  # a device that is off gets the notification when it is back within this time
@@ -94,8 +96,8 @@ class WebPushSender:
         sub = target.subscription
         try:
             url = _parse_endpoint(sub.get("endpoint"))
-            body = WebPusher(sub).encode(json.dumps(note.payload()).encode(), "aes128gcm")["body"]
-        except (BadTarget, WebPushException, ValueError, TypeError) as exc:  # a bad row (made in the admin)
+            body = pywebpush.WebPusher(sub).encode(json.dumps(note.payload()).encode(), "aes128gcm")["body"]
+        except (BadTarget, pywebpush.WebPushException, ValueError, TypeError) as exc:  # a bad row (made in the admin)
             raise DeliveryFailed(f"{exc}; remove this target and enable push on the device again") from None
         headers = {
             **vapid().sign(

@@ -241,12 +241,15 @@ async def decide_step(
     not cap its tools the answer may be written in the step itself: its text is streamed as it
     grows and saved, and the turn needs no second call (a message that needs no tool is one
     call). None when the step gave nothing usable (the caller then makes an unconstrained call)."""
-    meaning = await until_stopped(constrained.meaning(offer, query, setup.profile.max_tools), current_stop_event.get())
-    if setup.profile.max_tools and setup.tracker.plan is None:
+    cap = setup.profile.max_tools
+    # Only a capped step asks for meaning (an embedding call, raced against Stop); uncapped, the
+    # race's two tasks were two trips through the event loop before every request.
+    meaning = await until_stopped(constrained.meaning(offer, query, cap), current_stop_event.get()) if cap > 0 else None
+    if cap and setup.tracker.plan is None:
         setup.tracker.plan = plan.make(query, offer, meaning)
-    step = setup.tracker.plan.next(setup.tracker.done) if setup.profile.max_tools and setup.tracker.plan else None
+    step = setup.tracker.plan.next(setup.tracker.done) if cap and setup.tracker.plan else None
     forced = [t for t in step[1].tools if t in offer] if step is not None and step[1].tries < plan.MAX_TRIES else []
-    offer = forced or constrained.choose(offer, query, setup.profile.max_tools, setup.tracker.used, meaning)
+    offer = forced or constrained.choose(offer, query, cap, setup.tracker.used, meaning)
     # "Use the reverse_text tool to …": the first step of such a request is a call, not an answer;
     # so is a part of a planned request that names what does it.
     told = bool(forced) or (not setup.tracker.used and constrained.names_a_tool(query, offer))

@@ -23,14 +23,18 @@ from typing import Any, Awaitable, Callable
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
-from mcp.server.mcpserver import Context  # the SDK reads ask_navi's annotations at module level
 
 from agent.runs.manager import RunActive, get_run_manager
+from navi_project.lazy import lazy_module
 from sessions_app.auth import user_for_token
 from sessions_app.models import Session
 from tools_app.builtin.memory import MemorySaveTool, MemorySearchTool
 from tools_app.context import current_user_id
 from tools_app.mcp.config import NAVI_VERSION
+
+# The SDK (~600 ms of pydantic models) is imported by /mcp's first request, not at boot; it
+# resolves ask_navi's hint "mcpserver.Context" in this module's globals then.
+mcpserver = lazy_module("mcp.server.mcpserver")
 
 PROGRESS_EVERY_S = 10.0
 Progress = Callable[[float, str], Awaitable[None]]
@@ -157,7 +161,7 @@ def build_server():
 
     @server.tool()
     @guarded
-    async def ask_navi(question: str, ctx: Context, session_id: str | None = None) -> str:
+    async def ask_navi(question: str, ctx: mcpserver.Context, session_id: str | None = None) -> str:
         """Ask Navi (runs one turn with its tools; calls that need approval wait for the owner)."""
         user_id = _user()
 

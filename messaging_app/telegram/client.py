@@ -8,12 +8,17 @@ import logging
 import os
 import warnings
 from datetime import timedelta
-from typing import Awaitable, Callable, TypeVar
+from typing import TYPE_CHECKING, Awaitable, Callable, TypeVar
 
 from django.conf import settings
-from telegram import Bot
-from telegram.error import RetryAfter
-from telegram.request import HTTPXRequest
+
+from navi_project.lazy import lazy_module
+
+if TYPE_CHECKING:
+    from telegram import Bot
+    from telegram.error import RetryAfter
+
+telegram = lazy_module("telegram")  # python-telegram-bot, ~80 ms of boot: first used with a bot token
 
 # python-telegram-bot 22 warns that RetryAfter.retry_after becomes a timedelta; opt in now
 # (retry_after_s reads either form).
@@ -29,12 +34,12 @@ def make_bot(token: str | None = None) -> Bot:
     """A Bot for TELEGRAM_BOT_TOKEN; getUpdates gets its own connection, held for the long poll."""
     base = settings.TELEGRAM_API_URL.rstrip("/")
     poll_read = float(settings.TELEGRAM_POLL_TIMEOUT_S) + 10
-    return Bot(
+    return telegram.Bot(
         token or settings.TELEGRAM_BOT_TOKEN,
         base_url=f"{base}/bot",
         base_file_url=f"{base}/file/bot",
-        request=HTTPXRequest(connection_pool_size=8, read_timeout=20, media_write_timeout=60),
-        get_updates_request=HTTPXRequest(connection_pool_size=1, read_timeout=poll_read),
+        request=telegram.request.HTTPXRequest(connection_pool_size=8, read_timeout=20, media_write_timeout=60),
+        get_updates_request=telegram.request.HTTPXRequest(connection_pool_size=1, read_timeout=poll_read),
     )
 
 
@@ -51,7 +56,7 @@ async def call(make: Callable[[], Awaitable[T]], *, retries: int = RETRIES) -> T
     for attempt in range(retries + 1):
         try:
             return await make()
-        except RetryAfter as exc:
+        except telegram.error.RetryAfter as exc:
             wait = retry_after_s(exc)
             if attempt == retries or wait > MAX_RETRY_AFTER_S:
                 raise

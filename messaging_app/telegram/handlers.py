@@ -8,12 +8,11 @@ import asyncio
 import base64
 import logging
 import time
+from typing import TYPE_CHECKING
 
 import httpx
 from channels.db import database_sync_to_async
 from django.conf import settings
-from telegram import Bot, CallbackQuery, Message, Update
-from telegram.error import TelegramError
 
 from agent.models import Profile, ToolCallRecord
 from agent.runs.manager import RunActive, get_run_manager
@@ -26,8 +25,14 @@ from messaging_app.relay import RESOLVED_TEXT, RunRelay
 from messaging_app.telegram.client import call
 from messaging_app.telegram.transport import TelegramTransport
 from messaging_app.transport import Button
+from navi_project.lazy import lazy_module
 from sessions_app.models import Session
 from sessions_app.uploads import describe_uploaded_files
+
+if TYPE_CHECKING:
+    from telegram import Bot, CallbackQuery, Message, Update
+
+telegram = lazy_module("telegram")  # python-telegram-bot, ~80 ms of boot: first used with a bot token
 
 log = logging.getLogger("navi.telegram")
 db = database_sync_to_async
@@ -269,7 +274,7 @@ class UpdateHandler:
             try:
                 await self.transport.edit_text(query.message.chat.id, query.message.message_id,
                                                self.transport.escape(f"{query.message.text or ''}\n→ {outcome}"))
-            except TelegramError as exc:
+            except telegram.error.TelegramError as exc:
                 log.warning("telegram: closing the buttons of approval %s failed: %s", approval_id, exc)
         return "Approved." if decision == "approve" else "Denied."
 

@@ -6,13 +6,15 @@ from __future__ import annotations
 import logging
 
 from django.conf import settings
-from telegram.error import TelegramError
 
 from messaging_app.models import TelegramLink
 from messaging_app.telegram.client import make_bot
 from messaging_app.telegram.service import current
 from messaging_app.telegram.transport import TelegramTransport
+from navi_project.lazy import lazy_module
 from notify_app.senders import BadTarget, DeliveryFailed, Notification
+
+telegram = lazy_module("telegram")  # python-telegram-bot, ~80 ms of boot: first used with a bot token
 
 log = logging.getLogger("navi.telegram")
 
@@ -29,7 +31,7 @@ async def send_to_owner(user_id: int, text: str) -> dict:
     try:  # any worker may send, the poller or not
         for chunk in transport.chunks(text):
             await transport.send_text(link.chat_id, chunk)
-    except TelegramError as exc:
+    except telegram.error.TelegramError as exc:
         log.warning("telegram: a notification to user %s failed: %s", user_id, exc)
         return {"ok": False, "error": f"Telegram refused the message: {exc}"}
     finally:

@@ -10,14 +10,19 @@ import logging
 import os
 import socket
 import uuid
-from typing import Awaitable, Callable
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 from channels.db import database_sync_to_async
 from django.conf import settings
-from telegram import Bot, Update
-from telegram.error import Conflict, Forbidden, InvalidToken, NetworkError, TelegramError
 
 from messaging_app.telegram import state
+from navi_project.lazy import lazy_module
+
+if TYPE_CHECKING:
+    from telegram import Bot, Update
+    from telegram.error import TelegramError
+
+errors = lazy_module("telegram.error")  # python-telegram-bot, ~80 ms of boot: first used with a bot token
 
 log = logging.getLogger("navi.telegram")
 ALLOWED_UPDATES = ["message", "callback_query"]
@@ -30,12 +35,12 @@ db = database_sync_to_async
 
 def describe(exc: TelegramError) -> str:
     """What went wrong, for the log, /health and /settings (never the token)."""
-    if isinstance(exc, (InvalidToken, Forbidden)) and not isinstance(exc, Conflict):
+    if isinstance(exc, (errors.InvalidToken, errors.Forbidden)) and not isinstance(exc, errors.Conflict):
         return TOKEN_REFUSED.format(detail=str(exc).split("`")[0].strip() or "HTTP 401")
-    if isinstance(exc, Conflict):
+    if isinstance(exc, errors.Conflict):
         return ("Telegram says another program polls this bot or a webhook is set (409); stop the other "
                 "program, or set TELEGRAM_MODE=webhook on every Navi worker.")
-    if isinstance(exc, NetworkError):
+    if isinstance(exc, errors.NetworkError):
         return f"cannot reach Telegram at {settings.TELEGRAM_API_URL} ({exc}); retrying with back-off."
     return f"Telegram answered an error: {exc}"
 
@@ -92,7 +97,7 @@ class Poller:
             self.polling = True
             try:
                 await self._poll_once()
-            except TelegramError as exc:
+            except errors.TelegramError as exc:
                 backoff = await self._failed(exc, backoff)
             except Exception:
                 log.exception("telegram: polling failed; retrying in %.0f s", backoff)
@@ -129,9 +134,9 @@ class Poller:
         message = describe(exc)
         self.error = message
         if await db(state.record_error)(message):
-            level = logging.ERROR if isinstance(exc, (InvalidToken, Forbidden, Conflict)) else logging.WARNING
+            level = logging.ERROR if isinstance(exc, (errors.InvalidToken, errors.Forbidden, errors.Conflict)) else logging.WARNING
             log.log(level, "telegram: %s", message)
-        if isinstance(exc, (InvalidToken, Forbidden)):
+        if isinstance(exc, (errors.InvalidToken, errors.Forbidden)):
             backoff = MAX_BACKOFF_S  # a revoked token does not come back by retrying fast
         await self._pause(backoff)
         return min(backoff * 2, MAX_BACKOFF_S)

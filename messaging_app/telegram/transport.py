@@ -6,14 +6,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-
-from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup
-from telegram.constants import ParseMode
-from telegram.error import BadRequest
+from typing import TYPE_CHECKING
 
 from messaging_app.telegram import render
 from messaging_app.telegram.client import call
 from messaging_app.transport import Buttons, Transport
+from navi_project.lazy import lazy_module
+
+if TYPE_CHECKING:
+    from telegram import Bot, InlineKeyboardMarkup
+    from telegram.error import BadRequest
+
+telegram = lazy_module("telegram")  # python-telegram-bot, ~80 ms of boot: first used with a bot token
 
 log = logging.getLogger(__name__)
 PHOTO_TYPES = ("image/jpeg", "image/png", "image/webp", "image/gif")
@@ -24,7 +28,12 @@ MAX_SEND_BYTES = 50 * 1024 * 1024  # sendDocument's limit on the official Bot AP
 def keyboard(buttons: Buttons | None) -> InlineKeyboardMarkup | None:
     if not buttons:
         return None
-    return InlineKeyboardMarkup([[InlineKeyboardButton(b.label, callback_data=b.data) for b in row] for row in buttons])
+    rows = [[telegram.InlineKeyboardButton(b.label, callback_data=b.data) for b in row] for row in buttons]
+    return telegram.InlineKeyboardMarkup(rows)
+
+
+def _html(formatted: bool):
+    return telegram.constants.ParseMode.HTML if formatted else None
 
 
 def _unparsable(exc: BadRequest) -> bool:
@@ -47,8 +56,8 @@ class TelegramTransport(Transport):
         markup = keyboard(buttons)
         try:
             message = await call(lambda: self.bot.send_message(
-                chat_id, text, parse_mode=ParseMode.HTML if formatted else None, reply_markup=markup))
-        except BadRequest as exc:
+                chat_id, text, parse_mode=_html(formatted), reply_markup=markup))
+        except telegram.error.BadRequest as exc:
             if not (formatted and _unparsable(exc)):
                 raise
             log.warning("telegram refused a message's HTML (%s); sent as plain text", exc)
@@ -60,9 +69,9 @@ class TelegramTransport(Transport):
         markup = keyboard(buttons)
         try:
             await call(lambda: self.bot.edit_message_text(
-                text, chat_id=chat_id, message_id=message_id, parse_mode=ParseMode.HTML if formatted else None,
+                text, chat_id=chat_id, message_id=message_id, parse_mode=_html(formatted),
                 reply_markup=markup))
-        except BadRequest as exc:
+        except telegram.error.BadRequest as exc:
             if "not modified" in str(exc).lower():
                 return
             if not (formatted and _unparsable(exc)):

@@ -9,10 +9,12 @@ import logging
 
 from channels.db import database_sync_to_async
 from django.conf import settings
-from telegram.error import TelegramError
 
 from messaging_app.telegram import state
 from messaging_app.telegram.poller import ALLOWED_UPDATES, describe
+from navi_project.lazy import lazy_module
+
+telegram = lazy_module("telegram")  # python-telegram-bot, ~80 ms of boot: first used with a bot token
 
 log = logging.getLogger("navi.telegram")
 
@@ -42,7 +44,7 @@ async def register(bot) -> None:
                                   allowed_updates=ALLOWED_UPDATES)
             await database_sync_to_async(state.record_ok)("")
             return
-        except TelegramError as exc:
+        except telegram.error.TelegramError as exc:
             problem = describe(exc)
     log.error("telegram: %s", problem)
     await database_sync_to_async(state.record_error)(problem)
