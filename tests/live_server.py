@@ -110,7 +110,7 @@ class LiveNavi:
     # --- lifecycle -------------------------------------------------------------------------
     def _manage(self, *args: str) -> str:
         result = subprocess.run(
-            [PYTHON, "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=120
+            [PYTHON, "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=300
         )
         if result.returncode != 0:
             raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")

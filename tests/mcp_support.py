@@ -41,7 +41,7 @@ class ServerProcess:
             [sys.executable, str(self.script), "--port", str(self.port), *args],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         )
-        ready, _, _ = select.select([self.proc.stdout], [], [], 30)
+        ready, _, _ = select.select([self.proc.stdout], [], [], 90)  # generous: a loaded machine imports the SDK slowly
         line = self.proc.stdout.readline() if ready else ""
         if line.strip() != "ready":
             self.stop()
