@@ -13,6 +13,7 @@ import pytest
 from agent.llm.messages import ChatMessage
 from agent.models import ModelReliability, Profile
 from agent.toolcalling import constrained, toolselect
+from sessions_app.models import Message
 from tests.llm_server import Turn
 from tests.test_small_models import of, run, shown
 from tools_app.models import ScratchpadSection
@@ -374,6 +375,43 @@ class TestSmallModelStep:
         call = of(frames, "tool_call")[0]
         assert call["args"]["code"] == "print(17 * 23)" and call["success"] and "391" in call["result"]
 
+    async def test_a_one_expression_program_that_computes_is_run_as_written(self, llm, session, owner_token, host_tools_allowed):
+        # Written again, Qwen2.5-Coder-0.5B's correct one-liner became a loop to 12356; its answer
+        # then said "the code prints the result" without the result.
+        decided = json.dumps({"name": "code_exec", "arguments": {"code": "sum(range(1, 12346))"}})
+        llm.script(Turn(content=decided), Turn(content=ANSWER), Turn(content="The code adds them up."))
+        frames = await run(session, owner_token, "Add up all the whole numbers from 1 to 12345 in Python.")
+        assert [schema_of(r) is None for r in llm.requests] == [False, False, True]  # no call to write it again
+        call = of(frames, "tool_call")[0]
+        assert call["args"]["code"] == "sum(range(1, 12346))" and call["success"] and "76205685" in call["result"]
+        assert frames[-1]["content"] == "The code adds them up.\n\nThe program printed: `76205685`"
+        stored = await Message.objects.filter(session_id=session.id, role="assistant").alast()
+        assert stored.content == frames[-1]["content"] and stored.status == "complete"
+
+    def test_only_a_complete_one_expression_program_is_kept_as_written(self):
+        keeps = constrained.computes_itself
+        assert keeps("sum(range(1, 12346))") and keeps("print(sum(x * x for x in range(10)))")
+        assert keeps("sorted([3, 1, 2], key=lambda v: -v)")
+        assert not keeps("1 + 12345") and not keeps("print(17 * 23)")  # a formula of the request's numbers
+        assert not keeps("text.upper()") and not keeps("math.factorial(20)")  # names nothing defines
+        assert not keeps("open('notes.txt').read()") and not keeps("eval('1+1')")  # reads or runs more
+        assert not keeps("total = sum(range(10))") and not keeps("") and not keeps("sum(")
+
+    def test_a_programs_output_is_shown_only_when_the_answer_leaves_it_out(self):
+        def turn(result: str, name: str = "code_exec") -> list[ChatMessage]:
+            return [ChatMessage(role="user", content="add them up"),
+                    ChatMessage(role="tool", content=result, name=name, tool_call_id="c1")]
+
+        shown = constrained.unstated_output
+        assert shown(turn("76205685\n[exit code 0]"), "The code adds them up.", {"code_exec"}) == "76205685"
+        assert shown(turn("76205685\n[exit code 0]"), "The sum is 76,205,685.", {"code_exec"}) == ""
+        assert shown(turn("76205685\n[exit code 0]"), "Done.", {"other"}) == ""  # not a program's output
+        assert shown(turn("76205685\n[exit code 0]", "terminal"), "Done.", {"code_exec"}) == ""
+        assert shown(turn("oops\n[exit code 1]"), "Done.", {"code_exec"}) == ""  # a failed run says so itself
+        assert shown(turn("ERROR: the program did not finish"), "Done.", {"code_exec"}) == ""
+        assert shown(turn("x" * 500 + "\n[exit code 0]"), "Done.", {"code_exec"}) == ""  # too long to repeat
+        assert shown(turn("1\n[stderr]\nwarning\n[exit code 0]"), "Done.", {"code_exec"}) == ""
+
     def test_which_rewrites_invent_their_input(self):
         invents = constrained.invents_inputs
         assert invents("print(open('example.txt').read())", "What's 17 times 23?", "print(17 * 23)")
@@ -475,6 +513,32 @@ class TestSmallModelStep:
         assert (await ScratchpadSection.objects.aget(section="car")).content == "117"
         assert frames[-1]["content"] == "Spot 117 is in the scratchpad."
 
+    async def test_a_one_part_request_a_call_did_is_answered_when_another_tool_then_fails(self, llm, session, owner, owner_token):
+        # Seen on Qwen2.5-Coder-0.5B: the stock figure fetched, then reads of a "stock.json" that
+        # is no file, tried again and again; the answer was about the failures.
+        await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"filesystem": "allow"})
+        missing = json.dumps({"name": "filesystem", "arguments": {"action": "read", "path": "notes.txt"}})
+        llm.script(Turn(content=NOTE_CALL), Turn(content=missing), Turn(content="Noted in the log."))
+        frames = await run(session, owner_token, "note done in the scratchpad log, not in notes.txt")
+        assert [(c["tool"], c["success"]) for c in of(frames, "tool_call")] == [("scratchpad", True), ("filesystem", False)]
+        decide, decide_again, answer = llm.requests  # no third step: the answer
+        assert schema_of(decide_again) is not None and schema_of(answer) is None
+        prompt = answer["messages"][1]["content"]
+        assert "scratchpad {" in prompt and "filesystem" not in prompt  # the wander is no part of the answer
+        assert frames[-1]["content"] == "Noted in the log."
+
+    async def test_a_failure_of_another_tool_before_any_call_worked_is_not_a_wander(self, llm, session, owner, owner_token):
+        await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"filesystem": "allow"})
+        missing = json.dumps({"name": "filesystem", "arguments": {"action": "read", "path": "notes.txt"}})
+        llm.script(Turn(content=missing), Turn(content=NOTE_CALL), Turn(content=ANSWER), Turn(content=ANSWER),
+                   Turn(content="Noted in the log."))
+        frames = await run(session, owner_token, "note done in the scratchpad log, not in notes.txt")
+        # The first call failed: the model keeps its steps, and its second call does the request.
+        assert [(c["tool"], c["success"]) for c in of(frames, "tool_call")] == [("filesystem", False), ("scratchpad", True)]
+        assert schema_of(llm.requests[1]) is not None and schema_of(llm.requests[-1]) is None
+        assert "scratchpad {" in llm.requests[-1]["messages"][1]["content"]
+        assert frames[-1]["content"] == "Noted in the log."
+
     async def test_a_planned_part_whose_call_keeps_failing_is_left_to_the_model(self, llm, session, owner, owner_token):
         await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"filesystem": "allow"})
         missing = json.dumps({"name": "filesystem", "arguments": {"action": "read", "path": "parking.txt"}})
@@ -504,11 +568,12 @@ class TestSmallModelStep:
         assert plan_.next([pad])[0] == 0 and plan_.next([pad, fs])[0] == 1 and plan_.next([fs, pad]) is None
 
     def test_the_answer_prompt_puts_failed_calls_on_one_line_before_the_results_that_worked(self):
+        """(Of a request of several parts; a one-part request's answer gets only the tools that worked.)"""
         from agent.llm.messages import ToolCall
 
         get = ToolCall(id="a", name="http_request", arguments={"method": "GET", "url": "http://x/stock.json"})
         read = ToolCall(id="b", name="filesystem", arguments={"action": "read", "path": "stock.json"})
-        context = [ChatMessage(role="user", content="How many units are in stock?"),
+        context = [ChatMessage(role="user", content="Get the stock figures and then save how many units are in stock."),
                    ChatMessage(role="assistant", content="", tool_calls=[get]),
                    ChatMessage(role="tool", content="HTTP 200\n{\"north\": 7319}", tool_call_id="a", name="http_request"),
                    ChatMessage(role="assistant", content="", tool_calls=[read]),
@@ -516,6 +581,10 @@ class TestSmallModelStep:
         prompt = constrained.results_prompt(context)[1].content
         failed, worked = prompt.index("ERROR: not found: stock.json"), prompt.index('{"north": 7319}')
         assert failed < worked and "list the folder" not in prompt  # the failure kept, short, and not last
+        # A request of one part that a call did: another tool's failure is left out of the answer.
+        context[0] = ChatMessage(role="user", content="How many units are in stock?")
+        prompt = constrained.results_prompt(context)[1].content
+        assert '{"north": 7319}' in prompt and "ERROR" not in prompt and "filesystem" not in prompt
 
     def test_a_path_is_put_right_only_where_it_plainly_meant_a_named_file(self):
         from agent.llm.messages import ToolCall

@@ -49,6 +49,9 @@ class Tool(ABC):
     # inside a JSON string. `code_brief` is what that call is asked ({name} etc.: the arguments).
     code_argument: str = ""
     code_brief: str = ""
+    # The program runs as it is and a last bare expression's value is printed (code_exec): a
+    # one-expression program that computes from builtins alone is kept, not written again.
+    code_runs_as_is: bool = False
     # Seconds before the call is abandoned; None = TOOL_TIMEOUT_S. Tools that wait on other
     # long work (spawn_agent) raise it.
     timeout: float | None = None

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import builtins
 import copy
 import json
 import logging
@@ -419,7 +420,8 @@ def results_said(context: list[ChatMessage]) -> str:
 def _request_and_results(context: list[ChatMessage]) -> tuple[str, str]:
     """The turn's request and its tool results so far: the failed calls one line each, then the
     results that worked, closest to where the answer is written (RESULTS_KEPT of each, a result
-    cut to RESULT_CHARS)."""
+    cut to RESULT_CHARS). For a request of one part that a call did, only the failures of the
+    tools that worked."""
     start = max((i for i, m in enumerate(context) if m.role == "user" and not m.is_summary), default=-1)
     request = context[start].content if start >= 0 else ""
     calls = {c.id: c for m in context[start + 1:] if m.role == "assistant" for c in m.tool_calls}
@@ -430,11 +432,16 @@ def _request_and_results(context: list[ChatMessage]) -> tuple[str, str]:
         call = calls.get(msg.tool_call_id)
         arguments = json.dumps(call.arguments, ensure_ascii=False) if call is not None else "{}"
         if msg.content.startswith("ERROR:"):  # one line each, before the results that worked
-            failed.append(f"{msg.name} {arguments} → {msg.content.splitlines()[0][:200]}")
+            failed.append((msg.name, f"{msg.name} {arguments} → {msg.content.splitlines()[0][:200]}"))
             continue
         content = msg.content if len(msg.content) <= RESULT_CHARS else msg.content[:RESULT_CHARS] + " […]"
-        succeeded.append(f"{msg.name} {arguments} →\n{content}")
-    return request, "\n\n".join(failed[-RESULTS_KEPT:] + succeeded[-RESULTS_KEPT:])
+        succeeded.append((msg.name, f"{msg.name} {arguments} →\n{content}"))
+    if succeeded and not toolmeaning.parts_of(request):
+        # A request of one part that a call did: the failures of other tools tried around it are
+        # no part of the answer (a 0.5B model wrote about them instead of the result).
+        worked = {name for name, _ in succeeded}
+        failed = [f for f in failed if f[0] in worked]
+    return request, "\n\n".join(line for _, line in failed[-RESULTS_KEPT:] + succeeded[-RESULTS_KEPT:])
 
 
 CODE_SYSTEM = (
@@ -476,6 +483,32 @@ def code_from(text: str, tools: set[str] | frozenset[str] = frozenset()) -> str:
     return code + "\n"
 
 
+# Names a one-expression program may not lean on to count as complete: they read, run or ask.
+_NOT_PURE = frozenset({"open", "exec", "eval", "compile", "input", "__import__", "globals", "locals", "vars", "breakpoint", "help"})
+
+
+def computes_itself(code: str) -> bool:
+    """A program that is one expression calling builtins on literals (`sum(range(1, 12346))`,
+    `max(len(w) for w in "a bb ccc".split())`): complete as it stands where the last expression's
+    value is printed (code_exec), so it is run as the model wrote it. Written again, a correct
+    one-liner was lost (Qwen2.5-Coder-0.5B turned it into a loop over range(1, 12356)). A bare
+    formula of literals (`1 + 12345` for "the sum from 1 to 12345") or a program that names
+    anything but builtins (`text.upper()`) is not."""
+    try:
+        tree = ast.parse((code or "").strip())
+    except SyntaxError:
+        return False
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Expr):
+        return False
+    node = tree.body[0].value
+    bound = {n.id for c in ast.walk(node) if isinstance(c, ast.comprehension) for n in ast.walk(c.target) if isinstance(n, ast.Name)}
+    bound |= {a.arg for f in ast.walk(node) if isinstance(f, ast.Lambda) for a in ast.walk(f.args) if isinstance(a, ast.arg)}
+    free = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} - bound
+    calls = [n for n in ast.walk(node) if isinstance(n, ast.Call)]
+    working = [c for c in calls if not (isinstance(c.func, ast.Name) and c.func.id == "print")]
+    return bool(working) and all(name in vars(builtins) and name not in _NOT_PURE for name in free)
+
+
 # One word holding a folder separator, or a file name with an extension ("example.txt", not "3.14").
 _PATH_LIKE = re.compile(r"^[^\s]*[\\/][^\s]*$|^[\w.-]+\.[A-Za-z][A-Za-z0-9]{0,5}$")
 _READS = frozenset({"open", "read_text", "read_bytes", "read_csv", "read_json", "loadtxt", "listdir", "scandir", "glob"})
@@ -500,6 +533,30 @@ def invents_inputs(code: str, request: str, original: str) -> bool:
             if name in _READS and not any(_PATH_LIKE.search(word) for word in said.split()):
                 return True
     return False
+
+
+OUTPUT_SHOWN_CHARS = 200  # of a program's printed output shown under an answer that left it out
+_EXIT_OK = "[exit code 0]"
+_THOUSANDS = re.compile(r"(?<=\d)[,\u00a0\u202f' ](?=\d{3}(?!\d))")
+_TOKEN = re.compile(r"[^\s,;:()\[\]{}'\"`]+")
+
+
+def unstated_output(context: list[ChatMessage], answer: str, tools: set[str] | frozenset[str]) -> str:
+    """What the turn's last call printed when it ran a program of `tools` (code_exec), worked and
+    printed a little, and the answer does not state it ("The code computes the sum and prints the
+    result. The exit code is 0.", from Qwen2.5-Coder-0.5B): shown under the answer, so the owner
+    sees the value their request was for. "" otherwise (a number written 76,205,685 is stated)."""
+    last = next((m for m in reversed(context) if m.role in ("tool", "user") and not m.is_summary), None)
+    if last is None or last.role != "tool" or last.name not in tools:
+        return ""
+    lines = (last.content or "").split("\n")
+    if lines[-1] != _EXIT_OK or last.content.startswith(("ERROR:", "[UNTRUSTED DATA")):
+        return ""
+    out = "\n".join(lines[:-1]).strip()
+    if not out or len(out) > OUTPUT_SHOWN_CHARS or out.count("\n") > 2 or "[stderr]" in out or "[truncated" in out:
+        return ""
+    said = _THOUSANDS.sub("", answer or "").lower()
+    return out if any(token.lower() not in said for token in _TOKEN.findall(out)) else ""
 
 
 def answer_note(context: list[ChatMessage]) -> str:

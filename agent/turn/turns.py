@@ -29,7 +29,7 @@ from agent.llm.base import (
 )
 from agent.llm.messages import ChatMessage, LLMChunk, ToolCall
 from agent.models import Profile
-from agent.toolcalling import constrained, plan
+from agent.toolcalling import constrained, plan, toolmeaning
 from agent.toolcalling.calls import CallTracker, DoesNotFit, fit_request
 from agent.toolcalling.partial_json import FieldText
 from agent.toolcalling.toolcalls import CallTextFilter, extract_calls
@@ -242,6 +242,12 @@ async def decide_step(
     grows and saved, and the turn needs no second call (a message that needs no tool is one
     call). None when the step gave nothing usable (the caller then makes an unconstrained call)."""
     cap = setup.profile.max_tools
+    if cap and setup.tracker.strayed and not toolmeaning.parts_of(query):
+        # A one-part request that a call already did ("how many widgets are in stock at <url>"),
+        # then another tool tried and failed (reading a stock.json that is no file): Qwen2.5-Coder-0.5B
+        # went on trying more and answered about the failures. The results it has answer it.
+        turn.decision = constrained.Decision(answer=True)
+        return
     # Only a capped step asks for meaning (an embedding call, raced against Stop); uncapped, the
     # race's two tasks were two trips through the event loop before every request.
     meaning = await until_stopped(constrained.meaning(offer, query, cap), current_stop_event.get()) if cap > 0 else None
@@ -329,10 +335,13 @@ async def _write_code(conv: Conversation, setup: Setup, call: ToolCall) -> None:
     """A small model's program argument (Tool.code_argument), written again as plain code in a
     short call of its own: inside a JSON string a coder model writes `1 + 12345` for "the sum
     from 1 to 12345"; asked for code, it writes the program. The model's own version stays when
-    this one gives no Python that parses, or reads a file or path nobody named."""
+    this one gives no Python that parses, or reads a file or path nobody named, and is not asked
+    for when it is one expression that computes from builtins alone (constrained.computes_itself)."""
     tool = next((t for t in setup.step_tools if t.name == call.name), None)
     argument = getattr(tool, "code_argument", "")
     if not argument or not isinstance(call.arguments.get(argument, ""), str):
+        return
+    if getattr(tool, "code_runs_as_is", False) and constrained.computes_itself(call.arguments[argument]):
         return
     try:
         brief = tool.code_brief.format(**{k: v for k, v in call.arguments.items() if isinstance(v, str)})
@@ -463,7 +472,8 @@ async def _constrained_stream(
 
 async def answer_from_results(conv: Conversation, setup: Setup, turn: Turn) -> AsyncIterator[AgentEvent]:
     """The answer of a small model's turn after its tools ran: the request and this turn's
-    results in a short prompt of their own, streamed and saved as the turn's answer."""
+    results in a short prompt of their own, streamed and saved as the turn's answer; a program's
+    short output that the answer leaves out is shown under it (constrained.unstated_output)."""
     profile = setup.profile
 
     def stream(temperature: float, again: bool = False):
@@ -475,6 +485,11 @@ async def answer_from_results(conv: Conversation, setup: Setup, turn: Turn) -> A
     said = constrained.results_said(conv.context)
     async for event in _streamed(_unless_refusal(stream, profile.temperature, said), conv, setup, turn, None):
         yield event
+    programs = {t.name for t in setup.tools if getattr(t, "code_runs_as_is", False)}
+    if output := constrained.unstated_output(conv.context, turn.message.content, programs):
+        shown = f"`{output}`" if "\n" not in output and "`" not in output else "\n\n    " + output.replace("\n", "\n    ")
+        for event in _show(turn, f"\n\nThe program printed: {shown}"):
+            yield event
     turn.tokens = conv.token_count + estimate_text(turn.message.content)  # the chat's context, not this prompt
     if turn.thinking_open:
         yield ThinkingEnd()

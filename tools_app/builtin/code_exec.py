@@ -122,6 +122,7 @@ class CodeExecTool(Tool):
         "memory, processes, file size and run time are limited. print() what you want to see."
     )
     code_argument = "code"
+    code_runs_as_is = True
     code_brief = (
         "Write a short Python 3 program that does my request. It runs in the folder that holds my files "
         "(open them by name) and must print() the answer."
