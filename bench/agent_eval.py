@@ -70,6 +70,7 @@ CALL_ERROR = re.compile(
 )
 # The original 52 tasks (half of them held out) and the held-out paraphrase pairs.
 ALL_TASKS = prepare(list(TASKS))
+NEEDS = {t.name: tuple(t.needs) for t in ALL_TASKS}
 SPLITS = ("tuning", "heldout")
 RELIABILITY = ("native_calls", "recovered_calls", "repaired_arguments", "refused_calls", "unknown_tools", "broken_loops",
                "repeated_calls", "constrained_calls")
@@ -463,6 +464,13 @@ def _stats(values: list[float]) -> dict[str, float | None]:
     return {"mean": round(statistics.fmean(values), 2), "median": round(statistics.median(values), 2)}
 
 
+def first_call_needed(row: dict) -> bool:
+    """The run's first tool call was of a tool its task needs (Task.needs: one of them must be
+    offered at the first step): the first choice was right, whatever came after."""
+    needs = NEEDS.get(row["task"], ())
+    return bool(row["tool_calls"]) and row["tool_calls"][0]["tool"] in needs
+
+
 def _part(rows: list[dict]) -> dict[str, Any]:
     """Success and calls of one part of a mode's runs (the tuning or held-out split, two-step tasks)."""
     calls = [c for r in rows for c in r["tool_calls"]]
@@ -470,6 +478,7 @@ def _part(rows: list[dict]) -> dict[str, Any]:
         "tasks": len(rows),
         "succeeded": sum(r["success"] for r in rows),
         "success_rate": round(sum(r["success"] for r in rows) / len(rows), 3) if rows else None,
+        "first_call_needed": sum(first_call_needed(r) for r in rows),
         "tool_calls": len(calls),
         "valid_calls": sum(c["valid"] for c in calls),
         "successful_calls": sum(c["success"] for c in calls),
@@ -546,6 +555,8 @@ def table(summary: dict[str, dict], results: list[dict]) -> str:
         ("  tuning split", lambda s: pct(s["tuning"]["succeeded"], s["tuning"]["tasks"])),
         ("  held-out split", lambda s: pct(s["heldout"]["succeeded"], s["heldout"]["tasks"])),
         ("  two-step tasks", lambda s: pct(s["two_step"]["succeeded"], s["two_step"]["tasks"])),
+        ("first call a needed tool, tuning", lambda s: pct(s["tuning"].get("first_call_needed", 0), s["tuning"]["tasks"])),
+        ("  held-out", lambda s: pct(s["heldout"].get("first_call_needed", 0), s["heldout"]["tasks"])),
         ("success_old (end state only)", lambda s: pct(s["succeeded_old"], s["tasks"])),
         ("valid tool calls", lambda s: pct(s["valid_calls"], s["tool_calls"])),
         ("tool calls that worked", lambda s: pct(s["successful_calls"], s["tool_calls"])),
