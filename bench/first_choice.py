@@ -8,7 +8,7 @@ writes the chosen tool's arguments … Measure which wins").
 
 For every task of bench/agent_eval.py (its first message), one call to an OpenAI-compatible
 server under a JSON schema whose only field is `name`: one of every built-in tool the eval's navi
-profile enables, or "answer". The system prompt is the catalogue Navi writes for such a step
+profile enables (or, with --offer CAP, those a capped step is offered), or "answer". The system prompt is the catalogue Navi writes for such a step
 (`constrained.catalogue`: a line per tool with its parameters and first sentence). Printed: how
 often the name is one of the tools the task needs (Task.needs), per split; held-out misses are
 counted, not listed. The shipped design's figure to set beside it is agent_eval's "first call a
@@ -56,32 +56,45 @@ async def choose(client: httpx.AsyncClient, url: str, model: str, system: str, m
         return ""
 
 
-def prepare() -> tuple[list, list[str], str]:
-    """The eval's tasks, the names the choice may take and the system prompt (Django set up here,
-    outside the event loop)."""
+def prepare(offer: int) -> list[tuple]:
+    """(task, the names its choice may take, the system prompt) for every task (Django set up
+    here, outside the event loop). `offer`: only the tools a capped step of that many is offered
+    (words and meaning, all-MiniLM-L6-v2 as in bench/tool_offer.py), not the whole catalogue."""
     from _django import setup
 
     setup()
     from agent.registry import get_agent
-    from agent.toolcalling import constrained
+    from agent.toolcalling import constrained, toolmeaning
     from bench.agent_eval import ALL_TASKS
 
     registry = get_agent().tools
     tools = registry.tools_for(sorted(registry.builtin_names))
-    return ALL_TASKS, [t.name for t in tools] + [constrained.ANSWER], f"{SYSTEM}\n\n{constrained.catalogue(tools)}"
+    if offer:
+        from tool_offer import _embedder
+
+        _embedder()
+        toolmeaning.REQUEST_TIMEOUT_S = toolmeaning.TOOLS_TIMEOUT_S = 600.0
+    out = []
+    for task in ALL_TASKS:
+        shown = tools
+        if offer:
+            message = task.messages[0].format(web=WEB)
+            shown = constrained.choose(tools, message, offer, set(), asyncio.run(constrained.meaning(tools, message, offer)))
+        out.append((task, [t.name for t in shown] + [constrained.ANSWER], f"{SYSTEM}\n\n{constrained.catalogue(shown)}"))
+    return out
 
 
-async def run(urls: list[str], model: str, prepared: tuple[list, list[str], str]) -> list[dict]:
-    tasks, names, system = prepared
+async def run(urls: list[str], model: str, prepared: list[tuple]) -> list[dict]:
+    tasks = [task for task, _, _ in prepared]
     queue: asyncio.Queue = asyncio.Queue()
-    for task in tasks:
-        queue.put_nowait(task)
+    for item in prepared:
+        queue.put_nowait(item)
     rows: list[dict] = []
 
     async def worker(url: str) -> None:
         async with httpx.AsyncClient(timeout=600) as client:
             while not queue.empty():
-                task = queue.get_nowait()
+                task, names, system = queue.get_nowait()
                 started = time.monotonic()
                 chosen = await choose(client, url, model, system, task.messages[0].format(web=WEB), names)
                 rows.append({"task": task.name, "split": task.split, "chosen": chosen, "right": chosen in task.needs,
@@ -98,14 +111,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--openai", action="append", required=True, metavar="URL", help="an OpenAI-compatible server (repeat for more)")
     ap.add_argument("--model", required=True)
+    ap.add_argument("--offer", type=int, default=0, metavar="CAP",
+                    help="choose among a capped step's offer (words and meaning; PYTHONPATH=/tmp/benchlib) instead of every tool")
     ap.add_argument("--json", metavar="OUT", help="write the rows (held-out choices left out) and figures here")
     args = ap.parse_args()
-    rows = asyncio.run(run(args.openai, args.model, prepare()))
+    rows = asyncio.run(run(args.openai, args.model, prepare(args.offer)))
     figures = {}
     for split in ("tuning", "heldout"):
         part = [r for r in rows if r["split"] == split]
         figures[split] = {"tasks": len(part), "right": sum(r["right"] for r in part)}
-        print(f"enum over the catalogue, {split:8}: first choice a needed tool {figures[split]['right']}/{len(part)} "
+        print(f"enum over {f'the offer (cap {args.offer})' if args.offer else 'the catalogue'}, {split:8}: first choice a needed tool {figures[split]['right']}/{len(part)} "
               f"({100 * figures[split]['right'] / max(1, len(part)):.0f}%)")
         if split == "tuning":
             for r in part:
