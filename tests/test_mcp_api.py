@@ -200,3 +200,32 @@ def test_the_admin_masks_secrets_and_refuses_stdio_to_staff_without_the_permissi
     response = staff_client.post("/admin/tools_app/mcpserver/add/", form)
     assert response.status_code == 200 and b"run host tools" in response.content
     assert not MCPServer.objects.filter(name="local2").exists()
+
+
+def test_a_connected_server_is_shown_with_its_tools_while_its_rows_copy_waits(owner, owner_client, test_server, monkeypatch):
+    """The row is written by a thread of its own, a moment after the connection changes; a GET in
+    between read the live state beside the row's tools: `connected` with no tools (seen on a loaded
+    machine, where the write waited behind others)."""
+    import threading
+
+    from tests.mcp_support import poll_server
+    from tools_app.mcp import client as mcp_client
+
+    held, real = threading.Event(), mcp_client._writer
+
+    class HeldWrites:  # the row's writes wait until the test lets them go
+        def submit(self, fn, *args):
+            return real.submit(lambda: (held.wait(30), fn(*args))[1])
+
+    monkeypatch.setattr(mcp_client, "_writer", HeldWrites())
+    try:
+        created = post_json(owner_client, "/mcp/servers", {"name": "demo", "transport": "http", "url": test_server.url})
+        server_id = created.json()["id"]
+        body = poll_server(owner_client, server_id, lambda b: b["state"] != "connecting", 30)
+        assert body["state"] == "connected" and "demo__add" in [t["name"] for t in body["tools"]], body
+        assert MCPServer.objects.get(pk=server_id).tools == []  # the row's copy is still waiting
+        listed = {s["id"]: s for s in owner_client.get("/mcp/servers").json()}
+        assert "demo__add" in [t["name"] for t in listed[server_id]["tools"]]
+    finally:
+        held.set()
+    assert "demo__add" in [t["name"] for t in wait_state(MCPServer.objects.get(pk=server_id), ("connected",)).tools]

@@ -606,19 +606,21 @@ class Hub:
             await self.drop(server_id)
 
 
+def _listing(conn: Connection) -> dict:
+    """What a connection shows of itself: its state and error, and the tools, resources and
+    prompts it listed (the row's fields of the same names)."""
+    tools = [{"name": s.name, "description": s.summary[:300], "read_only": s.read_only, "destructive": s.destructive}
+             for s in conn.specs]
+    tools += [{"name": name, "description": "", "problem": problem} for name, problem in conn.problems.items()]
+    return {"state": conn.state, "last_error": conn.public_error()[:4000], "tools": tools,
+            "resources": list(conn.resources), "prompts": list(conn.prompts)}
+
+
 def _save_state(conn: Connection) -> None:
     """Write the state to the row (another process's page reads it), off the hub loop."""
     if not _shares_state:
         return
-    tools = [{"name": s.name, "description": s.summary[:300], "read_only": s.read_only, "destructive": s.destructive}
-             for s in conn.specs]
-    tools += [{"name": name, "description": "", "problem": problem} for name, problem in conn.problems.items()]
-    error = conn.public_error()
-    fields = {
-        "state": conn.state, "last_error": error[:4000], "tools": tools, "resources": conn.resources,
-        "prompts": conn.prompts,
-        "stderr_tail": conn.stderr_tail(), "state_at": timezone.now(),
-    }
+    fields = {**_listing(conn), "stderr_tail": conn.stderr_tail(), "state_at": timezone.now()}
     _writer.submit(_write_state, conn.config.id, fields)
 
 
@@ -661,15 +663,29 @@ def get_hub() -> Hub:
         return _hub
 
 
-def live_state(server_id: int) -> tuple[str, str] | None:
-    """This process's own state of a server it holds a connection to (state, error), or None.
-    Each process answers with what it sees: another process (a `navi_mcp serve` with other
-    settings, another worker) writing the row cannot make this one's state wrong."""
+def _held(server_id: int) -> Connection | None:
+    """This process's connection to a server, when it holds one that is live or failed."""
     hub = _hub
     conn = hub.connections.get(server_id) if hub is not None else None
     if conn is None or conn.task is None or conn.state not in ("connecting", "connected", "failed"):
         return None
-    return conn.state, conn.public_error()
+    return conn
+
+
+def live_state(server_id: int) -> tuple[str, str] | None:
+    """This process's own state of a server it holds a connection to (state, error), or None.
+    Each process answers with what it sees: another process (a `navi_mcp serve` with other
+    settings, another worker) writing the row cannot make this one's state wrong."""
+    conn = _held(server_id)
+    return (conn.state, conn.public_error()) if conn is not None else None
+
+
+def live_listing(server_id: int) -> dict | None:
+    """`live_state` with the tools, resources and prompts of the same moment (see `_listing`):
+    the row's copy is written a moment later, by a thread of its own; read beside this process's
+    live state, it showed `connected` with no tools while that write waited (a loaded machine)."""
+    conn = _held(server_id)
+    return _listing(conn) if conn is not None else None
 
 
 def flush_state_writes() -> None:

@@ -115,10 +115,15 @@ def error_of(server: MCPServer) -> str:
 
 def as_json(server: MCPServer, *, detail: bool = True) -> dict[str, Any]:
     """The REST shape (DESIGN §9), secrets masked; `detail` adds the configuration."""
+    # This process's connection, when it holds one, shows its state and what it listed together;
+    # otherwise the row (written by whichever process holds it).
+    live = mcp_client.live_listing(server.pk) if server.enabled else None
+    shown = live or {"state": state_of(server), "last_error": error_of(server), "tools": server.tools or [],
+                     "resources": server.resources or [], "prompts": server.prompts or []}
     data: dict[str, Any] = {
         "id": server.pk, "name": server.name, "transport": server.transport, "enabled": server.enabled,
-        "state": state_of(server), "tools": [dict(t) for t in server.tools or []], "last_error": error_of(server),
-        "resources": list(server.resources or []), "prompts": list(server.prompts or []),
+        "state": shown["state"], "tools": [dict(t) for t in shown["tools"]], "last_error": shown["last_error"],
+        "resources": list(shown["resources"]), "prompts": list(shown["prompts"]),
         "global": server.owner_id is None,
     }
     if detail:
