@@ -539,24 +539,6 @@ class TestSmallModelStep:
         assert "scratchpad {" in llm.requests[-1]["messages"][1]["content"]
         assert frames[-1]["content"] == "Noted in the log."
 
-    async def test_a_table_is_worked_out_by_a_program_before_its_total_is_written(self, llm, session, owner, owner_token, host_tools_allowed):
-        from tools_app.workspace import workspace_for
-
-        await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"filesystem": "allow", "code_exec": "allow"})
-        (workspace_for(owner.pk) / "timesheet.csv").write_text("day,hours\nmon,7.5\ntue,8\nwed,6.5\n")
-        program = "import csv\nrows = list(csv.DictReader(open('timesheet.csv')))\nprint(sum(float(r['hours']) for r in rows))\n"
-        decided = json.dumps({"name": "code_exec", "arguments": {"code": "total = 0"}})
-        write = json.dumps({"name": "filesystem", "arguments": {"action": "write", "path": "hours_total.txt", "content": "22.0"}})
-        llm.script(Turn(content=decided), Turn(content=f"```python\n{program}```"), Turn(content=write), Turn(content=ANSWER),
-                   Turn(content="The total is 22.0 hours."))
-        frames = await run(session, owner_token, "Add up the hours column of timesheet.csv and write the total into hours_total.txt.")
-        assert branch_names(schema_of(llm.requests[0])) == ["code_exec", "filesystem"]  # the program first, may not answer
-        assert branch_names(schema_of(llm.requests[2])) == ["filesystem"]
-        calls = of(frames, "tool_call")
-        assert [c["tool"] for c in calls] == ["code_exec", "filesystem"] and "22.0" in calls[0]["result"]
-        assert (workspace_for(owner.pk) / "hours_total.txt").read_text().strip() == "22.0"
-        assert frames[-1]["content"] == "The total is 22.0 hours."
-
     async def test_a_planned_part_whose_call_keeps_failing_is_left_to_the_model(self, llm, session, owner, owner_token):
         await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"filesystem": "allow"})
         missing = json.dumps({"name": "filesystem", "arguments": {"action": "read", "path": "parking.txt"}})
@@ -574,9 +556,6 @@ class TestSmallModelStep:
         tools = get_agent().tools.tools_for(["filesystem", "scratchpad", "web_view", "http_request", "todo", "code_exec"])
         steps = plan.make("Check the price on http://shop.example/k.html and save it in the file price.txt.", tools, None).steps
         assert [sorted(t.name for t in s.tools) for s in steps] == [["http_request", "web_view"], ["filesystem"]]
-        # A table or a record may be worked out by a program, named first; a text file is read.
-        steps = plan.make("Add up the hours column of timesheet.csv and write the total into total.txt.", tools, None).steps
-        assert [[t.name for t in s.tools] for s in steps] == [["code_exec", "filesystem"], ["filesystem"]]
         # One part with a tool is no plan; nor is a request whose first part does not say.
         assert not plan.make("Use code_exec to add 2 and 3, and tell me the result.", tools, None)
         assert not plan.make("Think it over and then write it into notes.txt.", tools, None)

@@ -5,8 +5,7 @@ are taken in the order the request says them, each with the tools that plainly d
 capped step (profile `max_tools`) on a part with such tools is offered those tools only and may
 not answer: the model then writes the call's arguments, which it does well.
 
-A part's tools, from what it says, not from word lists of tasks: a file name (the file tools; for
-a table or a record, .csv/.tsv/.json, the program tool beside them), a
+A part's tools, from what it says, not from word lists of tasks: a file name (the file tools), a
 web address (the tools that take a `url`), a tool named by its exact name, or, where an embedding
 model answers, the tool that the part's words and its meaning agree on, clearly more than on a
 plain reply. A part with none of these ("tell me the result") is left to the model. There is a
@@ -30,7 +29,6 @@ MAX_TRIES = 2  # forced steps on one part: a call that fails twice leaves the pa
 MARGIN = 0.1
 _URL = re.compile(r"\bhttps?://\S+", re.I)
 FILE_TOOL = "filesystem"
-DATA_FILES = (".csv", ".tsv", ".json")  # files a program may work out a value from (see tools_for)
 
 
 @dataclass
@@ -87,14 +85,8 @@ def tools_for(part: str, tools: list, scores: dict[str, float] | None) -> list:
         return named
     if _URL.search(part):
         return [t for t in toolselect.ranked(tools, part) if "url" in ((t.parameters or {}).get("properties") or {})]
-    if files := toolselect.file_names(part):
-        # A table or a record (timesheet.csv, settings.json) may be worked out as well as read:
-        # "add up the hours column of timesheet.csv" read by the file tool alone left a 0.5B model
-        # to sum five numbers in its head (it wrote the column instead); a program does it.
-        # The program is named first: a coder model writes one well, and it reads the file too.
-        data = any(name.lower().endswith(DATA_FILES) for name in files)
-        programs = [t for t in tools if data and getattr(t, "code_runs_as_is", False)]
-        return programs + [t for t in tools if t.name == FILE_TOOL]
+    if toolselect.file_names(part):
+        return [t for t in tools if t.name == FILE_TOOL]
     if scores is None:
         return []
     words = toolselect.scored(toolselect.mentioned(tools, part), part)
