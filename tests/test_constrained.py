@@ -228,6 +228,12 @@ async def _wait_requests(llm, n: int) -> bool:
     return await sync_to_async(llm.wait_for_requests, thread_sensitive=False)(n, 20)
 
 
+async def _workspace(owner):
+    from tools_app.workspace import workspace_for
+
+    return workspace_for(owner.pk)
+
+
 class TestSmallModelStep:
     """A profile that caps its tools (a small model's): each step's few tools go as the chat
     template shows them beside the schema; after tool results the answer comes from a short
@@ -513,19 +519,34 @@ class TestSmallModelStep:
         assert (await ScratchpadSection.objects.aget(section="car")).content == "117"
         assert frames[-1]["content"] == "Spot 117 is in the scratchpad."
 
-    async def test_a_one_part_request_a_call_did_is_answered_when_another_tool_then_fails(self, llm, session, owner, owner_token):
+    async def test_a_request_a_call_did_is_answered_when_other_tools_then_keep_failing(self, llm, session, owner, owner_token):
         # Seen on Qwen2.5-Coder-0.5B: the stock figure fetched, then reads of a "stock.json" that
         # is no file, tried again and again; the answer was about the failures.
         await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"filesystem": "allow"})
         missing = json.dumps({"name": "filesystem", "arguments": {"action": "read", "path": "notes.txt"}})
-        llm.script(Turn(content=NOTE_CALL), Turn(content=missing), Turn(content="Noted in the log."))
-        frames = await run(session, owner_token, "note done in the scratchpad log, not in notes.txt")
-        assert [(c["tool"], c["success"]) for c in of(frames, "tool_call")] == [("scratchpad", True), ("filesystem", False)]
-        decide, decide_again, answer = llm.requests  # no third step: the answer
-        assert schema_of(decide_again) is not None and schema_of(answer) is None
+        other = json.dumps({"name": "filesystem", "arguments": {"action": "read", "path": "log.txt"}})
+        llm.script(Turn(content=NOTE_CALL), Turn(content=missing), Turn(content=other), Turn(content="Noted in the log."))
+        frames = await run(session, owner_token, "note done in the scratchpad log, not in notes.txt, and tell me when it's done")
+        assert [(c["tool"], c["success"]) for c in of(frames, "tool_call")] == [
+            ("scratchpad", True), ("filesystem", False), ("filesystem", False)]
+        *decides, answer = llm.requests  # no fourth step: the answer
+        assert len(decides) == 3 and all(schema_of(d) is not None for d in decides) and schema_of(answer) is None
         prompt = answer["messages"][1]["content"]
         assert "scratchpad {" in prompt and "filesystem" not in prompt  # the wander is no part of the answer
         assert frames[-1]["content"] == "Noted in the log."
+
+    async def test_one_failed_call_of_another_tool_after_a_result_may_be_tried_again(self, llm, session, owner, owner_token):
+        await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"filesystem": "allow"})
+        (await _workspace(owner) / "notes.txt").write_text("old\n")
+        missing = json.dumps({"name": "filesystem", "arguments": {"action": "read", "path": "note.txt"}})
+        read = json.dumps({"name": "filesystem", "arguments": {"action": "read", "path": "notes.txt"}})
+        llm.script(Turn(content=NOTE_CALL), Turn(content=missing), Turn(content=read), Turn(content=ANSWER),
+                   Turn(content="Noted; notes.txt says old."))
+        frames = await run(session, owner_token, "note done in the scratchpad log, not in notes.txt")
+        assert [(c["tool"], c["success"]) for c in of(frames, "tool_call")] == [
+            ("scratchpad", True), ("filesystem", False), ("filesystem", True)]
+        assert "filesystem" in llm.requests[-1]["messages"][1]["content"]  # the answer knows every try
+        assert frames[-1]["content"] == "Noted; notes.txt says old."
 
     async def test_a_failure_of_another_tool_before_any_call_worked_is_not_a_wander(self, llm, session, owner, owner_token):
         await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"filesystem": "allow"})
@@ -568,12 +589,11 @@ class TestSmallModelStep:
         assert plan_.next([pad])[0] == 0 and plan_.next([pad, fs])[0] == 1 and plan_.next([fs, pad]) is None
 
     def test_the_answer_prompt_puts_failed_calls_on_one_line_before_the_results_that_worked(self):
-        """(Of a request of several parts; a one-part request's answer gets only the tools that worked.)"""
         from agent.llm.messages import ToolCall
 
         get = ToolCall(id="a", name="http_request", arguments={"method": "GET", "url": "http://x/stock.json"})
         read = ToolCall(id="b", name="filesystem", arguments={"action": "read", "path": "stock.json"})
-        context = [ChatMessage(role="user", content="Get the stock figures and then save how many units are in stock."),
+        context = [ChatMessage(role="user", content="How many units are in stock?"),
                    ChatMessage(role="assistant", content="", tool_calls=[get]),
                    ChatMessage(role="tool", content="HTTP 200\n{\"north\": 7319}", tool_call_id="a", name="http_request"),
                    ChatMessage(role="assistant", content="", tool_calls=[read]),
@@ -581,9 +601,8 @@ class TestSmallModelStep:
         prompt = constrained.results_prompt(context)[1].content
         failed, worked = prompt.index("ERROR: not found: stock.json"), prompt.index('{"north": 7319}')
         assert failed < worked and "list the folder" not in prompt  # the failure kept, short, and not last
-        # A request of one part that a call did: another tool's failure is left out of the answer.
-        context[0] = ChatMessage(role="user", content="How many units are in stock?")
-        prompt = constrained.results_prompt(context)[1].content
+        # The turn wandered off after a call did the request: another tool's failures are left out.
+        prompt = constrained.results_prompt(context, focused=True)[1].content
         assert '{"north": 7319}' in prompt and "ERROR" not in prompt and "filesystem" not in prompt
 
     def test_a_path_is_put_right_only_where_it_plainly_meant_a_named_file(self):

@@ -104,9 +104,10 @@ class CallTracker:
     done: list[ToolCall] = field(default_factory=list)  # this turn's successful calls, in order
     left_asks: int = 0  # times a small model was asked again about a part of the request left
     plan: Any = None  # a small model's multi-part request as steps (agent.toolcalling.plan), made at its first step
-    # A call of a tool that had not worked this turn failed after another tool's call worked: a
-    # small model wandering off a one-part request its first call already did (see turns.decide_step).
-    strayed: bool = False
+    # Calls of tools that had not worked this turn that failed after another tool's call worked:
+    # a small model wandering off a request a call already did (see turns.decide_step).
+    strays: int = 0
+    wandered: bool = False  # the turn was answered because of them (its answer leaves them out)
 
     def _add(self, key: str, n: int = 1) -> None:
         self.counts[key] = self.counts.get(key, 0) + n
@@ -131,7 +132,7 @@ class CallTracker:
                 self._written.add(target)
             return ""
         if self.done and call.name not in {c.name for c in self.done}:
-            self.strayed = True
+            self.strays += 1
         repeated = signature == self._last_failure
         self._last_failure = signature
         if not repeated:

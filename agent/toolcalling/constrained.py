@@ -391,11 +391,12 @@ AGAIN_SYSTEM = (
 )
 
 
-def results_prompt(context: list[ChatMessage], again: bool = False) -> list[ChatMessage]:
+def results_prompt(context: list[ChatMessage], again: bool = False, focused: bool = False) -> list[ChatMessage]:
     """The request and this turn's tool results (the latest RESULTS_KEPT, each cut to
     RESULT_CHARS), for a small model's answer; `again`: the same framed as a report of what was
-    done (after a stock refusal)."""
-    request, results = _request_and_results(context)
+    done (after a stock refusal); `focused`: without the failures of tools that never worked
+    (the turn wandered off after a call did the request)."""
+    request, results = _request_and_results(context, focused)
     if again:
         return [
             ChatMessage(role="system", content=AGAIN_SYSTEM),
@@ -417,11 +418,10 @@ def results_said(context: list[ChatMessage]) -> str:
     return f"My tools returned:\n\n{results}"
 
 
-def _request_and_results(context: list[ChatMessage]) -> tuple[str, str]:
+def _request_and_results(context: list[ChatMessage], focused: bool = False) -> tuple[str, str]:
     """The turn's request and its tool results so far: the failed calls one line each, then the
     results that worked, closest to where the answer is written (RESULTS_KEPT of each, a result
-    cut to RESULT_CHARS). For a request of one part that a call did, only the failures of the
-    tools that worked."""
+    cut to RESULT_CHARS). `focused`: only the failures of the tools that worked."""
     start = max((i for i, m in enumerate(context) if m.role == "user" and not m.is_summary), default=-1)
     request = context[start].content if start >= 0 else ""
     calls = {c.id: c for m in context[start + 1:] if m.role == "assistant" for c in m.tool_calls}
@@ -436,9 +436,9 @@ def _request_and_results(context: list[ChatMessage]) -> tuple[str, str]:
             continue
         content = msg.content if len(msg.content) <= RESULT_CHARS else msg.content[:RESULT_CHARS] + " […]"
         succeeded.append((msg.name, f"{msg.name} {arguments} →\n{content}"))
-    if succeeded and not toolmeaning.parts_of(request):
-        # A request of one part that a call did: the failures of other tools tried around it are
-        # no part of the answer (a 0.5B model wrote about them instead of the result).
+    if focused and succeeded:
+        # The failures of other tools tried after a call did the request are no part of the
+        # answer (a 0.5B model wrote about them instead of the result).
         worked = {name for name, _ in succeeded}
         failed = [f for f in failed if f[0] in worked]
     return request, "\n\n".join(line for _, line in failed[-RESULTS_KEPT:] + succeeded[-RESULTS_KEPT:])

@@ -29,7 +29,7 @@ from agent.llm.base import (
 )
 from agent.llm.messages import ChatMessage, LLMChunk, ToolCall
 from agent.models import Profile
-from agent.toolcalling import constrained, plan, toolmeaning
+from agent.toolcalling import constrained, plan
 from agent.toolcalling.calls import CallTracker, DoesNotFit, fit_request
 from agent.toolcalling.partial_json import FieldText
 from agent.toolcalling.toolcalls import CallTextFilter, extract_calls
@@ -214,6 +214,7 @@ async def constrained_step(
         await conv.save_streaming(turn.message, tokens=turn.tokens)
 
 
+STRAYS = 2  # failed calls of other tools after a call did the request: the turn is answered
 MAX_LEFT_ASKS = 2  # per turn: a small model asked again about a part of its request left
 
 # Failures of a deciding call that end the turn; any other error falls back to an unconstrained call.
@@ -242,10 +243,12 @@ async def decide_step(
     grows and saved, and the turn needs no second call (a message that needs no tool is one
     call). None when the step gave nothing usable (the caller then makes an unconstrained call)."""
     cap = setup.profile.max_tools
-    if cap and setup.tracker.strayed and not toolmeaning.parts_of(query):
-        # A one-part request that a call already did ("how many widgets are in stock at <url>"),
-        # then another tool tried and failed (reading a stock.json that is no file): Qwen2.5-Coder-0.5B
-        # went on trying more and answered about the failures. The results it has answer it.
+    if cap and not setup.tracker.plan and setup.tracker.strays >= STRAYS:
+        # A request that a call already did ("fetch <url> and tell me how many widgets are in
+        # stock"), then other tools tried and failed (reading a stock.json that is no file):
+        # Qwen2.5-Coder-0.5B went on trying and answered about the failures. The results it has
+        # answer it. (A planned request's parts are its own: the plan forces and checks them.)
+        setup.tracker.wandered = True
         turn.decision = constrained.Decision(answer=True)
         return
     # Only a capped step asks for meaning (an embedding call, raced against Stop); uncapped, the
@@ -478,7 +481,7 @@ async def answer_from_results(conv: Conversation, setup: Setup, turn: Turn) -> A
 
     def stream(temperature: float, again: bool = False):
         return setup.backend.stream_complete(
-            constrained.results_prompt(conv.context, again), None, model=profile.resolved_model(),
+            constrained.results_prompt(conv.context, again, focused=setup.tracker.wandered), None, model=profile.resolved_model(),
             temperature=temperature, max_tokens=profile.answer_token_limit(),
         )
 
