@@ -417,6 +417,11 @@ class TestSmallModelStep:
         assert shown(turn("ERROR: the program did not finish"), "Done.", {"code_exec"}) == ""
         assert shown(turn("x" * 500 + "\n[exit code 0]"), "Done.", {"code_exec"}) == ""  # too long to repeat
         assert shown(turn("1\n[stderr]\nwarning\n[exit code 0]"), "Done.", {"code_exec"}) == ""
+        # Two programs ran; the answer states what the first printed: no second number under it.
+        both = turn("76205685\n[exit code 0]") + [ChatMessage(role="tool", content="76193340\n[exit code 0]",
+                                                               name="code_exec", tool_call_id="c2")]
+        assert shown(both, "The result is 76205685.", {"code_exec"}) == ""
+        assert shown(both, "It ran.", {"code_exec"}) == "76193340"  # neither stated: the last
 
     def test_which_rewrites_invent_their_input(self):
         invents = constrained.invents_inputs

@@ -549,14 +549,24 @@ def unstated_output(context: list[ChatMessage], answer: str, tools: set[str] | f
     last = next((m for m in reversed(context) if m.role in ("tool", "user") and not m.is_summary), None)
     if last is None or last.role != "tool" or last.name not in tools:
         return ""
-    lines = (last.content or "").split("\n")
-    if lines[-1] != _EXIT_OK or last.content.startswith(("ERROR:", "[UNTRUSTED DATA")):
+    said = _THOUSANDS.sub("", answer or "").lower()
+    start = max((i for i, m in enumerate(context) if m.role == "user" and not m.is_summary), default=-1)
+    outputs = [_printed(m.content or "") for m in context[start + 1:] if m.role == "tool" and m.name in tools]
+    if any(out and all(token.lower() in said for token in _TOKEN.findall(out)) for out in outputs):
+        return ""  # the answer states what one of the turn's programs printed (an earlier one, maybe)
+    out = _printed(last.content or "")
+    if not out or len(out) > OUTPUT_SHOWN_CHARS or out.count("\n") > 2:
+        return ""
+    return out
+
+
+def _printed(content: str) -> str:
+    """What a program that ran cleanly printed ("" for a failed or cut run, or one with stderr)."""
+    lines = content.split("\n")
+    if lines[-1] != _EXIT_OK or content.startswith(("ERROR:", "[UNTRUSTED DATA")):
         return ""
     out = "\n".join(lines[:-1]).strip()
-    if not out or len(out) > OUTPUT_SHOWN_CHARS or out.count("\n") > 2 or "[stderr]" in out or "[truncated" in out:
-        return ""
-    said = _THOUSANDS.sub("", answer or "").lower()
-    return out if any(token.lower() not in said for token in _TOKEN.findall(out)) else ""
+    return "" if "[stderr]" in out or "[truncated" in out else out
 
 
 def answer_note(context: list[ChatMessage]) -> str:
