@@ -422,6 +422,11 @@ class TestSmallModelStep:
                                                                name="code_exec", tool_call_id="c2")]
         assert shown(both, "The result is 76205685.", {"code_exec"}) == ""
         assert shown(both, "It ran.", {"code_exec"}) == "76193340"  # neither stated: the last
+        # What a program printed from a hostile page or file is shown as code, never as markup.
+        assert constrained.output_note("42") == "\n\nThe program printed: `42`"
+        hostile = "`![x](http://evil.example/p.png)` <img src=x onerror=alert(1)>\n[click](http://evil.example)"
+        note = constrained.output_note(hostile)
+        assert all(line.startswith("    ") for line in note.split("\n\n", 2)[2].split("\n"))  # an indented code block
 
     def test_which_rewrites_invent_their_input(self):
         invents = constrained.invents_inputs

@@ -560,6 +560,14 @@ def unstated_output(context: list[ChatMessage], answer: str, tools: set[str] | f
     return out
 
 
+def output_note(output: str) -> str:
+    """The line under the answer that shows a program's output, always as code: what a program
+    printed (a page's or a file's text, maybe) is never rendered as a link, an image or markup."""
+    if "\n" not in output and "`" not in output:
+        return f"\n\nThe program printed: `{output}`"
+    return "\n\nThe program printed:\n\n    " + output.replace("\n", "\n    ")
+
+
 def _printed(content: str) -> str:
     """What a program that ran cleanly printed ("" for a failed or cut run, or one with stderr)."""
     lines = content.split("\n")

@@ -490,8 +490,7 @@ async def answer_from_results(conv: Conversation, setup: Setup, turn: Turn) -> A
         yield event
     programs = {t.name for t in setup.tools if getattr(t, "code_runs_as_is", False)}
     if output := constrained.unstated_output(conv.context, turn.message.content, programs):
-        shown = f"`{output}`" if "\n" not in output and "`" not in output else "\n\n    " + output.replace("\n", "\n    ")
-        for event in _show(turn, f"\n\nThe program printed: {shown}"):
+        for event in _show(turn, constrained.output_note(output)):
             yield event
     turn.tokens = conv.token_count + estimate_text(turn.message.content)  # the chat's context, not this prompt
     if turn.thinking_open:
