@@ -25,6 +25,7 @@ import copy
 import json
 import logging
 import re
+import sys
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -209,6 +210,41 @@ def choose(tools: list, query: str, cap: int, used: set[str], meaning: toolmeani
         # request in another language) must not push out the tool the request's words name.
         chosen = [*chosen[:cap - 1], words[0]]
     return chosen + [t for t in tools if t.name in used and t not in chosen]
+
+
+# An address a call could be given: a URL, "www.…", localhost, an IP, or a host name ("example.org",
+# "api.shop.test/orders"). A word ending in a file's extension ("config.json") is a file, not a host.
+_ADDRESS = re.compile(
+    r"\bhttps?://|\bwww\.|\blocalhost\b|\b\d{1,3}(?:\.\d{1,3}){3}\b|\b(?:[a-z0-9-]+\.)+([a-z]{2,24})\b(?!\.\w)", re.I)
+FILE_EXTENSIONS = frozenset("""txt csv tsv json jsonl md log py yaml yml toml ini cfg conf html htm xml pdf doc docx odt
+rtf xls xlsx ods ppt pptx png jpg jpeg gif svg webp bmp js ts css sh bash zip gz tar tgz bz2 xz mp3 mp4 wav ogg mov
+ipynb sql db sqlite rs go c h cpp hpp java rb php lock env bak tmp""".split())
+
+
+def has_address(texts) -> bool:
+    """Whether any of `texts` holds an address (see _ADDRESS) that a tool taking a `url` could be given."""
+    for text in texts:
+        for match in _ADDRESS.finditer(text or ""):
+            if match.group(1) is None or match.group(1).lower() not in FILE_EXTENSIONS:
+                return True
+    return False
+
+
+def takes_address(tool) -> bool:
+    """A tool that cannot be called without a `url` (web_view, http_request, an MCP server's fetch)."""
+    return "url" in ((tool.parameters or {}).get("required") or ())
+
+
+def without_invented_addresses(tools: list, texts) -> list:
+    """For a capped step (a small model's profile): the tools that need a `url` are offered only
+    when the conversation holds an address to give them (the request, an earlier message, a
+    search result). Without one, Qwen2.5-Coder-0.5B posted "port 8080" to an invented
+    http://localhost:8080 instead of writing config.json, and fetched https://www.example.com
+    for "read the manual of the web_view tool": a call that can only be made with an invented
+    address is no choice to offer."""
+    if not any(takes_address(t) for t in tools) or has_address(texts):
+        return tools
+    return [t for t in tools if not takes_address(t)]
 
 
 @dataclass
@@ -507,6 +543,46 @@ def computes_itself(code: str) -> bool:
     calls = [n for n in ast.walk(node) if isinstance(n, ast.Call)]
     working = [c for c in calls if not (isinstance(c.func, ast.Name) and c.func.id == "print")]
     return bool(working) and all(name in vars(builtins) and name not in _NOT_PURE for name in free)
+
+
+def completed_program(code: str) -> str:
+    """A small model's program with what it plainly forgot (Qwen2.5-Coder-0.5B on the eval's
+    files: `json.load` without `import json`; a function defined and never called, so nothing
+    ran): the standard-library modules it uses by name but never binds are imported, and a
+    program of definitions alone whose one function needs no argument gets a call that prints
+    what it returns. Anything else is left as written ("" or code that does not parse too)."""
+    try:
+        tree = ast.parse(code or "")
+    except SyntaxError:
+        return code
+    bound = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            bound.add(node.id)
+    used = [n.value.id for n in ast.walk(tree)
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and isinstance(n.value.ctx, ast.Load)]
+    missing = sorted({name for name in used if name in sys.stdlib_module_names and name not in bound
+                      and not name.startswith("_") and name not in vars(builtins)})
+    call = ""
+    body = [n for n in tree.body if not isinstance(n, (ast.Import, ast.ImportFrom))
+            and not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]  # a docstring
+    functions = [n for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    if body and len(functions) == 1 and all(isinstance(n, (ast.FunctionDef, ast.Assign, ast.AnnAssign)) for n in body):
+        args = functions[0].args
+        needs_none = len(args.defaults) == len(args.posonlyargs) + len(args.args) and None not in args.kw_defaults
+        if needs_none and isinstance(functions[0], ast.FunctionDef):
+            name = functions[0].name
+            call = f"\n_result = {name}()\nif _result is not None:\n    print(_result)\n"
+    if not missing and not call:
+        return code
+    head = "".join(f"import {name}\n" for name in missing)
+    return f"{head}{code.rstrip()}\n{call}" if call else f"{head}{code}"
 
 
 # One word holding a folder separator, or a file name with an extension ("example.txt", not "3.14").

@@ -253,6 +253,8 @@ async def decide_step(
         return
     # Only a capped step asks for meaning (an embedding call, raced against Stop); uncapped, the
     # race's two tasks were two trips through the event loop before every request.
+    if cap:
+        offer = constrained.without_invented_addresses(offer, (m.content for m in conv.context if m.role != "system"))
     meaning = await until_stopped(constrained.meaning(offer, query, cap), current_stop_event.get()) if cap > 0 else None
     if cap and setup.tracker.plan is None:
         setup.tracker.plan = plan.make(query, offer, meaning)
@@ -335,6 +337,20 @@ async def _decide_what_is_left(
 
 
 async def _write_code(conv: Conversation, setup: Setup, call: ToolCall) -> None:
+    """`_write_program`, then what the program plainly forgot put in (constrained.completed_program:
+    a standard module never imported, a lone function never called)."""
+    written_as = _written_as(call)  # as the model wrote it: how a repeat of it is recognised
+    await _write_program(conv, setup, call)
+    tool = next((t for t in setup.step_tools if t.name == call.name), None)
+    argument = getattr(tool, "code_argument", "")
+    if argument and isinstance(call.arguments.get(argument), str):
+        completed = constrained.completed_program(call.arguments[argument])
+        if completed != call.arguments[argument]:
+            call.arguments = {**call.arguments, argument: completed}
+            setup.rewritten[written_as] = dict(call.arguments)
+
+
+async def _write_program(conv: Conversation, setup: Setup, call: ToolCall) -> None:
     """A small model's program argument (Tool.code_argument), written again as plain code in a
     short call of its own: inside a JSON string a coder model writes `1 + 12345` for "the sum
     from 1 to 12345"; asked for code, it writes the program. The model's own version stays when

@@ -100,13 +100,14 @@ class FilesystemTool(Tool):
     }
 
     async def execute(self, params: dict[str, Any]) -> ToolResult:
+        roots: list[Root] = []
         try:
             roots = await current_file_roots()
             return await asyncio.to_thread(self._dispatch, params, roots, str(workspace_for()))
         except PathRefused as exc:
             return ToolResult(False, error=f"refused: {exc}")
         except FileNotFoundError as exc:
-            return ToolResult(False, error=f"not found: {exc.filename or params.get('path')}; list the folder to see what exists")
+            return ToolResult(False, error=await asyncio.to_thread(_not_found, exc, params, roots, str(workspace_for())))
         except file_versions.NoVersion as exc:
             return ToolResult(False, error=str(exc))
         except (IsADirectoryError, NotADirectoryError, FileExistsError, PermissionError, OSError) as exc:
@@ -235,6 +236,35 @@ class FilesystemTool(Tool):
         finally:
             os.close(top)
         return ToolResult(True, "\n".join(matches) or "no matching files")
+
+
+NEAR_SHOWN = 30  # entries of the folder named in a "not found" error
+
+
+def _not_found(exc: FileNotFoundError, params: dict, roots: list[Root], base: str) -> str:
+    """A missing path's error, with what its folder does hold (checked like any path: nothing
+    outside the allowed folders is listed) and how to find a file by its text: a model that
+    guessed "docs/kiwi.txt" for "which file in docs mentions kiwi?" then sees the real names
+    and the search action instead of guessing again."""
+    path = str(params.get("path") or "")
+    message = f"not found: {path or exc.filename}"
+    folder = os.path.dirname(path.rstrip("/")) or "."
+    try:
+        target = _Target(*locate(folder, roots, base), base)
+        fd = open_dir(target.root, target.real)
+        try:
+            names = sorted((e.name + "/" if e.is_dir(follow_symlinks=False) else e.name) for e in os.scandir(fd))
+        finally:
+            os.close(fd)
+    except (PathRefused, OSError, ValueError):
+        return f"{message}; list the folder to see what exists"
+    where = "the workspace" if folder == "." else f"{target.shown}/"
+    if not names:
+        return f"{message}; {where} is empty"
+    shown = ", ".join(names[:NEAR_SHOWN]) + (f" and {len(names) - NEAR_SHOWN} more" if len(names) > NEAR_SHOWN else "")
+    hint = (f'. To find the file that contains a text: action "search", path "{folder}", text "<the text>"'
+            if params.get("action") == "read" else "")
+    return f"{message}. {where} holds: {shown}{hint}"
 
 
 def _keep(target: _Target, action: str) -> file_versions.Kept:
