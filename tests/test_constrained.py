@@ -394,6 +394,53 @@ class TestSmallModelStep:
         stored = await Message.objects.filter(session_id=session.id, role="assistant").alast()
         assert stored.content == frames[-1]["content"] and stored.status == "complete"
 
+    async def test_a_tool_that_needs_an_address_is_offered_only_when_the_chat_holds_one(self, llm, session, owner_token):
+        # Without an address Qwen2.5-Coder-0.5B posted "port set to 8080" to an invented
+        # http://localhost:8080 instead of writing config.json, and fetched www.example.com to
+        # "read the manual of the web_view tool".
+        await Profile.objects.filter(pk="secretary").aupdate(max_tools=8, enabled_tools=["web_view", "http_request", "filesystem", "tool_manual"])
+        llm.script(Turn(content=ANSWER), Turn(content="Fine."), Turn(content=ANSWER), Turn(content="Fine."))
+        await run(session, owner_token, "fetch the page and post the form with port set to 8080")
+        offered = [t["function"]["name"] for t in llm.requests[0]["tools"]]
+        assert "web_view" not in offered and "http_request" not in offered and "filesystem" in offered
+        assert branch_names(schema_of(llm.requests[0])) == ["answer", *offered]  # nor in the schema
+        await run(session, owner_token, "fetch the page at shop.test/orders and post the form")
+        offered = [t["function"]["name"] for t in llm.requests[2]["tools"]]
+        assert "web_view" in offered and "http_request" in offered
+
+    def test_an_address_is_a_url_a_host_or_an_ip_never_a_file_name(self):
+        has = constrained.has_address
+        for text in ("see http://x", "www.python.org", "api.shop.test/orders", "localhost:8080", "at 10.0.0.7",
+                     "example.org"):
+            assert has([text]), text
+        for text in ("config.json", "read docs/kiwi.txt", "e.g. this", "port 8080", "3.14", "report.pdf", ""):
+            assert not has([text]), text
+        assert has(["nothing here", None, "the first result: https://docs.test/a"])  # any message of the chat
+
+    async def test_a_program_that_forgot_an_import_and_its_call_runs_whole(self, llm, session, owner, owner_token, host_tools_allowed):
+        (await _workspace(owner) / "settings.json").write_text('{"timeout": 45}')
+        forgot = "def read():\n    return json.load(open('settings.json'))['timeout']\n"
+        decided = json.dumps({"name": "code_exec", "arguments": {"code": forgot}})
+        llm.script(Turn(content=decided), Turn(content="```python\n" + forgot + "```"), Turn(content=ANSWER),
+                   Turn(content="The timeout is 45."))
+        frames = await run(session, owner_token, "Use Python to read the timeout field of settings.json.")
+        call = of(frames, "tool_call")[0]
+        assert call["args"]["code"].startswith("import json\ndef read():") and "_result = read()" in call["args"]["code"]
+        assert call["success"] and call["result"].startswith("45")
+        assert frames[-1]["content"] == "The timeout is 45."
+
+    def test_only_what_a_program_plainly_forgot_is_put_in(self):
+        done = constrained.completed_program
+        assert done("print(json.dumps([1]))\n") == "import json\nprint(json.dumps([1]))\n"
+        assert done("import json as j\nprint(j.dumps(1))\n") == "import json as j\nprint(j.dumps(1))\n"
+        assert done("json = {'a': 1}\nprint(json.get('a'))\n").startswith("json =")  # its own name, not the module
+        assert done("def f(x):\n    return x\n") == "def f(x):\n    return x\n"  # it needs an argument
+        assert done("def f():\n    return 1\nprint(f())\n") == "def f():\n    return 1\nprint(f())\n"  # called
+        assert "_result" not in done("def f():\n    return 1\ndef g():\n    return 2\n")  # which one?
+        assert done("x.upper()\n") == "x.upper()\n" and done("def (:") == "def (:" and done("") == ""
+        documented = '"""Sum."""\nimport csv\ndef total(path="t.csv"):\n    return 1\n'
+        assert done(documented) == documented + "\n_result = total()\nif _result is not None:\n    print(_result)\n"
+
     def test_only_a_complete_one_expression_program_is_kept_as_written(self):
         keeps = constrained.computes_itself
         assert keeps("sum(range(1, 12346))") and keeps("print(sum(x * x for x in range(10)))")
@@ -439,6 +486,24 @@ class TestSmallModelStep:
         assert not invents("print('The answer is 3.14 km/h')", "speed?", "")
         assert not invents("rows = open(name).read()", "read data/hours.csv", "")
 
+    def test_a_rewrite_with_a_number_nobody_gave_is_not_kept(self):
+        invents = constrained.invents_numbers
+        assert invents("total = 0\nfor i in range(1, 12356):\n    total += i\nprint(total)", "Add up 1 to 12345")
+        assert not invents("print(sum(range(1, 12346)))", "Add up 1 to 12,345")  # one past a given number
+        assert not invents("print(sum([7.5, 8, 6.5]))", "add up the hours\nfilesystem → 7.5\n8\n6.5")  # from a result
+        assert not invents("print((100 - 32) * 5 / 9)", "convert 100 F to C")  # the unit's own constant
+        assert not invents("print(17 * 23)", "What's 17 times 23?") and invents("def (:", "")
+
+    async def test_an_answer_at_once_to_a_request_naming_a_file_is_asked_again(self, llm, session, owner, owner_token):
+        from tools_app.workspace import workspace_for
+
+        await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"filesystem": "allow"})
+        write = json.dumps({"name": "filesystem", "arguments": {"action": "write", "path": "config.json", "content": "{}"}})
+        llm.script(Turn(content=ANSWER), Turn(content=write), Turn(content=ANSWER), Turn(content="Created."))
+        frames = await run(session, owner_token, "Create a file config.json with an empty object")
+        assert "Still to do: config.json (nothing done with it yet)" in llm.requests[1]["messages"][-1]["content"]
+        assert (workspace_for(owner.pk) / "config.json").read_text() == "{}" and frames[-1]["content"] == "Created."
+
     def test_the_program_is_read_from_a_fence_or_the_whole_reply(self):
         assert constrained.code_from("Sure:\n```py\nprint(1)\n```\nDone.") == "print(1)\n"
         assert constrained.code_from("print(sum(range(1, 12346)))") == "print(sum(range(1, 12346)))\n"
@@ -463,7 +528,8 @@ class TestSmallModelStep:
         (workspace_for(owner.pk) / "a.txt").write_text("apple\n")
         read = json.dumps({"name": "filesystem", "arguments": {"action": "read", "path": "a.txt"}})
         write = json.dumps({"name": "filesystem", "arguments": {"action": "write", "path": "b.txt", "content": "apple"}})
-        llm.script(Turn(content=read), Turn(content=read), Turn(content=write), Turn(content=ANSWER), Turn(content="Copied."))
+        llm.script(Turn(content=read), Turn(content=read), Turn(content=write), Turn(content="apple"), Turn(content=ANSWER),
+                   Turn(content="Copied."))
         frames = await run(session, owner_token, "copy the first word of a.txt into b.txt")
         again = llm.requests[2]
         assert "Still to do: b.txt (nothing done with it yet)" in again["messages"][-1]["content"]
@@ -472,6 +538,41 @@ class TestSmallModelStep:
         assert "read" not in actions and "write" in actions  # the repeated action is not offered again
         assert [c["args"]["action"] for c in of(frames, "tool_call")] == ["read", "write"]
         assert (workspace_for(owner.pk) / "b.txt").read_text() == "apple" and frames[-1]["content"] == "Copied."
+
+    async def test_a_files_text_after_a_result_is_written_again_from_the_results(self, llm, session, owner, owner_token):
+        # In the step's JSON Qwen2.5-Coder-0.5B wrote the key "timeout" into timeout.txt.
+        from tools_app.workspace import workspace_for
+
+        await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"filesystem": "allow"})
+        workspace = workspace_for(owner.pk)
+        (workspace / "settings.json").write_text('{"timeout": 45}')
+        read = json.dumps({"name": "filesystem", "arguments": {"action": "read", "path": "settings.json"}})
+        write = json.dumps({"name": "filesystem", "arguments": {"action": "write", "path": "timeout.txt", "content": "timeout"}})
+        llm.script(Turn(content=read), Turn(content=write), Turn(content="Here it is:\n```\n45\n```"), Turn(content=ANSWER),
+                   Turn(content="Wrote 45."))
+        frames = await run(session, owner_token, "Read settings.json and write the value of its timeout field into timeout.txt.")
+        text_call = llm.requests[2]
+        assert schema_of(text_call) is None and not text_call.get("tools")
+        system, user = text_call["messages"]
+        assert "exact text" in system["content"] and "UNTRUSTED DATA" in system["content"]
+        assert user["content"].startswith("My request: Read settings.json") and '{"timeout": 45}' in user["content"]
+        assert user["content"].endswith("The exact text to write into timeout.txt:")
+        assert of(frames, "tool_call")[1]["args"]["content"] == "45" and (workspace / "timeout.txt").read_text() == "45"
+        assert frames[-1]["content"] == "Wrote 45."
+        # Nothing returned yet (the text is the request's own) or a reply with no text: the model's text stays.
+        assert constrained.text_from("", "timeout") == "" and constrained.text_from("```\n\n```", "x") == ""
+        assert constrained.text_from("x" * 1000, "short") == ""  # far longer than the model's own
+        assert constrained.text_from("```csv\nlunch, 12.50\n```", "a\n") == "lunch, 12.50\n"
+
+    async def test_a_files_text_with_no_result_before_it_is_the_models_own(self, llm, session, owner, owner_token):
+        from tools_app.workspace import workspace_for
+
+        await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"filesystem": "allow"})
+        write = json.dumps({"name": "filesystem", "arguments": {"action": "write", "path": "list.txt", "content": "eggs"}})
+        llm.script(Turn(content=write), Turn(content=ANSWER), Turn(content="Done."))
+        frames = await run(session, owner_token, "create list.txt with eggs")
+        assert len(llm.requests) == 3 and (workspace_for(owner.pk) / "list.txt").read_text() == "eggs"
+        assert frames[-1]["content"] == "Done."
 
     async def test_an_answer_after_the_first_of_two_parts_is_asked_again_once(self, llm, session, owner, owner_token):
         from tools_app.workspace import workspace_for

@@ -80,6 +80,29 @@ async def test_filesystem_refuses_symlinks_that_leave_the_allowlist(settings, tm
     assert secret.read_text() == "top secret"
 
 
+async def test_a_missing_file_is_answered_with_what_its_folder_holds_and_how_to_search(settings, tmp_path):
+    # Asked which file in docs mentions kiwi, a small model read a guessed "docs/kiwi.txt" twice.
+    docs = settings.NAVI_WORKSPACE / "docs"
+    docs.mkdir()
+    for name in ("a.txt", "b.txt"):
+        (docs / name).write_text(name)
+    (docs / "old").mkdir()
+    missed = await fs(action="read", path="docs/kiwi.txt")
+    assert not missed.success and missed.error == (
+        'not found: docs/kiwi.txt. docs/ holds: a.txt, b.txt, old/. To find the file that contains a text: '
+        'action "search", path "docs", text "<the text>"')
+    assert (await fs(action="delete", path="gone.txt")).error == "not found: gone.txt. the workspace holds: docs/"
+    assert "holds" not in (await fs(action="read", path="nowhere/x.txt")).error  # no folder: the plain error
+    # A workspace path written with a leading slash is refused, with the path that was meant.
+    assert (await fs(action="read", path="/docs/kiwi.txt")).error.endswith("did you mean 'docs/kiwi.txt' (without the leading /)?")
+    assert "did you mean" not in (await fs(action="read", path="/etc/passwd")).error
+    # A missing file behind a link that leaves the allowed folders lists nothing of where it leads.
+    (tmp_path / "private.txt").write_text("secret")
+    (settings.NAVI_WORKSPACE / "out").symlink_to(tmp_path)
+    refused = (await fs(action="read", path="out/missing.txt")).error
+    assert refused.startswith("refused:") and "private" not in refused
+
+
 async def test_filesystem_star_means_unrestricted_except_the_user_tools_dir(settings, tmp_path):
     outside = tmp_path / "free.txt"
     assert not (await fs(action="write", path=str(outside), content="x")).success

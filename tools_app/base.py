@@ -52,6 +52,12 @@ class Tool(ABC):
     # The program runs as it is and a last bare expression's value is printed (code_exec): a
     # one-expression program that computes from builtins alone is kept, not written again.
     code_runs_as_is: bool = False
+    # The argument that holds text written into a file (filesystem's `content`) for the actions
+    # `text_actions`: after this turn's tools returned something, a small model's step has it
+    # written again in a short call of its own from the request and those results (a 0.5B model
+    # wrote the key "timeout" into timeout.txt inside the JSON of the step, the value 45 beside it).
+    text_argument: str = ""
+    text_actions: tuple[str, ...] = ()
     # Seconds before the call is abandoned; None = TOOL_TIMEOUT_S. Tools that wait on other
     # long work (spawn_agent) raise it.
     timeout: float | None = None

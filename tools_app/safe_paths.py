@@ -44,9 +44,22 @@ def locate(raw: str, roots: list[Root], base: str) -> tuple[Root, str]:
         shown = ", ".join(r.path for r in roots)
         raise PathRefused(
             f"'{raw}' resolves to {real}, outside the allowed paths ({shown}); "
-            "use a path inside them (relative paths start in the workspace)"
+            f"use a path inside them (relative paths start in the workspace){_meant(path, roots, base)}"
         )
     return max(inside, key=lambda r: len(r.path)), real
+
+
+def _meant(path: str, roots: list[Root], base: str) -> str:
+    """For an absolute path whose folder exists in the workspace ("/docs/kiwi.txt" with a docs
+    folder there: a model writing a workspace path with a leading slash), the relative path it
+    meant; "" otherwise."""
+    if not os.path.isabs(path) or not base:
+        return ""
+    relative = path.lstrip("/")
+    candidate = os.path.realpath(os.path.join(base, relative))
+    if not relative or not any(root.contains(candidate) for root in roots) or not os.path.isdir(os.path.dirname(candidate)):
+        return ""
+    return f"; did you mean '{relative}' (without the leading /)?"
 
 
 def check_writable(root: Root, real: str) -> None:

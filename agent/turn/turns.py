@@ -29,7 +29,7 @@ from agent.llm.base import (
 )
 from agent.llm.messages import ChatMessage, LLMChunk, ToolCall
 from agent.models import Profile
-from agent.toolcalling import constrained, plan
+from agent.toolcalling import constrained, plan, toolselect
 from agent.toolcalling.calls import CallTracker, DoesNotFit, fit_request
 from agent.toolcalling.partial_json import FieldText
 from agent.toolcalling.toolcalls import CallTextFilter, extract_calls
@@ -254,7 +254,7 @@ async def decide_step(
     # Only a capped step asks for meaning (an embedding call, raced against Stop); uncapped, the
     # race's two tasks were two trips through the event loop before every request.
     if cap:
-        offer = constrained.without_invented_addresses(offer, (m.content for m in conv.context if m.role != "system"))
+        offer = constrained.without_invented_addresses(offer, constrained.said_and_found(conv.context))
     meaning = await until_stopped(constrained.meaning(offer, query, cap), current_stop_event.get()) if cap > 0 else None
     if cap and setup.tracker.plan is None:
         setup.tracker.plan = plan.make(query, offer, meaning)
@@ -278,7 +278,9 @@ async def decide_step(
     if decision is None or decision.text:
         return
     repeated = _again(setup, decision)
-    stopping = decision.answer and bool(setup.tracker.used)
+    # A small model that answers at once a request naming a file ("Create a file config.json …")
+    # is asked once more too: a file it names and nothing touched is a part left.
+    stopping = decision.answer and (bool(setup.tracker.used) or bool(toolselect.file_names(query)))
     if (repeated or stopping) and setup.profile.max_tools and setup.tracker.left_asks < MAX_LEFT_ASKS:
         # A small model that goes round (a call it already made) or answers after its first
         # step often has a part of the request left (read timesheet.csv, then write
@@ -299,6 +301,7 @@ async def decide_step(
         if setup.profile.max_tools:
             constrained.fix_path(decision.call, query)
             await _write_code(conv, setup, decision.call)
+            await _write_text(conv, setup, decision.call)
         turn.calls = [decision.call]
         turn.message.tool_calls = [decision.call]
         await conv.save_streaming(turn.message, tokens=turn.tokens)
@@ -385,10 +388,55 @@ async def _write_program(conv: Conversation, setup: Setup, call: ToolCall) -> No
     if code and constrained.invents_inputs(code, conv.last_request(), call.arguments.get(argument, "")):
         log.info("the program of %s written again reads what the request never named: the model's own is kept", call.name)
         return
+    if code and constrained.invents_numbers(code, f"{constrained.turn_said(conv.context)}\n{call.arguments.get(argument, '')}"):
+        log.info("the program of %s written again holds a number nobody gave: the model's own is kept", call.name)
+        return
     if code:
         written_as = _written_as(call)
         call.arguments = {**call.arguments, argument: code}
         setup.rewritten[written_as] = dict(call.arguments)
+
+
+async def _write_text(conv: Conversation, setup: Setup, call: ToolCall) -> None:
+    """A small model's text for a file (Tool.text_argument), after this turn's tools returned
+    something, written again in a short call of its own from the request and those results: in
+    the step's JSON a 0.5B model wrote the key ("timeout") where the value (45) was meant, or the
+    column's values where their sum was. The model's own text stays when this one is empty or
+    runs far longer."""
+    tool = next((t for t in setup.step_tools if t.name == call.name), None)
+    argument = getattr(tool, "text_argument", "")
+    arguments = call.arguments if isinstance(call.arguments, dict) else {}
+    action = arguments.get(getattr(tool, "action_parameter", "action"))
+    own = arguments.get(argument)
+    if not argument or action not in getattr(tool, "text_actions", ()) or not isinstance(own, str):
+        return
+    if not any(m.role == "tool" and not m.content.startswith("ERROR") for m in _this_turn(conv.context)):
+        return  # nothing returned yet: the text comes from the request, as the model wrote it
+    profile = setup.profile
+    try:
+        with llm_purpose("text"):
+            response = await until_stopped(
+                setup.backend.complete(
+                    constrained.text_prompt(conv.context, action, str(arguments.get("path") or "the file")), None,
+                    model=profile.resolved_model(), temperature=0.0, think=False, max_tokens=profile.answer_token_limit(),
+                ),
+                current_stop_event.get(),
+            )
+    except Stopped:
+        raise
+    except (LLMError, LLMIncomplete) as exc:
+        log.info("the text of %s was not written again: %s", call.name, exc)
+        return
+    text = constrained.text_from(response.content, own)
+    if text and text != own:
+        written_as = _written_as(call)
+        call.arguments = {**arguments, argument: text}
+        setup.rewritten[written_as] = dict(call.arguments)
+
+
+def _this_turn(context: list[ChatMessage]) -> list[ChatMessage]:
+    start = max((i for i, m in enumerate(context) if m.role == "user" and not m.is_summary), default=-1)
+    return context[start + 1:]
 
 
 def _written_as(call: ToolCall) -> str:

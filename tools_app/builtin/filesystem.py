@@ -80,6 +80,7 @@ class FilesystemTool(Tool):
         "workspace (and the other allowed folders). Relative paths start in the workspace. Writing over "
         "a file, deleting or moving onto one keeps its old content: action=restore brings it back."
     )
+    text_argument, text_actions = "content", ("write", "append")
     actions = {"read": "path offset?", "write": "path content", "append": "path content", "list": "path",
                "mkdir": "path", "delete": "path recursive?", "move": "path destination", "search": "path pattern? text?",
                "restore": "path version?"}
