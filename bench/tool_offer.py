@@ -63,10 +63,11 @@ def offer_rates(cap: int, show_heldout: bool = False, mode: str = "words") -> di
     out: dict[str, dict] = {}
     for task in ALL_TASKS:
         message = task.messages[0].format(web=WEB)
-        meaning = asyncio.run(constrained.meaning(tools, message, cap)) if mode == "meaning" else None
+        offer = constrained.without_invented_addresses(tools, [message])  # as the loop's first step
+        meaning = asyncio.run(constrained.meaning(offer, message, cap)) if mode == "meaning" else None
         if mode == "meaning" and meaning is None:
             raise SystemExit("no vectors from the embedding server: see the log above")
-        offered = [t.name for t in constrained.choose(tools, message, cap, set(), meaning)]
+        offered = [t.name for t in constrained.choose(offer, message, cap, set(), meaning)]
         part = out.setdefault(task.split, {"wordings": 0, "offered": 0, "tools": 0, "misses": []})
         part["wordings"] += 1
         part["tools"] += len(offered)

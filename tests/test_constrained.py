@@ -646,6 +646,23 @@ class TestSmallModelStep:
         assert "scratchpad {" in prompt and "filesystem" not in prompt  # the wander is no part of the answer
         assert frames[-1]["content"] == "Noted in the log."
 
+    async def test_a_failed_guess_made_again_after_a_call_worked_ends_in_the_answer(self, llm, session, owner, owner_token):
+        # Seen on Qwen2.5-Coder-0.5B: "docs/kiwi.txt" guessed, the search found b.txt, then the
+        # same guess again and again until the steps ran out.
+        await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"filesystem": "allow"})
+        docs = await _workspace(owner) / "docs"
+        docs.mkdir()
+        (docs / "b.txt").write_text("kiwi and lime\n")
+        guess = json.dumps({"name": "filesystem", "arguments": {"action": "read", "path": "docs/kiwi.txt"}})
+        search = json.dumps({"name": "filesystem", "arguments": {"action": "search", "path": "docs", "text": "kiwi"}})
+        llm.script(Turn(content=guess), Turn(content=search), Turn(content=guess), Turn(content="It is docs/b.txt."))
+        frames = await run(session, owner_token, "Which file in the docs folder mentions kiwi?")
+        calls = of(frames, "tool_call")
+        assert [(c["args"]["action"], c["success"]) for c in calls] == [("read", False), ("search", True)]
+        assert "docs/ holds: b.txt" in calls[0]["result"] and calls[1]["result"].endswith("docs/b.txt")
+        assert schema_of(llm.requests[-1]) is None and frames[-1]["content"] == "It is docs/b.txt."
+        assert (await ModelReliability.objects.aget()).repeated_calls == 1
+
     async def test_one_failed_call_of_another_tool_after_a_result_may_be_tried_again(self, llm, session, owner, owner_token):
         await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"filesystem": "allow"})
         (await _workspace(owner) / "notes.txt").write_text("old\n")
@@ -939,6 +956,9 @@ class TestTheSchema:
         call = ToolCall(id="1", name="filesystem", arguments={"action": "append", "path": "FILE_LOG.TXT", "content": "x"})
         constrained.fix_path(call, "Append x to the file Log.txt")
         assert call.arguments["path"] == "Log.txt"
+        # The end of a web address is no file of the owner's (a 0.5B model read "/api/stock.json").
+        assert toolselect.file_names("Fetch http://127.0.0.1:8000/api/stock.json into stock.csv") == ["stock.csv"]
+        assert toolselect.file_names("see www.shop.test/list.html") == []
 
     def test_ranking_skips_filler_words_and_reads_file_names(self):
         host = FakeTool("ssh_exec", {}, "Run a command on a host.")

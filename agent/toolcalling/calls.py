@@ -108,6 +108,7 @@ class CallTracker:
     # a small model wandering off a request a call already did (see turns.decide_step).
     strays: int = 0
     wandered: bool = False  # the turn was answered because of them (its answer leaves them out)
+    _failed: dict[tuple[str, str], int] = field(default_factory=dict)  # a failed call → calls done before it
 
     def _add(self, key: str, n: int = 1) -> None:
         self.counts[key] = self.counts.get(key, 0) + n
@@ -131,6 +132,7 @@ class CallTracker:
             if (target := _replaced(call)) is not None:
                 self._written.add(target)
             return ""
+        self._failed[signature] = len(self.done)
         if self.done and call.name not in {c.name for c in self.done}:
             self.strays += 1
         repeated = signature == self._last_failure
@@ -152,6 +154,13 @@ class CallTracker:
     def succeeded(self, call: ToolCall) -> bool:
         """This exact call already succeeded in this turn."""
         return _signature(call) in self._succeeded
+
+    def failed_before_a_success(self, call: ToolCall) -> bool:
+        """This exact call failed earlier in this turn, and a call has worked since: a small
+        model gone back to its first guess ("docs/kiwi.txt") after the search that found the
+        file; it will fail again."""
+        done_then = self._failed.get(_signature(call))
+        return done_then is not None and len(self.done) > done_then
 
     def replaces_again(self, call: ToolCall) -> bool:
         """The call would replace what an earlier call of this turn already wrote (a second

@@ -43,9 +43,15 @@ def _words(text: str) -> list[str]:
     return [_stem(w) for w in _WORD.findall(text.lower().replace("_", " ")) if w not in STOP and not w.isdigit()]
 
 
+# A web address: the file name at the end of its path ("http://shop.test/api/stock.json") is no
+# file of the owner's.
+_URL = re.compile(r"\b(?:https?://|www\.)\S+", re.I)
+
+
 def file_names(text: str) -> list[str]:
-    """The file names a request mentions ("notes.txt", "data/sales.csv"), in order, once each."""
-    return list(dict.fromkeys(m.group(0).strip("./") for m in _FILE_NAME.finditer(text or "")))
+    """The file names a request mentions ("notes.txt", "data/sales.csv"), in order, once each;
+    not the end of a web address."""
+    return list(dict.fromkeys(m.group(0).strip("./") for m in _FILE_NAME.finditer(_URL.sub(" ", text or ""))))
 
 
 def said(query: str) -> set[str]:
@@ -60,7 +66,7 @@ def subject_words(tool) -> set[str]:
 
 def query_words(query: str) -> str:
     """The request as it is ranked on: with a file name in it, the word "file" weighs too."""
-    return f"{query} {FILE_CUE}" if _FILE_NAME.search(query or "") else query
+    return f"{query} {FILE_CUE}" if file_names(query) else query
 
 
 @functools.lru_cache(maxsize=1024)

@@ -310,13 +310,15 @@ async def decide_step(
 
 def _again(setup: Setup, decision: constrained.Decision) -> bool:
     """The decision is a call this turn already made (or, for a small model, one writing over
-    what the turn wrote); a call whose program was written again is compared as rewritten."""
+    what the turn wrote, or one that failed before a call that has worked since); a call whose
+    program was written again is compared as rewritten."""
     call = decision.call
     if call is None:
         return False
     if (known := setup.rewritten.get(_written_as(call))) is not None:
         call.arguments = dict(known)
-    return setup.tracker.succeeded(call) or bool(setup.profile.max_tools and setup.tracker.replaces_again(call))
+    return setup.tracker.succeeded(call) or bool(setup.profile.max_tools and (
+        setup.tracker.replaces_again(call) or setup.tracker.failed_before_a_success(call)))
 
 
 async def _decide_what_is_left(
