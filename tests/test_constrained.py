@@ -557,7 +557,7 @@ class TestSmallModelStep:
         assert "exact text" in system["content"] and "UNTRUSTED DATA" in system["content"]
         assert user["content"].startswith("My request: Read settings.json") and '{"timeout": 45}' in user["content"]
         assert user["content"].endswith("The exact text to write into timeout.txt:")
-        assert of(frames, "tool_call")[1]["args"]["content"] == "45" and (workspace / "timeout.txt").read_text() == "45"
+        assert of(frames, "tool_call")[1]["args"]["content"] == "45\n" and (workspace / "timeout.txt").read_text() == "45\n"
         assert frames[-1]["content"] == "Wrote 45."
         # Nothing returned yet (the text is the request's own) or a reply with no text: the model's text stays.
         assert constrained.text_from("", "timeout") == "" and constrained.text_from("```\n\n```", "x") == ""
@@ -573,6 +573,43 @@ class TestSmallModelStep:
         frames = await run(session, owner_token, "create list.txt with eggs")
         assert len(llm.requests) == 3 and (workspace_for(owner.pk) / "list.txt").read_text() == "eggs"
         assert frames[-1]["content"] == "Done."
+
+    async def test_a_json_file_whose_text_is_no_json_is_written_again(self, llm, session, owner, owner_token):
+        from tools_app.workspace import workspace_for
+
+        await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"filesystem": "allow"})
+        form = json.dumps({"name": "filesystem", "arguments": {"action": "write", "path": "config.json", "content": "debug=true&port=8080"}})
+        llm.script(Turn(content=form), Turn(content='```json\n{"debug": true, "port": 8080}\n```'), Turn(content=ANSWER),
+                   Turn(content="Created config.json."))
+        await run(session, owner_token, "Create a file config.json with debug set to true and port set to 8080.")
+        user = llm.requests[1]["messages"][1]["content"]
+        assert "What my tools returned" not in user and user.endswith("The exact text to write into config.json:")
+        assert json.loads((workspace_for(owner.pk) / "config.json").read_text()) == {"debug": True, "port": 8080}
+        # A rewrite that is no JSON either is not kept over one that is; one that is JSON needs none.
+        assert constrained.unreadable("a.json", "debug=true") and not constrained.unreadable("a.json", '{"a": 1}')
+        assert not constrained.unreadable("a.txt", "debug=true")
+
+    async def test_a_write_over_a_file_the_turn_never_read_reads_it_first(self, llm, session, owner, owner_token):
+        # Told to add a row to expenses.csv, Qwen2.5-Coder-0.5B wrote its one row over the file.
+        from tools_app.workspace import workspace_for
+
+        await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"filesystem": "allow"})
+        expenses = workspace_for(owner.pk) / "expenses.csv"
+        expenses.write_text("date,item,amount\n2026-11-20,bus,2.80\n")
+        over = json.dumps({"name": "filesystem", "arguments": {"action": "write", "path": "expenses.csv", "content": "lunch, 12.50"}})
+        whole = "date,item,amount\n2026-11-20,bus,2.80\n2026-11-27,lunch,12.50\n"
+        llm.script(Turn(content=over), Turn(content=over), Turn(content=f"```csv\n{whole}```"), Turn(content=ANSWER),
+                   Turn(content="Added the lunch row."))
+        frames = await run(session, owner_token, "Add a row to expenses.csv for today: lunch, 12.50.")
+        calls = of(frames, "tool_call")
+        assert [(c["args"]["action"], c["success"]) for c in calls] == [("read", True), ("write", True)]
+        assert "2026-11-20,bus,2.80" in llm.requests[2]["messages"][1]["content"]  # written from what was read
+        assert expenses.read_text() == whole and frames[-1]["content"] == "Added the lunch row."
+        # A new file is written at once.
+        new = json.dumps({"name": "filesystem", "arguments": {"action": "write", "path": "fresh.txt", "content": "hi"}})
+        llm.script(Turn(content=new), Turn(content=ANSWER), Turn(content="Done."))
+        frames = await run(session, owner_token, "Write hi into fresh.txt.")
+        assert [c["args"]["action"] for c in of(frames, "tool_call")] == ["write"]
 
     async def test_an_answer_after_the_first_of_two_parts_is_asked_again_once(self, llm, session, owner, owner_token):
         from tools_app.workspace import workspace_for

@@ -301,6 +301,7 @@ async def decide_step(
         if setup.profile.max_tools:
             constrained.fix_path(decision.call, query)
             await _write_code(conv, setup, decision.call)
+            decision.call = await _read_first(setup, decision.call)
             await _write_text(conv, setup, decision.call)
         turn.calls = [decision.call]
         turn.message.tool_calls = [decision.call]
@@ -402,9 +403,10 @@ async def _write_program(conv: Conversation, setup: Setup, call: ToolCall) -> No
 async def _write_text(conv: Conversation, setup: Setup, call: ToolCall) -> None:
     """A small model's text for a file (Tool.text_argument), after this turn's tools returned
     something, written again in a short call of its own from the request and those results: in
-    the step's JSON a 0.5B model wrote the key ("timeout") where the value (45) was meant, or the
-    column's values where their sum was. The model's own text stays when this one is empty or
-    runs far longer."""
+    the step's JSON a 0.5B model wrote the key ("timeout") where the value (45) was meant. So is
+    a whole file's text its format cannot read (constrained.unreadable: "debug=true&port=8080"
+    for config.json). The model's own text stays when this one is empty, runs far longer, or
+    does not read where the model's did."""
     tool = next((t for t in setup.step_tools if t.name == call.name), None)
     argument = getattr(tool, "text_argument", "")
     arguments = call.arguments if isinstance(call.arguments, dict) else {}
@@ -412,14 +414,16 @@ async def _write_text(conv: Conversation, setup: Setup, call: ToolCall) -> None:
     own = arguments.get(argument)
     if not argument or action not in getattr(tool, "text_actions", ()) or not isinstance(own, str):
         return
-    if not any(m.role == "tool" and not m.content.startswith("ERROR") for m in _this_turn(conv.context)):
+    path = str(arguments.get("path") or "the file")
+    malformed = action != "append" and constrained.unreadable(path, own)
+    if not malformed and not any(m.role == "tool" and not m.content.startswith("ERROR") for m in _this_turn(conv.context)):
         return  # nothing returned yet: the text comes from the request, as the model wrote it
     profile = setup.profile
     try:
         with llm_purpose("text"):
             response = await until_stopped(
                 setup.backend.complete(
-                    constrained.text_prompt(conv.context, action, str(arguments.get("path") or "the file")), None,
+                    constrained.text_prompt(conv.context, action, path), None,
                     model=profile.resolved_model(), temperature=0.0, think=False, max_tokens=profile.answer_token_limit(),
                 ),
                 current_stop_event.get(),
@@ -430,10 +434,29 @@ async def _write_text(conv: Conversation, setup: Setup, call: ToolCall) -> None:
         log.info("the text of %s was not written again: %s", call.name, exc)
         return
     text = constrained.text_from(response.content, own)
+    if text and action != "append" and constrained.unreadable(path, text) and not constrained.unreadable(path, own):
+        return  # the model's own text reads; this one does not
     if text and text != own:
         written_as = _written_as(call)
         call.arguments = {**arguments, argument: text}
         setup.rewritten[written_as] = dict(call.arguments)
+
+
+async def _read_first(setup: Setup, call: ToolCall) -> ToolCall:
+    """A small model's write over an existing file this turn has not touched becomes a read of
+    that file (the tool's `read_first`): the model decides again with the content in front of it,
+    and what it writes then is written from it (`_write_text`). The owner's file is never replaced
+    by a model that never saw it."""
+    tool = next((t for t in setup.step_tools if t.name == call.name), None)
+    read_first = getattr(tool, "read_first", None)
+    if read_first is None or not isinstance(call.arguments, dict):
+        return call
+    touched = {str(c.arguments.get(k)).strip().strip("/").lower() for c in setup.tracker.done
+               if isinstance(c.arguments, dict) for k in ("path", "destination") if c.arguments.get(k)}
+    arguments = await read_first(call.arguments, touched)
+    if arguments is None:
+        return call
+    return ToolCall(id=call.id, name=call.name, arguments=arguments, constrained=call.constrained)
 
 
 def _this_turn(context: list[ChatMessage]) -> list[ChatMessage]:

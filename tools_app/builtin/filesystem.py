@@ -100,6 +100,21 @@ class FilesystemTool(Tool):
         "required": ["action", "path"],
     }
 
+    async def read_first(self, params: dict[str, Any], touched: set[str]) -> dict[str, Any] | None:
+        """For a small model's step: the arguments of a read of the file a `write` would replace,
+        when that file exists and this turn has not touched it (`touched`: the paths its calls
+        named). Told "add a row to expenses.csv", a 0.5B model wrote the one row over the file;
+        with the file read first, what it writes next is written from its content. None: the
+        write goes as it is."""
+        path = params.get("path")
+        if params.get("action") != "write" or not isinstance(path, str) or path.strip().strip("/").lower() in touched:
+            return None
+        try:
+            _, real = locate(path, await current_file_roots(), str(workspace_for()))
+        except PathRefused:
+            return None
+        return {"action": "read", "path": path} if await asyncio.to_thread(os.path.isfile, real) else None
+
     async def execute(self, params: dict[str, Any]) -> ToolResult:
         roots: list[Root] = []
         try:

@@ -82,7 +82,7 @@ class ShareFileTool(Tool):
         "share the zip file with me",
     )
     description = (
-        "Give the owner a download link to a file (it does not create, rename or change files): copies a "
+        "Give the owner a download link to an existing file, left as it is: copies a "
         "local file (workspace or other allowed folder) into this "
         "chat session's files and returns a download link to put in your answer. Use "
         "content_publish afterwards to show it inline in the chat."
@@ -168,8 +168,7 @@ class ContentPublishTool(Tool):
         "preview the picture you made",
     )
     description = (
-        "Show one of this chat's files inline in the chat (images, PDFs, HTML, text; it does not create "
-        "or change files). "
+        "Show one of this chat's files inline in the chat, as it is (images, PDFs, HTML, text). "
         "The file must already be a session file: upload or share_file it first."
     )
     parameters = {
