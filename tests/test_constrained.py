@@ -283,12 +283,14 @@ class TestSmallModelStep:
 
     async def test_a_malformed_call_written_in_the_answer_is_made_valid(self, llm, session, owner_token):
         written = '<tool_call>{"name": "scratchpad", "arguments": {"action": "scribble", "section": "log"}}</tool_call>'
-        llm.script(Turn(content=ANSWER), Turn(content=written), Turn(content=NOTE_CALL),
+        # "answer" at once, and again when asked about the scratchpad part left; then a call in the answer.
+        llm.script(Turn(content=ANSWER), Turn(content=ANSWER), Turn(content=written), Turn(content=NOTE_CALL),
                    Turn(content=ANSWER), Turn(content="Noted."))
         frames = await run(session, owner_token, "note done in the scratchpad log")
-        rewrite = llm.requests[2]
+        assert "Still to do: scratchpad" in llm.requests[1]["messages"][-1]["content"]
+        rewrite = llm.requests[3]
         assert branch_names(schema_of(rewrite)) == ["scratchpad"]  # that tool only, no "answer"
-        assert rewrite["tools"] == llm.requests[1]["tools"]  # the same prefix: the server's cache serves it
+        assert rewrite["tools"] == llm.requests[2]["tools"]  # the same prefix: the server's cache serves it
         assert "Write your call of scratchpad again" in rewrite["messages"][-1]["content"]
         assert not any(m.get("tool_calls") for m in rewrite["messages"])  # the bad call is not in it
         calls = of(frames, "tool_call")
@@ -298,10 +300,10 @@ class TestSmallModelStep:
 
     async def test_a_file_name_where_the_tool_goes_becomes_a_real_tool(self, llm, session, owner_token):
         written = '<tool_call>{"name": "log.txt", "arguments": {"content": "done"}}</tool_call>'
-        llm.script(Turn(content=ANSWER), Turn(content=written), Turn(content=NOTE_CALL),
+        llm.script(Turn(content=ANSWER), Turn(content=ANSWER), Turn(content=written), Turn(content=NOTE_CALL),
                    Turn(content=ANSWER), Turn(content="Noted."))
         frames = await run(session, owner_token, "note done in the scratchpad log")
-        rewrite = llm.requests[2]
+        rewrite = llm.requests[3]
         assert branch_names(schema_of(rewrite)) == [t["function"]["name"] for t in rewrite["tools"]]  # any of the step's
         assert "There is no tool named log.txt" in rewrite["messages"][-1]["content"]
         assert [c["tool"] for c in of(frames, "tool_call")] == ["scratchpad"]
@@ -589,6 +591,18 @@ class TestSmallModelStep:
         assert constrained.unreadable("a.json", "debug=true") and not constrained.unreadable("a.json", '{"a": 1}')
         assert not constrained.unreadable("a.txt", "debug=true")
 
+    async def test_an_answer_at_once_to_a_request_a_tool_plainly_does_is_asked_again(self, llm, session, owner_token):
+        status = json.dumps({"name": "scratchpad", "arguments": {"action": "write", "section": "status", "content": "server is up"}})
+        llm.script(Turn(content=ANSWER), Turn(content=status), Turn(content=ANSWER), Turn(content="Noted."))
+        frames = await run(session, owner_token, "Write 'server is up' into the scratchpad section named status.")
+        assert "Still to do: scratchpad (not used yet)" in llm.requests[1]["messages"][-1]["content"]
+        assert (await ScratchpadSection.objects.aget(section="status")).content == "server is up"
+        assert frames[-1]["content"] == "Noted."
+        # A question no tool plainly answers is answered at once: no second step.
+        llm.script(Turn(content=ANSWER), Turn(content="Paris."))
+        frames = await run(session, owner_token, "What is the capital of France?")
+        assert len(llm.requests) == 6 and frames[-1]["content"] == "Paris."
+
     async def test_a_write_over_a_file_the_turn_never_read_reads_it_first(self, llm, session, owner, owner_token):
         # Told to add a row to expenses.csv, Qwen2.5-Coder-0.5B wrote its one row over the file.
         from tools_app.workspace import workspace_for
@@ -698,6 +712,7 @@ class TestSmallModelStep:
         assert [(c["args"]["action"], c["success"]) for c in calls] == [("read", False), ("search", True)]
         assert "docs/ holds: b.txt" in calls[0]["result"] and calls[1]["result"].endswith("docs/b.txt")
         assert schema_of(llm.requests[-1]) is None and frames[-1]["content"] == "It is docs/b.txt."
+        assert "docs/kiwi.txt" not in llm.requests[-1]["messages"][1]["content"]  # the guess the search made good
         assert (await ModelReliability.objects.aget()).repeated_calls == 1
 
     async def test_one_failed_call_of_another_tool_after_a_result_may_be_tried_again(self, llm, session, owner, owner_token):
@@ -787,6 +802,20 @@ class TestSmallModelStep:
         assert fixed("How many files are in docs for a.txt?", action="list", path="docs") == "docs"
         assert fixed("Copy a.txt to b.txt.", action="write", path="/path/to/it") == "/path/to/it"
         assert fixed("Write a haiku to a file.", action="write", path="poem") == "poem"
+
+        def for_part(part: str, read: bool = True, **arguments) -> str:
+            call = ToolCall(id="1", name="filesystem", arguments=arguments)
+            done = [ToolCall(id="0", name="filesystem", arguments={"action": "read", "path": "settings.json"})] if read else []
+            constrained.fix_path_for_part(call, "Read settings.json and write its timeout into timeout.txt", part, done)
+            return call.arguments["path"]
+
+        # A planned step writing to the file another part only reads goes to its own part's file.
+        assert for_part("write its timeout into timeout.txt", action="write", path="settings.json") == "timeout.txt"
+        assert for_part("write its timeout into timeout.txt", action="write", path="./timeout.txt") == "./timeout.txt"
+        assert for_part("write its timeout into timeout.txt", action="read", path="settings.json") == "settings.json"
+        assert for_part("write its timeout into timeout.txt", action="write", path="other.txt") == "other.txt"
+        assert for_part("Read settings.json", read=False, action="write", path="timeout.txt") == "timeout.txt"
+        assert for_part("write its timeout into timeout.txt", read=False, action="write", path="settings.json") == "settings.json"
 
     async def test_what_is_left_names_untouched_files_and_unused_tools_of_other_parts(self, llm):
         from agent.llm.messages import ToolCall

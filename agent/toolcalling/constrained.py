@@ -284,7 +284,11 @@ def what_is_left(request: str, done: list[ToolCall], offer: list, used: set[str]
     files = [f for f in toolselect.file_names(request) if f.rsplit("/", 1)[-1].lower() not in values]
     ran = {c.name for c in done} | set(used)
     tools: list = []
-    for part, scores in zip(meaning.part_texts, meaning.parts) if meaning is not None else ():
+    # Before any call a request of one part is its own part (a model that answered at once).
+    pairs = list(zip(meaning.part_texts, meaning.parts)) if meaning is not None else []
+    if meaning is not None and not pairs and not ran:
+        pairs = [(request, meaning.whole)]
+    for part, scores in pairs:
         words = toolselect.scored(toolselect.mentioned(offer, part, ran), part)
         if not words or words[0][1] <= 0:
             continue
@@ -326,6 +330,27 @@ def fix_path(call: ToolCall, request: str) -> bool:
     else:
         return False
     call.arguments = {**args, "path": fixed}
+    return True
+
+
+WRITES = ("write", "append")
+
+
+def fix_path_for_part(call: ToolCall, request: str, part: str, done: list[ToolCall]) -> bool:
+    """In a planned step whose part names one file ("write the value … into timeout.txt"), a
+    write to another file the request names that an earlier step's call already touched (the
+    settings.json it said to read: a 0.5B model wrote over it) goes to the part's file. True
+    when the path was changed."""
+    args = call.arguments if isinstance(call.arguments, dict) else {}
+    path = args.get("path")
+    here = toolselect.file_names(part)
+    if not isinstance(path, str) or args.get("action") not in WRITES or len(here) != 1:
+        return False
+    elsewhere = {n.lower() for n in toolselect.file_names(request)} - {here[0].lower()}
+    touched = {str(c.arguments.get("path", "")).strip("./").lower() for c in done if isinstance(c.arguments, dict)}
+    if path.strip("./").lower() not in elsewhere & touched:
+        return False
+    call.arguments = {**args, "path": here[0]}
     return True
 
 
@@ -464,7 +489,9 @@ def results_said(context: list[ChatMessage]) -> str:
 def _request_and_results(context: list[ChatMessage], focused: bool = False) -> tuple[str, str]:
     """The turn's request and its tool results so far: the failed calls one line each, then the
     results that worked, closest to where the answer is written (RESULTS_KEPT of each, a result
-    cut to RESULT_CHARS). `focused`: only the failures of the tools that worked."""
+    cut to RESULT_CHARS). A failure that a later call of the same tool made good is left out
+    (the 0.5B model answered "kiwi.txt" from a failed guess when the search after it had found
+    b.txt). `focused`: only the failures of the tools that worked."""
     start = max((i for i, m in enumerate(context) if m.role == "user" and not m.is_summary), default=-1)
     request = context[start].content if start >= 0 else ""
     calls = {c.id: c for m in context[start + 1:] if m.role == "assistant" for c in m.tool_calls}
@@ -477,6 +504,7 @@ def _request_and_results(context: list[ChatMessage], focused: bool = False) -> t
         if msg.content.startswith("ERROR:"):  # one line each, before the results that worked
             failed.append((msg.name, f"{msg.name} {arguments} → {msg.content.splitlines()[0][:200]}"))
             continue
+        failed = [f for f in failed if f[0] != msg.name]  # made good by this one
         content = msg.content if len(msg.content) <= RESULT_CHARS else msg.content[:RESULT_CHARS] + " […]"
         succeeded.append((msg.name, f"{msg.name} {arguments} →\n{content}"))
     if focused and succeeded:

@@ -29,7 +29,7 @@ from agent.llm.base import (
 )
 from agent.llm.messages import ChatMessage, LLMChunk, ToolCall
 from agent.models import Profile
-from agent.toolcalling import constrained, plan, toolselect
+from agent.toolcalling import constrained, plan
 from agent.toolcalling.calls import CallTracker, DoesNotFit, fit_request
 from agent.toolcalling.partial_json import FieldText
 from agent.toolcalling.toolcalls import CallTextFilter, extract_calls
@@ -278,9 +278,10 @@ async def decide_step(
     if decision is None or decision.text:
         return
     repeated = _again(setup, decision)
-    # A small model that answers at once a request naming a file ("Create a file config.json …")
-    # is asked once more too: a file it names and nothing touched is a part left.
-    stopping = decision.answer and (bool(setup.tracker.used) or bool(toolselect.file_names(query)))
+    # A small model that answers at once is asked once more too when a part is plainly left: a
+    # file the request names ("Create a file config.json …"), or a part its words and meaning
+    # give a tool ("Write 'server is up' into the scratchpad section named status").
+    stopping = decision.answer
     if (repeated or stopping) and setup.profile.max_tools and setup.tracker.left_asks < MAX_LEFT_ASKS:
         # A small model that goes round (a call it already made) or answers after its first
         # step often has a part of the request left (read timesheet.csv, then write
@@ -299,6 +300,8 @@ async def decide_step(
         return
     if decision.call is not None:
         if setup.profile.max_tools:
+            if forced:
+                constrained.fix_path_for_part(decision.call, query, step[1].part, setup.tracker.done)
             constrained.fix_path(decision.call, query)
             await _write_code(conv, setup, decision.call)
             decision.call = await _read_first(setup, decision.call)
