@@ -383,6 +383,21 @@ class TestSmallModelStep:
         call = of(frames, "tool_call")[0]
         assert call["args"]["code"] == "print(17 * 23)" and call["success"] and "391" in call["result"]
 
+    async def test_a_rewrite_with_a_number_nobody_gave_is_asked_again_with_the_requests_numbers(self, llm, session, owner_token, host_tools_allowed):
+        # Qwen2.5-Coder-0.5B wrote range(1, 12356) for "1 to 12345"; told the numbers, range(1, 12346).
+        decided = json.dumps({"name": "code_exec", "arguments": {"code": "1 + 12345"}})
+        typo = "```python\ntotal = 0\nfor i in range(1, 12356):\n    total += i\nprint(total)\n```"
+        right = "```python\nprint(sum(range(1, 12346)))\n```"
+        llm.script(Turn(content=decided), Turn(content=typo), Turn(content=right), Turn(content=ANSWER), Turn(content="It is 76205685."))
+        frames = await run(session, owner_token, "Use code_exec to compute the sum of all integers from 1 to 12,345.")
+        assert "numbers exactly as my request gives them: 1, 12345." in llm.requests[2]["messages"][-1]["content"]
+        call = of(frames, "tool_call")[0]
+        assert call["args"]["code"] == "print(sum(range(1, 12346)))\n" and "76205685" in call["result"]
+        # Wrong twice: the model's own program stays.
+        llm.script(Turn(content=decided), Turn(content=typo), Turn(content=typo), Turn(content=ANSWER), Turn(content="Done."))
+        frames = await run(session, owner_token, "Use code_exec to compute the sum of all integers from 1 to 12345.")
+        assert of(frames, "tool_call")[0]["args"]["code"] == "1 + 12345"
+
     async def test_a_one_expression_program_that_computes_is_run_as_written(self, llm, session, owner_token, host_tools_allowed):
         # Written again, Qwen2.5-Coder-0.5B's correct one-liner became a loop to 12356; its answer
         # then said "the code prints the result" without the result.
@@ -565,6 +580,12 @@ class TestSmallModelStep:
         assert constrained.text_from("", "timeout") == "" and constrained.text_from("```\n\n```", "x") == ""
         assert constrained.text_from("x" * 1000, "short") == ""  # far longer than the model's own
         assert constrained.text_from("```csv\nlunch, 12.50\n```", "a\n") == "lunch, 12.50\n"
+        # A call written where the file's text goes is no text (the model's own stays).
+        from tools_app.builtin.filesystem import FilesystemTool
+        assert constrained.is_call_text('{"action": "write", "path": "expenses.csv", "data": ["lunch"]}', FilesystemTool())
+        assert constrained.is_call_text('{"name": "filesystem", "arguments": {}}', FilesystemTool())
+        assert not constrained.is_call_text('{"debug": true, "port": 8080}', FilesystemTool())
+        assert not constrained.is_call_text("lunch, 12.50", FilesystemTool())
 
     async def test_a_files_text_with_no_result_before_it_is_the_models_own(self, llm, session, owner, owner_token):
         from tools_app.workspace import workspace_for
@@ -617,7 +638,10 @@ class TestSmallModelStep:
         frames = await run(session, owner_token, "Add a row to expenses.csv for today: lunch, 12.50.")
         calls = of(frames, "tool_call")
         assert [(c["args"]["action"], c["success"]) for c in calls] == [("read", True), ("write", True)]
-        assert "2026-11-20,bus,2.80" in llm.requests[2]["messages"][1]["content"]  # written from what was read
+        prompt = llm.requests[2]["messages"][1]["content"]  # written from what was read, shown as text
+        assert prompt.endswith("The current text of expenses.csv:\n```\ndate,item,amount\n2026-11-20,bus,2.80\n\n```\n\n"
+                               "The whole new text of expenses.csv:")
+        assert "What my tools returned" not in prompt and '"action": "read"' not in prompt
         assert expenses.read_text() == whole and frames[-1]["content"] == "Added the lunch row."
         # A new file is written at once.
         new = json.dumps({"name": "filesystem", "arguments": {"action": "write", "path": "fresh.txt", "content": "hi"}})

@@ -486,7 +486,7 @@ def results_said(context: list[ChatMessage]) -> str:
     return f"My tools returned:\n\n{results}"
 
 
-def _request_and_results(context: list[ChatMessage], focused: bool = False) -> tuple[str, str]:
+def _request_and_results(context: list[ChatMessage], focused: bool = False, without_read_of: str = "") -> tuple[str, str]:
     """The turn's request and its tool results so far: the failed calls one line each, then the
     results that worked, closest to where the answer is written (RESULTS_KEPT of each, a result
     cut to RESULT_CHARS). A failure that a later call of the same tool made good is left out
@@ -500,6 +500,9 @@ def _request_and_results(context: list[ChatMessage], focused: bool = False) -> t
         if msg.role != "tool":
             continue
         call = calls.get(msg.tool_call_id)
+        if without_read_of and call is not None and isinstance(call.arguments, dict) and call.arguments.get("action") == "read" \
+                and _same_path(call.arguments.get("path"), without_read_of):
+            continue  # shown on its own
         arguments = json.dumps(call.arguments, ensure_ascii=False) if call is not None else "{}"
         if msg.content.startswith("ERROR:"):  # one line each, before the results that worked
             failed.append((msg.name, f"{msg.name} {arguments} → {msg.content.splitlines()[0][:200]}"))
@@ -547,14 +550,51 @@ _ANY_FENCE = re.compile(r"```[^\n`]*\n(.*?)(?:```|$)", re.S)
 
 
 def text_prompt(context: list[ChatMessage], action: str, path: str) -> list[ChatMessage]:
-    """What a file's text is written from: the request and this turn's results so far."""
-    request, results = _request_and_results(context)
-    where = f"to add at the end of {path}" if action == "append" else f"to write into {path}"
+    """What a file's text is written from: the request, this turn's results so far, and the
+    file's current text when the turn read it (shown as text: the read's call beside it, a 0.5B
+    model wrote a tool call into expenses.csv)."""
+    current = read_this_turn(context, path)
+    request, results = _request_and_results(context, without_read_of=path if current is not None else "")
     earlier = f"What my tools returned so far:\n{results}\n\n" if results else ""
+    if current is not None:
+        earlier += f"The current text of {path}:\n```\n{current}\n```\n\n"
+        ask = f"The text to add at the end of {path}:" if action == "append" else f"The whole new text of {path}:"
+    else:
+        ask = f"The exact text to add at the end of {path}:" if action == "append" else f"The exact text to write into {path}:"
     return [
         ChatMessage(role="system", content=TEXT_SYSTEM),
-        ChatMessage(role="user", content=f"My request: {request}\n\n{earlier}The exact text {where}:"),
+        ChatMessage(role="user", content=f"My request: {request}\n\n{earlier}{ask}"),
     ]
+
+
+def _same_path(a: Any, b: Any) -> bool:
+    return isinstance(a, str) and isinstance(b, str) and a.strip().strip("./").lower() == b.strip().strip("./").lower()
+
+
+def read_this_turn(context: list[ChatMessage], path: str) -> str | None:
+    """What a successful `read` of `path` returned in this turn (the latest), or None."""
+    start = max((i for i, m in enumerate(context) if m.role == "user" and not m.is_summary), default=-1)
+    calls = {c.id: c for m in context[start + 1:] if m.role == "assistant" for c in m.tool_calls}
+    found = None
+    for msg in context[start + 1:]:
+        call = calls.get(msg.tool_call_id) if msg.role == "tool" else None
+        args = call.arguments if call is not None and isinstance(call.arguments, dict) else {}
+        if args.get("action") == "read" and _same_path(args.get("path"), path) and not msg.content.startswith("ERROR"):
+            found = msg.content if len(msg.content) <= RESULT_CHARS else msg.content[:RESULT_CHARS] + " […]"
+    return found
+
+
+def is_call_text(text: str, tool) -> bool:
+    """A file's text that is a call of the tool instead: a JSON object keyed by two of its
+    parameters (`{"action": "write", "path": …}`) or by a call's name and arguments."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return False
+    if not isinstance(data, dict):
+        return False
+    names = set(((tool.parameters or {}).get("properties") or {}) if tool is not None else ())
+    return {"name", "arguments"} <= set(data) or len(set(data) & names) >= 2
 
 
 def unreadable(path: str, text: str) -> bool:
@@ -714,6 +754,14 @@ def invents_numbers(code: str, said: str) -> bool:
         if not {abs(value), abs(value) - 1, abs(value) + 1} & known:
             return True
     return False
+
+
+NUMBERS_NOTE = "Use the numbers exactly as my request gives them: {numbers}."
+
+
+def numbers_in(text: str) -> str:
+    """The numbers a text gives, in order, once each ("1, 12345"; "12,345" read as 12345)."""
+    return ", ".join(dict.fromkeys(_NUMBER.findall(_THOUSANDS.sub("", text or ""))))
 
 
 def turn_said(context: list[ChatMessage]) -> str:

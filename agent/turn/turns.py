@@ -375,6 +375,27 @@ async def _write_program(conv: Conversation, setup: Setup, call: ToolCall) -> No
         brief = tool.code_brief.format(**{k: v for k, v in call.arguments.items() if isinstance(v, str)})
     except (KeyError, IndexError, ValueError):
         brief = tool.code_brief
+    own, said = call.arguments.get(argument, ""), constrained.turn_said(conv.context)
+    code = await _program(conv, setup, call, brief)
+    if code and constrained.invents_numbers(code, f"{said}\n{own}"):
+        # Asked for the sum from 1 to 12345, Qwen2.5-Coder-0.5B wrote range(1, 12356); told the
+        # request's numbers, range(1, 12346). Asked once more so, then the model's own stays.
+        numbers = constrained.numbers_in(conv.last_request())
+        code = await _program(conv, setup, call, f"{brief} {constrained.NUMBERS_NOTE.format(numbers=numbers)}") if numbers else ""
+        if code and constrained.invents_numbers(code, f"{said}\n{own}"):
+            log.info("the program of %s written again holds a number nobody gave: the model's own is kept", call.name)
+            return
+    if code and constrained.invents_inputs(code, conv.last_request(), own):
+        log.info("the program of %s written again reads what the request never named: the model's own is kept", call.name)
+        return
+    if code:
+        written_as = _written_as(call)
+        call.arguments = {**call.arguments, argument: code}
+        setup.rewritten[written_as] = dict(call.arguments)
+
+
+async def _program(conv: Conversation, setup: Setup, call: ToolCall, brief: str) -> str:
+    """A program for the call's tool, written in a short call of its own ("" when none came)."""
     profile = setup.profile
     try:
         with llm_purpose("code"):
@@ -389,18 +410,8 @@ async def _write_program(conv: Conversation, setup: Setup, call: ToolCall) -> No
         raise
     except (LLMError, LLMIncomplete) as exc:
         log.info("the program of %s was not written again: %s", call.name, exc)
-        return
-    code = constrained.code_from(response.content, {t.name for t in setup.tools})
-    if code and constrained.invents_inputs(code, conv.last_request(), call.arguments.get(argument, "")):
-        log.info("the program of %s written again reads what the request never named: the model's own is kept", call.name)
-        return
-    if code and constrained.invents_numbers(code, f"{constrained.turn_said(conv.context)}\n{call.arguments.get(argument, '')}"):
-        log.info("the program of %s written again holds a number nobody gave: the model's own is kept", call.name)
-        return
-    if code:
-        written_as = _written_as(call)
-        call.arguments = {**call.arguments, argument: code}
-        setup.rewritten[written_as] = dict(call.arguments)
+        return ""
+    return constrained.code_from(response.content, {t.name for t in setup.tools})
 
 
 async def _write_text(conv: Conversation, setup: Setup, call: ToolCall) -> None:
@@ -437,6 +448,8 @@ async def _write_text(conv: Conversation, setup: Setup, call: ToolCall) -> None:
         log.info("the text of %s was not written again: %s", call.name, exc)
         return
     text = constrained.text_from(response.content, own)
+    if text and constrained.is_call_text(text, tool):
+        return  # a call written where the file's text goes
     if text and action != "append" and constrained.unreadable(path, text) and not constrained.unreadable(path, own):
         return  # the model's own text reads; this one does not
     if text and text != own:

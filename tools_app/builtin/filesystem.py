@@ -279,7 +279,7 @@ def _not_found(exc: FileNotFoundError, params: dict, roots: list[Root], base: st
         return f"{message}; {where} is empty"
     shown = ", ".join(names[:NEAR_SHOWN]) + (f" and {len(names) - NEAR_SHOWN} more" if len(names) > NEAR_SHOWN else "")
     hint = (f'. To find the file that contains a text: action "search", path "{folder}", text "<the text>"'
-            if params.get("action") == "read" else "")
+            if params.get("action") in ("read", "list") else "")
     return f"{message}. {where} holds: {shown}{hint}"
 
 
