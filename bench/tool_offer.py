@@ -63,7 +63,7 @@ def offer_rates(cap: int, show_heldout: bool = False, mode: str = "words") -> di
     out: dict[str, dict] = {}
     for task in ALL_TASKS:
         message = task.messages[0].format(web=WEB)
-        offer = constrained.without_invented_addresses(tools, [message])  # as the loop's first step
+        offer = constrained.without_invented_addresses([t for t in tools if t.usable()], [message])  # as the loop's first step
         meaning = asyncio.run(constrained.meaning(offer, message, cap)) if mode == "meaning" else None
         if mode == "meaning" and meaning is None:
             raise SystemExit("no vectors from the embedding server: see the log above")

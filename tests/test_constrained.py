@@ -425,6 +425,17 @@ class TestSmallModelStep:
         offered = [t["function"]["name"] for t in llm.requests[2]["tools"]]
         assert "web_view" in offered and "http_request" in offered
 
+    def test_ssh_is_offered_only_with_a_host_to_run_on(self, settings, tmp_path):
+        # Qwen2.5-Coder-0.5B called ssh_exec on an invented 192.168.1.100 to write a scratchpad note.
+        from tools_app.builtin.ssh import SshExecTool
+
+        settings.SSH_HOSTS_FILE = tmp_path / "hosts.json"
+        assert not SshExecTool().usable()  # no hosts file
+        settings.SSH_HOSTS_FILE.write_text("{}")
+        assert not SshExecTool().usable()  # no host in it
+        settings.SSH_HOSTS_FILE.write_text('{"nas": {"host": "10.0.0.5", "username": "navi", "key_file": "k"}}')
+        assert SshExecTool().usable()
+
     def test_an_address_is_a_url_a_host_or_an_ip_never_a_file_name(self):
         has = constrained.has_address
         for text in ("see http://x", "www.python.org", "api.shop.test/orders", "localhost:8080", "at 10.0.0.7",
@@ -573,6 +584,7 @@ class TestSmallModelStep:
         system, user = text_call["messages"]
         assert "exact text" in system["content"] and "UNTRUSTED DATA" in system["content"]
         assert user["content"].startswith("My request: Read settings.json") and '{"timeout": 45}' in user["content"]
+        assert "\n\nToday is " in user["content"]  # a row "for today" needs the date
         assert user["content"].endswith("The exact text to write into timeout.txt:")
         assert of(frames, "tool_call")[1]["args"]["content"] == "45\n" and (workspace / "timeout.txt").read_text() == "45\n"
         assert frames[-1]["content"] == "Wrote 45."

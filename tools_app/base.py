@@ -69,6 +69,12 @@ class Tool(ABC):
     untrusted_output: bool = False
     origin: str = ""
 
+    def usable(self) -> bool:
+        """False when every call could only fail here and now (ssh_exec with no SSH host
+        configured): a small model's step is not offered the tool (it called ssh_exec on an
+        invented 192.168.1.100 for "write 'server is up' into the scratchpad")."""
+        return True
+
     def approval_reason(self, arguments: Any) -> str:
         """A reason to ask the owner before this call whatever the policy says ("" = follow it)."""
         return ""

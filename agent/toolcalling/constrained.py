@@ -28,6 +28,7 @@ import re
 import sys
 import uuid
 from dataclasses import dataclass
+from datetime import date
 from typing import Any
 
 from agent.context import prompts
@@ -549,13 +550,14 @@ TEXT_SLACK = 400
 _ANY_FENCE = re.compile(r"```[^\n`]*\n(.*?)(?:```|$)", re.S)
 
 
-def text_prompt(context: list[ChatMessage], action: str, path: str) -> list[ChatMessage]:
-    """What a file's text is written from: the request, this turn's results so far, and the
-    file's current text when the turn read it (shown as text: the read's call beside it, a 0.5B
-    model wrote a tool call into expenses.csv)."""
+def text_prompt(context: list[ChatMessage], action: str, path: str, today: date | None = None) -> list[ChatMessage]:
+    """What a file's text is written from: the request, today's date (a row "for today"), this
+    turn's results so far, and the file's current text when the turn read it (shown as text: the
+    read's call beside it, a 0.5B model wrote a tool call into expenses.csv)."""
     current = read_this_turn(context, path)
     request, results = _request_and_results(context, without_read_of=path if current is not None else "")
-    earlier = f"What my tools returned so far:\n{results}\n\n" if results else ""
+    earlier = f"Today is {today:%A, %d %B %Y} ({today.isoformat()}).\n\n" if today is not None else ""
+    earlier += f"What my tools returned so far:\n{results}\n\n" if results else ""
     if current is not None:
         earlier += f"The current text of {path}:\n```\n{current}\n```\n\n"
         ask = f"The text to add at the end of {path}:" if action == "append" else f"The whole new text of {path}:"

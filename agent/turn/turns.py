@@ -254,7 +254,7 @@ async def decide_step(
     # Only a capped step asks for meaning (an embedding call, raced against Stop); uncapped, the
     # race's two tasks were two trips through the event loop before every request.
     if cap:
-        offer = constrained.without_invented_addresses(offer, constrained.said_and_found(conv.context))
+        offer = constrained.without_invented_addresses([t for t in offer if t.usable()], constrained.said_and_found(conv.context))
     meaning = await until_stopped(constrained.meaning(offer, query, cap), current_stop_event.get()) if cap > 0 else None
     if cap and setup.tracker.plan is None:
         setup.tracker.plan = plan.make(query, offer, meaning)
@@ -437,7 +437,7 @@ async def _write_text(conv: Conversation, setup: Setup, call: ToolCall) -> None:
         with llm_purpose("text"):
             response = await until_stopped(
                 setup.backend.complete(
-                    constrained.text_prompt(conv.context, action, path), None,
+                    constrained.text_prompt(conv.context, action, path, conv.clock.date()), None,
                     model=profile.resolved_model(), temperature=0.0, think=False, max_tokens=profile.answer_token_limit(),
                 ),
                 current_stop_event.get(),

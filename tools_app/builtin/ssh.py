@@ -303,6 +303,13 @@ class SshExecTool(Tool):
     }
     timeout = 1800.0 + CONNECT_TIMEOUT_S + 2 * STOP_GRACE_S + 5  # the per-command timeout governs
 
+    def usable(self) -> bool:
+        """Only with a host configured: a call could only fail without one."""
+        try:
+            return bool(load_hosts())
+        except SSHConfigError:
+            return False
+
     async def execute(self, params: dict[str, Any]) -> ToolResult:
         name, command = params["host"], params["command"]
         timeout = float(params.get("timeout") or 60)
