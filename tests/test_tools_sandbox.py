@@ -96,6 +96,11 @@ async def test_a_missing_file_is_answered_with_what_its_folder_holds_and_how_to_
     # A workspace path written with a leading slash is refused, with the path that was meant.
     assert (await fs(action="read", path="/docs/kiwi.txt")).error.endswith("did you mean 'docs/kiwi.txt' (without the leading /)?")
     assert "did you mean" not in (await fs(action="read", path="/etc/passwd")).error
+    for sly in ("/../../etc/passwd", "/docs/../../../etc/passwd", " /docs/kiwi.txt", "/DOCS/../../x", "/ｄｏｃｓ/kiwi.txt"):
+        error = (await fs(action="read", path=sly)).error  # climbing out, padding, case, full-width letters
+        assert error.startswith(("refused:", "not found:")), (sly, error)
+        assert "did you mean" not in error or error.endswith("did you mean 'docs/kiwi.txt' (without the leading /)?"), (sly, error)
+        assert "holds:" not in error or "holds: a.txt, b.txt, old/" in error, (sly, error)  # only the docs folder
     # A missing file behind a link that leaves the allowed folders lists nothing of where it leads.
     (tmp_path / "private.txt").write_text("secret")
     (settings.NAVI_WORKSPACE / "out").symlink_to(tmp_path)

@@ -396,22 +396,27 @@ async def _write_program(conv: Conversation, setup: Setup, call: ToolCall) -> No
 
 async def _program(conv: Conversation, setup: Setup, call: ToolCall, brief: str) -> str:
     """A program for the call's tool, written in a short call of its own ("" when none came)."""
+    reply = await _short_call(setup, "code", constrained.code_prompt(conv.context, brief, call.name), call.name)
+    return constrained.code_from(reply, {t.name for t in setup.tools})
+
+
+async def _short_call(setup: Setup, purpose: str, messages: list[ChatMessage], tool: str) -> str:
+    """One small unconstrained call at temperature 0 (the likeliest program or text), raced
+    against Stop; "" when it failed."""
     profile = setup.profile
     try:
-        with llm_purpose("code"):
+        with llm_purpose(purpose):
             response = await until_stopped(
-                setup.backend.complete(
-                    constrained.code_prompt(conv.context, brief, call.name), None, model=profile.resolved_model(),
-                    temperature=0.0, think=False, max_tokens=profile.answer_token_limit(),  # code: the likeliest
-                ),
+                setup.backend.complete(messages, None, model=profile.resolved_model(), temperature=0.0, think=False,
+                                       max_tokens=profile.answer_token_limit()),
                 current_stop_event.get(),
             )
     except Stopped:
         raise
     except (LLMError, LLMIncomplete) as exc:
-        log.info("the program of %s was not written again: %s", call.name, exc)
+        log.info("the %s of %s was not written again: %s", purpose, tool, exc)
         return ""
-    return constrained.code_from(response.content, {t.name for t in setup.tools})
+    return response.content
 
 
 async def _write_text(conv: Conversation, setup: Setup, call: ToolCall) -> None:
@@ -432,22 +437,8 @@ async def _write_text(conv: Conversation, setup: Setup, call: ToolCall) -> None:
     malformed = action != "append" and constrained.unreadable(path, own)
     if not malformed and not any(m.role == "tool" and not m.content.startswith("ERROR") for m in _this_turn(conv.context)):
         return  # nothing returned yet: the text comes from the request, as the model wrote it
-    profile = setup.profile
-    try:
-        with llm_purpose("text"):
-            response = await until_stopped(
-                setup.backend.complete(
-                    constrained.text_prompt(conv.context, action, path, conv.clock.date()), None,
-                    model=profile.resolved_model(), temperature=0.0, think=False, max_tokens=profile.answer_token_limit(),
-                ),
-                current_stop_event.get(),
-            )
-    except Stopped:
-        raise
-    except (LLMError, LLMIncomplete) as exc:
-        log.info("the text of %s was not written again: %s", call.name, exc)
-        return
-    text = constrained.text_from(response.content, own)
+    reply = await _short_call(setup, "text", constrained.text_prompt(conv.context, action, path, conv.clock.date()), call.name)
+    text = constrained.text_from(reply, own)
     if text and constrained.is_call_text(text, tool):
         return  # a call written where the file's text goes
     if text and action != "append" and constrained.unreadable(path, text) and not constrained.unreadable(path, own):
