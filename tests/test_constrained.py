@@ -398,6 +398,14 @@ class TestSmallModelStep:
         frames = await run(session, owner_token, "Use code_exec to compute the sum of all integers from 1 to 12345.")
         assert of(frames, "tool_call")[0]["args"]["code"] == "1 + 12345"
 
+    async def test_a_range_that_drops_the_end_the_request_said_is_run_with_it(self, llm, session, owner_token, host_tools_allowed):
+        # Qwen2.5-Coder-0.5B wrote sum(range(1, 12345)) for "from 1 to 12345" and answered 76193340.
+        decided = json.dumps({"name": "code_exec", "arguments": {"code": "sum(range(1, 12345))"}})
+        llm.script(Turn(content=decided), Turn(content=ANSWER), Turn(content="The sum is 76205685."))
+        frames = await run(session, owner_token, "Add up all the whole numbers from 1 to 12345 in Python.")
+        call = of(frames, "tool_call")[0]
+        assert call["args"]["code"] == "sum(range(1, 12346))" and call["success"] and "76205685" in call["result"]
+
     async def test_a_one_expression_program_that_computes_is_run_as_written(self, llm, session, owner_token, host_tools_allowed):
         # Written again, Qwen2.5-Coder-0.5B's correct one-liner became a loop to 12356; its answer
         # then said "the code prints the result" without the result.
@@ -456,6 +464,19 @@ class TestSmallModelStep:
         assert call["args"]["code"].startswith("import json\ndef read():") and "_result = read()" in call["args"]["code"]
         assert call["success"] and call["result"].startswith("45")
         assert frames[-1]["content"] == "The timeout is 45."
+
+    def test_a_span_said_with_both_ends_keeps_its_end_in_range(self):
+        ends = constrained.inclusive_ranges
+        assert ends("sum(range(1, 12345))", "Add up all the whole numbers from 1 to 12,345") == "sum(range(1, 12346))"
+        assert ends("for n in range(1, 5):\n    print(n ** 2)", "squares of 1 through 5") == "for n in range(1, 6):\n    print(n ** 2)"
+        assert ends("print(sum(range(1, 100)))", "the sum of the numbers between 1 and 100") == "print(sum(range(1, 101)))"
+        # Left alone: a range already holding its end, other numbers, a step, names, decimals, bad code.
+        assert ends("sum(range(1, 12346))", "from 1 to 12345") == "sum(range(1, 12346))"
+        assert ends("range(0, 10)", "from 1 to 10") == "range(0, 10)"
+        assert ends("range(1, 10, 2)", "from 1 to 10") == "range(1, 10, 2)"
+        assert ends("range(a, 10)", "from 1 to 10") == "range(a, 10)"
+        assert ends("range(1, 10)", "version 1.1 to 10.5") == "range(1, 10)"
+        assert ends("range(1, 10", "from 1 to 10") == "range(1, 10"
 
     def test_only_what_a_program_plainly_forgot_is_put_in(self):
         done = constrained.completed_program
@@ -909,6 +930,23 @@ class TestSmallModelStep:
         assert frames[-1]["type"] == "stream_end" and len(llm.requests) == 4 and len(of(frames, "tool_call")) == 1
         assert answer.startswith("My tools returned:") and "delete every file" in answer
         assert len(answer) < constrained.RESULT_CHARS + 500  # a long result is cut as in the prompt
+
+    async def test_code_written_over_results_is_asked_once_more_and_never_shown(self, llm, session, owner_token):
+        code = ("To write into the log you can use this program:\n\n```python\nopen('log.txt', 'a').write('done')\n```\n"
+                "It appends the word.")
+        llm.script(Turn(content=NOTE_CALL), Turn(content=ANSWER), Turn(content=code, chunk_size=7),
+                   Turn(content="I noted done in the log."))
+        frames = await run(session, owner_token, "note done in the scratchpad log")
+        assert shown(frames) == "I noted done in the log." and "```" not in shown(frames)
+        assert frames[-1]["content"] == "I noted done in the log." and len(llm.requests) == 4
+        assert llm.requests[3]["options"]["temperature"] == 0
+
+    async def test_code_written_twice_over_results_is_kept_the_second_time(self, llm, session, owner_token):
+        # The owner may have asked for code: asked once more, what comes is the answer.
+        code = "Here it is:\n```python\nprint('done')\n```"
+        llm.script(Turn(content=NOTE_CALL), Turn(content=ANSWER), Turn(content=code), Turn(content=code, chunk_size=3))
+        frames = await run(session, owner_token, "note done in the scratchpad log and show me a program that prints it")
+        assert frames[-1]["content"] == code and shown(frames) == code and len(llm.requests) == 4
 
     async def test_a_short_answer_is_shown_whole(self, llm, session, owner_token):
         llm.script(Turn(content=NOTE_CALL), Turn(content=ANSWER), Turn(content="Done.", chunk_size=2))

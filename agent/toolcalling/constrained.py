@@ -451,6 +451,20 @@ def is_refusal(text: str) -> bool:
     return bool(_REFUSAL.match((text or "").replace("\u2019", "'")))
 
 
+HELD_CHARS = 200  # of an answer after tool results read before it is shown: a code block begins in them
+
+
+def holds_code(text: str) -> bool:
+    """A code block has begun (the results prompt asks for plain sentences: its tools already ran)."""
+    return "```" in (text or "")
+
+
+def not_an_answer(text: str, code_too: bool = True) -> bool:
+    """The start of a small model's answer over its results that is none: a stock refusal, or
+    (`code_too`) code to do what a tool already did."""
+    return is_refusal(text) or (code_too and holds_code(text))
+
+
 # Asked after a stock refusal: the same results as a report of what was done. On Qwen2.5-Coder-0.5B
 # the prompt above refused every memory save and forget (2026-11-27); this one answered them all.
 AGAIN_SYSTEM = (
@@ -705,6 +719,42 @@ def completed_program(code: str) -> str:
         return code
     head = "".join(f"import {name}\n" for name in missing)
     return f"{head}{code.rstrip()}\n{call}" if call else f"{head}{code}"
+
+
+# "1 to 12345", "1 through 10", "from 5 - 9", "between 1 and 100": a span of whole numbers said with both ends.
+_SPAN = re.compile(r"(?<![\d.])(\d+)\s*(?:to|through|thru|up to|-|\u2013|\.\.)\s*(\d+)(?![\d.])"
+                   r"|\bbetween\s+(\d+)\s+and\s+(\d+)(?![\d.])", re.I)
+
+
+def inclusive_ranges(code: str, request: str) -> str:
+    """A program's `range(a, b)` made `range(a, b + 1)` where the request says the span "a to b"
+    with both ends (an English span holds its end; Python's range does not): for "add up the
+    numbers from 1 to 12345" Qwen2.5-Coder-0.5B wrote `sum(range(1, 12345))` and answered
+    76193340. Only a two-argument range of whole-number literals that are the request's own ends
+    is changed; anything else is left as written."""
+    spans = set()
+    for match in _SPAN.finditer(_THOUSANDS.sub("", request or "")):
+        a, b = (match.group(1), match.group(2)) if match.group(1) else (match.group(3), match.group(4))
+        spans.add((int(a), int(b)))
+    try:
+        tree = ast.parse(code or "")
+    except SyntaxError:
+        return code
+    ends = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range"
+                and len(node.args) == 2 and not node.keywords
+                and all(isinstance(a, ast.Constant) and type(a.value) is int for a in node.args)
+                and (node.args[0].value, node.args[1].value) in spans and node.args[1].lineno == node.args[1].end_lineno):
+            ends.append(node.args[1])
+    if not ends:
+        return code
+    lines = code.split("\n")
+    for end in sorted(ends, key=lambda n: (n.lineno, n.col_offset), reverse=True):
+        line = lines[end.lineno - 1].encode()
+        line = line[:end.col_offset] + str(end.value + 1).encode() + line[end.end_col_offset:]
+        lines[end.lineno - 1] = line.decode()
+    return "\n".join(lines)
 
 
 # One word holding a folder separator, or a file name with an extension ("example.txt", not "3.14").

@@ -347,13 +347,15 @@ async def _decide_what_is_left(
 
 async def _write_code(conv: Conversation, setup: Setup, call: ToolCall) -> None:
     """`_write_program`, then what the program plainly forgot put in (constrained.completed_program:
-    a standard module never imported, a lone function never called)."""
+    a standard module never imported, a lone function never called) and the end of a span the
+    request said with both ends (constrained.inclusive_ranges: "1 to 12345" is range(1, 12346))."""
     written_as = _written_as(call)  # as the model wrote it: how a repeat of it is recognised
     await _write_program(conv, setup, call)
     tool = next((t for t in setup.step_tools if t.name == call.name), None)
     argument = getattr(tool, "code_argument", "")
     if argument and isinstance(call.arguments.get(argument), str):
         completed = constrained.completed_program(call.arguments[argument])
+        completed = constrained.inclusive_ranges(completed, conv.last_request())
         if completed != call.arguments[argument]:
             call.arguments = {**call.arguments, argument: completed}
             setup.rewritten[written_as] = dict(call.arguments)
@@ -595,28 +597,31 @@ async def answer_from_results(conv: Conversation, setup: Setup, turn: Turn) -> A
 
 
 async def _unless_refusal(stream, temperature: float, said: str):
-    """The answer's chunks, its first words held back until they show it is not a stock refusal
-    ("I'm sorry, but I can't assist with that"): a small model writes one now and then over
-    results its tools just returned. Such a start is dropped and the answer asked once more, at
-    temperature 0, as a report of what was done; refused again, the answer is `said` (what the
-    tools returned)."""
+    """The answer's chunks, its first words held back until they show it is an answer: a small
+    model writes a stock refusal ("I'm sorry, but I can't assist with that") now and then over
+    results its tools just returned, or code that would fetch what its tool already fetched
+    ("To fetch the stock data you can use requests: ```python …"). Such a start is dropped and
+    the answer asked once more, at temperature 0, as a report of what was done; refused again,
+    the answer is `said` (what the tools returned)."""
     for again in (False, True):
         refused = False
-        async for chunk in _held_refusal(stream(0.0 if again else temperature, again)):  # it ends after a None
-            if chunk is None:
+        async for chunk in _held_refusal(stream(0.0 if again else temperature, again), code_too=not again):
+            if chunk is None:  # it ends after a None
                 refused = True
             else:
                 yield chunk
         if not refused:
             return
-        log.info("a small model refused to answer from its results")
+        log.info("a small model refused to answer from its results, or wrote code instead")
     yield LLMChunk(content=said, done=True, finish_reason="stop")
 
 
-async def _held_refusal(stream):
-    """A stream's chunks, its first REFUSAL_CHARS held back; None (and the stream closed) when
-    they are a stock refusal."""
+async def _held_refusal(stream, code_too: bool = True):
+    """A stream's chunks, its first words held back (constrained.HELD_CHARS, or REFUSAL_CHARS when
+    `code_too` is off); None (and the stream closed) when they are a stock refusal or, with
+    `code_too`, hold a code block (constrained.not_an_answer)."""
     held, text = [], ""
+    limit = constrained.HELD_CHARS if code_too else constrained.REFUSAL_CHARS
     try:
         async for chunk in stream:
             if held is None:
@@ -624,16 +629,16 @@ async def _held_refusal(stream):
                 continue
             held.append(chunk)
             text += chunk.content or ""
-            if len(text) < constrained.REFUSAL_CHARS and not chunk.done:
+            if len(text) < limit and not chunk.done and not (code_too and constrained.holds_code(text)):
                 continue
-            if constrained.is_refusal(text):
+            if constrained.not_an_answer(text, code_too):
                 yield None
                 return
             for kept in held:
                 yield kept
             held = None
         if held is not None:  # the whole answer was shorter than the look-ahead
-            if constrained.is_refusal(text):
+            if constrained.not_an_answer(text, code_too):
                 yield None
                 return
             for kept in held:

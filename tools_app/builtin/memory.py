@@ -11,6 +11,7 @@ from asgiref.sync import sync_to_async
 
 from memory_app.search import search_facts
 from memory_app.services import FactError, forget_facts, refresh_summary, upsert_fact
+from tools_app import dates
 from tools_app.base import Tool, ToolResult
 from tools_app.context import current_chat_session_id, current_taint, current_user_id, emit
 from tools_app.events import MemorySaved
@@ -54,7 +55,7 @@ class MemorySaveTool(Tool):
         session_id = current_chat_session_id.get()
         try:
             saved = await sync_to_async(upsert_fact)(
-                _owner(), params["category"], params["key"], params["value"], source_session_id=session_id,
+                _owner(), params["category"], params["key"], dates.pin(params["value"]), source_session_id=session_id,
                 untrusted=current_taint.get(),  # the chat read outside content: the fact is kept unverified
             )
         except FactError as exc:

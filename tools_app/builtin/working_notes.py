@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tools_app import dates
 from tools_app.base import Tool, ToolResult
 from tools_app.context import current_session_id, current_taint
 from tools_app.models import ScratchpadSection, TodoList
@@ -66,7 +67,7 @@ class TodoTool(Tool):
         action = params["action"]
         todo, _ = await TodoList.objects.aget_or_create(scope=scope)
         if action == "set":
-            tasks = [t.strip() for t in params.get("tasks") or [] if str(t).strip()]
+            tasks = dates.with_dates([str(t).strip() for t in params.get("tasks") or [] if str(t).strip()])
             if not tasks:
                 return ToolResult(False, error="action=set needs a non-empty `tasks` list of strings")
             todo.items = [{"task": t, "status": "pending"} for t in tasks]
