@@ -620,6 +620,38 @@ class TestSmallModelStep:
         assert not constrained.is_call_text('{"debug": true, "port": 8080}', FilesystemTool())
         assert not constrained.is_call_text("lunch, 12.50", FilesystemTool())
 
+    async def test_a_number_nobody_gave_in_a_files_text_is_worked_out_by_a_program_first(self, llm, session, owner, owner_token,
+                                                                                           host_tools_allowed):
+        # Qwen2.5-Coder-0.5B added up a column of hours to 27 where the total was 37.5.
+        from tools_app.workspace import workspace_for
+
+        workspace = workspace_for(owner.pk)
+        (workspace / "timesheet.csv").write_text("day,hours\nmon,7.5\ntue,8\nwed,7\nthu,7.5\nfri,7.5\n")
+        read = json.dumps({"name": "filesystem", "arguments": {"action": "read", "path": "timesheet.csv"}})
+        guessed = json.dumps({"name": "filesystem", "arguments": {"action": "write", "path": "hours_total.txt", "content": "27"}})
+        program = "```python\nimport csv\nprint(sum(float(r['hours']) for r in csv.DictReader(open('timesheet.csv'))))\n```"
+        right = json.dumps({"name": "filesystem", "arguments": {"action": "write", "path": "hours_total.txt", "content": "37.5"}})
+        llm.script(Turn(content=read), Turn(content=guessed), Turn(content="```\n27\n```"), Turn(content=program),
+                   Turn(content=right), Turn(content="```\n37.5\n```"), Turn(content=ANSWER), Turn(content="The total is 37.5."))
+        frames = await run(session, owner_token, "Add up the hours column of timesheet.csv and write the total into hours_total.txt.")
+        calls = of(frames, "tool_call")
+        assert [c["tool"] for c in calls] == ["filesystem", "code_exec", "filesystem"]
+        assert "open('timesheet.csv')" in calls[1]["args"]["code"] and calls[1]["success"] and "37.5" in calls[1]["result"]
+        system, user = llm.requests[3]["messages"]  # the program is asked for what goes into the file
+        assert "code only" in system["content"] and "written into hours_total.txt" in user["content"]
+        assert "print()s exactly that text" in user["content"] and "day,hours" in user["content"]
+        assert (workspace / "hours_total.txt").read_text().strip() == "37.5" and frames[-1]["content"] == "The total is 37.5."
+
+    def test_which_numbers_in_a_files_text_were_worked_out(self):
+        worked = constrained.computed_numbers
+        said = "Add up the hours of timesheet.csv\nday,hours\nmon,7.5\ntue,8"
+        assert worked("27", "Add up hours\nmon,7.5\ntue,8") == ["27"] and worked("Total: 37.5 hours", said) == ["37.5"]
+        assert worked("3", "count the lines of a.txt") == ["3"]  # a value alone, however small
+        assert worked("7.5", said) == [] and worked("Total hours: 7.5 and 8", said) == []  # copied from the results
+        assert worked("Meeting on 2026-11-27 (27 November, Nov 27th 2026) at 14:30", said) == []  # dates and times
+        assert worked("3 eggs and 2 apples", "buy eggs") == []  # a sentence's small numbers
+        assert worked("1,044", "the total is 1044") == [] and worked("x" * 200 + " 99", "") == []  # long text: no value
+
     async def test_a_files_text_with_no_result_before_it_is_the_models_own(self, llm, session, owner, owner_token):
         from tools_app.workspace import workspace_for
 

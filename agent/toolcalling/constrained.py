@@ -808,6 +808,33 @@ def invents_numbers(code: str, said: str) -> bool:
     return False
 
 
+_MONTH = r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.?"
+_DATE_LIKE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b|\b\d{1,2}:\d{2}(?::\d{2})?\b|\b\d{1,2}(?:st|nd|rd|th)?\s+" + _MONTH
+                        + r"(?:\s+\d{4})?\b|\b" + _MONTH + r"\s+\d{1,2}(?:st|nd|rd|th)?(?:,?\s+\d{4})?\b", re.I)
+VALUE_CHARS = 120  # a file's text this short that holds a number nobody gave is a computed value
+
+
+def computed_numbers(text: str, said: str) -> list[str]:
+    """The numbers of a short text for a file (at most VALUE_CHARS) that nobody gave: not in
+    `said` (the request, today's date, this turn's results), and not one a sentence uses by the
+    way (below NUMBER_FREE) unless the text is that number alone. Such a number was worked out
+    in the model's head: asked to add up a column of hours, Qwen2.5-Coder-0.5B wrote 27 where
+    the total was 37.5."""
+    text = _THOUSANDS.sub("", text or "").strip()
+    if not text or len(text) > VALUE_CHARS:
+        return []
+    text = _DATE_LIKE.sub(" ", text).strip() or "-"  # a date or a time is no value worked out
+    known = {float(n) for n in _NUMBER.findall(_THOUSANDS.sub("", said or ""))}
+    alone = bool(re.fullmatch(r"[-+]?\d+(?:\.\d+)?", text))
+    return [n for n in _NUMBER.findall(text) if float(n) not in known and (alone or float(n) >= NUMBER_FREE)]
+
+
+COMPUTE_BRIEF = (
+    "Write a short Python 3 program that works out what my request needs written into {path} and print()s "
+    "exactly that text. It runs in the folder that holds my files (open them by name). It must not write any file."
+)
+
+
 NUMBERS_NOTE = "Use the numbers exactly as my request gives them: {numbers}."
 
 

@@ -243,7 +243,7 @@ async def decide_step(
     grows and saved, and the turn needs no second call (a message that needs no tool is one
     call). None when the step gave nothing usable (the caller then makes an unconstrained call)."""
     cap = setup.profile.max_tools
-    if cap and not setup.tracker.plan and setup.tracker.strays >= STRAYS:
+    if cap and not (setup.tracker.plan and not setup.tracker.plan.single) and setup.tracker.strays >= STRAYS:
         # A request that a call already did ("fetch <url> and tell me how many widgets are in
         # stock"), then other tools tried and failed (reading a stock.json that is no file):
         # Qwen2.5-Coder-0.5B went on trying and answered about the failures. The results it has
@@ -306,6 +306,7 @@ async def decide_step(
             await _write_code(conv, setup, decision.call)
             decision.call = await _read_first(setup, decision.call)
             await _write_text(conv, setup, decision.call)
+            decision.call = await _compute_first(conv, setup, decision.call)
         turn.calls = [decision.call]
         turn.message.tool_calls = [decision.call]
         await conv.save_streaming(turn.message, tokens=turn.tokens)
@@ -449,6 +450,36 @@ async def _write_text(conv: Conversation, setup: Setup, call: ToolCall) -> None:
         written_as = _written_as(call)
         call.arguments = {**arguments, argument: text}
         setup.rewritten[written_as] = dict(call.arguments)
+
+
+async def _compute_first(conv: Conversation, setup: Setup, call: ToolCall) -> ToolCall:
+    """A small model's short text for a file that holds a number nobody gave (a total, a count:
+    constrained.computed_numbers) becomes a program that works it out and prints it, when the
+    profile has a program tool (code_exec) and no program ran this turn: the model added up a
+    column of hours to 27 where the total was 37.5, and a 0.5B coder model cannot add but writes
+    the program that does. The write comes at a later step, from the program's output; the call
+    goes through the same policy as any call of that tool. The model's own call stays when no
+    program comes, or the program reads what the request never named."""
+    tool = next((t for t in setup.step_tools if t.name == call.name), None)
+    arguments = call.arguments if isinstance(call.arguments, dict) else {}
+    argument = getattr(tool, "text_argument", "")
+    action = arguments.get(getattr(tool, "action_parameter", "action"))
+    text = arguments.get(argument)
+    runner = next((t for t in setup.tools if getattr(t, "code_runs_as_is", False) and t.code_argument), None)
+    if not argument or action not in getattr(tool, "text_actions", ()) or not isinstance(text, str) or runner is None:
+        return call
+    if any(m.role == "tool" and m.name == runner.name for m in _this_turn(conv.context)):
+        return call  # a program ran: what it printed is what the text was written from
+    if not constrained.computed_numbers(text, constrained.turn_said(conv.context)):
+        return call
+    path = str(arguments.get("path") or "the file")
+    program = await _program(conv, setup, ToolCall(id=call.id, name=runner.name, arguments={}),
+                             constrained.COMPUTE_BRIEF.format(path=path))
+    if not program or constrained.invents_inputs(program, conv.last_request(), ""):
+        return call
+    program = constrained.inclusive_ranges(constrained.completed_program(program), conv.last_request())
+    log.info("a number nobody gave for %s: worked out by a program first", path)
+    return ToolCall(id=call.id, name=runner.name, arguments={runner.code_argument: program}, constrained=call.constrained)
 
 
 async def _read_first(setup: Setup, call: ToolCall) -> ToolCall:
