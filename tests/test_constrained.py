@@ -29,6 +29,15 @@ def _plain_secretary(profiles):
     Profile.objects.update(planning_enabled=False)
 
 
+@pytest.fixture
+def model_chooses(monkeypatch):
+    """No plain first call taken for the model (agent.toolcalling.plan.first_call): the tests of
+    what follows the model's own choice among the offer (a request whose call is not plain)."""
+    from agent.toolcalling import plan
+
+    monkeypatch.setattr(plan, "first_call", lambda *args: plan.Plan())
+
+
 def schema_of(request: dict) -> dict | None:
     if isinstance(request.get("format"), dict):
         return request["format"]
@@ -244,7 +253,7 @@ class TestSmallModelStep:
         await Profile.objects.filter(pk="secretary").aupdate(max_tools=3)
         llm.schemas = {"format"}
 
-    async def test_a_call_then_an_answer_from_the_results(self, llm, session, owner_token):
+    async def test_a_call_then_an_answer_from_the_results(self, llm, session, owner_token, model_chooses):
         llm.script(Turn(content=NOTE_CALL), Turn(content=ANSWER), Turn(content="I noted done in the log."))
         frames = await run(session, owner_token, "note done in the scratchpad log")
         decide, decide_again, answer = llm.requests
@@ -281,7 +290,7 @@ class TestSmallModelStep:
         assert answer["messages"][-1]["content"] == "hello there"  # no note a small model would copy
         assert frames[-1]["content"] == "Hello!"
 
-    async def test_a_malformed_call_written_in_the_answer_is_made_valid(self, llm, session, owner_token):
+    async def test_a_malformed_call_written_in_the_answer_is_made_valid(self, llm, session, owner_token, model_chooses):
         written = '<tool_call>{"name": "scratchpad", "arguments": {"action": "scribble", "section": "log"}}</tool_call>'
         # "answer" at once, and again when asked about the scratchpad part left; then a call in the answer.
         llm.script(Turn(content=ANSWER), Turn(content=ANSWER), Turn(content=written), Turn(content=NOTE_CALL),
@@ -298,7 +307,7 @@ class TestSmallModelStep:
         section = await ScratchpadSection.objects.aget(scope=str(session.id), section="log")
         assert section.content.strip() == "done" and frames[-1]["content"] == "Noted."
 
-    async def test_a_file_name_where_the_tool_goes_becomes_a_real_tool(self, llm, session, owner_token):
+    async def test_a_file_name_where_the_tool_goes_becomes_a_real_tool(self, llm, session, owner_token, model_chooses):
         written = '<tool_call>{"name": "log.txt", "arguments": {"content": "done"}}</tool_call>'
         llm.script(Turn(content=ANSWER), Turn(content=ANSWER), Turn(content=written), Turn(content=NOTE_CALL),
                    Turn(content=ANSWER), Turn(content="Noted."))
@@ -308,7 +317,7 @@ class TestSmallModelStep:
         assert "There is no tool named log.txt" in rewrite["messages"][-1]["content"]
         assert [c["tool"] for c in of(frames, "tool_call")] == ["scratchpad"]
 
-    async def test_after_a_failed_call_the_answer_also_comes_from_the_results(self, llm, session, owner_token):
+    async def test_after_a_failed_call_the_answer_also_comes_from_the_results(self, llm, session, owner_token, model_chooses):
         bad_update = json.dumps({"name": "todo", "arguments": {"action": "update", "index": 5, "status": "done"}})
         llm.script(Turn(content=bad_update), Turn(content=ANSWER), Turn(content="There is no task 5 to mark."))
         frames = await run(session, owner_token, "mark todo task 5 as done")
@@ -419,7 +428,7 @@ class TestSmallModelStep:
         stored = await Message.objects.filter(session_id=session.id, role="assistant").alast()
         assert stored.content == frames[-1]["content"] and stored.status == "complete"
 
-    async def test_a_tool_that_needs_an_address_is_offered_only_when_the_chat_holds_one(self, llm, session, owner_token):
+    async def test_a_tool_that_needs_an_address_is_offered_only_when_the_chat_holds_one(self, llm, session, owner_token, model_chooses):
         # Without an address Qwen2.5-Coder-0.5B posted "port set to 8080" to an invented
         # http://localhost:8080 instead of writing config.json, and fetched www.example.com to
         # "read the manual of the web_view tool".
@@ -543,7 +552,7 @@ class TestSmallModelStep:
         assert not invents("print((100 - 32) * 5 / 9)", "convert 100 F to C")  # the unit's own constant
         assert not invents("print(17 * 23)", "What's 17 times 23?") and invents("def (:", "")
 
-    async def test_an_answer_at_once_to_a_request_naming_a_file_is_asked_again(self, llm, session, owner, owner_token):
+    async def test_an_answer_at_once_to_a_request_naming_a_file_is_asked_again(self, llm, session, owner, owner_token, model_chooses):
         from tools_app.workspace import workspace_for
 
         await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"filesystem": "allow"})
@@ -677,7 +686,7 @@ class TestSmallModelStep:
         assert constrained.unreadable("a.json", "debug=true") and not constrained.unreadable("a.json", '{"a": 1}')
         assert not constrained.unreadable("a.txt", "debug=true")
 
-    async def test_an_answer_at_once_to_a_request_a_tool_plainly_does_is_asked_again(self, llm, session, owner_token):
+    async def test_an_answer_at_once_to_a_request_a_tool_plainly_does_is_asked_again(self, llm, session, owner_token, model_chooses):
         status = json.dumps({"name": "scratchpad", "arguments": {"action": "write", "section": "status", "content": "server is up"}})
         llm.script(Turn(content=ANSWER), Turn(content=status), Turn(content=ANSWER), Turn(content="Noted."))
         frames = await run(session, owner_token, "Write 'server is up' into the scratchpad section named status.")
@@ -817,7 +826,7 @@ class TestSmallModelStep:
         assert "filesystem" in llm.requests[-1]["messages"][1]["content"]  # the answer knows every try
         assert frames[-1]["content"] == "Noted; notes.txt says old."
 
-    async def test_a_failure_of_another_tool_before_any_call_worked_is_not_a_wander(self, llm, session, owner, owner_token):
+    async def test_a_failure_of_another_tool_before_any_call_worked_is_not_a_wander(self, llm, session, owner, owner_token, model_chooses):
         await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"filesystem": "allow"})
         missing = json.dumps({"name": "filesystem", "arguments": {"action": "read", "path": "notes.txt"}})
         llm.script(Turn(content=missing), Turn(content=NOTE_CALL), Turn(content=ANSWER), Turn(content=ANSWER),
@@ -846,8 +855,10 @@ class TestSmallModelStep:
         tools = get_agent().tools.tools_for(["filesystem", "scratchpad", "web_view", "http_request", "todo", "code_exec"])
         steps = plan.make("Check the price on http://shop.example/k.html and save it in the file price.txt.", tools, None).steps
         assert [sorted(t.name for t in s.tools) for s in steps] == [["http_request", "web_view"], ["filesystem"]]
-        # One part with a tool is no plan; nor is a request whose first part does not say.
-        assert not plan.make("Use code_exec to add 2 and 3, and tell me the result.", tools, None)
+        # A first part with a tool and none after it is its one call first; a request whose first
+        # part does not say is no plan.
+        single = plan.make("Use code_exec to add 2 and 3, and tell me the result.", tools, None)
+        assert single.single and [[t.name for t in s.tools] for s in single.steps] == [["code_exec"]]
         assert not plan.make("Think it over and then write it into notes.txt.", tools, None)
         assert not plan.make("Read notes.txt", tools, None)
         # Checked off in order: a later part's tool used first does not check the first part off.
@@ -856,6 +867,39 @@ class TestSmallModelStep:
 
         pad, fs = ToolCall(id="1", name="scratchpad", arguments={}), ToolCall(id="2", name="filesystem", arguments={})
         assert plan_.next([pad])[0] == 0 and plan_.next([pad, fs])[0] == 1 and plan_.next([fs, pad]) is None
+
+    async def test_a_plain_first_call_is_the_first_step_and_then_the_model_may_answer(self, llm, session, owner_token):
+        # Words and meaning agreeing named a needed tool far more often than the 0.5B model chose one.
+        llm.script(Turn(content=NOTE_CALL), Turn(content=ANSWER), Turn(content="I noted done in the log."))
+        frames = await run(session, owner_token, "note done in the scratchpad log")
+        first, second = llm.requests[0], llm.requests[1]
+        assert branch_names(schema_of(first)) == ["scratchpad"]  # that call only: no answer, no other tool
+        assert "Call scratchpad for my request now" in first["messages"][-1]["content"]
+        assert constrained.ANSWER in branch_names(schema_of(second))  # after the call it may answer
+        assert of(frames, "tool_call")[0]["success"] and frames[-1]["content"] == "I noted done in the log."
+        # Nothing plain to call: the model chooses, and may answer at once.
+        llm.script(Turn(content=ANSWER), Turn(content="Hello!"))
+        frames = await run(session, owner_token, "hello there, how are you?")
+        assert constrained.ANSWER in branch_names(schema_of(llm.requests[3])) and frames[-1]["content"] == "Hello!"
+
+    def test_which_first_calls_are_plain(self):
+        from agent.registry import get_agent
+        from agent.toolcalling import plan, toolmeaning
+
+        tools = get_agent().tools.tools_for(["filesystem", "scratchpad", "web_view", "http_request", "todo", "code_exec"])
+        named = plan.make("use code_exec to add 2 and 3", tools, None)
+        assert named.single and [t.name for t in named.steps[0].tools] == ["code_exec"]
+        fetched = plan.make("what does http://shop.example/k.html say", tools, None)
+        assert fetched.single and {t.name for t in fetched.steps[0].tools} == {"web_view", "http_request"}
+        assert not plan.make("Read notes.txt", tools, None)  # a file name alone: the model chooses
+
+        def meaning(**scores):
+            return toolmeaning.Meaning(whole={toolmeaning.ANSWER: 0.2, **scores}, parts=[], part_texts=[])
+
+        agreed = plan.make("put buy milk on my list of things to do", tools, meaning(todo=0.6, scratchpad=0.3))
+        assert agreed.single and [t.name for t in agreed.steps[0].tools] == ["todo"]
+        assert not plan.make("put buy milk on my list of things to do", tools, meaning(scratchpad=0.6, todo=0.5))  # they differ
+        assert not plan.make("put buy milk on my list of things to do", tools, meaning(todo=0.25))  # hardly closer than a reply
 
     def test_the_answer_prompt_puts_failed_calls_on_one_line_before_the_results_that_worked(self):
         from agent.llm.messages import ToolCall

@@ -831,7 +831,8 @@ def computed_numbers(text: str, said: str) -> list[str]:
 
 COMPUTE_BRIEF = (
     "Write a short Python 3 program that works out what my request needs written into {path} and print()s "
-    "exactly that text. It runs in the folder that holds my files (open them by name). It must not write any file."
+    "exactly that text. It runs in the folder that holds my files (open them by name; a .csv file's first line "
+    "names its columns: read it with csv.DictReader). It must not write any file."
 )
 
 

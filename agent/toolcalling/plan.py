@@ -73,28 +73,30 @@ class Plan:
 
 
 def make(request: str, tools: list, meaning: toolmeaning.Meaning | None) -> Plan:
-    """The request's parts in order, each with its tools (see the module's docstring); an empty
-    plan unless two parts or more have tools."""
+    """The request's parts in order, each with its tools (see the module's docstring), when two
+    parts or more have tools; else its plain first call (`first_call`), or an empty plan."""
     parts = meaning.part_texts if meaning is not None and meaning.part_texts else toolmeaning.parts_of(request)
     scores = meaning.parts if meaning is not None and meaning.part_texts else [None] * len(parts)
     steps = [Step(part, tools_for(part, tools, part_scores)) for part, part_scores in zip(parts, scores)]
     # A first part without tools leaves the order unknown from the start: no plan.
     if steps and steps[0].tools and sum(bool(s.tools) for s in steps) > 1:
         return Plan(steps)
-    if len(steps) > 1:  # one part with tools, the first: its call comes first
-        return Plan(steps[:1], single=True) if steps[0].tools else Plan()
-    return first_call(request, tools, meaning)
+    return first_call(request, tools, meaning, steps)
 
 
-def first_call(request: str, tools: list, meaning: toolmeaning.Meaning | None) -> Plan:
-    """A request with no plan of parts whose first call is plain: it names one tool by its exact
-    name, gives a web address (the tools that take a `url`), or the request's best word match is
-    also its closest tool in meaning, clearly closer than a plain reply (MARGIN). Its first step
+def first_call(request: str, tools: list, meaning: toolmeaning.Meaning | None, steps: list[Step]) -> Plan:
+    """A request with no plan of parts whose first call is plain (a plan of that one step): of
+    several parts, the first when it has tools (`tools_for`) and no other has; of one, when it
+    names one tool by its exact name, gives a web address (the tools that take a `url`), or the
+    request's best word match is also its closest tool in meaning, clearly closer than a plain
+    reply (MARGIN). Its first step
     is then that call (a plan of one step), not the model's pick among the offer: on the eval's
     wordings the two signals agreeing named a needed tool far more often than Qwen2.5-Coder-0.5B
     chose one among the 4–5 offered. A file name alone is no such sign ("write what you remember
     into address.txt" needs memory first). Without an embedding model only names and addresses
     count."""
+    if len(steps) > 1:
+        return Plan(steps[:1], single=True) if steps[0].tools else Plan()
     named = [t for t in tools if re.search(rf"(?<![\w-]){re.escape(t.name)}(?![\w-])", request)]
     if len(named) == 1:
         chosen = named
