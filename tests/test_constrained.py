@@ -1017,6 +1017,12 @@ class TestSmallModelStep:
         assert frames[-1]["content"] == "I noted done in the log." and len(llm.requests) == 4
         assert llm.requests[3]["options"]["temperature"] == 0
 
+    async def test_the_data_marker_copied_where_the_value_goes_is_asked_once_more(self, llm, session, owner_token):
+        llm.script(Turn(content=NOTE_CALL), Turn(content=ANSWER), Turn(content="The log now holds [UNTRUSTED DATA ...]."),
+                   Turn(content="The log now holds done."))
+        frames = await run(session, owner_token, "note done in the scratchpad log")
+        assert shown(frames) == "The log now holds done." and len(llm.requests) == 4
+
     async def test_code_written_twice_over_results_is_kept_the_second_time(self, llm, session, owner_token):
         # The owner may have asked for code: asked once more, what comes is the answer.
         code = "Here it is:\n```python\nprint('done')\n```"

@@ -46,6 +46,14 @@ def test_text_without_a_relative_date_is_left_as_it_is(text):
     assert dates.pin(text, FRIDAY) == text
 
 
+def test_a_weekday_alone_is_a_day_to_come_on_a_list_and_a_habit_in_a_fact():
+    assert dates.pin("call Bob Monday", FRIDAY) == "call Bob Monday (2026-11-30)"
+    assert dates.pin("team meeting every Monday", FRIDAY) == "team meeting every Monday"
+    assert dates.pin("bins out each second Tuesday", FRIDAY) == "bins out each second Tuesday"
+    assert dates.pin("gym on Monday and Thursday", FRIDAY, weekdays=False) == "gym on Monday and Thursday"
+    assert dates.pin("dentist next Friday", FRIDAY, weekdays=False) == "dentist next Friday (2026-12-04)"
+
+
 def test_an_item_that_is_only_a_date_joins_the_item_before_it():
     assert dates.with_dates(["dentist", "next Friday"], FRIDAY) == ["dentist, next Friday (2026-12-04)"]
     assert dates.with_dates(["buy milk", "for tomorrow", "call Bob"], FRIDAY) == [

@@ -322,7 +322,7 @@ class TestFewerTools:
         await Profile.objects.filter(pk="secretary").aupdate(max_tools=6)
         llm.script(Turn(content="ok"))
         await run(session, owner_token, message)
-        assert wanted in offered(llm.requests[-1])
+        assert wanted in offered(llm.requests[0])  # the first step's offer (a plain first call: that tool alone)
 
     async def test_the_planning_call_offers_the_answer_calls_tools(self, llm, session, owner_token):
         # Same tools, same form, same system message: the answer call reuses the planning

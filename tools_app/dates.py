@@ -39,7 +39,7 @@ def _weekday(word: str) -> int:
     return next(i for i, name in enumerate(WEEKDAYS) if name.startswith(word[:3]))
 
 
-def resolve(match: re.Match, day: date) -> date | None:
+def resolve(match: re.Match, day: date) -> date:
     """The date one match of _RELATIVE stands for, seen from `day`. "next Friday", "Friday" and
     "on Friday" are the first Friday after `day`; "this Friday" may be `day` itself."""
     if word := match.group("word"):
@@ -57,9 +57,12 @@ def resolve(match: re.Match, day: date) -> date | None:
     return day + timedelta(days=ahead)
 
 
-def pin(text: str, day: date | None = None) -> str:
+def pin(text: str, day: date | None = None, weekdays: bool = True) -> str:
     """`text` with the date of each relative expression written after it ("next Friday
-    (2026-12-04)"); unchanged when it already holds a date written out (2026-12-04)."""
+    (2026-12-04)"); unchanged when it already holds a date written out (2026-12-04). A weekday
+    alone ("call Bob Monday") is pinned only with `weekdays` (a todo item: a day to come), never
+    after "every" or "each"; in a fact "my gym days are Monday and Thursday" is a habit, so
+    memory pins "next Monday", "tomorrow" and such only."""
     if not isinstance(text, str) or not text or _ISO.search(text):
         return text
     day = day or today()
@@ -67,11 +70,12 @@ def pin(text: str, day: date | None = None) -> str:
     for match in _RELATIVE.finditer(text):
         if _PINNED.match(text[match.end():]):
             continue
-        when = resolve(match, day)
-        if when is None:
-            continue
+        if match.group("weekday") and not match.group("which"):
+            before = text[:match.start()]
+            if not weekdays or re.search(r"\b(?:every|each)\s+(?:\w+\s+)?$", before, re.I):
+                continue
         out.append(text[last:match.end()])
-        out.append(f" ({when.isoformat()})")
+        out.append(f" ({resolve(match, day).isoformat()})")
         last = match.end()
     if not out:
         return text

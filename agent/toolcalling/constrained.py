@@ -461,8 +461,9 @@ def holds_code(text: str) -> bool:
 
 def not_an_answer(text: str, code_too: bool = True) -> bool:
     """The start of a small model's answer over its results that is none: a stock refusal, or
-    (`code_too`) code to do what a tool already did."""
-    return is_refusal(text) or (code_too and holds_code(text))
+    (`code_too`) code to do what a tool already did, or the data marker of the prompt copied
+    where the value goes ("The file that mentions kiwi is [UNTRUSTED DATA ...].")."""
+    return is_refusal(text) or (code_too and (holds_code(text) or "UNTRUSTED DATA" in (text or "")))
 
 
 # Asked after a stock refusal: the same results as a report of what was done. On Qwen2.5-Coder-0.5B

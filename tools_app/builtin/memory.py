@@ -55,7 +55,7 @@ class MemorySaveTool(Tool):
         session_id = current_chat_session_id.get()
         try:
             saved = await sync_to_async(upsert_fact)(
-                _owner(), params["category"], params["key"], dates.pin(params["value"]), source_session_id=session_id,
+                _owner(), params["category"], params["key"], dates.pin(params["value"], weekdays=False), source_session_id=session_id,
                 untrusted=current_taint.get(),  # the chat read outside content: the fact is kept unverified
             )
         except FactError as exc:
