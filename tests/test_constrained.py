@@ -929,6 +929,9 @@ class TestSmallModelStep:
         assert fixed("Append 'x' to the file log.txt.", action="append", path="file_log.txt") == "log.txt"
         assert fixed("Append 'x' to notes/log.txt.", action="append", path="notes/the-log.txt") == "notes/log.txt"
         assert fixed("Create config.json with debug on.", action="write", path="/path/to/owner's/documents") == "config.json"
+        assert fixed("Create a file config.json with debug on.", action="write", path="/path/to/config.json") == "config.json"
+        assert fixed("Put it in /srv/app/config.json.", action="write", path="/srv/app/config.json") == "/srv/app/config.json"
+        assert fixed("Write config.json in the app folder.", action="write", path="/app/config.json") == "/app/config.json"
         # Left alone: a named file, another real file name, a folder, two candidates, no named file.
         assert fixed("Append 'x' to log.txt.", action="append", path="logs/log.txt") == "logs/log.txt"
         assert fixed("Summarise report.txt into a new file.", action="write", path="summary.txt") == "summary.txt"

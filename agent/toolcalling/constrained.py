@@ -311,7 +311,8 @@ FILE_ACTIONS = ("read", "write", "append")
 
 def fix_path(call: ToolCall, request: str) -> bool:
     """A small model's file path put right where it plainly meant a file the request names:
-    "file_log.txt" for "the file log.txt" (the name grown a prefix), or a placeholder such as
+    "file_log.txt" for "the file log.txt" (the name grown a prefix), "/path/to/config.json" for
+    "config.json" (folders from the root that the request never says), or a placeholder such as
     "/path/to/documents" (no file name at all) when the request names exactly one file. True
     when the path was changed."""
     args = call.arguments if isinstance(call.arguments, dict) else {}
@@ -320,6 +321,12 @@ def fix_path(call: ToolCall, request: str) -> bool:
         return False
     names = toolselect.file_names(request)
     folder, _, base = path.rstrip("/").rpartition("/")
+    if path.startswith("/") and base.lower() in {n.lower() for n in names if "/" not in n}:
+        # "/path/to/config.json" for "Create a file config.json": folders nobody said, from root.
+        said = request.lower()
+        if not all(part.lower() in said for part in folder.strip("/").split("/") if part):
+            call.arguments = {**args, "path": next(n for n in names if n.lower() == base.lower())}
+            return True
     if not names or any(path.lower() == n.lower() or path.lower().endswith("/" + n.lower()) for n in names):
         return False
     grown = [n for n in names if re.search(rf"[_-]{re.escape(n.rpartition('/')[2])}$", base, re.I)]
