@@ -492,7 +492,7 @@ def results_prompt(context: list[ChatMessage], again: bool = False, focused: boo
         return [
             ChatMessage(role="system", content=AGAIN_SYSTEM),
             ChatMessage(role="user", content=f"My request: {request}\n\nDone so far:\n{results}\n\n"
-                                             "Tell me what was done, in one sentence:"),
+                                             "Tell me what was done and what it found, with the exact values, in one or two sentences:"),
         ]
     return [
         ChatMessage(role="system", content=RESULTS_SYSTEM),
