@@ -723,6 +723,31 @@ class TestSmallModelStep:
         frames = await run(session, owner_token, "Write hi into fresh.txt.")
         assert [c["args"]["action"] for c in of(frames, "tool_call")] == ["write"]
 
+    async def test_a_row_appended_to_a_table_is_written_in_its_columns(self, llm, session, owner, owner_token):
+        # Qwen2.5-Coder-0.5B appended "lunch, 12.50" to a file of "date,what,amount" rows.
+        from tools_app.workspace import workspace_for
+
+        await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"filesystem": "allow"})
+        expenses = workspace_for(owner.pk) / "expenses.csv"
+        expenses.write_text("date,item,amount\n2026-11-20,bus,2.80")  # no newline after the last row
+        row = json.dumps({"name": "filesystem", "arguments": {"action": "append", "path": "expenses.csv", "content": "lunch, 12.50"}})
+        again = "```csv\ndate,item,amount\n2026-11-27,lunch,12.50\n```"  # a row shown to it, written again
+        llm.script(Turn(content=row), Turn(content=again), Turn(content=ANSWER), Turn(content="Added the lunch row."))
+        frames = await run(session, owner_token, "Add a row to expenses.csv for today: lunch, 12.50.")
+        prompt = llm.requests[1]["messages"][1]["content"]
+        assert "The current text of expenses.csv:\n```\ndate,item,amount\n2026-11-20,bus,2.80\n```" in prompt
+        assert prompt.endswith("The text to add at the end of expenses.csv:") and "Today is " in prompt
+        assert of(frames, "tool_call")[0]["args"]["content"] == "2026-11-27,lunch,12.50\n"
+        assert expenses.read_text() == "date,item,amount\n2026-11-20,bus,2.80\n2026-11-27,lunch,12.50\n"
+        # Not a table: appended as the model wrote it, with no call before it.
+        notes = workspace_for(owner.pk) / "notes.txt"
+        notes.write_text("milk")
+        line = json.dumps({"name": "filesystem", "arguments": {"action": "append", "path": "notes.txt", "content": " and eggs"}})
+        llm.script(Turn(content=line), Turn(content=ANSWER), Turn(content="Added."))
+        before = len(llm.requests)
+        await run(session, owner_token, "Append ' and eggs' to notes.txt.")
+        assert notes.read_text() == "milk and eggs" and len(llm.requests) - before == 3
+
     async def test_an_answer_after_the_first_of_two_parts_is_asked_again_once(self, llm, session, owner, owner_token):
         from tools_app.workspace import workspace_for
 
@@ -855,6 +880,12 @@ class TestSmallModelStep:
         tools = get_agent().tools.tools_for(["filesystem", "scratchpad", "web_view", "http_request", "todo", "code_exec"])
         steps = plan.make("Check the price on http://shop.example/k.html and save it in the file price.txt.", tools, None).steps
         assert [sorted(t.name for t in s.tools) for s in steps] == [["http_request", "web_view"], ["filesystem"]]
+        # Quoted text is never split into parts.
+        from agent.toolcalling.toolmeaning import parts_of
+        assert parts_of("Append ' and eggs' to notes.txt.") == []
+        assert parts_of("Write 'salt and pepper' into list.txt and then read it back") == [
+            "Write 'salt and pepper' into list.txt", "read it back"]
+        assert parts_of("What's my car's plate and my wife's name?") == ["What's my car's plate", "my wife's name?"]
         # A first part with a tool and none after it is its one call first; a request whose first
         # part does not say is no plan.
         single = plan.make("Use code_exec to add 2 and 3, and tell me the result.", tools, None)

@@ -572,11 +572,13 @@ TEXT_SLACK = 400
 _ANY_FENCE = re.compile(r"```[^\n`]*\n(.*?)(?:```|$)", re.S)
 
 
-def text_prompt(context: list[ChatMessage], action: str, path: str, today: date | None = None) -> list[ChatMessage]:
+def text_prompt(context: list[ChatMessage], action: str, path: str, today: date | None = None,
+                current: str | None = None) -> list[ChatMessage]:
     """What a file's text is written from: the request, today's date (a row "for today"), this
     turn's results so far, and the file's current text when the turn read it (shown as text: the
-    read's call beside it, a 0.5B model wrote a tool call into expenses.csv)."""
-    current = read_this_turn(context, path)
+    read's call beside it, a 0.5B model wrote a tool call into expenses.csv) or the tool gave it
+    (`current`: the table a row is appended to)."""
+    current = read_this_turn(context, path) if current is None else current
     request, results = _request_and_results(context, without_read_of=path if current is not None else "")
     earlier = f"Today is {today:%A, %d %B %Y} ({today.isoformat()}).\n\n" if today is not None else ""
     earlier += f"What my tools returned so far:\n{results}\n\n" if results else ""
@@ -606,6 +608,14 @@ def read_this_turn(context: list[ChatMessage], path: str) -> str | None:
         if args.get("action") == "read" and _same_path(args.get("path"), path) and not msg.content.startswith("ERROR"):
             found = msg.content if len(msg.content) <= RESULT_CHARS else msg.content[:RESULT_CHARS] + " […]"
     return found
+
+
+def new_lines(text: str, current: str) -> str:
+    """The lines of an appended text that the file does not hold already: shown a table's rows, a
+    small model writes some of them again before its own."""
+    held = {line.strip() for line in (current or "").splitlines() if line.strip()}
+    kept = [line for line in (text or "").splitlines() if line.strip() and line.strip() not in held]
+    return "\n".join(kept) + "\n" if kept else ""
 
 
 def is_call_text(text: str, tool) -> bool:

@@ -92,9 +92,23 @@ def version(tool) -> str:
     return digest.hexdigest()
 
 
+# Quoted text is one piece: "Write 'salt and pepper' into list.txt" is one part.
+_QUOTED = re.compile(r"(?<!\w)'[^'\n]+'(?!\w)|\"[^\"\n]+\"|\u201c[^\u201d\n]+\u201d|\u2018[^\u2019\n]+\u2019(?!\w)")
+
+
 def parts_of(request: str) -> list[str]:
-    """The parts of a multi-part request, in order ([] for a request of one part)."""
-    pieces = [p.strip(" ,") for p in _PARTS.split(request or "")]
+    """The parts of a multi-part request, in order ([] for a request of one part); never split
+    inside quotes."""
+    request = request or ""
+    quoted = [m.span() for m in _QUOTED.finditer(request)]
+    pieces, last = [], 0
+    for match in _PARTS.finditer(request):
+        if any(start < match.start() < end for start, end in quoted):
+            continue
+        pieces.append(request[last:match.start()])
+        last = match.end()
+    pieces.append(request[last:])
+    pieces = [p.strip(" ,") for p in pieces]
     parts = [p for p in pieces if len(p.split()) >= MIN_PART_WORDS]
     return parts[:MAX_PARTS] if len(parts) > 1 else []
 

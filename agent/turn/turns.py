@@ -427,8 +427,9 @@ async def _write_text(conv: Conversation, setup: Setup, call: ToolCall) -> None:
     something, written again in a short call of its own from the request and those results: in
     the step's JSON a 0.5B model wrote the key ("timeout") where the value (45) was meant. So is
     a whole file's text its format cannot read (constrained.unreadable: "debug=true&port=8080"
-    for config.json). The model's own text stays when this one is empty, runs far longer, or
-    does not read where the model's did."""
+    for config.json), and a row appended to a table the turn has not read (the tool's
+    `current_text`: its rows are shown, and only new lines are kept). The model's own text stays
+    when this one is empty, runs far longer, or does not read where the model's did."""
     tool = next((t for t in setup.step_tools if t.name == call.name), None)
     argument = getattr(tool, "text_argument", "")
     arguments = call.arguments if isinstance(call.arguments, dict) else {}
@@ -438,10 +439,16 @@ async def _write_text(conv: Conversation, setup: Setup, call: ToolCall) -> None:
         return
     path = str(arguments.get("path") or "the file")
     malformed = action != "append" and constrained.unreadable(path, own)
-    if not malformed and not any(m.role == "tool" and not m.content.startswith("ERROR") for m in _this_turn(conv.context)):
+    table = None  # the rows a row is appended to, unless the turn read them already
+    if (peek := getattr(tool, "current_text", None)) and constrained.read_this_turn(conv.context, path) is None:
+        table = await peek(arguments)
+    if not malformed and table is None and not any(m.role == "tool" and not m.content.startswith("ERROR") for m in _this_turn(conv.context)):
         return  # nothing returned yet: the text comes from the request, as the model wrote it
-    reply = await _short_call(setup, "text", constrained.text_prompt(conv.context, action, path, conv.clock.date()), call.name)
+    prompt = constrained.text_prompt(conv.context, action, path, conv.clock.date(), current=table)
+    reply = await _short_call(setup, "text", prompt, call.name)
     text = constrained.text_from(reply, own)
+    if text and table is not None:
+        text = constrained.new_lines(text, table)
     if text and constrained.is_call_text(text, tool):
         return  # a call written where the file's text goes
     if text and action != "append" and constrained.unreadable(path, text) and not constrained.unreadable(path, own):

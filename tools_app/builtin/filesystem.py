@@ -63,6 +63,23 @@ class _Target:
         return self.real == self.root.path
 
 
+TABLES = (".csv", ".tsv")  # files of rows whose columns an appended row must keep (current_text)
+TABLE_CHARS = 1500
+
+
+def _ends_a_line(target: "_Target") -> bool:
+    """The file is missing, empty, or its last character ends a line."""
+    try:
+        fd = open_regular(target.root, target.real, os.O_RDONLY)
+    except (FileNotFoundError, OSError):
+        return True
+    try:
+        size = os.fstat(fd).st_size
+        return size == 0 or os.pread(fd, 1, size - 1) in (b"\n", b"\r")
+    finally:
+        os.close(fd)
+
+
 class FilesystemTool(Tool):
     name = "filesystem"
     keywords = "file files folder directory path txt csv json md read open write save create make new append add line list contents rename move copy delete remove mkdir search find mention workspace text edit change replace"
@@ -115,6 +132,26 @@ class FilesystemTool(Tool):
             return None
         return {"action": "read", "path": path} if await asyncio.to_thread(os.path.isfile, real) else None
 
+    async def current_text(self, params: dict[str, Any]) -> str | None:
+        """For a small model's step: the text of the table (.csv, .tsv) an `append` adds a row to,
+        so the row is written in its columns ("lunch, 12.50" was appended to a file of
+        "date,what,amount" rows). None for another action, another kind of file, or no file."""
+        path = params.get("path")
+        if params.get("action") != "append" or not isinstance(path, str) or not path.lower().endswith(TABLES):
+            return None
+        try:
+            _, real = locate(path, await current_file_roots(), str(workspace_for()))
+        except PathRefused:
+            return None
+
+        def head() -> str | None:
+            if not os.path.isfile(real):
+                return None
+            with open(real, encoding="utf-8", errors="replace") as handle:
+                return handle.read(TABLE_CHARS)
+
+        return await asyncio.to_thread(head)
+
     async def execute(self, params: dict[str, Any]) -> ToolResult:
         roots: list[Root] = []
         try:
@@ -162,6 +199,9 @@ class FilesystemTool(Tool):
         if content is None:
             return ToolResult(False, error=f"{params['action']} needs `content`")
         kept = file_versions.Kept() if append else _keep(target, "write")
+        if append and target.real.lower().endswith(TABLES) and content and not content.startswith(("\n", "\r")) \
+                and not _ends_a_line(target):
+            content = "\n" + content  # a row of its own, not glued to the last one
         flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
         fd = open_regular(target.root, target.real, flags, create_parents=True)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
