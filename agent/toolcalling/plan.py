@@ -66,8 +66,6 @@ class Plan:
     def note(self, index: int) -> str:
         step = self.steps[index]
         names = " or ".join(t.name for t in step.tools)
-        if self.single:
-            return f'[next step] Call {names} for my request now: {{"name": "{step.tools[0].name}", "arguments": {{…}}}}.'
         return (f'[next step] My request has {len(self.steps)} parts; do them in order. Part {index + 1}: '
                 f'"{step.part}". Call {names} for this part now: {{"name": "{step.tools[0].name}", "arguments": {{…}}}}.')
 

@@ -266,10 +266,14 @@ async def decide_step(
     told = bool(forced) or (not setup.tracker.used and constrained.names_a_tool(query, offer))
     text = not told and not setup.tracker.used and not setup.profile.max_tools
     context = await turn_context(conv, setup)
-    if forced:
+    if forced and not setup.tracker.plan.single:
         step[1].tries += 1
         context = constrained.with_note(context, setup.tracker.plan.note(step[0]))
     else:
+        # A plain first call (a plan of one step) is asked as any step is, its tool the only one:
+        # told "Call tool_manual for my request now: {…}", the 0.5B model wrote that into `name`.
+        if forced:
+            step[1].tries += 1
         context = constrained.with_note(context, constrained.decide_note(context, offer, text))
     setup.step_tools = offer
     async for event in _constrained_stream(conv, setup, turn, context, offer, offer, answer=not told, text=text):
