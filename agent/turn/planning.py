@@ -119,8 +119,13 @@ async def plan_turn(conv: Conversation, setup: Setup, context: list[ChatMessage]
     if setup.constrained:  # the tools are in the system prompt's catalogue, not the request
         schemas = None
     else:
+        query, capped = conv.last_request(), len(setup.tools) > setup.profile.max_tools > 0
+        try:
+            meaning = await setup.meaning(setup.tools, query) if capped else None  # as the answer call ranks
+        except Stopped:
+            return None  # the loop reports stream_stopped
         try:  # the answer call's own selection and form of tools: one shared prefix, one cache
-            schemas = fit_request(context, setup.tools, setup.profile, setup.limit, conv.last_request(), set()).schemas
+            schemas = fit_request(context, setup.tools, setup.profile, setup.limit, query, set(), meaning).schemas
         except DoesNotFit:
             return None  # the answer call reports it
     try:

@@ -29,7 +29,7 @@ from agent.llm.base import (
 )
 from agent.llm.messages import ChatMessage, LLMChunk, ToolCall
 from agent.models import Profile
-from agent.toolcalling import constrained, plan
+from agent.toolcalling import constrained, plan, toolmeaning
 from agent.toolcalling.calls import CallTracker, DoesNotFit, fit_request
 from agent.toolcalling.partial_json import FieldText
 from agent.toolcalling.toolcalls import CallTextFilter, extract_calls
@@ -59,6 +59,18 @@ class Setup:
     # A call as the model wrote it → its arguments with the program written again (_write_code):
     # the same call chosen again is then seen as the repeat it is, and costs no second rewrite.
     rewritten: dict[str, dict] = field(default_factory=dict)
+    meanings: dict[tuple, toolmeaning.Meaning | None] = field(default_factory=dict)
+
+    async def meaning(self, tools: list, query: str) -> toolmeaning.Meaning | None:
+        """How close the request is to `tools` in meaning (constrained.meaning: a capped profile
+        only), asked once per turn and set of tools: the planning call and the answer call of a
+        turn offer the same tools (one prompt prefix for the server's cache) even when the tools'
+        vectors were finished between them; a stop ends the wait."""
+        key = (query, tuple(t.name for t in tools))
+        if key not in self.meanings:
+            cap = self.profile.max_tools
+            self.meanings[key] = await until_stopped(constrained.meaning(tools, query, cap), current_stop_event.get()) if cap > 0 else None
+        return self.meanings[key]
 
 
 @dataclass
@@ -151,7 +163,7 @@ async def stream_turn(
         readable = setup.step_tools or offer
     else:
         capped = len(offer) > profile.max_tools > 0  # a small model's profile choosing its few: by meaning too
-        meaning = await until_stopped(constrained.meaning(offer, query, profile.max_tools), current_stop_event.get()) if capped else None
+        meaning = await setup.meaning(offer, query) if capped else None
         try:
             request = fit_request(context, offer, profile, setup.limit, query, setup.tracker.used, meaning)
         except DoesNotFit as exc:
@@ -255,7 +267,7 @@ async def decide_step(
     # race's two tasks were two trips through the event loop before every request.
     if cap:
         offer = constrained.without_invented_addresses([t for t in offer if t.usable()], constrained.said_and_found(conv.context))
-    meaning = await until_stopped(constrained.meaning(offer, query, cap), current_stop_event.get()) if cap > 0 else None
+    meaning = await setup.meaning(offer, query) if cap > 0 else None
     if cap and setup.tracker.plan is None:
         setup.tracker.plan = plan.make(query, offer, meaning)
     step = setup.tracker.plan.next(setup.tracker.done) if cap and setup.tracker.plan else None
