@@ -1095,6 +1095,20 @@ TODO = FakeTool("todo", {
 
 
 class TestTheSchema:
+    def test_an_argument_that_names_a_tool_takes_only_the_profiles_tools(self):
+        # Asked for the manual of web_view, Qwen2.5-Coder-0.5B wrote tool_manual's own description as the name.
+        from agent.registry import get_agent
+
+        tools = get_agent().tools.tools_for(["tool_manual", "web_view", "filesystem"])
+        manual = next(t for t in tools if t.name == "tool_manual")
+        schema = constrained.step_schema([manual], known=("tool_manual", "web_view", "filesystem"))
+        jsonschema.validate({"name": "tool_manual", "arguments": {"name": "web_view"}}, schema)
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({"name": "tool_manual", "arguments": {"name": "Read the manual of a tool"}}, schema)
+        # Without the names (or for a tool whose arguments name none) the schema is as declared, and
+        # the shared branch is never changed.
+        jsonschema.validate({"name": "tool_manual", "arguments": {"name": "anything"}}, constrained.step_schema([manual]))
+
     def test_each_action_is_written_with_its_own_arguments_only(self):
         from tools_app.builtin.filesystem import FilesystemTool
         from tools_app.builtin.working_notes import TodoTool

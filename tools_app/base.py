@@ -58,6 +58,9 @@ class Tool(ABC):
     # wrote the key "timeout" into timeout.txt inside the JSON of the step, the value 45 beside it).
     text_argument: str = ""
     text_actions: tuple[str, ...] = ()
+    # The argument that names another tool (tool_manual's `name`): a small model's step may write
+    # only the name of a tool the profile has there (a 0.5B model wrote the tool's description).
+    tool_name_argument: str = ""
     # Seconds before the call is abandoned; None = TOOL_TIMEOUT_S. Tools that wait on other
     # long work (spawn_agent) raise it.
     timeout: float | None = None

@@ -89,17 +89,31 @@ BRIEF_CHARS = 90  # of a tool's description in the catalogue
 
 # --- the schema of a step --------------------------------------------------------------------
 def step_schema(
-    tools: list, *, answer: bool = True, without: tuple[str, str] | None = None, text: bool = False
+    tools: list, *, answer: bool = True, without: tuple[str, str] | None = None, text: bool = False,
+    known: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """`answer` (unless `answer` is off), or one of `tools` with arguments valid for its schema
     (one branch each); `without` = (tool, action): that action of that tool is not offered.
     `text`: the answer may carry the reply itself (ANSWER_TEXT), so a turn that needs no tool
-    is one call."""
+    is one call. `known`: the names of the profile's tools, the only values of an argument that
+    names a tool (Tool.tool_name_argument)."""
     answering = {"name": {"const": ANSWER}, **({ANSWER_TEXT: {"type": "string"}} if text else {})}
     branches: list[dict[str, Any]] = [_object(answering, ["name"])] if answer else []
     for tool in tools:
-        branches.append(_branch(tool, without[1] if without is not None and without[0] == tool.name else None))
+        branch = _branch(tool, without[1] if without is not None and without[0] == tool.name else None)
+        branches.append(_naming(branch, tool, known))
     return {"title": STEP_TITLE, "anyOf": branches}
+
+
+def _naming(branch: dict[str, Any], tool, known: tuple[str, ...]) -> dict[str, Any]:
+    """The branch with its tool-naming argument limited to `known` (a copy; the cached branch is shared)."""
+    argument = getattr(tool, "tool_name_argument", "")
+    spec = branch["properties"]["arguments"].get("properties", {}).get(argument) if argument and known else None
+    if not isinstance(spec, dict):
+        return branch
+    out = copy.deepcopy(branch)
+    out["properties"]["arguments"]["properties"][argument] = {"type": "string", "enum": list(known)}
+    return out
 
 
 _EMPTY = {"type": "object", "properties": {}}

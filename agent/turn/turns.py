@@ -551,7 +551,8 @@ async def _constrained_stream(
     profile = setup.profile
     turn.decision = None
     request = _fit_step(context, tools, setup)
-    output = OutputSchema(setup.constrained, constrained.step_schema(allowed, answer=answer, without=without, text=text))
+    known = tuple(t.name for t in setup.tools)
+    output = OutputSchema(setup.constrained, constrained.step_schema(allowed, answer=answer, without=without, text=text, known=known))
     reader = FieldText(constrained.ANSWER_TEXT) if text else None
     guard, raw_guard = RunawayGuard(), RunawayGuard()  # the answer's text; the JSON of a call
     msg, stop = turn.message, current_stop_event.get()

@@ -157,6 +157,7 @@ class ToolManualTool(_RegistryTool):
     )
     description = "Read the manual of a tool (manuals/<name>.md, or one generated from its parameters)."
     parameters = {"type": "object", "properties": {"name": {"type": "string", "description": "tool name"}}, "required": ["name"]}
+    tool_name_argument = "name"
 
     async def execute(self, params: dict[str, Any]) -> ToolResult:
         name = params["name"]
