@@ -2,7 +2,7 @@
 bench/agent_eval.py, is a tool the task needs among those a small model's first constrained step
 is offered? Reported per split (tuning / held-out), the way agent_eval's results files carry it.
 
-    .venv/bin/python bench/tool_offer.py [--cap 8] [--json] [--show-heldout]
+    .venv/bin/python bench/tool_offer.py [--cap 8] [--json] [--show-heldout] [--dev]
     PYTHONPATH=/tmp/benchlib .venv/bin/python bench/tool_offer.py --meaning   # words and meaning
 
 The selection is the one the loop uses (`agent.toolcalling.constrained.choose` over the built-in tools, as
@@ -46,9 +46,12 @@ def _embedder() -> None:
     settings.EMBEDDING_TIMEOUT_S = 900  # numpy on a shared CPU: a batch can take a while
 
 
-def offer_rates(cap: int, show_heldout: bool = False, mode: str = "words") -> dict:
-    """{split: {"wordings", "offered", "rate", "mean_offered", "misses"}} over every task's first
-    message, the tools ranked on words or (mode "meaning") by meaning."""
+def offer_rates(cap: int, show_heldout: bool = False, mode: str = "words", dev: bool = False) -> dict:
+    """{split: {"wordings", "offered", "rate", "mean_offered", "forced", "forced_right", "misses"}}
+    over every task's first message (and, with `dev`, the readable wordings of bench/_offer_dev.py
+    as the split "dev"), the tools ranked on words or (mode "meaning") by meaning. `forced`: first
+    steps offered one part's tools alone (a plan or a plain first call: the model then only
+    writes the arguments); `forced_right`: of those, the ones whose tools hold a needed one."""
     from _django import setup
 
     setup()
@@ -62,8 +65,12 @@ def offer_rates(cap: int, show_heldout: bool = False, mode: str = "words") -> di
         _embedder()
         toolmeaning.REQUEST_TIMEOUT_S = toolmeaning.TOOLS_TIMEOUT_S = 600.0  # numpy on a shared CPU
     out: dict[str, dict] = {}
-    for task in ALL_TASKS:
-        message = task.messages[0].format(web=WEB)
+    wordings = [(t.messages[0].format(web=WEB), t.split, t.name, tuple(t.needs)) for t in ALL_TASKS]
+    if dev:
+        from _offer_dev import DEV_WORDINGS
+
+        wordings += [(request, "dev", request[:40], tuple(sorted(needs))) for request, needs in DEV_WORDINGS]
+    for message, split, name, needs in wordings:
         offer = constrained.without_invented_addresses([t for t in tools if t.usable()], [message])  # as the loop's first step
         meaning = asyncio.run(constrained.meaning(offer, message, cap)) if mode == "meaning" else None
         if mode == "meaning" and meaning is None:
@@ -72,13 +79,16 @@ def offer_rates(cap: int, show_heldout: bool = False, mode: str = "words") -> di
         made = plan.make(message, offer, meaning)
         first = made.next([]) if made else None
         offered = [t.name for t in (first[1].tools if first else constrained.choose(offer, message, cap, set(), meaning))]
-        part = out.setdefault(task.split, {"wordings": 0, "offered": 0, "tools": 0, "misses": []})
+        part = out.setdefault(split, {"wordings": 0, "offered": 0, "tools": 0, "forced": 0, "forced_right": 0, "misses": []})
         part["wordings"] += 1
         part["tools"] += len(offered)
-        if set(task.needs) & set(offered):
+        right = bool(set(needs) & set(offered)) if needs else first is None  # no tool needed: none forced
+        part["forced"] += first is not None
+        part["forced_right"] += first is not None and right
+        if right:
             part["offered"] += 1
-        elif task.split != "heldout" or show_heldout:
-            part["misses"].append({"task": task.name, "needs": list(task.needs), "offered": offered})
+        elif split != "heldout" or show_heldout:
+            part["misses"].append({"task": name, "needs": list(needs), "offered": offered, "forced": first is not None})
     for part in out.values():
         part["rate"] = round(part["offered"] / part["wordings"], 3) if part["wordings"] else None
         part["mean_offered"] = round(part.pop("tools") / part["wordings"], 1) if part["wordings"] else None
@@ -93,19 +103,22 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     ap.add_argument("--meaning", action="store_true", help="rank by meaning too (all-MiniLM-L6-v2, bench-only packages)")
     ap.add_argument("--show-heldout", action="store_true", help="list held-out misses too (audit only)")
+    ap.add_argument("--dev", action="store_true", help="also the readable wordings of bench/_offer_dev.py (split 'dev')")
     args = ap.parse_args()
-    rates = {mode: offer_rates(args.cap, args.show_heldout, mode) for mode in (MODES if args.meaning else MODES[:1])}
+    rates = {mode: offer_rates(args.cap, args.show_heldout, mode, args.dev) for mode in (MODES if args.meaning else MODES[:1])}
     if args.json:
         print(json.dumps(rates if args.meaning else rates["words"]))
         return
     for mode, by_split in rates.items():
-        for split in ("tuning", "heldout"):
+        for split in ("tuning", "heldout", "dev"):
             part = by_split.get(split)
             if part:
                 print(f"{LABELS[mode]:13} {split:8} offered at step 1: {part['offered']}/{part['wordings']} "
-                      f"({100 * part['rate']:.0f}%), {part['mean_offered']} tools offered on average")
+                      f"({100 * part['rate']:.0f}%), {part['mean_offered']} tools offered on average; "
+                      f"one part's tools alone: {part['forced_right']}/{part['forced']} right")
                 for miss in part.get("misses", []):
-                    print(f"    miss {miss['task']:28} needs {'/'.join(miss['needs'])}; offered {', '.join(miss['offered'])}")
+                    print(f"    miss {miss['task']:28} needs {'/'.join(miss['needs']) or 'no tool'}; offered "
+                          f"{', '.join(miss['offered'])}{' (alone)' if miss['forced'] else ''}")
 
 
 if __name__ == "__main__":

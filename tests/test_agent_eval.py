@@ -435,9 +435,13 @@ def test_the_offer_rate_counts_every_wording_and_hides_heldout_misses():
     from pathlib import Path
 
     script = Path(__file__).resolve().parent.parent / "bench" / "tool_offer.py"
-    done = subprocess.run([sys.executable, str(script), "--json", "--cap", "8"], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, str(script), "--json", "--cap", "8", "--dev"], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr
     rates = json.loads(done.stdout.strip().splitlines()[-1])
     assert rates["tuning"]["wordings"] == 26 and rates["heldout"]["wordings"] == 62
     assert 0 <= rates["heldout"]["offered"] <= 62 and "misses" not in rates["heldout"]
+    # The readable wordings of bench/_offer_dev.py, misses listed; a first step of one part's tools counted.
+    from bench._offer_dev import DEV_WORDINGS
+    assert rates["dev"]["wordings"] == len(DEV_WORDINGS) and rates["dev"]["forced_right"] <= rates["dev"]["forced"]
+    assert all({"task", "needs", "offered", "forced"} <= set(m) for m in rates["dev"].get("misses", []))
