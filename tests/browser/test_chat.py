@@ -98,8 +98,9 @@ def last_turn(page):
 def test_tool_cards_go_from_pending_to_complete_and_mark_failures(page, navi, live_llm):
     live_llm.add_rule(Rule(match="list your tools", turns=[
         Turn(thinking="I need the tool list.", tool_calls=[{"name": "list_tools", "arguments": {}}]),
-        # A valid call that fails (the default step writes only valid calls).
-        Turn(tool_calls=[{"name": "tool_manual", "arguments": {"name": "no_such_tool"}}]),
+        # A valid call that fails (the default step writes only valid calls: a tool's name must be
+        # a real one, so a missing file fails instead).
+        Turn(tool_calls=[{"name": "filesystem", "arguments": {"action": "read", "path": "no_such_file.txt"}}]),
         Turn(content="All done."),
     ]))
     page.add_init_script(RECORD_PENDING)
@@ -108,11 +109,11 @@ def test_tool_cards_go_from_pending_to_complete_and_mark_failures(page, navi, li
     turn = last_turn(page)
     expect(turn.locator(".bubble.assistant")).to_have_text("All done.")
     ok = turn.locator("details.tool[data-tool=list_tools]")
-    failed = turn.locator("details.tool[data-tool=tool_manual]")
+    failed = turn.locator("details.tool[data-tool=filesystem]")
     expect(ok).to_have_class(re.compile(r"\bok\b"))
     expect(failed).to_have_class(re.compile(r"\bfailed\b"))
     expect(failed.locator(".tool-status")).to_have_text("failed")
-    assert page.evaluate("window.__seen.pendingTools") == ["list_tools", "tool_manual"]
+    assert page.evaluate("window.__seen.pendingTools") == ["list_tools", "filesystem"]
     assert not ok.evaluate("d => d.open"), "tool cards start collapsed"
     # turn_thinking closes the live thinking block instead of adding a second one
     expect(turn.locator("details.thinking")).to_have_count(1)
@@ -125,7 +126,7 @@ def test_tool_cards_go_from_pending_to_complete_and_mark_failures(page, navi, li
     page.wait_for_selector("body[data-ready='1']")
     turn = last_turn(page)
     expect(turn.locator("details.tool[data-tool=list_tools]")).to_have_class(re.compile(r"\bok\b"))
-    expect(turn.locator("details.tool[data-tool=tool_manual]")).to_have_class(re.compile(r"\bfailed\b"))
+    expect(turn.locator("details.tool[data-tool=filesystem]")).to_have_class(re.compile(r"\bfailed\b"))
 
 
 def test_sub_agent_cards_nest_under_their_spawn_agent_card(page, navi, live_llm):
