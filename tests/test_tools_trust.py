@@ -157,6 +157,30 @@ async def test_the_filesystem_tool_never_changes_the_tools_folder(settings, allo
 
 
 @pytest.mark.django_db(transaction=True)
+async def test_the_table_shown_before_an_append_is_read_only_inside_the_workspace(owner, other_user, tmp_path):
+    """FilesystemTool.current_text (a small model's row appended to a .csv) reads what an append
+    may write to: never another user's file, a path that climbs out, nor a symlink's target."""
+    from tools_app.builtin.filesystem import TABLE_CHARS
+    from tools_app.workspace import workspace_for
+
+    outside = tmp_path / "secret.csv"
+    outside.write_text("card,1234\n")
+    theirs = workspace_for(other_user.id) / "bank.csv"
+    theirs.write_text("iban,DE00\n")
+    mine = workspace_for(owner.id)
+    (mine / "link.csv").symlink_to(outside)
+    (mine / "big.csv").write_text("a,b\n" * 10_000)
+    tool = FilesystemTool()
+    with acting_as(owner.id):
+        for path in (str(outside), "../" * 8 + str(outside).lstrip("/"), "link.csv", "LINK.CSV", " link.csv ",
+                     f"../{other_user.id}/bank.csv", str(theirs), "ｌｉｎｋ.csv"):
+            assert await tool.current_text({"action": "append", "path": path, "content": "x"}) is None, path
+        assert len(await tool.current_text({"action": "append", "path": "big.csv", "content": "x"})) == TABLE_CHARS
+        assert await tool.current_text({"action": "write", "path": "big.csv", "content": "x"}) is None  # appends only
+        assert await tool.current_text({"action": "append", "path": "notes.txt", "content": "x"}) is None  # tables only
+
+
+@pytest.mark.django_db(transaction=True)
 async def test_extra_allowed_paths_are_only_for_holders_of_run_host_tools(settings, tmp_path, django_user_model):
     admin = await django_user_model.objects.acreate(username="root", is_superuser=True)
     plain = await django_user_model.objects.acreate(username="plain")

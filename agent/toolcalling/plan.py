@@ -87,40 +87,40 @@ def first_call(request: str, tools: list, meaning: toolmeaning.Meaning | None, s
     several parts, the first when it has tools (`tools_for`) and no other has; of one, when it
     names one tool by its exact name, gives a web address (the tools that take a `url`), or the
     request's best word match is also its closest tool in meaning, clearly closer than a plain
-    reply (MARGIN). Its first step
-    is then that call (a plan of one step), not the model's pick among the offer: on the eval's
+    reply (MARGIN). Its first step is then that call (a plan of one step), not the model's pick
+    among the offer: on the eval's
     wordings the two signals agreeing named a needed tool far more often than Qwen2.5-Coder-0.5B
     chose one among the 4–5 offered. A file name alone is no such sign ("write what you remember
     into address.txt" needs memory first). Without an embedding model only names and addresses
     count."""
     if len(steps) > 1:
         return Plan(steps[:1], single=True) if steps[0].tools else Plan()
-    named = [t for t in tools if re.search(rf"(?<![\w-]){re.escape(t.name)}(?![\w-])", request)]
-    if len(named) == 1:
-        chosen = named
-    elif _URL.search(request):
-        chosen = [t for t in toolselect.ranked(tools, request) if "url" in ((t.parameters or {}).get("properties") or {})]
-    elif meaning is None:
-        return Plan()
-    else:
-        words = toolselect.scored(toolselect.mentioned(tools, request), request)
-        closest = toolmeaning.ranked(tools, meaning.whole)
-        if not words or words[0][1] <= 0 or not closest or words[0][0].name != closest[0][0].name:
-            return Plan()
-        best = words[0][0]
-        if meaning.whole.get(best.name, -1.0) < meaning.whole.get(toolmeaning.ANSWER, -1.0) + MARGIN:
-            return Plan()
-        chosen = [best]
+    chosen = _named_or_addressed(request, tools)
+    if chosen is None:
+        chosen = _agreed(request, tools, meaning)
     return Plan([Step(request, chosen)], single=True) if chosen else Plan()
+
+
+def _agreed(request: str, tools: list, meaning: toolmeaning.Meaning | None) -> list:
+    """[the tool] when the request's best word match is also its closest tool in meaning, closer
+    than a plain reply by MARGIN; [] otherwise (or without an embedding model)."""
+    if meaning is None:
+        return []
+    words = toolselect.scored(toolselect.mentioned(tools, request), request)
+    closest = toolmeaning.ranked(tools, meaning.whole)
+    if not words or words[0][1] <= 0 or not closest or words[0][0].name != closest[0][0].name:
+        return []
+    best = words[0][0]
+    if meaning.whole.get(best.name, -1.0) < meaning.whole.get(toolmeaning.ANSWER, -1.0) + MARGIN:
+        return []
+    return [best]
 
 
 def tools_for(part: str, tools: list, scores: dict[str, float] | None) -> list:
     """The tools that plainly do this part ([] when it does not say)."""
-    named = [t for t in tools if re.search(rf"(?<![\w-]){re.escape(t.name)}(?![\w-])", part)]
-    if len(named) == 1:
-        return named
-    if _URL.search(part):
-        return [t for t in toolselect.ranked(tools, part) if "url" in ((t.parameters or {}).get("properties") or {})]
+    plain = _named_or_addressed(part, tools)
+    if plain is not None:
+        return plain
     if toolselect.file_names(part):
         return [t for t in tools if t.name == FILE_TOOL]
     if scores is None:
@@ -133,3 +133,14 @@ def tools_for(part: str, tools: list, scores: dict[str, float] | None) -> list:
     if best.name in closest and scores.get(best.name, -1.0) >= scores.get(toolmeaning.ANSWER, -1.0) + MARGIN:
         return [best]
     return []
+
+
+def _named_or_addressed(text: str, tools: list) -> list | None:
+    """The one tool `text` names by its exact name, or the tools that take a `url` when it gives a
+    web address; None when it does neither."""
+    named = [t for t in tools if re.search(rf"(?<![\w-]){re.escape(t.name)}(?![\w-])", text)]
+    if len(named) == 1:
+        return named
+    if _URL.search(text):
+        return [t for t in toolselect.ranked(tools, text) if "url" in ((t.parameters or {}).get("properties") or {})]
+    return None
