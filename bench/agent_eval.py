@@ -56,6 +56,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench._eval_dev import DEV_TASKS  # noqa: E402
 from bench._eval_heldout import is_two_step, prepare  # noqa: E402
 from bench._eval_tasks import SHOUT_TOOL, TASKS, Run, Task, WebFixture, answer_problem  # noqa: E402
 from bench._llm_proxy import LLMProxy  # noqa: E402
@@ -70,8 +71,8 @@ CALL_ERROR = re.compile(
 )
 # The original 52 tasks (half of them held out) and the held-out paraphrase pairs.
 ALL_TASKS = prepare(list(TASKS))
-NEEDS = {t.name: tuple(t.needs) for t in ALL_TASKS}
-SPLITS = ("tuning", "heldout")
+NEEDS = {t.name: tuple(t.needs) for t in ALL_TASKS + DEV_TASKS}
+SPLITS = ("tuning", "heldout")  # the reported ones; "dev" (bench/_eval_dev.py) runs only when asked
 RELIABILITY = ("native_calls", "recovered_calls", "repaired_arguments", "refused_calls", "unknown_tools", "broken_loops",
                "repeated_calls", "constrained_calls")
 
@@ -496,6 +497,7 @@ def summarise(results: list[dict], modes: tuple[str, ...]) -> dict[str, dict]:
         first_text = [r["first_text_s"] for r in rows if r.get("first_text_s") is not None]
         summary[mode] = {
             **{split: _part([r for r in rows if r.get("split", "tuning") == split]) for split in SPLITS},
+            **({"dev": _part(dev)} if (dev := [r for r in rows if r.get("split") == "dev"]) else {}),
             "two_step": _part([r for r in rows if r.get("two_step")]),
             "tasks": n,
             "succeeded": sum(r["success"] for r in rows),
@@ -555,6 +557,7 @@ def table(summary: dict[str, dict], results: list[dict]) -> str:
         ("  tuning split", lambda s: pct(s["tuning"]["succeeded"], s["tuning"]["tasks"])),
         ("  held-out split", lambda s: pct(s["heldout"]["succeeded"], s["heldout"]["tasks"])),
         ("  two-step tasks", lambda s: pct(s["two_step"]["succeeded"], s["two_step"]["tasks"])),
+        ("  dev split (not reported)", lambda s: pct(s.get("dev", {}).get("succeeded", 0), s.get("dev", {}).get("tasks", 0))),
         ("first call a needed tool, tuning", lambda s: pct(s["tuning"].get("first_call_needed", 0), s["tuning"]["tasks"])),
         ("  held-out", lambda s: pct(s["heldout"].get("first_call_needed", 0), s["heldout"]["tasks"])),
         ("success_old (end state only)", lambda s: pct(s["succeeded_old"], s["tasks"])),
@@ -629,13 +632,14 @@ def _mark(mode_summary: dict) -> str:
 
 def select_tasks(count: int | None, only: str | None, split: str = "all") -> list[Task]:
     """The tasks to run: all, one split, or the named ones; the first `count` of them."""
-    tasks = ALL_TASKS if split == "all" else [t for t in ALL_TASKS if t.split == split]
+    everything = ALL_TASKS + DEV_TASKS
+    tasks = ALL_TASKS if split == "all" else [t for t in everything if t.split == split]
     if only:
         wanted = [n.strip() for n in only.split(",") if n.strip()]
-        unknown = sorted(set(wanted) - {t.name for t in ALL_TASKS})
+        unknown = sorted(set(wanted) - {t.name for t in everything})
         if unknown:
-            raise SystemExit(f"unknown task(s): {', '.join(unknown)}; known: {', '.join(t.name for t in ALL_TASKS)}")
-        tasks = [t for t in tasks if t.name in wanted]
+            raise SystemExit(f"unknown task(s): {', '.join(unknown)}; known: {', '.join(t.name for t in everything)}")
+        tasks = [t for t in (everything if split == "all" else tasks) if t.name in wanted]
     return tasks[:count] if count else tasks
 
 
@@ -740,7 +744,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--api-key", default="")
     ap.add_argument("--tasks", type=int, help="only the first N tasks")
     ap.add_argument("--only", help="comma-separated task names")
-    ap.add_argument("--split", default="all", choices=("all", "tuning", "heldout"),
+    ap.add_argument("--split", default="all", choices=("all", "tuning", "heldout", "dev"),
                     help="run one split only (bench/_eval_heldout.py); held-out runs are counted, not read")
     ap.add_argument("--show-heldout", action="store_true",
                     help="keep held-out runs' reasons, answers and model output in the report (an audit after tuning)")
