@@ -793,10 +793,13 @@ class TestSmallModelStep:
         (workspace_for(owner.pk) / "parking.txt").write_text("Level 2, spot 117\n")
         read = json.dumps({"name": "filesystem", "arguments": {"action": "read", "path": "parking.txt"}})
         note = json.dumps({"name": "scratchpad", "arguments": {"action": "append", "section": "car", "content": "117"}})
-        llm.script(Turn(content=read), Turn(content=note), Turn(content=ANSWER), Turn(content="Spot 117 is in the scratchpad."))
+        llm.script(Turn(content=read), Turn(content=note), Turn(content="```\n117\n```"), Turn(content=ANSWER),
+                   Turn(content="Spot 117 is in the scratchpad."))
         frames = await run(session, owner_token, "Read parking.txt and put the spot number into the scratchpad section 'car'.")
-        first, second, third, _answer = llm.requests
+        first, second, text, third, _answer = llm.requests
         assert branch_names(schema_of(first)) == ["filesystem"] and branch_names(schema_of(second)) == ["scratchpad"]
+        # the note's text is written from what the read returned, as a file's is
+        assert "into the scratchpad section 'car'" in text["messages"][-1]["content"] and "spot 117" in text["messages"][-1]["content"]
         assert 'Part 1: "Read parking.txt"' in first["messages"][-1]["content"]
         assert "Part 2: \"put the spot number into the scratchpad section 'car'.\"" in second["messages"][-1]["content"]
         assert branch_names(schema_of(third))[0] == constrained.ANSWER  # every part done: it may answer

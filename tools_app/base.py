@@ -56,8 +56,11 @@ class Tool(ABC):
     # `text_actions`: after this turn's tools returned something, a small model's step has it
     # written again in a short call of its own from the request and those results (a 0.5B model
     # wrote the key "timeout" into timeout.txt inside the JSON of the step, the value 45 beside it).
+    # Not only files: a scratchpad section's content, a saved fact's value (what was read, kept).
+    # No `text_actions` = every call of the tool; `text_place` says where the text goes.
     text_argument: str = ""
     text_actions: tuple[str, ...] = ()
+    text_in_file: bool = False  # a file's text (any result informs it; kept line by line) or a short note's
     # The argument that names another tool (tool_manual's `name`): a small model's step may write
     # only the name of a tool the profile has there (a 0.5B model wrote the tool's description).
     tool_name_argument: str = ""
@@ -71,6 +74,16 @@ class Tool(ABC):
     # page, naming `origin`, and later risky calls of the run ask first.
     untrusted_output: bool = False
     origin: str = ""
+
+    def text_place(self, arguments: dict[str, Any]) -> str:
+        """Where a call's `text_argument` goes, as the short call that writes it is told."""
+        return str(arguments.get("path") or "the file")
+
+    def takes_text(self, arguments: dict[str, Any]) -> bool:
+        """The call writes its `text_argument` somewhere (`text_actions`; none = every call)."""
+        if not self.text_argument:
+            return False
+        return not self.text_actions or arguments.get(self.action_parameter) in self.text_actions
 
     def usable(self) -> bool:
         """False when every call could only fail here and now (ssh_exec with no SSH host

@@ -76,6 +76,10 @@ def make(request: str, tools: list, meaning: toolmeaning.Meaning | None) -> Plan
     parts = meaning.part_texts if meaning is not None and meaning.part_texts else toolmeaning.parts_of(request)
     scores = meaning.parts if meaning is not None and meaning.part_texts else [None] * len(parts)
     steps = [Step(part, tools_for(part, tools, part_scores)) for part, part_scores in zip(parts, scores)]
+    # A question the next part answers from a web address ("How many people live in Varnholt? It
+    # says on <url>. Put the number in population.txt."): the reading comes first.
+    while len(steps) > 1 and not steps[0].tools and _URL.search(steps[1].part) and steps[1].tools:
+        steps = steps[1:]
     # A first part without tools leaves the order unknown from the start: no plan.
     if steps and steps[0].tools and sum(bool(s.tools) for s in steps) > 1:
         return Plan(steps)

@@ -449,22 +449,30 @@ async def _write_text(conv: Conversation, setup: Setup, call: ToolCall) -> None:
     tool = next((t for t in setup.step_tools if t.name == call.name), None)
     argument = getattr(tool, "text_argument", "")
     arguments = call.arguments if isinstance(call.arguments, dict) else {}
-    action = arguments.get(getattr(tool, "action_parameter", "action"))
+    action = arguments.get(getattr(tool, "action_parameter", "action")) or "write"
     own = arguments.get(argument)
-    if not argument or action not in getattr(tool, "text_actions", ()) or not isinstance(own, str):
+    if not hasattr(tool, "takes_text") or not tool.takes_text(arguments) or not isinstance(own, str):
         return
-    path = str(arguments.get("path") or "the file")
+    path = tool.text_place(arguments)
     malformed = action != "append" and constrained.unreadable(path, own)
     table = None  # the rows a row is appended to, unless the turn read them already
     if (peek := getattr(tool, "current_text", None)) and constrained.read_this_turn(conv.context, path) is None:
         table = await peek(arguments)
-    if not malformed and table is None and not any(m.role == "tool" and not m.content.startswith("ERROR") for m in _this_turn(conv.context)):
+    # What informs the text: any result for a file (a read, a program's output); for a note or a
+    # fact, another tool's (a scratchpad's "Section saved" tells nothing to write: "note one, then two").
+    informing = [m for m in _this_turn(conv.context) if m.role == "tool" and not m.content.startswith("ERROR")
+                 and (m.name != call.name or tool.text_in_file)]
+    if not malformed and table is None and not informing:
         return  # nothing returned yet: the text comes from the request, as the model wrote it
+    if not malformed and table is None and constrained.quoted_in(own, conv.last_request()):
+        return  # the very words the request quotes ("add 'stock is low'")
     prompt = constrained.text_prompt(conv.context, action, path, conv.clock.date(), current=table)
     reply = await _short_call(setup, "text", prompt, call.name)
     text = constrained.text_from(reply, own)
     if text and table is not None:
         text = constrained.new_lines(text, table)
+    if not tool.text_in_file:
+        text = text.strip()
     if text and constrained.is_call_text(text, tool):
         return  # a call written where the file's text goes
     if text and action != "append" and constrained.unreadable(path, text) and not constrained.unreadable(path, own):
@@ -486,16 +494,15 @@ async def _compute_first(conv: Conversation, setup: Setup, call: ToolCall) -> To
     tool = next((t for t in setup.step_tools if t.name == call.name), None)
     arguments = call.arguments if isinstance(call.arguments, dict) else {}
     argument = getattr(tool, "text_argument", "")
-    action = arguments.get(getattr(tool, "action_parameter", "action"))
     text = arguments.get(argument)
     runner = next((t for t in setup.tools if getattr(t, "code_runs_as_is", False) and t.code_argument), None)
-    if not argument or action not in getattr(tool, "text_actions", ()) or not isinstance(text, str) or runner is None:
+    if not hasattr(tool, "takes_text") or not tool.takes_text(arguments) or not isinstance(text, str) or runner is None:
         return call
     if any(m.role == "tool" and m.name == runner.name for m in _this_turn(conv.context)):
         return call  # a program ran: what it printed is what the text was written from
     if not constrained.computed_numbers(text, constrained.turn_said(conv.context)):
         return call
-    path = str(arguments.get("path") or "the file")
+    path = tool.text_place(arguments)
     program = await _program(conv, setup, ToolCall(id=call.id, name=runner.name, arguments={}),
                              constrained.COMPUTE_BRIEF.format(path=path))
     if not program or constrained.invents_inputs(program, conv.last_request(), ""):

@@ -115,6 +115,7 @@ class CodeExecTool(Tool):
         "how many days are there between 1 March and 25 December?",
         "convert 37 degrees Celsius to Fahrenheit with a small program",
         "compute the compound interest on 1000 at 5% for 10 years",
+        "how many hours are there in a leap year?",
     )
     description = (
         "Run a Python 3 program in a sandbox and return its output (stdout, stderr, exit code). "

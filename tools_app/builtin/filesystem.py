@@ -98,6 +98,7 @@ class FilesystemTool(Tool):
         "a file, deleting or moving onto one keeps its old content: action=restore brings it back."
     )
     text_argument, text_actions = "content", ("write", "append")
+    text_in_file = True
     actions = {"read": "path offset?", "write": "path content", "append": "path content", "list": "path",
                "mkdir": "path", "delete": "path recursive?", "move": "path destination", "search": "path pattern? text?",
                "restore": "path version?"}

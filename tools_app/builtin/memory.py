@@ -26,7 +26,7 @@ def _owner() -> int:
 
 class MemorySaveTool(Tool):
     name = "memory_save"
-    keywords = "remember save store memory fact note favourite birthday preference update changed"
+    keywords = "remember save store keep memory fact note favourite birthday preference update changed"
     examples = (
         "remember that my dentist is Dr. Lopez",
         "my daughter's birthday is on the 3rd of May, don't forget it",
@@ -34,7 +34,14 @@ class MemorySaveTool(Tool):
         "keep in mind that I'm allergic to peanuts",
         "note for the future: my flat is on the fourth floor",
         "I moved to Lisbon, update that",
+        "store my locker number in your memory",
+        "keep this in your memory for later: the spare key is with Tom",
     )
+    text_argument = "value"  # what was read or looked up, kept: written from the turn's results
+
+    def text_place(self, arguments: dict[str, Any]) -> str:
+        return f"the value of the saved fact '{arguments.get('key') or 'fact'}' (the fact itself, short)"
+
     description = (
         "Remember a fact about the user for future sessions (insert or update). Use short lowercase "
         "categories (personal, preferences, projects, environment, people, routines, work) and a short key; "
@@ -112,7 +119,7 @@ class MemoryForgetTool(Tool):
         "forget my old phone number",
         "delete what you know about my ex",
         "that fact about my job is outdated, remove it",
-        "stop remembering my address",
+        "erase my address from what you know",
     )
     description = (
         "Delete facts from long-term memory by key (optionally only in one category). Only when the user "

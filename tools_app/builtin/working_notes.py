@@ -10,6 +10,7 @@ from tools_app.base import Tool, ToolResult
 from tools_app.context import current_session_id, current_taint
 from tools_app.models import ScratchpadSection, TodoList
 
+MAX_ITEMS = 200  # tasks on one list (action=add stops there)
 TODO_STATUSES = ["pending", "in_progress", "done", "failed", "skipped"]
 _MARKS = {"pending": "[ ]", "in_progress": "[~]", "done": "[x]", "failed": "[!]", "skipped": "[-]"}
 
@@ -47,15 +48,16 @@ class TodoTool(Tool):
     )
     description = (
         "A checklist for multi-step work in this session. action=set replaces the list with "
-        "`tasks`; action=update sets the status of task number `index` (1-based); action=read "
-        "shows the list. Statuses: pending, in_progress, done, failed, skipped."
+        "`tasks`; action=add puts `tasks` at the end of the list, keeping what is on it; action=update "
+        "sets the status of task number `index` (1-based); action=read shows the list. Statuses: "
+        "pending, in_progress, done, failed, skipped."
     )
-    actions = {"set": "tasks", "update": "index status", "read": ""}
+    actions = {"set": "tasks", "add": "tasks", "update": "index status", "read": ""}
     parameters = {
         "type": "object",
         "properties": {
-            "action": {"type": "string", "enum": ["set", "update", "read"]},
-            "tasks": {"type": "array", "items": {"type": "string"}, "description": "for set"},
+            "action": {"type": "string", "enum": ["set", "add", "update", "read"]},
+            "tasks": {"type": "array", "items": {"type": "string"}, "description": "for set and add"},
             "index": {"type": "integer", "minimum": 1, "description": "for update: task number"},
             "status": {"type": "string", "enum": TODO_STATUSES, "description": "for update"},
         },
@@ -66,12 +68,21 @@ class TodoTool(Tool):
         scope = _scope()
         action = params["action"]
         todo, _ = await TodoList.objects.aget_or_create(scope=scope)
-        if action == "set":
+        if action in ("set", "add"):
             tasks = dates.with_dates([str(t).strip() for t in params.get("tasks") or [] if str(t).strip()])
             if not tasks:
-                return ToolResult(False, error="action=set needs a non-empty `tasks` list of strings")
-            todo.items = [{"task": t, "status": "pending"} for t in tasks]
-            todo.untrusted_source = current_taint.get()  # a new list: marked by what the chat holds now
+                return ToolResult(False, error=f"action={action} needs a non-empty `tasks` list of strings")
+            new = [{"task": t, "status": "pending"} for t in tasks]
+            if action == "add" and todo.items:
+                if len(todo.items) + len(new) > MAX_ITEMS:
+                    return ToolResult(False, error=f"the list holds {len(todo.items)} tasks; at most {MAX_ITEMS}: "
+                                                   "mark some done and start a new list with action=set")
+                todo.items = todo.items + new
+                # what the list was marked by stays; what the chat holds now marks it too
+                todo.untrusted_source = todo.untrusted_source or current_taint.get()
+            else:
+                todo.items = new
+                todo.untrusted_source = current_taint.get()  # a new list: marked by what the chat holds now
             await todo.asave()
             return _result(_render_todo(todo.items), todo.untrusted_source)
         if action == "update":
@@ -103,6 +114,10 @@ class ScratchpadTool(Tool):
         "is omitted), clear deletes one section (or all)."
     )
     actions = {"write": "section content", "append": "section content", "read": "section?", "clear": "section?"}
+    text_argument, text_actions = "content", ("write", "append")
+
+    def text_place(self, arguments: dict[str, Any]) -> str:
+        return f"the scratchpad section '{arguments.get('section') or 'notes'}'"
     parameters = {
         "type": "object",
         "properties": {
