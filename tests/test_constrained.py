@@ -629,6 +629,66 @@ class TestSmallModelStep:
         assert not constrained.is_call_text('{"debug": true, "port": 8080}', FilesystemTool())
         assert not constrained.is_call_text("lunch, 12.50", FilesystemTool())
 
+    async def test_a_facts_value_after_another_tools_result_is_written_from_that_result(self, llm, session, owner, owner_token):
+        # Qwen2.5-Coder-0.5B read bank.txt, then saved the key where the IBAN was meant (or the
+        # request's own words into a scratchpad section): a note's text comes from the results too.
+        from memory_app.models import MemoryFact
+        from tools_app.workspace import workspace_for
+
+        await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"filesystem": "allow", "memory_save": "allow"})
+        (workspace_for(owner.pk) / "bank.txt").write_text("IBAN: DE89 3704 0044\n")
+        read = json.dumps({"name": "filesystem", "arguments": {"action": "read", "path": "bank.txt"}})
+        save = json.dumps({"name": "memory_save", "arguments": {"category": "finance", "key": "iban", "value": "IBAN"}})
+        llm.script(Turn(content=read), Turn(content=save), Turn(content="Your IBAN is DE89 3704 0044.\nMore words."),
+                   Turn(content=ANSWER), Turn(content="Saved your IBAN."))
+        frames = await run(session, owner_token, "Look up my IBAN in bank.txt and store it in your memory.")
+        system, user = (m["content"] for m in llm.requests[2]["messages"])
+        assert system == constrained.NOTE_SYSTEM and "DE89 3704 0044" in user
+        assert user.endswith("states the value my request asks to keep in the fact to remember, taken from what my tools returned.")
+        assert [c["tool"] for c in of(frames, "tool_call")] == ["filesystem", "memory_save"]
+        assert (await MemoryFact.objects.aget(owner=owner, key="iban")).value == "Your IBAN is DE89 3704 0044."  # its first line
+        # What decides: a value the results said and the request did not.
+        assert constrained.grounded("Ines Varga", "New GP:\nDr. Ines Varga\n", "remember her name")
+        assert not constrained.grounded("127.0.0.1:80/cafe.html", "see 127.0.0.1:80/cafe.html: pw oat42", "open 127.0.0.1:80/cafe.html")
+        assert not constrained.grounded("keep it in your memory", "pw oat42", "and keep it in your memory")
+        assert constrained.found_news("The password is oat42.", "pw oat42", "keep the password") and \
+            not constrained.found_news("I will store my IBAN.", "IBAN: DE89", "store my IBAN")
+
+    async def test_a_list_made_before_the_file_it_comes_from_was_read_reads_that_file_first(self, llm, session, owner, owner_token,
+                                                                                              model_chooses):
+        # Qwen2.5-Coder-0.5B filled the list with the catalogue's words, chores.txt never read.
+        from tools_app.models import TodoList
+        from tools_app.workspace import workspace_for
+
+        await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"filesystem": "allow"})
+        (workspace_for(owner.pk) / "chores.txt").write_text("clean the gutters\nservice the boiler\n")
+        junk = json.dumps({"name": "todo", "arguments": {"action": "set", "tasks": ["Read, write, append to files"]}})
+        good = json.dumps({"name": "todo", "arguments": {"action": "set", "tasks": ["clean the gutters", "service the boiler"]}})
+        llm.script(Turn(content=junk), Turn(content=good), Turn(content=ANSWER), Turn(content="Two chores on your list."))
+        frames = await run(session, owner_token, "Put the chores in chores.txt on my todo list.")
+        calls = of(frames, "tool_call")
+        assert [(c["tool"], c["args"]["action"]) for c in calls] == [("filesystem", "read"), ("todo", "set")]
+        assert any("service the boiler" in m["content"] for m in llm.requests[1]["messages"] if m["role"] == "tool")
+        todo = await TodoList.objects.aget(scope=str(session.id))
+        assert [i["task"] for i in todo.items] == ["clean the gutters", "service the boiler"]
+        # A file that does not exist, or one outside the workspace, is not read: the call goes as written.
+        llm.script(Turn(content=json.dumps({"name": "todo", "arguments": {"action": "add", "tasks": ["water plants"]}})),
+                   Turn(content=ANSWER), Turn(content="Added."))
+        frames = await run(session, owner_token, "Add water plants from plants.txt to ../../etc/passwd and my to-do list.")
+        assert [c["tool"] for c in of(frames, "tool_call")] == ["todo"]
+
+    async def test_a_notes_text_is_kept_when_nothing_else_informed_it_or_the_request_quotes_it(self, llm, session, owner_token):
+        # "note 'one', then 'two'": the first note's "Section saved" tells nothing to write the second from.
+        first = json.dumps({"name": "scratchpad", "arguments": {"action": "write", "section": "log", "content": "one"}})
+        more = json.dumps({"name": "scratchpad", "arguments": {"action": "append", "section": "log", "content": "two"}})
+        llm.script(Turn(content=first), Turn(content=more), Turn(content=ANSWER), Turn(content="Both noted."))
+        await run(session, owner_token, "note one, then two, in the scratchpad log")
+        assert len(llm.requests) == 4 and not any(r["messages"][0]["content"] == constrained.TEXT_SYSTEM for r in llm.requests)
+        # After another tool's result, the very words the request quotes stay as they are.
+        assert constrained.quoted_in("stock is low", "look at http://x/p.html, then add 'stock is low' to the scratchpad")
+        assert constrained.quoted_in(" Stock is low. ", 'add "stock is low." to it') and not constrained.quoted_in("low", "add 'stock is low'")
+        assert not constrained.quoted_in("", "add '' to it") and not constrained.quoted_in("3.8.1", "write it down")
+
     async def test_a_number_nobody_gave_in_a_files_text_is_worked_out_by_a_program_first(self, llm, session, owner, owner_token,
                                                                                            host_tools_allowed):
         # Qwen2.5-Coder-0.5B added up a column of hours to 27 where the total was 37.5.
@@ -793,13 +853,10 @@ class TestSmallModelStep:
         (workspace_for(owner.pk) / "parking.txt").write_text("Level 2, spot 117\n")
         read = json.dumps({"name": "filesystem", "arguments": {"action": "read", "path": "parking.txt"}})
         note = json.dumps({"name": "scratchpad", "arguments": {"action": "append", "section": "car", "content": "117"}})
-        llm.script(Turn(content=read), Turn(content=note), Turn(content="```\n117\n```"), Turn(content=ANSWER),
-                   Turn(content="Spot 117 is in the scratchpad."))
+        llm.script(Turn(content=read), Turn(content=note), Turn(content=ANSWER), Turn(content="Spot 117 is in the scratchpad."))
         frames = await run(session, owner_token, "Read parking.txt and put the spot number into the scratchpad section 'car'.")
-        first, second, text, third, _answer = llm.requests
+        first, second, third, _answer = llm.requests  # "117" is what the read returned: the note stays as written
         assert branch_names(schema_of(first)) == ["filesystem"] and branch_names(schema_of(second)) == ["scratchpad"]
-        # the note's text is written from what the read returned, as a file's is
-        assert "into the scratchpad section 'car'" in text["messages"][-1]["content"] and "spot 117" in text["messages"][-1]["content"]
         assert 'Part 1: "Read parking.txt"' in first["messages"][-1]["content"]
         assert "Part 2: \"put the spot number into the scratchpad section 'car'.\"" in second["messages"][-1]["content"]
         assert branch_names(schema_of(third))[0] == constrained.ANSWER  # every part done: it may answer
@@ -926,6 +983,12 @@ class TestSmallModelStep:
         fetched = plan.make("what does http://shop.example/k.html say", tools, None)
         assert fetched.single and {t.name for t in fetched.steps[0].tools} == {"web_view", "http_request"}
         assert not plan.make("Read notes.txt", tools, None)  # a file name alone: the model chooses
+        # A question the next part answers from a web address: that reading is the first step.
+        asked = plan.make("How many people live in Varnholt? It says on http://x.example/v.html. Put the number in pop.txt.",
+                          tools, None)
+        assert not asked.single and [{t.name for t in s.tools} for s in asked.steps] == [{"web_view", "http_request"}, {"filesystem"}]
+        # A question answered by working it out is no reading: the order stays the model's.
+        assert not plan.make("How many seconds are in a week? Put the number in week.txt.", tools, None)
 
         def meaning(**scores):
             return toolmeaning.Meaning(whole={toolmeaning.ANSWER: 0.2, **scores}, parts=[], part_texts=[])

@@ -61,6 +61,11 @@ class Tool(ABC):
     text_argument: str = ""
     text_actions: tuple[str, ...] = ()
     text_in_file: bool = False  # a file's text (any result informs it; kept line by line) or a short note's
+    # The tool keeps what it is given (a list, a note, a fact) and reads no file itself: a small
+    # model's call of it before anything ran, for a request that names a file, reads that file
+    # first ("turn the chores in chores.txt into to-do items": a 0.5B model filled the list with
+    # the catalogue's words).
+    keeps: bool = False
     # The argument that names another tool (tool_manual's `name`): a small model's step may write
     # only the name of a tool the profile has there (a 0.5B model wrote the tool's description).
     tool_name_argument: str = ""
@@ -78,6 +83,11 @@ class Tool(ABC):
     def text_place(self, arguments: dict[str, Any]) -> str:
         """Where a call's `text_argument` goes, as the short call that writes it is told."""
         return str(arguments.get("path") or "the file")
+
+    def kept_text(self, arguments: dict[str, Any]) -> str:
+        """What a call of a tool that `keeps` would keep, as text."""
+        value = arguments.get(self.text_argument) if self.text_argument else None
+        return value if isinstance(value, str) else ""
 
     def takes_text(self, arguments: dict[str, Any]) -> bool:
         """The call writes its `text_argument` somewhere (`text_actions`; none = every call)."""

@@ -29,7 +29,7 @@ from agent.llm.base import (
 )
 from agent.llm.messages import ChatMessage, LLMChunk, ToolCall
 from agent.models import Profile
-from agent.toolcalling import constrained, plan, toolmeaning
+from agent.toolcalling import constrained, plan, toolmeaning, toolselect
 from agent.toolcalling.calls import CallTracker, DoesNotFit, fit_request
 from agent.toolcalling.partial_json import FieldText
 from agent.toolcalling.toolcalls import CallTextFilter, extract_calls
@@ -321,6 +321,7 @@ async def decide_step(
             constrained.fix_path(decision.call, query)
             await _write_code(conv, setup, decision.call)
             decision.call = await _read_first(setup, decision.call)
+            decision.call = await _read_named_first(setup, decision.call, query)
             await _write_text(conv, setup, decision.call)
             decision.call = await _compute_first(conv, setup, decision.call)
         turn.calls = [decision.call]
@@ -466,6 +467,9 @@ async def _write_text(conv: Conversation, setup: Setup, call: ToolCall) -> None:
         return  # nothing returned yet: the text comes from the request, as the model wrote it
     if not malformed and table is None and constrained.quoted_in(own, conv.last_request()):
         return  # the very words the request quotes ("add 'stock is low'")
+    if not tool.text_in_file:
+        await _write_note(conv, setup, call, tool, own, "\n".join(m.content for m in informing))
+        return
     prompt = constrained.text_prompt(conv.context, action, path, conv.clock.date(), current=table)
     reply = await _short_call(setup, "text", prompt, call.name)
     text = constrained.text_from(reply, own)
@@ -481,6 +485,26 @@ async def _write_text(conv: Conversation, setup: Setup, call: ToolCall) -> None:
         written_as = _written_as(call)
         call.arguments = {**arguments, argument: text}
         setup.rewritten[written_as] = dict(call.arguments)
+
+
+async def _write_note(conv: Conversation, setup: Setup, call: ToolCall, tool, own: str, results: str) -> None:
+    """A note's or a fact's text after another tool returned something (`_write_text`): the
+    model's own stays when it is what the results said (every word of it there, one at least not
+    the request's: "Ines Varga" read from doctor.txt); else it is asked again as one short sentence
+    (constrained.note_prompt), kept only when that sentence carries something the results said
+    and the request did not."""
+    request = conv.last_request()
+    if constrained.grounded(own, results, request):
+        return
+    reply = await _short_call(setup, "text", constrained.note_prompt(conv.context, tool.text_place(call.arguments), call.name),
+                              call.name)
+    text = (reply or "").strip().splitlines()[0].strip() if (reply or "").strip() else ""
+    if not text or len(text) > constrained.NOTE_CHARS or not constrained.found_news(text, results, request) \
+            or constrained.is_call_text(text, tool):
+        return
+    written_as = _written_as(call)
+    call.arguments = {**call.arguments, tool.text_argument: text}
+    setup.rewritten[written_as] = dict(call.arguments)
 
 
 async def _compute_first(conv: Conversation, setup: Setup, call: ToolCall) -> ToolCall:
@@ -527,6 +551,26 @@ async def _read_first(setup: Setup, call: ToolCall) -> ToolCall:
     if arguments is None:
         return call
     return ToolCall(id=call.id, name=call.name, arguments=arguments, constrained=call.constrained)
+
+
+async def _read_named_first(setup: Setup, call: ToolCall, query: str) -> ToolCall:
+    """A small model's call of a tool that keeps what it is given (`Tool.keeps`: a list, a note,
+    a fact) before any call of the turn worked, keeping words the request never said, for a
+    request that names a file that exists, becomes a read of that file: what is kept is then
+    written from its content, not invented.
+    The read is a call like any other (the filesystem tool's policy and folders)."""
+    tool = next((t for t in setup.step_tools if t.name == call.name), None)
+    reader = next((t for t in setup.tools if t.name == plan.FILE_TOOL), None)
+    if not getattr(tool, "keeps", False) or setup.tracker.done or reader is None or not hasattr(reader, "read_first"):
+        return call
+    if not constrained.found_news(tool.kept_text(call.arguments), tool.kept_text(call.arguments), query):
+        return call  # what it keeps is the request's own words ("note done …, not in notes.txt")
+    for name in toolselect.file_names(query)[:3]:
+        arguments = await reader.read_first({"action": "write", "path": name}, set())
+        if arguments is not None:
+            log.info("a call of %s before %s was read: the file is read first", call.name, name)
+            return ToolCall(id=call.id, name=reader.name, arguments=arguments, constrained=call.constrained)
+    return call
 
 
 def _this_turn(context: list[ChatMessage]) -> list[ChatMessage]:

@@ -38,9 +38,10 @@ class MemorySaveTool(Tool):
         "keep this in your memory for later: the spare key is with Tom",
     )
     text_argument = "value"  # what was read or looked up, kept: written from the turn's results
+    keeps = True
 
     def text_place(self, arguments: dict[str, Any]) -> str:
-        return f"the value of the saved fact '{arguments.get('key') or 'fact'}' (the fact itself, short)"
+        return "the fact to remember"
 
     description = (
         "Remember a fact about the user for future sessions (insert or update). Use short lowercase "

@@ -53,6 +53,11 @@ class TodoTool(Tool):
         "pending, in_progress, done, failed, skipped."
     )
     actions = {"set": "tasks", "add": "tasks", "update": "index status", "read": ""}
+    keeps = True
+
+    def kept_text(self, arguments: dict[str, Any]) -> str:
+        tasks = arguments.get("tasks")
+        return "\n".join(str(t) for t in tasks) if isinstance(tasks, list) else ""
     parameters = {
         "type": "object",
         "properties": {
@@ -115,6 +120,7 @@ class ScratchpadTool(Tool):
     )
     actions = {"write": "section content", "append": "section content", "read": "section?", "clear": "section?"}
     text_argument, text_actions = "content", ("write", "append")
+    keeps = True
 
     def text_place(self, arguments: dict[str, Any]) -> str:
         return f"the scratchpad section '{arguments.get('section') or 'notes'}'"
