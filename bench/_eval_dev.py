@@ -27,7 +27,9 @@ PAGES.update({
 
 def _d(name: str, message: str, check: Callable[[Run], str], setup: Callable[[Run], None] | None = None,
        needs: tuple[str, ...] = ()) -> Task:
-    return Task(f"dev_{name}", [message], check, setup, needs=needs, split="dev", pair="dev")
+    # A file written after a page was read asks first (the trust model): the request asked for it.
+    approve = ("filesystem",) if "{web}" in message else ()
+    return Task(f"dev_{name}", [message], check, setup, approve, needs=needs, split="dev", pair="dev")
 
 
 def _scratch_has(name: str, *needles: str) -> Callable[[Run], str]:

@@ -1208,6 +1208,19 @@ class TestTheSchema:
                 jsonschema.validate({"name": "http_request", "arguments": bad}, schema)
         first = schema["anyOf"][1]["properties"]["arguments"]["anyOf"][0]
         assert list(first["properties"])[0] == "method"
+        # A small model's step: a method that changes something only where the request asks for one
+        # (a 0.5B model POSTed {"event": "free"} to a page it was asked to read).
+        read = constrained.step_schema([HttpRequestTool()], request="There's an event on http://x/e.html, put it on my list")
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(post, read)
+        jsonschema.validate({"name": "http_request", "arguments": {"method": "GET", "url": "http://x/e.html"}}, read)
+        for request in ("Send a POST request to http://x/api", "submit this to the webhook", "notify http://x/hook"):
+            jsonschema.validate(post, constrained.step_schema([HttpRequestTool()], request=request))
+        delete = {"name": "http_request", "arguments": {"method": "DELETE", "url": "http://x/api/1"}}
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(delete, constrained.step_schema([HttpRequestTool()], request="Send the note to http://x/api"))
+        jsonschema.validate(delete, constrained.step_schema([HttpRequestTool()], request="remove item 1 at http://x/api/1"))
+        jsonschema.validate(delete, schema)  # a big model's step (no request given): every method
 
     def test_only_answer_or_a_valid_call_of_an_offered_tool_passes(self):
         schema = constrained.step_schema([TODO])

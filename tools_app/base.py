@@ -84,10 +84,19 @@ class Tool(ABC):
         """Where a call's `text_argument` goes, as the short call that writes it is told."""
         return str(arguments.get("path") or "the file")
 
+    def unasked_actions(self, request: str) -> frozenset[str]:
+        """Actions that change something elsewhere which `request` never asks for: a small model's
+        step is not offered them (none by default)."""
+        return frozenset()
+
     def kept_text(self, arguments: dict[str, Any]) -> str:
         """What a call of a tool that `keeps` would keep, as text."""
         value = arguments.get(self.text_argument) if self.text_argument else None
         return value if isinstance(value, str) else ""
+
+    def with_kept_text(self, arguments: dict[str, Any], text: str) -> dict[str, Any]:
+        """The call's arguments with `text` where `kept_text` came from."""
+        return {**arguments, self.text_argument: text}
 
     def takes_text(self, arguments: dict[str, Any]) -> bool:
         """The call writes its `text_argument` somewhere (`text_actions`; none = every call)."""

@@ -90,17 +90,22 @@ BRIEF_CHARS = 90  # of a tool's description in the catalogue
 # --- the schema of a step --------------------------------------------------------------------
 def step_schema(
     tools: list, *, answer: bool = True, without: tuple[str, str] | None = None, text: bool = False,
-    known: tuple[str, ...] = (),
+    known: tuple[str, ...] = (), request: str | None = None,
 ) -> dict[str, Any]:
     """`answer` (unless `answer` is off), or one of `tools` with arguments valid for its schema
     (one branch each); `without` = (tool, action): that action of that tool is not offered.
     `text`: the answer may carry the reply itself (ANSWER_TEXT), so a turn that needs no tool
     is one call. `known`: the names of the profile's tools, the only values of an argument that
-    names a tool (Tool.tool_name_argument)."""
+    names a tool (Tool.tool_name_argument). `request` (a small model's step): the actions
+    that change something elsewhere which the request never asks for are not offered
+    (Tool.unasked_actions: a POST to a page it was asked to read)."""
     answering = {"name": {"const": ANSWER}, **({ANSWER_TEXT: {"type": "string"}} if text else {})}
     branches: list[dict[str, Any]] = [_object(answering, ["name"])] if answer else []
     for tool in tools:
-        branch = _branch(tool, without[1] if without is not None and without[0] == tool.name else None)
+        dropped = {without[1]} if without is not None and without[0] == tool.name else set()
+        if request is not None and (unasked := getattr(tool, "unasked_actions", None)) is not None:
+            dropped |= unasked(request)
+        branch = _branch(tool, frozenset(dropped) if dropped else None)
         branches.append(_naming(branch, tool, known))
     return {"title": STEP_TITLE, "anyOf": branches}
 
@@ -122,7 +127,7 @@ _branches: dict[tuple, tuple[Any, Any, dict]] = {}
 BRANCHES_KEPT = 1024
 
 
-def _branch(tool, dropped: str | None) -> dict[str, Any]:
+def _branch(tool, dropped: frozenset[str] | None) -> dict[str, Any]:
     """A tool's branch of the step schema (shared: never changed by its users). Built once per
     tool version and process: cleaning every schema cost ~2 ms of each constrained step."""
     params, actions = tool.parameters or _EMPTY, getattr(tool, "actions", None) or _NO_ACTIONS
@@ -130,7 +135,7 @@ def _branch(tool, dropped: str | None) -> dict[str, Any]:
     hit = _branches.get(key)
     if hit is not None and hit[0] is params and hit[1] is actions:
         return hit[2]
-    kept = {k: v for k, v in actions.items() if k != dropped}
+    kept = {k: v for k, v in actions.items() if k not in (dropped or ())} or actions
     arguments = _by_action(_clean(params), kept, getattr(tool, "action_parameter", "action"))
     branch = _object({"name": {"const": tool.name}, "arguments": arguments}, ["name", "arguments"])
     if len(_branches) >= BRANCHES_KEPT:
@@ -653,8 +658,16 @@ def _tokens(text: str) -> set[str]:
 def found_news(text: str, results: str, request: str) -> bool:
     """`text` carries something the results said that the request did not (a value read, not
     the request's own words written back)."""
-    said = _tokens(request)
-    return any(t in results.lower() for t in _tokens(text) - said)
+    said, results = _tokens(request), results.lower()
+    if any(t in results for t in _tokens(text) - said):
+        return True
+    # or two words in a row the results hold and the request does not ("out for delivery" for
+    # "note the parcel's status under 'delivery'")
+    words = re.findall(r"\w+", (text or "").lower())
+    request = " ".join(re.findall(r"\w+", (request or "").lower()))
+    plain = " ".join(re.findall(r"\w+", results))
+    return any(max(len(a), len(b)) >= 3 and f" {a} {b} " in f" {plain} " and f" {a} {b} " not in f" {request} "
+               for a, b in zip(words, words[1:]))
 
 
 def grounded(text: str, results: str, request: str) -> bool:
@@ -910,9 +923,15 @@ def computed_numbers(text: str, said: str) -> list[str]:
 
 COMPUTE_BRIEF = (
     "Write a short Python 3 program that works out what my request needs written into {path} and print()s "
-    "exactly that text. It runs in the folder that holds my files (open them by name; a .csv file's first line "
-    "names its columns: read it with csv.DictReader). It must not write any file."
+    "exactly that text. It runs in the folder that holds my files (open them by name{tables}). It must not write any file."
 )
+# Said only where the request names a table: told it for poem.txt, the 0.5B model counted words with csv.DictReader.
+COMPUTE_TABLES = "; a .csv file's first line names its columns: read it with csv.DictReader"
+
+
+def compute_brief(path: str, request: str) -> str:
+    tables = any(name.lower().endswith((".csv", ".tsv")) for name in toolselect.file_names(request))
+    return COMPUTE_BRIEF.format(path=path, tables=COMPUTE_TABLES if tables else "")
 
 
 NUMBERS_NOTE = "Use the numbers exactly as my request gives them: {numbers}."

@@ -41,7 +41,7 @@ MAX_TOOL_VERSIONS = 512  # tool versions kept (user tools reloaded many times le
 MAX_REQUESTS = 64  # requests whose vectors are kept (a turn's later steps ask again)
 # A multi-part request ("read the page, then save the price") split where a new part starts,
 # for `what_is_left`: sentence ends, semicolons, and "and"/"then" after a comma or on their own.
-_PARTS = re.compile(r"(?:[.!?;]+\s+|,?\s+\b(?:and then|then|and also|and|after that|afterwards)\b\s+)", re.I)
+_PARTS = re.compile(r"(?:[.!?;]+\s+|\s+[—–]\s+|,?\s+\b(?:and then|then|and also|and|after that|afterwards)\b\s+)", re.I)
 MIN_PART_WORDS = 2  # a shorter piece ("and so") is no part of its own
 MAX_PARTS = 6  # parts embedded (a request of more is a list, not steps to check off)
 

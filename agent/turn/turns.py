@@ -320,7 +320,7 @@ async def decide_step(
                 constrained.fix_path_for_part(decision.call, query, step[1].part, setup.tracker.done)
             constrained.fix_path(decision.call, query)
             await _write_code(conv, setup, decision.call)
-            decision.call = await _read_first(setup, decision.call)
+            decision.call = await _read_first(setup, decision.call, query)
             decision.call = await _read_named_first(setup, decision.call, query)
             await _write_text(conv, setup, decision.call)
             decision.call = await _compute_first(conv, setup, decision.call)
@@ -451,9 +451,9 @@ async def _write_text(conv: Conversation, setup: Setup, call: ToolCall) -> None:
     argument = getattr(tool, "text_argument", "")
     arguments = call.arguments if isinstance(call.arguments, dict) else {}
     action = arguments.get(getattr(tool, "action_parameter", "action")) or "write"
-    own = arguments.get(argument)
-    if not hasattr(tool, "takes_text") or not tool.takes_text(arguments) or not isinstance(own, str):
+    if not hasattr(tool, "takes_text") or not tool.takes_text(arguments):
         return
+    own = tool.kept_text(arguments)
     path = tool.text_place(arguments)
     malformed = action != "append" and constrained.unreadable(path, own)
     table = None  # the rows a row is appended to, unless the turn read them already
@@ -503,7 +503,7 @@ async def _write_note(conv: Conversation, setup: Setup, call: ToolCall, tool, ow
             or constrained.is_call_text(text, tool):
         return
     written_as = _written_as(call)
-    call.arguments = {**call.arguments, tool.text_argument: text}
+    call.arguments = tool.with_kept_text(call.arguments, text)
     setup.rewritten[written_as] = dict(call.arguments)
 
 
@@ -528,7 +528,7 @@ async def _compute_first(conv: Conversation, setup: Setup, call: ToolCall) -> To
         return call
     path = tool.text_place(arguments)
     program = await _program(conv, setup, ToolCall(id=call.id, name=runner.name, arguments={}),
-                             constrained.COMPUTE_BRIEF.format(path=path))
+                             constrained.compute_brief(path, conv.last_request()))
     if not program or constrained.invents_inputs(program, conv.last_request(), ""):
         return call
     program = constrained.inclusive_ranges(constrained.completed_program(program), conv.last_request())
@@ -536,7 +536,7 @@ async def _compute_first(conv: Conversation, setup: Setup, call: ToolCall) -> To
     return ToolCall(id=call.id, name=runner.name, arguments={runner.code_argument: program}, constrained=call.constrained)
 
 
-async def _read_first(setup: Setup, call: ToolCall) -> ToolCall:
+async def _read_first(setup: Setup, call: ToolCall, request: str) -> ToolCall:
     """A small model's write over an existing file this turn has not touched becomes a read of
     that file (the tool's `read_first`): the model decides again with the content in front of it,
     and what it writes then is written from it (`_write_text`). The owner's file is never replaced
@@ -547,7 +547,7 @@ async def _read_first(setup: Setup, call: ToolCall) -> ToolCall:
         return call
     touched = {str(c.arguments.get(k)).strip().strip("/").lower() for c in setup.tracker.done
                if isinstance(c.arguments, dict) for k in ("path", "destination") if c.arguments.get(k)}
-    arguments = await read_first(call.arguments, touched)
+    arguments = await read_first(call.arguments, touched, request)
     if arguments is None:
         return call
     return ToolCall(id=call.id, name=call.name, arguments=arguments, constrained=call.constrained)
@@ -603,7 +603,9 @@ async def _constrained_stream(
     turn.decision = None
     request = _fit_step(context, tools, setup)
     known = tuple(t.name for t in setup.tools)
-    output = OutputSchema(setup.constrained, constrained.step_schema(allowed, answer=answer, without=without, text=text, known=known))
+    output = OutputSchema(setup.constrained, constrained.step_schema(
+        allowed, answer=answer, without=without, text=text, known=known,
+        request=conv.last_request() if profile.max_tools else None))
     reader = FieldText(constrained.ANSWER_TEXT) if text else None
     guard, raw_guard = RunawayGuard(), RunawayGuard()  # the answer's text; the JSON of a call
     msg, stop = turn.message, current_stop_event.get()

@@ -15,6 +15,7 @@ import asyncio
 import errno
 import fnmatch
 import os
+import re
 import shutil
 import stat
 from typing import Any
@@ -118,14 +119,30 @@ class FilesystemTool(Tool):
         "required": ["action", "path"],
     }
 
-    async def read_first(self, params: dict[str, Any], touched: set[str]) -> dict[str, Any] | None:
+    # A small model's step is offered these actions only where the request says so: they take
+    # the owner's file away from where it was (the words are what the actions mean).
+    _ASKED_BY = {
+        "delete": re.compile(r"\b(delet|remov|eras|rm\b|clean|get rid|trash|discard|wipe)", re.I),
+        "move": re.compile(r"\b(mov|renam|mv\b|relocat)", re.I),
+    }
+
+    def unasked_actions(self, request: str) -> frozenset[str]:
+        return frozenset(a for a, words in self._ASKED_BY.items() if not words.search(request or ""))
+
+    async def read_first(self, params: dict[str, Any], touched: set[str], request: str | None = None) -> dict[str, Any] | None:
         """For a small model's step: the arguments of a read of the file a `write` would replace,
         when that file exists and this turn has not touched it (`touched`: the paths its calls
         named). Told "add a row to expenses.csv", a 0.5B model wrote the one row over the file;
-        with the file read first, what it writes next is written from its content. None: the
-        write goes as it is."""
+        with the file read first, what it writes next is written from its content. So is a
+        `move` to a name `request` never says ("The party in invite.txt moved: change 12 May to
+        19 May" moved invite.txt to invite.txt.19May). None: the call goes as it is."""
         path = params.get("path")
-        if params.get("action") != "write" or not isinstance(path, str) or path.strip().strip("/").lower() in touched:
+        if not isinstance(path, str) or path.strip().strip("/").lower() in touched:
+            return None
+        destination = params.get("destination")
+        moved_unasked = (params.get("action") == "move" and request is not None and isinstance(destination, str)
+                         and os.path.basename(destination.strip().rstrip("/")).lower() not in request.lower())
+        if params.get("action") != "write" and not moved_unasked:
             return None
         try:
             _, real = locate(path, await current_file_roots(), str(workspace_for()))

@@ -223,6 +223,19 @@ class HttpRequestTool(Tool):
     actions = {"GET": "url headers? timeout?", "POST": "url headers? json? body? timeout?",
                "PUT": "url headers? json? body? timeout?", "PATCH": "url headers? json? body? timeout?",
                "DELETE": "url headers? timeout?", "HEAD": "url headers? timeout?", "OPTIONS": "url headers? timeout?"}
+    # The methods that change something on the server, each with the words a request says when
+    # it wants one: a small model's step offers it only then (a 0.5B model POSTed to a page it
+    # was asked to read). Not a task's wording: what the methods mean.
+    _ASKED_BY = {
+        "POST": re.compile(r"\b(post|send|submit|upload|create|webhook|notify)", re.I),
+        "PUT": re.compile(r"\b(put|replace|update|upload)\b", re.I),
+        "PATCH": re.compile(r"\b(patch|update|change)", re.I),
+        "DELETE": re.compile(r"\b(delete|remove)", re.I),
+    }
+
+    def unasked_actions(self, request: str) -> frozenset[str]:
+        return frozenset(m for m, words in self._ASKED_BY.items() if not words.search(request or ""))
+
     description = (
         "Send an HTTP request (APIs, webhooks, raw pages). Returns status, key headers and the "
         "body (capped). Use `json` for a JSON body or `body` for raw text. Internal/LAN "

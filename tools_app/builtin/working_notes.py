@@ -58,6 +58,18 @@ class TodoTool(Tool):
     def kept_text(self, arguments: dict[str, Any]) -> str:
         tasks = arguments.get("tasks")
         return "\n".join(str(t) for t in tasks) if isinstance(tasks, list) else ""
+
+    # One item put on the list after another tool found it (a page's event): written from what
+    # was found, as a note is (a 0.5B model put "put it on my to-do list" on the list).
+    def takes_text(self, arguments: dict[str, Any]) -> bool:
+        tasks = arguments.get("tasks")
+        return arguments.get("action") in ("set", "add") and isinstance(tasks, list) and len(tasks) == 1
+
+    def text_place(self, arguments: dict[str, Any]) -> str:
+        return "the to-do list (one item)"
+
+    def with_kept_text(self, arguments: dict[str, Any], text: str) -> dict[str, Any]:
+        return {**arguments, "tasks": [text]}
     parameters = {
         "type": "object",
         "properties": {
