@@ -646,7 +646,8 @@ def select_tasks(count: int | None, only: str | None, split: str = "all") -> lis
 def evaluate(options: Options, tasks: list[Task], out: str = "") -> dict:
     """Run the tasks in every mode and return the report (written to `out` after every run)."""
     started = time.monotonic()
-    offer = offer_at_step1(options.max_tools, options.embed_minilm) if "navi" in options.modes and options.max_tools else {}
+    offer = offer_at_step1(options.max_tools, options.embed_minilm) \
+        if "navi" in options.modes and options.max_tools and {t.split for t in tasks} != {"dev"} else {}
 
     def write(results: list[dict]) -> None:
         if out:

@@ -650,7 +650,12 @@ class TestSmallModelStep:
         # What decides: a value the results said and the request did not.
         assert constrained.grounded("Ines Varga", "New GP:\nDr. Ines Varga\n", "remember her name")
         assert not constrained.grounded("127.0.0.1:80/cafe.html", "see 127.0.0.1:80/cafe.html: pw oat42", "open 127.0.0.1:80/cafe.html")
+        assert not constrained.grounded("127.0.0.1:80/cafe.html", "from http://127.0.0.1:80/cafe.html: pw oat42",
+                                        "Grab the password from http://127.0.0.1:80/cafe.html and keep it")
         assert not constrained.grounded("keep it in your memory", "pw oat42", "and keep it in your memory")
+        assert constrained.found_news('Its status is "out for delivery".', '{"status": "out for delivery"}',
+                                      "note the parcel's status under 'delivery'")  # two words the request never said
+        assert not constrained.found_news("the status is delivery", '{"status": "out for delivery"}', "note the status of the delivery")
         assert constrained.found_news("The password is oat42.", "pw oat42", "keep the password") and \
             not constrained.found_news("I will store my IBAN.", "IBAN: DE89", "store my IBAN")
 
@@ -676,6 +681,45 @@ class TestSmallModelStep:
                    Turn(content=ANSWER), Turn(content="Added."))
         frames = await run(session, owner_token, "Add water plants from plants.txt to ../../etc/passwd and my to-do list.")
         assert [c["tool"] for c in of(frames, "tool_call")] == ["todo"]
+
+    async def test_one_todo_item_after_a_page_is_written_from_the_page(self, llm, session, owner_token, model_chooses, settings):
+        # Qwen2.5-Coder-0.5B fetched the events page, then put "put it on my to-do list" on the list.
+        from tests.hostile_page import serve_page
+        from tools_app.models import TodoList
+
+        settings.HTTP_ALLOWED_HOSTS = ["127.0.0.1"]
+        with serve_page("The Harvest Fair opens on Saturday 3 October. Entry is free.") as page:
+            get = json.dumps({"name": "web_view", "arguments": {"url": page}})
+            junk = json.dumps({"name": "todo", "arguments": {"action": "add", "tasks": ["put it on my to-do list"]}})
+            llm.script(Turn(content=get), Turn(content=junk), Turn(content="The Harvest Fair opens on Saturday 3 October."),
+                       Turn(content=ANSWER), Turn(content="On your list."))
+            await run(session, owner_token, f"There's a free event on {page} — put it on my to-do list.")
+        todo = await TodoList.objects.aget(scope=str(session.id))
+        assert [i["task"] for i in todo.items] == ["The Harvest Fair opens on Saturday 3 October."]
+        assert todo.untrusted_source  # found on a page: the list says so
+
+    async def test_a_move_to_a_name_the_request_never_says_reads_the_file_first(self, llm, session, owner, owner_token, model_chooses):
+        # "The party in invite.txt moved: change 12 May to 19 May": the 0.5B model moved invite.txt.
+        from tools_app.workspace import workspace_for
+
+        await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"filesystem": "allow"})
+        invite = workspace_for(owner.pk) / "invite.txt"
+        invite.write_text("Date: 12 May\n")
+        move = json.dumps({"name": "filesystem", "arguments": {"action": "move", "path": "invite.txt", "destination": "invite.txt.19May"}})
+        llm.script(Turn(content=move), Turn(content=ANSWER), Turn(content="It says 12 May."))
+        frames = await run(session, owner_token, "The party in invite.txt moved: change 12 May to 19 May in that file.")
+        assert [(c["tool"], c["args"]["action"]) for c in of(frames, "tool_call")] == [("filesystem", "read")]
+        assert invite.read_text() == "Date: 12 May\n" and not (invite.parent / "invite.txt.19May").exists()
+        # So is a move onto itself.
+        onto = json.dumps({"name": "filesystem", "arguments": {"action": "move", "path": "invite.txt", "destination": "invite.txt"}})
+        llm.script(Turn(content=onto), Turn(content=ANSWER), Turn(content="It says 12 May."))
+        frames = await run(session, owner_token, "The party in invite.txt moved: change 12 May to 19 May in that file.")
+        assert [(c["tool"], c["args"]["action"]) for c in of(frames, "tool_call")] == [("filesystem", "read")]
+        # A move the request names goes as it is.
+        rename = json.dumps({"name": "filesystem", "arguments": {"action": "move", "path": "invite.txt", "destination": "party.txt"}})
+        llm.script(Turn(content=rename), Turn(content=ANSWER), Turn(content="Renamed."))
+        await run(session, owner_token, "Rename invite.txt to party.txt.")
+        assert (invite.parent / "party.txt").read_text() == "Date: 12 May\n" and not invite.exists()
 
     async def test_a_notes_text_is_kept_when_nothing_else_informed_it_or_the_request_quotes_it(self, llm, session, owner_token):
         # "note 'one', then 'two'": the first note's "Section saved" tells nothing to write the second from.
@@ -997,6 +1041,18 @@ class TestSmallModelStep:
         assert agreed.single and [t.name for t in agreed.steps[0].tools] == ["todo"]
         assert not plan.make("put buy milk on my list of things to do", tools, meaning(scratchpad=0.6, todo=0.5))  # they differ
         assert not plan.make("put buy milk on my list of things to do", tools, meaning(todo=0.25))  # hardly closer than a reply
+        # A part whose words and meaning name the same tool first needs a smaller lead over a reply.
+        tools = get_agent().tools.tools_for(["memory_save", "memory_search", "todo", "scratchpad"])
+        parts = ["Remember that my flight is LX 318", "add 'check in online' to my to-do list"]
+
+        def of_parts(first: dict) -> toolmeaning.Meaning:
+            return toolmeaning.Meaning(whole={toolmeaning.ANSWER: 0.2}, part_texts=parts,
+                                       parts=[{toolmeaning.ANSWER: 0.2, **first}, {toolmeaning.ANSWER: 0.17, "todo": 0.37}])
+
+        both = plan.make(" and ".join(parts), tools, of_parts({"memory_save": 0.23, "memory_search": 0.22}))
+        assert [[t.name for t in s.tools] for s in both.steps] == [["memory_save"], ["todo"]]
+        apart = plan.make(" and ".join(parts), tools, of_parts({"memory_search": 0.24, "memory_save": 0.23}))
+        assert not apart or [t.name for t in apart.steps[0].tools] != ["memory_save"]  # meaning's first is another: 0.1 needed
 
     def test_the_answer_prompt_puts_failed_calls_on_one_line_before_the_results_that_worked(self):
         from agent.llm.messages import ToolCall
@@ -1221,6 +1277,23 @@ class TestTheSchema:
             jsonschema.validate(delete, constrained.step_schema([HttpRequestTool()], request="Send the note to http://x/api"))
         jsonschema.validate(delete, constrained.step_schema([HttpRequestTool()], request="remove item 1 at http://x/api/1"))
         jsonschema.validate(delete, schema)  # a big model's step (no request given): every method
+        # So with the owner's files: a delete or a move only where the request says so.
+        from tools_app.builtin.filesystem import FilesystemTool
+
+        rm = {"name": "filesystem", "arguments": {"action": "delete", "path": "notes.txt"}}
+        mv = {"name": "filesystem", "arguments": {"action": "move", "path": "a.txt", "destination": "b.txt"}}
+        edit = constrained.step_schema([FilesystemTool()], request="In party.txt change 18:00 to 19:00")
+        for call in (rm, mv):
+            with pytest.raises(jsonschema.ValidationError):
+                jsonschema.validate(call, edit)
+        jsonschema.validate(rm, constrained.step_schema([FilesystemTool()], request="Delete notes.txt"))
+        jsonschema.validate(mv, constrained.step_schema([FilesystemTool()], request="Rename a.txt to b.txt"))
+
+    def test_the_compute_brief_speaks_of_tables_only_for_a_table(self):
+        # Told to read poem.txt with csv.DictReader, the 0.5B model counted its words as rows.
+        assert "csv.DictReader" in constrained.compute_brief("total.txt", "Add up the hours in timesheet.csv into total.txt")
+        words = constrained.compute_brief("word_count.txt", "Count the words of poem.txt into word_count.txt")
+        assert "csv" not in words and "open them by name)" in words and "word_count.txt" in words
 
     def test_only_answer_or_a_valid_call_of_an_offered_tool_passes(self):
         schema = constrained.step_schema([TODO])

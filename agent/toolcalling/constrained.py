@@ -658,13 +658,13 @@ def _tokens(text: str) -> set[str]:
 def found_news(text: str, results: str, request: str) -> bool:
     """`text` carries something the results said that the request did not (a value read, not
     the request's own words written back)."""
-    said, results = _tokens(request), results.lower()
-    if any(t in results for t in _tokens(text) - said):
+    said, results = (request or "").lower(), results.lower()
+    if any(t in results and t not in said for t in _tokens(text)):  # "127.0.0.1:80/x.html" is said in "http://127.0.0.1:80/x.html"
         return True
     # or two words in a row the results hold and the request does not ("out for delivery" for
     # "note the parcel's status under 'delivery'")
     words = re.findall(r"\w+", (text or "").lower())
-    request = " ".join(re.findall(r"\w+", (request or "").lower()))
+    request = " ".join(re.findall(r"\w+", said))
     plain = " ".join(re.findall(r"\w+", results))
     return any(max(len(a), len(b)) >= 3 and f" {a} {b} " in f" {plain} " and f" {a} {b} " not in f" {request} "
                for a, b in zip(words, words[1:]))

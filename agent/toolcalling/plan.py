@@ -28,6 +28,7 @@ MAX_TRIES = 2  # forced steps on one part: a call that fails twice leaves the pa
 # of `constrained.what_is_left`) and closer than a plain reply by MARGIN (all-MiniLM-L6-v2: "tell me
 # its output" is 0.03 closer to `terminal` than to a reply; "make a todo list of …" 0.20 closer to `todo`).
 MARGIN = 0.1
+AGREED_MARGIN = 0.02
 _URL = re.compile(r"\bhttps?://\S+", re.I)
 FILE_TOOL = "filesystem"
 
@@ -133,8 +134,11 @@ def tools_for(part: str, tools: list, scores: dict[str, float] | None) -> list:
     if not words or words[0][1] <= 0:
         return []
     best = words[0][0]
-    closest = [t.name for t, _ in toolmeaning.ranked(tools, scores)[:CONFIRM]]
-    if best.name in closest and scores.get(best.name, -1.0) >= scores.get(toolmeaning.ANSWER, -1.0) + MARGIN:
+    ranked = toolmeaning.ranked(tools, scores)
+    closest = [t.name for t, _ in ranked[:CONFIRM]]
+    # Words and meaning naming the same tool first need less of a lead over a plain reply.
+    margin = AGREED_MARGIN if ranked and ranked[0][0].name == best.name else MARGIN
+    if best.name in closest and scores.get(best.name, -1.0) >= scores.get(toolmeaning.ANSWER, -1.0) + margin:
         return [best]
     return []
 

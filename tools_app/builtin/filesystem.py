@@ -141,7 +141,8 @@ class FilesystemTool(Tool):
             return None
         destination = params.get("destination")
         moved_unasked = (params.get("action") == "move" and request is not None and isinstance(destination, str)
-                         and os.path.basename(destination.strip().rstrip("/")).lower() not in request.lower())
+                         and (os.path.basename(destination.strip().rstrip("/")).lower() not in request.lower()
+                              or destination.strip().strip("/").lower() == path.strip().strip("/").lower()))
         if params.get("action") != "write" and not moved_unasked:
             return None
         try:
