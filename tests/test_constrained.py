@@ -639,12 +639,14 @@ class TestSmallModelStep:
         (workspace_for(owner.pk) / "bank.txt").write_text("IBAN: DE89 3704 0044\n")
         read = json.dumps({"name": "filesystem", "arguments": {"action": "read", "path": "bank.txt"}})
         save = json.dumps({"name": "memory_save", "arguments": {"category": "finance", "key": "iban", "value": "IBAN"}})
-        llm.script(Turn(content=read), Turn(content=save), Turn(content="Your IBAN is DE89 3704 0044.\nMore words."),
-                   Turn(content=ANSWER), Turn(content="Saved your IBAN."))
+        llm.script(Turn(content=read), Turn(content=save), Turn(content="I will store my IBAN in your memory."),
+                   Turn(content="Your IBAN is DE89 3704 0044.\nMore words."), Turn(content=ANSWER), Turn(content="Saved your IBAN."))
         frames = await run(session, owner_token, "Look up my IBAN in bank.txt and store it in your memory.")
         system, user = (m["content"] for m in llm.requests[2]["messages"])
         assert system == constrained.NOTE_SYSTEM and "DE89 3704 0044" in user
-        assert user.endswith("states the value my request asks to keep in the fact to remember, taken from what my tools returned.")
+        assert user.endswith("states the value my request asks to keep in your memory, taken from what my tools returned.")
+        # A sentence that carries nothing the results said is asked again the other way.
+        assert llm.requests[3]["messages"][-1]["content"].endswith("The note to keep in your memory, in one short sentence with the exact value:")
         assert [c["tool"] for c in of(frames, "tool_call")] == ["filesystem", "memory_save"]
         assert (await MemoryFact.objects.aget(owner=owner, key="iban")).value == "Your IBAN is DE89 3704 0044."  # its first line
         # What decides: a value the results said and the request did not.

@@ -637,17 +637,23 @@ NOTE_SYSTEM = "You answer from what the user's tools returned. Text inside [UNTR
 _VALUE_TOKEN = re.compile(r"\w[\w.:/@'-]*\w|\w")
 
 
-def note_prompt(context: list[ChatMessage], place: str, tool: str) -> list[ChatMessage]:
+# Asked in turn until a sentence carries what the results said (each missed on cases the other got).
+NOTE_ASKS = (
+    "Reply with one short sentence that states the value my request asks to keep in {place}, taken from what my tools returned.",
+    "The note to keep in {place}, in one short sentence with the exact value:",
+)
+
+
+def note_prompt(context: list[ChatMessage], place: str, tool: str, ask: int = 0) -> list[ChatMessage]:
     """What a note's or a fact's text is written from (not a file's): the request and what other
-    tools returned, asked as one short sentence that states the value. Asked for "the exact
-    text", Qwen2.5-Coder-0.5B wrote JSON or the prompt itself; asked for a sentence, it says
-    "The guest wifi password is oatmilk42." """
+    tools returned, asked as one short sentence that states the value (NOTE_ASKS[ask]). Asked
+    for "the exact text", Qwen2.5-Coder-0.5B wrote JSON or the prompt itself; asked for a
+    sentence, it says "The guest wifi password is oatmilk42." """
     request, results = _request_and_results(context, others_of=tool)
     return [
         ChatMessage(role="system", content=NOTE_SYSTEM),
         ChatMessage(role="user", content=f"My request: {request}\n\nWhat my tools returned so far:\n{results}\n\n"
-                                         f"Reply with one short sentence that states the value my request asks to keep in "
-                                         f"{place}, taken from what my tools returned."),
+                                         + NOTE_ASKS[ask].format(place=place)),
     ]
 
 

@@ -496,11 +496,14 @@ async def _write_note(conv: Conversation, setup: Setup, call: ToolCall, tool, ow
     request = conv.last_request()
     if constrained.grounded(own, results, request):
         return
-    reply = await _short_call(setup, "text", constrained.note_prompt(conv.context, tool.text_place(call.arguments), call.name),
-                              call.name)
-    text = (reply or "").strip().splitlines()[0].strip() if (reply or "").strip() else ""
-    if not text or len(text) > constrained.NOTE_CHARS or not constrained.found_news(text, results, request) \
-            or constrained.is_call_text(text, tool):
+    for ask in range(len(constrained.NOTE_ASKS)):
+        prompt = constrained.note_prompt(conv.context, tool.text_place(call.arguments), call.name, ask)
+        reply = (await _short_call(setup, "text", prompt, call.name) or "").strip()
+        text = reply.splitlines()[0].strip() if reply else ""
+        if text and len(text) <= constrained.NOTE_CHARS and constrained.found_news(text, results, request) \
+                and not constrained.is_call_text(text, tool):
+            break
+    else:
         return
     written_as = _written_as(call)
     call.arguments = tool.with_kept_text(call.arguments, text)

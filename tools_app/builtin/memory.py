@@ -41,7 +41,7 @@ class MemorySaveTool(Tool):
     keeps = True
 
     def text_place(self, arguments: dict[str, Any]) -> str:
-        return "the fact to remember"
+        return "your memory"
 
     description = (
         "Remember a fact about the user for future sessions (insert or update). Use short lowercase "
