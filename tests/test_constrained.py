@@ -723,6 +723,29 @@ class TestSmallModelStep:
         await run(session, owner_token, "Rename invite.txt to party.txt.")
         assert (invite.parent / "party.txt").read_text() == "Date: 12 May\n" and not invite.exists()
 
+    async def test_a_file_the_request_asks_to_change_is_not_done_by_reading_it(self, llm, session, owner, owner_token, model_chooses):
+        # The 0.5B model read invite.txt, then answered; the date was never changed.
+        from tools_app.workspace import workspace_for
+
+        await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"filesystem": "allow"})
+        invite = workspace_for(owner.pk) / "invite.txt"
+        invite.write_text("Date: 12 May\n")
+        read = json.dumps({"name": "filesystem", "arguments": {"action": "read", "path": "invite.txt"}})
+        write = json.dumps({"name": "filesystem", "arguments": {"action": "write", "path": "invite.txt", "content": "19 May"}})
+        llm.script(Turn(content=read), Turn(content=ANSWER), Turn(content=write), Turn(content="```\nDate: 19 May\n```"),
+                   Turn(content=ANSWER), Turn(content="Changed to 19 May."))
+        frames = await run(session, owner_token, "In invite.txt change 12 May to 19 May.")
+        asked_again = llm.requests[2]["messages"][-1]["content"]
+        assert "invite.txt (read, not changed yet: write it with the change)" in asked_again
+        assert [c["args"]["action"] for c in of(frames, "tool_call")] == ["read", "write"]
+        assert invite.read_text() == "Date: 19 May\n" and frames[-1]["content"] == "Changed to 19 May."
+        # Only read, and not asked to change: nothing is left.
+        from agent.llm.messages import ToolCall
+
+        done = [ToolCall(id="1", name="filesystem", arguments={"action": "read", "path": "invite.txt"})]
+        assert not constrained.what_is_left("What date is in invite.txt?", done, [])
+        assert constrained.what_is_left("Fix the typo in invite.txt", done, []).to_change == ["invite.txt"]
+
     async def test_a_notes_text_is_kept_when_nothing_else_informed_it_or_the_request_quotes_it(self, llm, session, owner_token):
         # "note 'one', then 'two'": the first note's "Section saved" tells nothing to write the second from.
         first = json.dumps({"name": "scratchpad", "arguments": {"action": "write", "section": "log", "content": "one"}})

@@ -27,7 +27,7 @@ import logging
 import re
 import sys
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
@@ -281,14 +281,28 @@ class Left:
 
     files: list[str]
     tools: list
+    to_change: list[str] = field(default_factory=list)  # files only read that the request asks to change
 
     def __bool__(self) -> bool:
-        return bool(self.files or self.tools)
+        return bool(self.files or self.tools or self.to_change)
 
     def say(self) -> str:
         parts = [f"{name} (nothing done with it yet)" for name in self.files]
+        parts += [f"{name} (read, not changed yet: write it with the change)" for name in self.to_change]
         parts += [f"{tool.name} (not used yet)" for tool in self.tools]
         return "; ".join(parts)
+
+
+# A request that asks to change a file's text ("change 12 May to 19 May in invite.txt", "replace
+# … with …", "correct the date in …"): a read of that file does not do it. What the verbs mean.
+_CHANGE = re.compile(r"\b(?:change|replace|edit|correct|fix|swap|update)\b", re.I)
+
+
+def _only_read(name: str, done: list[ToolCall]) -> bool:
+    """`name` was touched by this turn's calls, by reads only."""
+    touching = [c for c in done if isinstance(c.arguments, dict)
+                and str(c.arguments.get("path") or "").rsplit("/", 1)[-1].lower() == name.rsplit("/", 1)[-1].lower()]
+    return bool(touching) and all(c.arguments.get("action") == "read" for c in touching)
 
 
 def what_is_left(request: str, done: list[ToolCall], offer: list, used: set[str] | frozenset[str] = frozenset(),
@@ -302,6 +316,7 @@ def what_is_left(request: str, done: list[ToolCall], offer: list, used: set[str]
     result"; without an embedding model only files count."""
     values = " ".join(json.dumps(c.arguments, ensure_ascii=False).lower() for c in done)
     files = [f for f in toolselect.file_names(request) if f.rsplit("/", 1)[-1].lower() not in values]
+    to_change = [f for f in toolselect.file_names(request) if _CHANGE.search(request) and _only_read(f, done)]
     ran = {c.name for c in done} | set(used)
     tools: list = []
     # Before any call a request of one part is its own part (a model that answered at once).
@@ -317,7 +332,7 @@ def what_is_left(request: str, done: list[ToolCall], offer: list, used: set[str]
         if (best.name not in ran and best not in tools and score > max((s for t, s in words if t.name in ran), default=0.0)
                 and best.name in closest and scores.get(best.name, -1.0) > scores.get(toolmeaning.ANSWER, -1.0)):
             tools.append(best)
-    return Left(files, tools)
+    return Left(files, tools, to_change)
 
 
 def left_note(left: Left, request: str) -> str:

@@ -351,7 +351,7 @@ async def _decide_what_is_left(
     tool = next((t for t in offer if repeated is not None and t.name == repeated.name), None)
     key = getattr(tool, "action_parameter", "action")
     action = repeated.arguments.get(key) if repeated is not None and isinstance(repeated.arguments, dict) else None
-    if left.files:
+    if left.files or left.to_change:
         tools = [t for t in offer if repeated is None or t.name != repeated.name or (action and getattr(t, "actions", {}))]
     else:
         tools = left.tools
