@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Callable
 
 from bench._eval_heldout import all_of, fact_with, file_has, number_in_file, seed_todo, todo_has, unchanged
-from bench._eval_tasks import PAGES, Run, Task, answer_has, facts, ran, section, seed_fact, seed_files, todo_items
+from bench._eval_tasks import PAGES, Run, Task, facts, section, seed_fact, seed_files, todo_items
 
 PAGES.update({
     "/dev/harvest.html": "<html><body><h1>Town events</h1><p>The Harvest Fair opens on Saturday 3 October "
@@ -111,4 +111,3 @@ DEV_TASKS: list[Task] = [
 ]
 
 DEV_NAMES = frozenset(t.name for t in DEV_TASKS)
-__all__ = ["DEV_TASKS", "DEV_NAMES", "answer_has", "ran"]

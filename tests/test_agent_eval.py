@@ -353,6 +353,78 @@ def test_every_paraphrase_task_passes_when_the_model_does_it_right():
     assert report["summary"]["plain"]["denied_approvals"] == 0
 
 
+def _dev_done_right(web: str) -> list[Rule]:
+    """Each dev-split request (bench/_eval_dev.py) done the way a competent model would."""
+    from bench._eval_dev import INVITE
+
+    fs = lambda **a: _call("filesystem", **a)  # noqa: E731
+    done = Turn(content="Done: I did what you asked and checked the result.")
+    steps = {
+        "event listed on": [_call("web_view", url=f"{web}/dev/harvest.html"),
+                            _call("todo", action="set", tasks=["Harvest Fair, Saturday 3 October"]), done],
+        "guest wifi password": [_call("web_view", url=f"{web}/dev/cafe.html"),
+                                _call("memory_save", category="places", key="cafe wifi", value="oatmilk42"), done],
+        "live in Varnholt": [_call("web_view", url=f"{web}/dev/varnholt.html"),
+                             fs(action="write", path="population.txt", content="18406"), done],
+        "parcel.json": [_call("http_request", method="GET", url=f"{web}/dev/parcel.json"),
+                        _call("scratchpad", action="write", section="delivery", content="out for delivery"), done],
+        "doctor.txt": [fs(action="read", path="doctor.txt"),
+                       _call("memory_save", category="health", key="doctor", value="Dr. Ines Varga"), done],
+        "bank.txt": [fs(action="read", path="bank.txt"),
+                     _call("memory_save", category="finance", key="iban", value="DE89 3704 0044 0532 0130 00"), done],
+        "contacts.txt": [fs(action="read", path="contacts.txt"),
+                         fs(action="write", path="electrician.txt", content="0152 901 3377\n"), done],
+        "chores.txt": [fs(action="read", path="chores.txt"), _call("todo", action="set", tasks=[
+            "clean the gutters", "service the boiler", "test the smoke alarms"]), done],
+        "app.json": [fs(action="read", path="app.json"),
+                     _call("scratchpad", action="write", section="release", content="3.8.1"), done],
+        "poem.txt": [fs(action="read", path="poem.txt"), fs(action="write", path="word_count.txt", content="14"), done],
+        "trip.csv": [_call("code_exec", code="print(42 + 96 + 18)"),
+                     _call("memory_save", category="travel", key="trip budget", value="156"), done],
+        "invite.txt": [fs(action="read", path="invite.txt"),
+                       fs(action="write", path="invite.txt", content=INVITE.replace("12 May", "19 May")), done],
+        "Sales tax": [_call("code_exec", code="print(1850 * 0.07)"), fs(action="write", path="vat.txt", content="129.50"), done],
+        "seconds are there": [_call("code_exec", code="print(7 * 24 * 3600)"),
+                              _call("scratchpad", action="write", section="facts", content="604800"), done],
+        "bike lock code": [_call("memory_search", query="bike lock"), fs(action="write", path="lock.txt", content="7391"), done],
+        "LX 318": [_call("memory_save", category="travel", key="flight", value="LX 318"),
+                   _call("todo", action="set", tasks=["check in online"]), done],
+        "visit the lighthouse": [_call("web_view", url=f"{web}/dev/varnholt.html"),
+                                 _call("todo", action="add", tasks=["visit the lighthouse"]), done],
+        "tick it off": [_call("todo", action="update", index=1, status="done"),
+                        _call("todo", action="add", tasks=["post the parcel"]), done],
+    }
+    return [Rule(match=match, turns=turns) for match, turns in steps.items()]
+
+
+def test_every_dev_task_passes_when_the_model_does_it_right_and_none_is_a_reported_ones():
+    """The dev split is tuned on freely: its checkers must pass a correct run, and none of its
+    requests may be (or open like) a tuning or held-out one, or tuning on it would tune on them."""
+    from bench._eval_dev import DEV_TASKS
+
+    web_port = free_port()
+    llm = LLMServer().start()
+    llm.add_rule(planning_rule())
+    for rule in _dev_done_right(f"http://127.0.0.1:{web_port}"):
+        llm.add_rule(rule)
+    options = Options(backend="ollama", url=llm.url, model="fake-llm", modes=("plain",), timeout=60,
+                      web_port=web_port, verbose=False)
+    try:
+        report = evaluate(options, DEV_TASKS)
+    finally:
+        llm.stop()
+    failed = {r["task"]: r["detail"] for r in report["results"] if not r["success"]}
+    assert failed == {} and len(report["results"]) == len(DEV_TASKS) >= 18
+    assert report["summary"]["plain"]["dev"]["succeeded"] == len(DEV_TASKS)
+    assert report["summary"]["plain"]["tuning"]["tasks"] == report["summary"]["plain"]["heldout"]["tasks"] == 0
+    # Never among the reported tasks, never run by --split all, and no request shares its opening
+    # four words with a reported one.
+    reported = [" ".join(t.messages[0].lower().split()[:4]) for t in ALL_TASKS]
+    assert not {t.name for t in DEV_TASKS} & {t.name for t in select_tasks(None, None)}
+    assert all(" ".join(t.messages[0].lower().split()[:4]) not in reported for t in DEV_TASKS)
+    assert [t.name for t in select_tasks(None, None, "dev")] == [t.name for t in DEV_TASKS]
+
+
 def test_runs_of_one_mode_each_merge_into_one_report():
     from bench.agent_eval import RELIABILITY, merge_reports
 
