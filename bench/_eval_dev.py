@@ -110,4 +110,3 @@ DEV_TASKS: list[Task] = [
               else f"first item not done: {todo_items(r)}"), seed_todo("renew insurance", "book MOT"), ("todo",)),
 ]
 
-DEV_NAMES = frozenset(t.name for t in DEV_TASKS)
