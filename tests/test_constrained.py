@@ -1358,6 +1358,18 @@ class TestTheSchema:
             with pytest.raises(jsonschema.ValidationError):
                 jsonschema.validate(bad, schema)
 
+    def test_a_call_cut_while_its_list_ran_on_keeps_the_items_said_once(self):
+        # Qwen2.5-Coder-0.5B wrote "Add a todo 'dentist' for next Friday" as a list of the clock's days, to the cap.
+        ran_on = ('{"name": "todo", "arguments": {"action": "add", "tasks": ["dentist", "next Friday", "next Monday", '
+                  '"next Friday", "next Monday", "next Fri')
+        decision = constrained.salvaged(ran_on, {"todo"})
+        assert decision.call.name == "todo" and decision.call.arguments == {
+            "action": "add", "tasks": ["dentist", "next Friday", "next Monday"]}
+        assert constrained.salvaged(ran_on, {"filesystem"}) is None  # not an offered tool
+        assert constrained.salvaged('{"name": "todo", "arguments": {"action": "se', {"todo"}) is None  # no whole item
+        escaped = '{"name": "todo", "arguments": {"action": "set", "tasks": ["say \\"hi\\"", "b", "b", "c'
+        assert constrained.salvaged(escaped, {"todo"}).call.arguments["tasks"] == ['say "hi"', "b"]
+
     def test_parse_takes_only_offered_tools_and_object_arguments(self):
         offered = {"todo"}
         assert constrained.parse_decision('{"name": "answer"}', offered).answer

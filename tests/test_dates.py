@@ -58,6 +58,9 @@ def test_an_item_that_is_only_a_date_joins_the_item_before_it():
     assert dates.with_dates(["dentist", "next Friday"], FRIDAY) == ["dentist, next Friday (2026-12-04)"]
     assert dates.with_dates(["buy milk", "for tomorrow", "call Bob"], FRIDAY) == [
         "buy milk, tomorrow (2026-11-28)", "call Bob"]
+    # Dates in a row after a task's date are the clock's days copied: dropped.
+    assert dates.with_dates(["dentist", "next Friday", "next Monday", "next Tuesday", "buy milk"], FRIDAY) == [
+        "dentist, next Friday (2026-12-04)", "buy milk"]
     # A first item has nothing to join; a task that mentions a day is a task of its own.
     assert dates.with_dates(["next Friday", "call Bob on Monday"], FRIDAY) == [
         "next Friday (2026-12-04)", "call Bob on Monday (2026-11-30)"]

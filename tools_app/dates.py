@@ -93,11 +93,17 @@ def alone(item: str) -> bool:
 
 def with_dates(items: list[str], day: date | None = None) -> list[str]:
     """Todo items with their relative dates pinned, an item that is only a date joined to the
-    item before it ("dentist", "next Friday" → "dentist, next Friday (2026-12-04)")."""
+    item before it ("dentist", "next Friday" → "dentist, next Friday (2026-12-04)"); more dates
+    right after it are dropped (a 0.5B model went on with "next Monday", "next Tuesday", … the
+    clock's days)."""
     joined: list[str] = []
+    after_date = False  # the item before was a date joined to its task
     for item in items:
         if joined and alone(item):
-            joined[-1] = f"{joined[-1].rstrip(' ,.;')}, {_FILLER.match(item).group('rest')}"
+            if not after_date:  # more dates in a row are the clock's days copied, not tasks
+                joined[-1] = f"{joined[-1].rstrip(' ,.;')}, {_FILLER.match(item).group('rest')}"
+            after_date = True
         else:
             joined.append(item)
+            after_date = False
     return [pin(item, day) for item in joined]

@@ -677,7 +677,8 @@ async def _constrained_stream(
         await conv.save_streaming(msg, tokens=turn.tokens)
         return
     content = "".join(parts)
-    turn.decision = None if finish == "length" else constrained.parse_decision(content, offered)
+    # Cut (it ran on, or hit the token cap): a call whose list ran on keeps its items said once.
+    turn.decision = constrained.salvaged(content, offered) if finish == "length" else constrained.parse_decision(content, offered)
     if turn.decision is None:
         log.info("constrained call gave nothing usable: %.200r", content)
 
