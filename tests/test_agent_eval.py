@@ -335,19 +335,24 @@ def _paraphrases_done_right(web: str) -> list[Rule]:
     return [Rule(match=match, turns=turns) for match, turns in steps.items()]
 
 
-def test_every_paraphrase_task_passes_when_the_model_does_it_right():
-    """A held-out checker that failed a correct run would make the held-out figure a lie."""
+def _done_right(tasks: list, rules) -> dict:
+    """The report of `tasks` run in plain mode against a model scripted by `rules(web_url)`."""
     web_port = free_port()
     llm = LLMServer().start()
     llm.add_rule(planning_rule())
-    for rule in _paraphrases_done_right(f"http://127.0.0.1:{web_port}"):
+    for rule in rules(f"http://127.0.0.1:{web_port}"):
         llm.add_rule(rule)
     options = Options(backend="ollama", url=llm.url, model="fake-llm", modes=("plain",), timeout=60,
                       web_port=web_port, verbose=False, show_heldout=True)
     try:
-        report = evaluate(options, PARAPHRASE_TASKS)
+        return evaluate(options, tasks)
     finally:
         llm.stop()
+
+
+def test_every_paraphrase_task_passes_when_the_model_does_it_right():
+    """A held-out checker that failed a correct run would make the held-out figure a lie."""
+    report = _done_right(PARAPHRASE_TASKS, _paraphrases_done_right)
     failed = {r["task"]: r["detail"] for r in report["results"] if not r["success"]}
     assert failed == {}
     assert report["summary"]["plain"]["denied_approvals"] == 0
@@ -402,17 +407,7 @@ def test_every_dev_task_passes_when_the_model_does_it_right_and_none_is_a_report
     requests may be (or open like) a tuning or held-out one, or tuning on it would tune on them."""
     from bench._eval_dev import DEV_TASKS
 
-    web_port = free_port()
-    llm = LLMServer().start()
-    llm.add_rule(planning_rule())
-    for rule in _dev_done_right(f"http://127.0.0.1:{web_port}"):
-        llm.add_rule(rule)
-    options = Options(backend="ollama", url=llm.url, model="fake-llm", modes=("plain",), timeout=60,
-                      web_port=web_port, verbose=False)
-    try:
-        report = evaluate(options, DEV_TASKS)
-    finally:
-        llm.stop()
+    report = _done_right(DEV_TASKS, _dev_done_right)
     failed = {r["task"]: r["detail"] for r in report["results"] if not r["success"]}
     assert failed == {} and len(report["results"]) == len(DEV_TASKS) >= 18
     assert report["summary"]["plain"]["dev"]["succeeded"] == len(DEV_TASKS)
