@@ -735,8 +735,8 @@ class TestSmallModelStep:
         frames = await run(session, owner_token, "The party in invite.txt moved: change 12 May to 19 May in that file.")
         assert [(c["tool"], c["args"]["action"]) for c in of(frames, "tool_call")] == [("filesystem", "read")]
         assert invite.read_text() == "Date: 12 May\n" and not (invite.parent / "invite.txt.19May").exists()
-        # So is a move onto itself.
-        onto = json.dumps({"name": "filesystem", "arguments": {"action": "move", "path": "invite.txt", "destination": "invite.txt"}})
+        # So is a move onto itself (upper case and padding are the same name).
+        onto = json.dumps({"name": "filesystem", "arguments": {"action": "move", "path": "invite.txt", "destination": " INVITE.TXT "}})
         llm.script(Turn(content=onto), Turn(content=ANSWER), Turn(content="It says 12 May."))
         frames = await run(session, owner_token, "The party in invite.txt moved: change 12 May to 19 May in that file.")
         assert [(c["tool"], c["args"]["action"]) for c in of(frames, "tool_call")] == [("filesystem", "read")]
@@ -1336,6 +1336,13 @@ class TestTheSchema:
                 jsonschema.validate(call, edit)
         jsonschema.validate(rm, constrained.step_schema([FilesystemTool()], request="Delete notes.txt"))
         jsonschema.validate(mv, constrained.step_schema([FilesystemTool()], request="Rename a.txt to b.txt"))
+        # Upper case and padding say the same; look-alike letters say nothing (the safe side).
+        fs, http = FilesystemTool(), HttpRequestTool()
+        assert "delete" not in fs.unasked_actions("  DELETE   notes.txt ") and "move" not in fs.unasked_actions("RENAME a.txt")
+        assert {"delete", "move"} <= fs.unasked_actions("\uff24\uff45\uff4c\uff45\uff54\uff45 notes.txt")  # full-width
+        assert "POST" not in http.unasked_actions("SEND this to http://x/api")
+        assert "POST" in http.unasked_actions("\uff30\uff2f\uff33\uff34 to http://x/api") and http.unasked_actions("") == {
+            "POST", "PUT", "PATCH", "DELETE"}
 
     def test_the_compute_brief_speaks_of_tables_only_for_a_table(self):
         # Told to read poem.txt with csv.DictReader, the 0.5B model counted its words as rows.
