@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta
 
-from .schedule import ScheduleError, parse, zone
+from .schedule import MAX_AHEAD_DAYS, ScheduleError, parse, zone
 
 EXAMPLES = (
     '"every day at 7:30", "every weekday at 8", "every Monday and Thursday at 18:00", "every 2 hours", '
@@ -87,7 +87,12 @@ def _at(local: datetime, hour: int, minute: int, days_ahead: int = 0) -> dict:
 
 def _in(m: re.Match, local: datetime) -> dict:
     n = 1 if m.group("n") in ("a", "an", None) else int(m.group("n"))
-    when = local + timedelta(seconds=n * UNITS[m.group("unit").rstrip("s") if m.group("unit") not in UNITS else m.group("unit")])
+    unit = m.group("unit").rstrip("s") if m.group("unit") not in UNITS else m.group("unit")
+    seconds = n * UNITS[unit]  # a Python int: "in 99999999999999999999 weeks" is counted, not overflowed
+    if seconds > MAX_AHEAD_DAYS * 86400:
+        raise PhraseError(f"'in {n} {m.group('unit')}' is more than 100 years away; say a time within the next "
+                          "100 years, e.g. 'in 20 minutes', 'in 3 weeks' or 'tomorrow at 9'")
+    when = local + timedelta(seconds=seconds)
     return {"at": when.replace(microsecond=0).isoformat()}
 
 
@@ -96,7 +101,7 @@ def _every_n(m: re.Match, local: datetime) -> dict:
     unit = m.group("unit")
     seconds = UNITS.get(unit, UNITS.get(unit.rstrip("s"), 0))
     if n < 1:
-        raise PhraseError("the interval must be at least 1")
+        raise PhraseError("the interval must be at least 1, e.g. 'every 2 hours'")
     return {"every_s": n * seconds}
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
@@ -24,6 +25,7 @@ UTC = dt_timezone.utc
 MAX_JITTER_S = 3600
 SCAN_LIMIT = 1000  # slots counted one by one before a count says "more than"
 MAX_AHEAD_DAYS = 36525  # a one-shot time at most 100 years ahead
+MAX_EVERY_S = 366 * 86400  # the longest interval: a year
 
 
 class ScheduleError(ValueError):
@@ -48,13 +50,21 @@ class Schedule:
         return {"every_s": self.every_s}
 
 
-def zone(name: str) -> ZoneInfo:
+MAX_ZONE_CHARS = 64  # the longest IANA name is 32; the routine's column holds 64
+ZONE_HINT = "give an IANA time zone such as Europe/Paris or America/New_York"
+
+
+def zone(name: object) -> ZoneInfo:
+    """The zone of an IANA name, or ScheduleError saying what to send (never an OSError for a
+    name too long for a file name or one naming a folder of the zone database, like "Europe")."""
+    if not isinstance(name, str) or not name:
+        raise ScheduleError(f"time_zone must be text naming a zone; {ZONE_HINT}")
+    if len(name) > MAX_ZONE_CHARS:
+        raise ScheduleError(f"time_zone is {len(name)} characters, longer than any zone name; {ZONE_HINT}")
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError, TypeError):
-        raise ScheduleError(
-            f"unknown time zone {name!r}; use an IANA name such as Europe/Berlin or America/New_York"
-        ) from None
+    except (ZoneInfoNotFoundError, ValueError, TypeError, OSError):
+        raise ScheduleError(f"unknown time zone {name!r}; {ZONE_HINT}") from None
 
 
 def parse(raw: object, tz: str, *, now: datetime, anchor: datetime | None = None, min_interval_s: int = 60) -> Schedule:
@@ -82,9 +92,11 @@ def parse(raw: object, tz: str, *, now: datetime, anchor: datetime | None = None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or int(value) != value:
         raise ScheduleError("every_s must be a whole number of seconds, e.g. 3600 for every hour")
     if value < min_interval_s:
-        raise ScheduleError(f"every_s is {int(value)}; the shortest interval is {min_interval_s} seconds")
-    if value > 366 * 86400:
-        raise ScheduleError("every_s is over a year; use a cron expression or a one-shot time instead")
+        raise ScheduleError(f"every_s is {int(value)}; the shortest interval is {min_interval_s} seconds: give "
+                            f"{min_interval_s} to {MAX_EVERY_S}, e.g. 3600 for every hour")
+    if value > MAX_EVERY_S:
+        raise ScheduleError(f"every_s is over a year; give {min_interval_s} to {MAX_EVERY_S} seconds, or use a cron "
+                            "expression or a one-shot time instead")
     return Schedule("every", every_s=int(value), tz=tz, anchor=(anchor or now).replace(microsecond=0))
 
 
@@ -102,8 +114,12 @@ def _parse_at(value: object, tz: str) -> datetime:
     try:
         at = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
     except ValueError:
+        if re.match(r"\s*[+-]?\d{5,}", value):  # year 10000 and on: a date, but not one datetime holds
+            raise ScheduleError(
+                f'"at" {value[:40]!r} is outside the dates Navi can schedule; give a time within the next 100 years'
+            ) from None
         raise ScheduleError(
-            f'"at" {value!r} is not an ISO 8601 date-time; send e.g. 2026-05-01T08:00:00+02:00'
+            f'"at" {value[:80]!r} is not an ISO 8601 date-time; send e.g. 2026-05-01T08:00:00+02:00'
         ) from None
     if at.tzinfo is None:
         at = at.replace(tzinfo=zone(tz))
@@ -117,7 +133,8 @@ def _parse_at(value: object, tz: str) -> datetime:
 
 def _valid_cron(value: object) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise ScheduleError('cron must be a string of five fields "minute hour day-of-month month day-of-week"')
+        raise ScheduleError('cron must be a string of five fields "minute hour day-of-month month day-of-week", '
+                            'e.g. "0 8 * * 1-5" for weekdays at 08:00')
     expr = " ".join(value.split())
     if len(expr.split()) != 5:
         raise ScheduleError(

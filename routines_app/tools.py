@@ -88,6 +88,10 @@ class ScheduleRoutineTool(_RoutineTool):
             routine, fires = await db_hop(_create, _owner_id(), data, current_taint.get(), current_chat_session_id.get())
         except (services.RoutineError, ScheduleError) as exc:
             return ToolResult(False, error=f"not scheduled: {exc}")
+        except (OverflowError, OSError):  # a date or zone past what the calendar holds: never the raw text
+            return ToolResult(False, error="not scheduled: that time or time zone is outside what Navi can schedule; "
+                                           "give a time within the next 100 years (e.g. when='in 20 minutes') and an "
+                                           "IANA time zone such as Europe/Paris")
         wake_all()
         marked = (" It is marked as made after reading untrusted content: its runs ask before contacting any host "
                   "until the user confirms it on /routines/.") if routine.tainted_by else ""

@@ -74,12 +74,15 @@ def valid_time_zone(name: object) -> str:
     """An IANA zone name as given ("" = the server's), or ApiError naming the problem."""
     if name in (None, ""):
         return ""
-    if not isinstance(name, str) or len(name) > 64:
-        raise ApiError("time_zone must be an IANA zone name such as Europe/Berlin", 400)
+    hint = "give an IANA time zone such as Europe/Paris or America/New_York, or \"\" for the server's"
+    if not isinstance(name, str):
+        raise ApiError(f"time_zone must be text; {hint}", 400)
+    if len(name) > 64:
+        raise ApiError(f"time_zone is {len(name)} characters, longer than any zone name; {hint}", 400)
     try:
         ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ApiError(f"unknown time zone {name!r}; use an IANA name such as Europe/Berlin or America/New_York", 400) from None
+    except (ZoneInfoNotFoundError, ValueError, TypeError, OSError):  # OSError: "Europe" is a folder of zones
+        raise ApiError(f"unknown time zone {name!r}; {hint}", 400) from None
     return name
 
 
