@@ -17,6 +17,7 @@ Tables made before this (float vectors in the scanned column) are rebuilt by `up
 from __future__ import annotations
 
 import logging
+import math
 import re
 import threading
 
@@ -195,14 +196,44 @@ def _literal(vector: list[float]):
     return "[" + ",".join(repr(float(x)) for x in vector) + "]"
 
 
-def write(space: VectorSpace, kind: str, rows: list[tuple[int, int, list[float]]], *, replace: bool = False) -> None:
-    """Store (id, owner_id, vector) rows; `replace`: those ids may have one in this space already."""
+def unit(vector) -> list[float] | None:
+    """`vector` scaled to length 1, or None when it points nowhere: all zeros, empty, or holding
+    something that is not a finite number. Cosine distance ignores length, so storing unit
+    vectors changes no result, and keeps float32's range: an embedding server's [0, 0, …]
+    (no direction: its cosine distance is NULL in sqlite-vec, NaN in pgvector), 1e-30s
+    (their squares vanish in float32: distance -inf, first in every search) or 3e38s (they
+    overflow it) never reach the index."""
+    try:
+        values = [float(x) for x in vector]
+    except (TypeError, ValueError):
+        return None
+    if not values or not all(math.isfinite(x) for x in values):
+        return None
+    top = max(abs(x) for x in values)
+    if top == 0.0:
+        return None
+    scaled = [x / top for x in values]  # the largest is ±1: no square under- or overflows
+    norm = math.sqrt(sum(x * x for x in scaled))
+    return [x / norm for x in scaled]
+
+
+def write(space: VectorSpace, kind: str, rows: list[tuple[int, int, list[float]]], *, replace: bool = False) -> int:
+    """Store (id, owner_id, vector) rows as unit vectors; `replace`: those ids may have one in
+    this space already (it goes either way). A row whose vector points nowhere (`unit`) gets
+    none: its passage or fact stays findable by its words. Returns how many were stored."""
     if not rows:
-        return
+        return 0
     name = table(space, kind)
+    kept = [(i, owner, u) for i, owner, v in rows if (u := unit(v)) is not None and len(u) == space.dim]
+    if len(kept) < len(rows):
+        log.warning("%d of %d %s vectors from the embedding server are zero, not numbers or of the wrong size; "
+                    "those are found by their words only", len(rows) - len(kept), len(rows), kind)
     with transaction.atomic(), connection.cursor() as cur:
         if replace:
             _delete_ids(cur, name, [row[0] for row in rows])
+        if not kept:
+            return 0
+        rows = kept
         if connection.vendor == "sqlite":
             cur.executemany(f"INSERT INTO {name}(rowid, owner_id, coarse, embedding) "
                             f"VALUES (%s, %s, {_coarse('%s', space.dim)}, %s)",
@@ -210,6 +241,7 @@ def write(space: VectorSpace, kind: str, rows: list[tuple[int, int, list[float]]
         else:
             cur.executemany(f"INSERT INTO {name}(id, owner_id, embedding) VALUES (%s, %s, %s::vector)",
                             [(i, owner, _literal(v)) for i, owner, v in rows])
+    return len(rows)
 
 
 def _delete_ids(cur, name: str, ids: list[int]) -> None:
@@ -231,16 +263,25 @@ def delete(kind: str, ids: list[int]) -> None:
 
 
 def nearest(space: VectorSpace, kind: str, owner_id: int, vector: list[float], k: int) -> list[tuple[int, float]]:
-    """The owner's `k` nearest ids to `vector` with their cosine distance, nearest first."""
+    """The owner's `k` nearest ids to `vector` with their cosine distance, nearest first. A
+    stored vector whose distance is no number (a zero vector stored before `unit` refused
+    them: NULL in sqlite-vec, NaN in pgvector, or -inf) is left out; a query vector that
+    points nowhere finds nothing (the words still do)."""
     name, k = table(space, kind), max(1, min(int(k), 1000))
+    vector = unit(vector)
+    if vector is None or len(vector) != space.dim:
+        return []
     if connection.vendor == "sqlite":
         query = _literal(vector)
+        # NULL sorts first in SQLite: filtered before the LIMIT, or a zero vector would take a place.
         sql = (f"WITH near AS (SELECT rowid, embedding FROM {name} WHERE coarse MATCH {_coarse('%s', space.dim)} "
-               "AND k = %s AND owner_id = %s) "
-               "SELECT rowid, vec_distance_cosine(embedding, %s) AS d FROM near ORDER BY d, rowid LIMIT %s")
+               "AND k = %s AND owner_id = %s), "
+               "scored AS (SELECT rowid, vec_distance_cosine(embedding, %s) AS d FROM near) "
+               f"SELECT rowid, d FROM scored WHERE d BETWEEN {-DISTANCE_SLACK} AND {2 + DISTANCE_SLACK} "
+               "ORDER BY d, rowid LIMIT %s")
         with connection.cursor() as cur:
             cur.execute(sql, [query, min(MAX_COARSE, max(COARSE, 2 * k)), owner_id, query, k])
-            return [(int(i), float(d)) for i, d in cur.fetchall()]
+            return [(int(i), float(d)) for i, d in cur.fetchall() if _distance(d)]
     literal = _literal(vector)
     with transaction.atomic(), connection.cursor() as cur:
         # The HNSW index is searched first and filtered after: without an iterative scan a
@@ -251,8 +292,16 @@ def nearest(space: VectorSpace, kind: str, owner_id: int, vector: list[float], k
         cur.execute(settings)  # one round trip
         cur.execute(f"SELECT id, embedding <=> %s::vector AS d FROM {name} WHERE owner_id = %s ORDER BY d LIMIT %s",
                     [literal, owner_id, k])
-        rows = [(int(i), float(d)) for i, d in cur.fetchall()]
+        rows = [(int(i), float(d)) for i, d in cur.fetchall() if _distance(d)]  # NaN sorts last: dropped here
     return sorted(rows, key=lambda row: row[1])
+
+
+DISTANCE_SLACK = 0.001  # cosine distance is 0..2; float32 rounding strays a little past either end
+
+
+def _distance(d) -> bool:
+    """A cosine distance that is a number in its range (not NULL, NaN or ±inf)."""
+    return d is not None and math.isfinite(float(d)) and -DISTANCE_SLACK <= float(d) <= 2 + DISTANCE_SLACK
 
 
 _versions: dict[str, tuple[int, ...]] = {}  # database alias -> pgvector's version
