@@ -5,12 +5,16 @@
 2. An embedding server that answers [0, 0, …] (or NaN, or values float32 cannot hold) for a
    passage or fact never breaks search: the vector is not stored, the text is found by its words,
    and vectors stored so before are skipped; other texts and other accounts are unaffected.
+3. Hosts on your network: link-local (cloud metadata) and unspecified addresses are refused in
+   every spelling; localhost is allowed with its warning; an entry is removed in the spelling it
+   was added in.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from urllib.parse import quote
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
@@ -21,12 +25,13 @@ from agent.registry import get_agent
 from knowledge_app import vectors
 from knowledge_app.models import Passage, VectorSpace
 from knowledge_app.worker import worker
+from navi_project import netguard
 from memory_app.models import MemoryFact
 from memory_app.search import search_facts
 from memory_app.services import upsert_fact
 from tests import llm_server
 from routines_app.models import Routine
-from sessions_app.models import UserSettings
+from sessions_app.models import AllowedHost, UserSettings
 from tools_app.context import current_user_id
 
 YEARS_100 = "within the next 100 years"
@@ -329,3 +334,110 @@ class TestFactsByMeaning:
         assert [f.key for f in search_facts(owner.id, "coffee")] == ["morning drink"]
         assert [f.key for f in search_facts(owner.id, "lemon")] == ["afternoon"]
         assert [f.key for f in search_facts(other_user.id, "coffee")] == ["drink"]
+
+
+# --- 3. hosts on your network ------------------------------------------------------------------
+LINK_LOCAL = ["169.254.169.254", "169.254.169.254.", "169.254.169.254:80", "[169.254.169.254]:80", "0xa9fea9fe",
+              "0XA9FEA9FE", "2852039166", "2852039166:80", "0251.0376.0251.0376", "169.254.43518", "169.254.0.1",
+              "169.254.170.2", " 169.254.169.254 ", "fe80::1", "[fe80::1]", "[fe80::1]:8080", "FE80::1", "fe80::1%eth0",
+              "febf::ffff", "::ffff:169.254.169.254", "[::ffff:169.254.169.254]:80", "::ffff:a9fe:a9fe",
+              "64:ff9b::a9fe:a9fe", "2002:a9fe:a9fe::1"]
+UNSPECIFIED = ["0.0.0.0", "0.0.0.0:8000", "0.0.0.0.", "::", "[::]", "[::]:80", "0", "0.0", "0x0", "00", "0:80",
+               "::ffff:0.0.0.0", "0:0:0:0:0:0:0:0", "0.1.2.3"]
+METADATA = ["metadata.google.internal", "METADATA.google.internal.", "metadata.google.internal:80", "fd00:ec2::254",
+            "[fd00:ec2::254]:80", "100.100.100.200"]
+
+
+def _allow(client: Client, host) -> tuple[int, dict]:
+    return _json(client, "post", "/settings/allowed-hosts", {"host": host})
+
+
+@pytest.mark.django_db
+class TestHostsNeverAllowed:
+    @pytest.fixture(autouse=True)
+    def _fresh(self, settings):
+        settings.HTTP_ALLOWED_HOSTS = []
+        netguard.forget_allowed_hosts()
+        yield
+        netguard.forget_allowed_hosts()
+
+    @pytest.mark.parametrize("host", LINK_LOCAL)
+    def test_link_local_addresses_are_refused_in_every_spelling(self, owner, host):
+        status, body = _allow(_client(owner), host)
+        assert status == 400, body
+        assert "link-local" in body["error"] and "169.254.169.254" in body["error"] and "never allowed" in body["error"]
+        assert "Allow the device by its own address" in body["error"]  # what to do instead
+        assert not AllowedHost.objects.exists()
+
+    @pytest.mark.parametrize("host", UNSPECIFIED)
+    def test_unspecified_addresses_are_refused_in_every_spelling(self, owner, host):
+        status, body = _allow(_client(owner), host)
+        assert status == 400, body
+        assert "unspecified address" in body["error"] and "127.0.0.1:<port>" in body["error"]
+        assert not AllowedHost.objects.exists()
+
+    @pytest.mark.parametrize("host", METADATA)
+    def test_metadata_endpoints_by_name_and_other_addresses_are_refused(self, owner, host):
+        status, body = _allow(_client(owner), host)
+        assert status == 400 and "instance-metadata" in body["error"], body
+        assert not AllowedHost.objects.exists()
+
+    def test_another_account_is_refused_before_anything(self, other_user):
+        status, body = _allow(_client(other_user), "169.254.169.254")
+        assert status == 403 and not AllowedHost.objects.exists()
+
+    def test_numbers_that_only_spell_an_address_say_how_to_write_it(self, owner):
+        status, body = _allow(_client(owner), "3232235796")
+        assert status == 400 and "write it as 192.168.1.20" in body["error"]
+        assert _allow(_client(owner), "192.168.1.20.")[0] == 201  # the address itself, with the root's dot
+        assert list(AllowedHost.objects.values_list("entry", flat=True)) == ["192.168.1.20"]
+
+    @pytest.mark.parametrize("host", ["localhost", "LOCALHOST", "localhost:8080", "127.0.0.1:11434", "[::1]", "::1"])
+    def test_localhost_stays_allowed_with_its_warning(self, owner, host):
+        status, body = _allow(_client(owner), host)
+        assert status == 201, body
+        assert "Allow only devices you trust" in body["warning"] and "the Navi server itself" in body["warning"]
+
+    def test_a_device_on_the_lan_has_the_plain_warning(self, owner):
+        status, body = _allow(_client(owner), "nas.lan")
+        assert status == 201 and "Allow only devices you trust" in body["warning"]
+        assert "Navi server itself" not in body["warning"]
+
+    def test_a_row_stored_before_opens_nothing_and_can_be_removed(self, owner):
+        AllowedHost.objects.create(entry="169.254.169.254")
+        AllowedHost.objects.create(entry="0xa9fea9fe")
+        AllowedHost.objects.create(entry="nas.lan")
+        netguard.refresh_allowed_hosts_sync()
+        with pytest.raises(netguard.URLRefused, match="link-local"):
+            netguard.check_addresses("169.254.169.254", 80, ["169.254.169.254"])
+        assert netguard.host_allowed("nas.lan")
+        client = _client(owner)
+        listed = {h["entry"]: h for h in client.get("/settings/allowed-hosts").json()["hosts"]}
+        assert "not in effect" in listed["169.254.169.254"]["ignored"] and "Remove it" in listed["0xa9fea9fe"]["ignored"]
+        assert "ignored" not in listed["nas.lan"]
+        assert client.delete("/settings/allowed-hosts/169.254.169.254").status_code == 200
+        assert client.delete("/settings/allowed-hosts/0xa9fea9fe").status_code == 200
+        assert list(AllowedHost.objects.values_list("entry", flat=True)) == ["nas.lan"]
+
+
+@pytest.mark.django_db
+class TestHostsRemovedAsAdded:
+    @pytest.mark.parametrize("spelling", ["[::1]", "::1", "[::1]:8080", "[FD00::5]", "[fd00::5]:80", "NAS.lan.",
+                                          "nas.lan:08123", "localhost", "LOCALHOST", " printer.lan ",
+                                          "[0:0:0:0:0:0:0:1]", "192.168.1.20.", "192.168.1.20:80"])
+    def test_an_entry_is_removed_in_the_spelling_it_was_added_in(self, owner, spelling):
+        client = _client(owner)
+        assert _allow(client, spelling)[0] == 201
+        response = client.delete(f"/settings/allowed-hosts/{quote(spelling.strip(), safe='')}")
+        assert response.status_code == 200, response.content
+        assert not AllowedHost.objects.exists()
+
+    def test_another_spelling_of_the_same_address_removes_it_too_and_only_it(self, owner, other_user):
+        client = _client(owner)
+        for host in ("[::1]", "[::1]:8080", "nas.lan"):
+            assert _allow(client, host)[0] == 201
+        assert _client(other_user).delete(f"/settings/allowed-hosts/{quote('[::1]', safe='')}").status_code == 403
+        assert client.delete(f"/settings/allowed-hosts/{quote('0:0:0:0:0:0:0:1', safe='')}").status_code == 200
+        assert sorted(AllowedHost.objects.values_list("entry", flat=True)) == ["[::1]:8080", "nas.lan"]
+        missing = client.delete(f"/settings/allowed-hosts/{quote('[::1]', safe='')}")
+        assert missing.status_code == 404 and "GET /settings/allowed-hosts" in missing.json()["error"]

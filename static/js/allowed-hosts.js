@@ -17,9 +17,11 @@ async function call(method, path, body) {
   return data;
 }
 
-function row(entry, { who = "", removable = false } = {}) {
+function row(entry, { who = "", removable = false, ignored = "" } = {}) {
   const li = el("li", "host");
   li.append(el("span", "mono", entry), el("span", "hint", who));
+  // Stored before link-local and unspecified addresses were refused: listed, to be removed, but opens nothing.
+  if (ignored) li.append(el("span", "hint", ignored));
   if (removable) {
     const remove = el("button", "danger-outline", "Remove");
     remove.type = "button";
@@ -43,7 +45,9 @@ async function load() {
   const data = await call("GET", "/settings/allowed-hosts");
   $("#host-add").hidden = !data.can_edit;
   $("#hosts-readonly").hidden = data.can_edit;
-  const items = data.hosts.map((h) => row(h.entry, { who: h.added_by ? `allowed by ${h.added_by}` : "", removable: data.can_edit }));
+  const items = data.hosts.map((h) =>
+    row(h.entry, { who: h.added_by ? `allowed by ${h.added_by}` : "", removable: data.can_edit, ignored: h.ignored || "" }),
+  );
   for (const entry of data.from_environment) items.push(row(entry, { who: "from HTTP_ALLOWED_HOSTS (the server's environment)" }));
   $("#hosts").replaceChildren(...items);
   $("#hosts-empty").hidden = items.length > 0;
