@@ -170,8 +170,8 @@ _BLOCK = re.compile(r"\[UNTRUSTED DATA ([0-9a-f]{8}) from .*?\[END UNTRUSTED DAT
 def context_taint(context: Iterable[Any]) -> str:
     """The first untrusted source still in the model's context ("" when none): a tool row that
     was wrapped by `wrap_untrusted`, or a user message carrying such a block (an attached MCP
-    resource). It taints every run while it stays there (until compression drops it), not only
-    the run that read it."""
+    resource). It taints every run while it stays there, not only the run that read it; a
+    compression summary written from it is wrapped the same way (agent.turn.compression)."""
     for msg in context:
         if msg.role == "tool" and msg.content.startswith("[UNTRUSTED DATA "):
             found = _WRAPPED.match(msg.content)

@@ -1,7 +1,9 @@
 """Context compression: old turns of the LLM context become one summary.
 
 Only the context changes: summarised rows leave the context (`in_context=False`) and one
-summary row (role=user, is_summary, not in display) enters it. The display history is never
+summary row (role=user, is_summary, not in display) enters it; when the summarised rows held
+untrusted content, the summary is wrapped as untrusted data from the same source, so the chat
+stays tainted. The display history is never
 touched. `CompressionWorker` runs pre-turn and post-turn when the session's token count
 reaches OLLAMA_NUM_CTX × CONTEXT_COMPRESSION_THRESHOLD.
 """
@@ -17,6 +19,7 @@ from agent.frames.events import ContextCompressed
 from agent.llm import oneshot
 from agent.llm.base import context_window
 from agent.llm.messages import ChatMessage
+from agent.trust import policy
 from agent.turn.workers import Worker, WorkerContext, WorkerResult, post_turn_workers, pre_turn_workers
 from sessions_app.transcript import render_transcript
 
@@ -92,7 +95,12 @@ async def compress_context(
     )
     if not summary:
         raise CompressionError("the model returned an empty summary")
-    summary_msg = ChatMessage(role="user", content=f"{SUMMARY_PREFIX}\n{summary}", is_summary=True)
+    # A summary written from untrusted content (a page, an attached resource, or an earlier
+    # summary so marked) carries what it read: wrapped like the content itself, so the chat stays
+    # tainted (agent.trust.policy.context_taint) and the model keeps reading it as data.
+    source = policy.context_taint(parts.to_summarize)
+    body = policy.wrap_untrusted(summary, source) if source else summary
+    summary_msg = ChatMessage(role="user", content=f"{SUMMARY_PREFIX}\n{body}", is_summary=True)
     return parts.system + [summary_msg] + parts.to_keep
 
 
