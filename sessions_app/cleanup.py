@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import shutil
 import threading
 import time
 import uuid
@@ -12,6 +11,8 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import connections
+
+from navi_project import fstree
 
 from .models import SessionFile
 
@@ -30,7 +31,7 @@ class StaleFolder:
 def newest_mtime(folder: Path) -> float:
     """The folder's own mtime or its newest file's, whichever is later (symlinks not followed)."""
     newest = folder.lstat().st_mtime
-    for path in folder.rglob("*"):
+    for path in fstree.entries_under(folder):
         try:
             newest = max(newest, path.lstat().st_mtime)
         except OSError:
@@ -61,7 +62,7 @@ def cleanup_session_files(*, dry_run: bool = False, now: float | None = None) ->
     if dry_run:
         return stale
     for item in stale:
-        shutil.rmtree(item.path, ignore_errors=True)
+        fstree.rmtree(item.path, ignore_errors=True)
         SessionFile.objects.filter(session_id=item.path.name).delete()
     return stale
 

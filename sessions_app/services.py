@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
-import shutil
 
 from django.conf import settings
+
+from navi_project import fstree
 
 from .models import Session
 
@@ -20,4 +21,4 @@ def delete_session(session: Session) -> None:
     folder = session_files_dir(session.id)
     session.delete()
     if folder.exists():
-        shutil.rmtree(folder, ignore_errors=True)
+        fstree.rmtree(folder, ignore_errors=True)

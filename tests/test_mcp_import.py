@@ -4,6 +4,7 @@ others are made. Also what a stranger, a plain user and malformed bodies get."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 from asgiref.sync import async_to_sync
 
-from tests.mcp_support import logged_in, mcp_tool, post_json, wait_state
+from tests.mcp_support import logged_in, mcp_tool, patch_json, post_json, wait_state
 from tools_app.models import MCPServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,28 +73,44 @@ def test_a_pasted_claude_desktop_config_makes_the_good_servers_and_names_the_bad
     assert MCPServer.objects.filter(name="web").count() == 1
 
 
-def test_a_pasted_stdio_server_sees_the_files_its_arguments_name(owner, owner_client, settings, tmp_path):
-    # Claude Desktop runs servers unsandboxed: what their arguments name must be there in Navi's sandbox.
+def test_a_pasted_stdio_server_sees_the_files_its_arguments_name_once_confirmed(owner, owner_client, settings, tmp_path):
+    # Claude Desktop runs servers unsandboxed: what their arguments name must be there in Navi's
+    # sandbox — npm packages at once, the owner's folders once confirmed on the card (issue 50).
     settings.CODE_EXEC_SANDBOX = "bwrap"
     settings.MCP_CONNECT_TIMEOUT_S = 30
     settings.MCP_DATA_DIR = tmp_path / "mcp_data"
+    scripts = tmp_path / "servers"
+    scripts.mkdir()
+    script = scripts / FILES_SCRIPT.name
+    shutil.copy(FILES_SCRIPT, script)
     shared = tmp_path / "shared"
     shared.mkdir()
+    if os.geteuid() == 0:  # the owner's folder, of a user other than root: the server writes as that user
+        os.chown(shared, 4242, 4242)
     config = {"mcpServers": {
         "everything": {"command": shutil.which("node") or "node", "args": [str(EVERYTHING), "stdio"]},
-        "files": {"command": sys.executable, "args": [str(FILES_SCRIPT), f"--root={shared}"]},
+        "files": {"command": sys.executable, "args": [str(script), f"--root={shared}"]},
     }}
     answer = _import(owner_client, config)
     assert answer.status_code == 201 and answer.json()["errors"] == {}, answer.content
     made = {s["name"]: s for s in answer.json()["servers"]}
-    assert made["everything"]["paths"] == [str(NODE_MODULES)] and made["everything"]["writable_paths"] == []
-    assert made["files"]["paths"] == [str(FILES_SCRIPT.parent)] and made["files"]["writable_paths"] == [str(shared)]
-    for name in made:
-        server = wait_state(MCPServer.objects.get(name=name), timeout=60)
-        assert server.state == "connected", (name, server.last_error, server.stderr_tail)
+    assert made["everything"]["paths"] == [str(NODE_MODULES)] and made["everything"]["pending_paths"] == []
+    assert made["files"]["paths"] == [] and made["files"]["writable_paths"] == []
+    assert made["files"]["pending_paths"] == [str(scripts), str(shared)]
+    assert wait_state(MCPServer.objects.get(name="everything"), timeout=60).state == "connected"
+    waiting = wait_state(MCPServer.objects.get(name="files"), timeout=30)
+    assert waiting.state == "failed" and "confirm the folders" in waiting.last_error, waiting.last_error
+    confirmed = patch_json(owner_client, f"/mcp/servers/{made['files']['id']}",
+                           {"paths": [str(scripts)], "writable_paths": [str(shared)]})
+    assert confirmed.status_code == 200 and confirmed.json()["pending_paths"] == [], confirmed.content
+    server = wait_state(MCPServer.objects.get(name="files"), timeout=60)
+    assert server.state == "connected", (server.last_error, server.stderr_tail)
     write = async_to_sync(mcp_tool)(owner, "files__write")
     assert async_to_sync(write.execute)({"path": str(shared / "a.txt"), "text": "kept"}).output.startswith("wrote")
     assert (shared / "a.txt").read_text() == "kept"
+    if os.geteuid() == 0:
+        assert (shared / "a.txt").stat().st_uid == 4242 and shared.stat().st_uid == 4242
+        assert scripts.stat().st_uid == 0 and script.stat().st_uid == 0  # shown, never re-owned
     # Navi's own places are refused like in a manual add, even when an argument names them.
     refused = _import(owner_client, {"mcpServers": {
         "nosy": {"command": sys.executable, "args": [str(FILES_SCRIPT), str(ROOT)]}}}).json()

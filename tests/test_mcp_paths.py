@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from django.conf import settings as django_settings
 
+from navi_project import places
 from tests.mcp_support import patch_json, post_json, wait_state
 from tools_app.mcp import client as mcp_client
-from tools_app.mcp import paths as mcp_paths
 from tools_app.mcp.config import ServerConfig
 from tools_app.models import MCPServer
 from tools_app.workspace import workspace_for
@@ -68,8 +68,8 @@ def test_the_database_file_outside_the_checkout_is_refused_with_its_folders(owne
     # Where a deployment keeps it (DB_PATH=/var/lib/navi/navi.db); the test database is in memory
     # (or PostgreSQL), and overriding DATABASES would point later tests' connections elsewhere.
     database = tmp_path / "var" / "navi" / "navi.db"
-    monkeypatch.setattr(mcp_paths, "database_file", lambda: str(database))
-    for path in (database, database.parent, tmp_path / "var"):
+    monkeypatch.setattr(places, "database_files", lambda: [str(database), f"{database}-wal", f"{database}-shm"])
+    for path in (database, Path(f"{database}-wal"), Path(f"{database}-shm"), database.parent, tmp_path / "var"):
         answer = _add(owner_client, [str(path)])
         assert answer.status_code == 400 and "Navi's database" in answer.json()["error"], answer.content
     assert _add(owner_client, [str(tmp_path / "var" / "other")]).status_code == 201

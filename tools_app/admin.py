@@ -183,8 +183,9 @@ class MCPServerForm(forms.ModelForm):
             check_transport(data.get("transport", ""), data.get("command", ""), data.get("url", ""))
             if data.get("transport") == MCPServer.Transport.STDIO:
                 owner = data.get("owner")
-                check_paths([*(data.get("paths") or []), *(data.get("writable_paths") or [])],
-                            owner.pk if owner else None, allowed=(data_dir(self.instance.pk),) if self.instance.pk else ())
+                check_paths(data.get("paths") or [], owner.pk if owner else None,
+                            allowed=(data_dir(self.instance.pk),) if self.instance.pk else (),
+                            writable=data.get("writable_paths") or [])
         except ConfigError as exc:
             raise forms.ValidationError(str(exc)) from None
         return data

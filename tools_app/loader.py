@@ -20,7 +20,6 @@ import asyncio
 import json
 import logging
 import os
-import shutil
 import signal
 import site
 import stat
@@ -34,7 +33,7 @@ from typing import Any
 
 from django.conf import settings
 
-from navi_project import hotsql
+from navi_project import fstree, hotsql
 
 from .base import Tool, ToolResult
 from .context import current_user_id
@@ -130,7 +129,7 @@ def _plain_mount_point(folder: Path, name: str) -> None:
         except FileNotFoundError:
             mode = stat.S_IFREG
         if stat.S_ISDIR(mode):
-            shutil.rmtree(name, dir_fd=dir_fd)
+            fstree.rmtree(name, dir_fd=dir_fd)
         elif not stat.S_ISREG(mode):
             os.unlink(name, dir_fd=dir_fd)
         os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd))

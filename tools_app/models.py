@@ -98,6 +98,11 @@ class MCPServer(models.Model):
         default=list, blank=True,
         help_text="stdio: host folders the program may write (a JSON list); its own data folder always is.",
     )
+    pending_paths = models.JSONField(
+        default=list, blank=True,
+        help_text="stdio: folders a pasted config names, shown to the program only once the owner confirms each "
+        "(read-only, or writable) on its card.",
+    )
     enabled = models.BooleanField(default=True)
     profiles = models.JSONField(default=list, blank=True, help_text="Profile ids that offer it; empty = every profile.")
     tool_allowlist = models.JSONField(

@@ -28,6 +28,8 @@ from typing import Sequence
 
 from django.conf import settings
 
+from navi_project import fstree, places
+
 from . import userns_filter
 
 log = logging.getLogger(__name__)
@@ -141,9 +143,10 @@ def _bwrap_disables_userns() -> bool:
     return "--disable-userns" in shown.stdout + shown.stderr
 
 
-def _drop_root() -> list[str]:
-    """The command that turns the sandbox into the sandbox user, without groups or capabilities."""
-    uid, gid = sandbox_ids()
+def _drop_root(run_as: tuple[int, int] | None = None) -> list[str]:
+    """The command that turns the sandbox into the sandbox user (or `run_as`), without groups or
+    capabilities."""
+    uid, gid = run_as or sandbox_ids()
     return [
         str(setpriv_binary()), f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
         "--inh-caps=-all", "--bounding-set=-all", "--",
@@ -177,18 +180,26 @@ def bwrap_argv(
     python: str | None = None,
     binds: Sequence[tuple[str, str]] = (),
     ro_binds: Sequence[tuple[str, str]] = (),
+    host_binds: Sequence[tuple[str, str]] = (),
     tmpfs: Sequence[str] = (),
     env: dict[str, str] | None = None,
+    run_as: tuple[int, int] | None = None,
 ) -> list[str]:
     """The bwrap prefix of a sandboxed command: new namespaces (pid, net, ipc...), a fresh /proc
     with /proc/sys read-only, read-only system folders, a private /tmp, the workspace as the only
     writable folder (a tmpfs that vanishes when `throwaway_workspace`), an empty environment, no
-    capabilities, and never host uid 0 (see `_namespaces`)."""
+    capabilities, and never host uid 0 (see `_namespaces`).
+
+    `binds` are Navi's own folders (handed to the sandbox user as root); `host_binds` are the
+    owner's folders, bound writable and never re-owned: as root the program then runs as
+    `run_as`, the folders' own user (tools_app.mcp.paths.run_as)."""
     workspace = str(workspace)
     as_root = os.geteuid() == 0
-    if as_root:  # the sandbox user must be able to write what it is given
+    if run_as is not None and run_as[0] == 0:
+        raise ValueError("a sandboxed program never runs as root")
+    if as_root:  # the sandbox user must be able to write Navi's folders it is given
         for path in ([] if throwaway_workspace else [workspace]) + [str(source) for source, _ in binds]:
-            hand_over(path)
+            hand_over(path, to=run_as)
     argv = [bwrap, "--die-with-parent", "--new-session", *_namespaces(as_root, network), "--cap-drop", "ALL"]
     for cap in ROOT_SETUP_CAPS if as_root else ():
         argv += ["--cap-add", cap]
@@ -206,47 +217,68 @@ def bwrap_argv(
         argv += ["--bind", workspace, workspace]
     for path in tmpfs:
         argv += [*shared("0777"), "--tmpfs", path]
-    for source, target in binds:
+    for source, target in (*binds, *host_binds):
         argv += ["--bind", str(source), target]
     for source, target in ro_binds:  # after the binds: a file may sit inside a bound folder
         argv += ["--ro-bind", str(source), target]
-    host = [t for _, t in (*ro, *extra_ro, *binds)] + ([] if throwaway_workspace else [workspace])
+    host = [t for _, t in (*ro, *extra_ro, *binds, *host_binds)] + ([] if throwaway_workspace else [workspace])
     # The system folders too: /etc itself is made by bwrap for /etc/ssl & co, and a 0700 /etc hid
     # them all from the sandbox user (Node could not read /etc/ssl/openssl.cnf and would not start).
-    mounts = ["/proc", "/dev", "/tmp", workspace, *tmpfs, *(t for _, t in (*ro, *extra_ro, *binds, *ro_binds))]
+    mounts = ["/proc", "/dev", "/tmp", workspace, *tmpfs, *(t for _, t in (*ro, *extra_ro, *binds, *host_binds, *ro_binds))]
     for path in _created_dirs(mounts, host) if as_root else ():
         argv += ["--chmod", "0755", path]
     argv += ["--remount-ro", "/", "--chdir", workspace, "--clearenv"]
     for key, value in sandbox_env(workspace, env).items():
         argv += ["--setenv", key, value]
     # Nested user namespaces (`unshare -r`) are refused by a seccomp filter, as root and not.
-    return userns_filter.with_filter(argv + ["--"] + (_drop_root() if as_root else []))
+    return userns_filter.with_filter(argv + ["--"] + (_drop_root(run_as) if as_root else []))
 
 
-def hand_over(path: str | Path) -> None:
-    """Give `path` and everything in it to the sandbox user (the server runs as root), so the
-    sandbox can change files Navi wrote there. Symlinks are never followed (fwalk, lchown), and a
-    file with other hard links is left alone: it may be a name for a file outside the folder."""
-    uid, gid = sandbox_ids()
+def navi_folder(path: str | Path) -> bool:
+    """Is `path` one of the folders Navi makes for sandboxed programs (a user's workspace, a user
+    tool's data folder, an MCP server's home) and no place of the host's or of Navi's code?"""
+    real = places.real(path)
+    roots = [places.real(settings.NAVI_WORKSPACE), places.real(Path(settings.TOOLS_DIR) / ".data")]
+    if getattr(settings, "MCP_DATA_DIR", None):
+        roots.append(places.real(settings.MCP_DATA_DIR))
+    if not any(places.under(real, root) for root in roots):
+        return False
+    return not any(places.under(place.path, real) for place in places.host_places())
+
+
+def hand_over(path: str | Path, *, to: tuple[int, int] | None = None) -> None:
+    """Give Navi's own sandbox folder `path`, and what the server wrote in it, to the sandbox user
+    (the server runs as root), so the sandbox can change files Navi wrote there. Only a folder of
+    `navi_folder`, only entries the server's own user owns: a file of anyone else, a symlink
+    (never followed) or a file with other hard links (a name for a file elsewhere) is left alone.
+    A loop, not recursion: a tree nested thousands deep is walked like any other."""
+    uid, gid = to or sandbox_ids()
+    if not navi_folder(path):
+        log.warning("not handing %s to the sandbox user: it is not a folder Navi made for the sandbox", path)
+        return
+    server = os.geteuid()
     try:
         top = os.lstat(path)
     except FileNotFoundError:
         return
-    if not os.path.isdir(path) or os.path.islink(path):
+    if not stat.S_ISDIR(top.st_mode):
         return
-    if (top.st_uid, top.st_gid) != (uid, gid):
-        os.chown(path, uid, gid, follow_symlinks=False)
-    for _, dirs, files, dir_fd in os.fwalk(path, follow_symlinks=False):
-        for name in (*dirs, *files):
-            _chown_entry(name, dir_fd, uid, gid)
+    try:
+        if top.st_uid == server and (top.st_uid, top.st_gid) != (uid, gid):
+            os.chown(path, uid, gid, follow_symlinks=False)
+        for _, dirs, files, dir_fd in fstree.fwalk(path):
+            for name in (*dirs, *files):
+                _chown_entry(name, dir_fd, uid, gid, server)
+    except OSError as exc:  # too many open folders, a folder removed meanwhile: the run goes on
+        log.warning("handing %s to the sandbox user stopped early: %s", path, exc)
 
 
-def _chown_entry(name: str, dir_fd: int, uid: int, gid: int) -> None:
+def _chown_entry(name: str, dir_fd: int, uid: int, gid: int, server: int) -> None:
     try:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        if (st.st_uid, st.st_gid) == (uid, gid):
+        if (st.st_uid, st.st_gid) == (uid, gid) or st.st_uid != server or stat.S_ISLNK(st.st_mode):
             return
-        if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+        if not stat.S_ISDIR(st.st_mode) and st.st_nlink > 1:
             log.warning("not handing %s to the sandbox user: it has other hard links", name)
             return
         os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from asgiref.sync import sync_to_async
 
+from navi_project import fstree
+
 from .loader import check_file, tools_dir
 from .models import UserTool
 from .signals import user_tools_changed
@@ -156,7 +158,7 @@ def check_in_child(name: str, code: str) -> str | None:
     try:
         meta = check_file(candidate)
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        fstree.rmtree(folder, ignore_errors=True)
     if not meta.get("ok"):
         return f"the tool failed to import: {meta.get('error')}"
     names = [t["name"] for t in meta.get("tools", [])]

@@ -16,6 +16,9 @@ async function call(method, path, body) {
   return data;
 }
 
+const stampOf = (server) => JSON.stringify([server.state, server.last_error, server.tools, server.enabled,
+  server.resources, server.prompts, server.pending_paths, server.paths, server.writable_paths]);
+
 function button(label, className, onClick, describedBy) {
   const node = el("button", className, label);
   node.type = "button";
@@ -35,12 +38,19 @@ function serverItem(server) {
   const li = el("li", "mcp-server");
   li.dataset.id = server.id;
   li.dataset.state = server.state;
-  li.dataset.stamp = JSON.stringify([server.state, server.last_error, server.tools, server.enabled, server.resources, server.prompts]);
+  li.dataset.stamp = stampOf(server);
   const head = el("div", "head");
   head.append(el("strong", "", server.name), el("span", `mcp-state ${server.state}`, server.state),
     el("span", "hint", server.global ? "global (from the administrator)" : server.transport));
   li.append(head);
   if (server.last_error) li.append(el("p", "error", server.last_error));
+  if (!server.global && (server.pending_paths || []).length) li.append(pendingFolders(server));
+  if (!server.global && ((server.paths || []).length || (server.writable_paths || []).length)) {
+    const shown = el("ul", "mcp-folders");
+    for (const path of server.paths || []) shown.append(el("li", "", `${path} — read-only`));
+    for (const path of server.writable_paths || []) shown.append(el("li", "", `${path} — writable`));
+    li.append(details("Folders it sees", shown));
+  }
   const offered = (server.tools || []).filter((t) => !t.problem);
   if (server.tools && server.tools.length) {
     const list = el("ul");
@@ -115,6 +125,40 @@ function serverItem(server) {
   return li;
 }
 
+// Folders a pasted config's arguments name wait here until the owner shows each one to the
+// server ("Show": read-only, or writable when "writable" is ticked); "Leave out" drops it. Nothing on disk
+// changes either way (Navi never re-owns a folder; docs/security.md).
+function pendingFolders(server) {
+  const box = el("fieldset", "mcp-pending");
+  box.append(el("legend", "", "Folders its arguments name — not shown to it until you confirm"));
+  const list = el("ul");
+  for (const path of server.pending_paths) {
+    const item = el("li");
+    const label = el("label", "allow-switch");
+    const writable = document.createElement("input");
+    writable.type = "checkbox";
+    writable.setAttribute("aria-label", `Let ${server.name} write in ${path}`);
+    label.append(writable, document.createTextNode(" writable"));
+    const send = async (body) => {
+      try {
+        replaceItem(await call("PATCH", `/mcp/servers/${server.id}`, body));
+      } catch (err) {
+        toast(`Could not change ${server.name}: ${err.message}`);
+      }
+    };
+    const now = () => latest.get(server.id) || server;
+    item.append(el("code", "", path), label,
+      button("Show", "", () => send(writable.checked
+        ? { writable_paths: [...(now().writable_paths || []), path] }
+        : { paths: [...(now().paths || []), path] }), `Show ${path} to ${server.name}`),
+      button("Leave out", "", () => send({ pending_paths: (now().pending_paths || []).filter((p) => p !== path) }),
+        `Leave out ${path} from ${server.name}`));
+    list.append(item);
+  }
+  box.append(list);
+  return box;
+}
+
 // "Allow without asking": the whole server (auto_approve) or one tool (auto_approve_tools).
 // Changes are sent one after another, each built on the server's latest answer, so quick
 // toggles of several switches all stay (none is lost to an answer that was still on its way).
@@ -176,8 +220,7 @@ async function refresh() {
   }
   for (const server of servers) {
     const item = document.querySelector(`.mcp-server[data-id="${server.id}"]`);
-    const stamp = JSON.stringify([server.state, server.last_error, server.tools, server.enabled, server.resources, server.prompts]);
-    if (!item || item.dataset.stamp === stamp) continue;
+    if (!item || item.dataset.stamp === stampOf(server)) continue;
     if (item.contains(document.activeElement)) showState(item, server); // in use: only its state and error
     else item.replaceWith(serverItem(server));
   }

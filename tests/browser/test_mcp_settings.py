@@ -114,3 +114,45 @@ def test_paste_a_config_allow_without_asking_and_live_state(browser, login_state
         expect(in_use).to_be_focused()
     finally:
         context.close()
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_a_pasted_config_s_folders_wait_for_the_owner_and_nothing_is_re_owned(browser, login_state, navi, tmp_path,
+                                                                              scheme):
+    """Issue 50 item 1: the folders a pasted stdio entry names are listed on its card, shown to it
+    only once confirmed (read-only unless "writable" is ticked); no owner or mode changes."""
+    import json
+    import os
+
+    notes = tmp_path / f"notes-{scheme}"
+    (notes / ".git").mkdir(parents=True)
+    before = {p: (p.stat().st_uid, p.stat().st_mode) for p in (notes, notes / ".git")}
+    context, page = new_page(browser, login_state, color_scheme=scheme, viewport={"width": 390, "height": 800})
+    try:
+        page.goto(f"{navi.url}/settings/")
+        page.wait_for_selector("body[data-mcp-ready='1']")
+        name = f"files{scheme}"
+        page.fill("#mcp-import-text", json.dumps({"mcpServers": {name: {"command": "cat", "args": [str(notes)]}}}))
+        page.get_by_role("button", name="Import servers").click()
+        card = page.locator(".mcp-server", has_text=name)
+        expect(card.locator(".mcp-pending")).to_contain_text(str(notes))
+        expect(card.locator("p.error")).to_contain_text("confirm the folders", timeout=20000)
+        assert not page.evaluate(WIDE)
+        card.locator(".mcp-pending").scroll_into_view_if_needed()
+        screenshot(page, f"mcp-settings-pending-{scheme}")
+        assert not axe_serious(page)
+        if os.geteuid() == 0:  # a folder of root's is never made writable: the page says why
+            card.get_by_label(f"Let {name} write in {notes}").check()
+            card.get_by_role("button", name=f"Show {notes} to {name}").click()
+            expect(page.locator(".toast").last).to_contain_text("belongs to root")
+            card.get_by_label(f"Let {name} write in {notes}").uncheck()
+        button = page.locator(".mcp-server", has_text=name).get_by_role("button", name=f"Show {notes} to {name}")
+        button.focus()
+        page.keyboard.press("Enter")
+        card = page.locator(".mcp-server", has_text=name)
+        expect(card.locator(".mcp-pending")).to_have_count(0)
+        card.locator("summary", has_text="Folders it sees").click()
+        expect(card).to_contain_text(f"{notes} — read-only")
+        assert {p: (p.stat().st_uid, p.stat().st_mode) for p in before} == before
+    finally:
+        context.close()

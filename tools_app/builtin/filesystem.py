@@ -22,6 +22,7 @@ from typing import Any
 
 from django.conf import settings
 
+from navi_project import fstree
 from tools_app import file_versions
 from tools_app.base import Tool, ToolResult
 from tools_app.context import current_user_id
@@ -263,7 +264,7 @@ class FilesystemTool(Tool):
             if not stat.S_ISDIR(mode):
                 os.unlink(name, dir_fd=dir_fd)  # a symlink itself goes, never its target
             elif params.get("recursive"):
-                shutil.rmtree(name, dir_fd=dir_fd)  # fd-based on Linux: does not follow links
+                fstree.rmtree(name, dir_fd=dir_fd)  # fd-based, a loop: never follows links, any depth
                 note = " (a folder's contents are not kept: it cannot be restored)"
             else:
                 try:
@@ -297,7 +298,7 @@ class FilesystemTool(Tool):
         matches: list[str] = []
         top = open_dir(target.root, target.real)
         try:
-            for folder, dirs, files, folder_fd in os.fwalk(".", dir_fd=top, follow_symlinks=False):
+            for folder, dirs, files, folder_fd in fstree.fwalk(".", dir_fd=top):
                 dirs.sort()
                 for name in sorted(files):
                     if not fnmatch.fnmatch(name, pattern) or is_link_at(folder_fd, name):

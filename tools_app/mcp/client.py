@@ -21,7 +21,6 @@ import tempfile
 import threading
 import time
 from contextlib import AsyncExitStack
-from pathlib import Path
 from typing import Any, Callable
 
 from django.conf import settings
@@ -41,6 +40,7 @@ from tools_app.mcp.config import (
     resolve_command,
 )
 from tools_app.mcp.paths import check_paths
+from tools_app.mcp.paths import run_as as run_as_user
 from tools_app.models import MCPServer
 
 log = logging.getLogger(__name__)
@@ -478,16 +478,23 @@ def stdio_argv(config: ServerConfig) -> list[str]:
     """The command line of a stdio server: inside the tools' bubblewrap sandbox and prlimit
     caps, no network unless allowed, only the folders its config names visible (read-only)."""
     home = data_dir(config.id)
+    if config.pending_paths:
+        raise ConfigError(
+            f"waiting for you to confirm the folders its arguments name ({', '.join(config.pending_paths)}): "
+            "on its card (Settings → MCP servers), show each read-only or tick it writable, or remove it"
+        )
     # Also rows saved before the rule, or by hand.
-    check_paths([*config.paths, *config.writable_paths], config.owner_id, allowed=(home,))
+    check_paths(config.paths, config.owner_id, allowed=(home,), writable=config.writable_paths)
     program = resolve_command(config.command)
     argv = [program, *config.args]
     if not _sandboxed():
         return argv
+    run_as = run_as_user(config.writable_paths, config.owner_id, allowed=(home,))
+    if run_as is not None:  # the server writes as the folders' own user: its home is its own too
+        home = home.with_name(f"{home.name}-uid{run_as[0]}")
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
-    binds = [(str(home), SANDBOX_HOME)] + [(p, p) for p in config.writable_paths]
-    for path in config.writable_paths:
-        Path(path).mkdir(mode=0o700, parents=True, exist_ok=True)
+    binds = [(str(home), SANDBOX_HOME)]
+    host_binds = [(p, p) for p in config.writable_paths]
     bwrap = sandbox.bwrap_binary()
     if bwrap is None:
         raise ConfigError(sandbox.missing_bwrap("a stdio MCP server"))
@@ -502,7 +509,7 @@ def stdio_argv(config: ServerConfig) -> list[str]:
         python = sys.executable
     prefix = sandbox.bwrap_argv(
         bwrap, SANDBOX_HOME, network=config.network, throwaway_workspace=True, python=python,
-        binds=binds, ro_binds=ro_binds, env=dict(config.env),
+        binds=binds, ro_binds=ro_binds, host_binds=host_binds, env=dict(config.env), run_as=run_as,
     )
     return limited(prefix + argv)
 

@@ -66,12 +66,19 @@ def check_fields(data: dict[str, Any]) -> dict[str, Any]:
     if transport not in ("stdio", "http"):
         raise ConfigError('transport must be "stdio" or "http"')
     clean["transport"] = transport
-    for key in ("args", "paths", "writable_paths", "profiles", "tool_allowlist", "auto_approve_tools"):
+    for key in ("args", "paths", "writable_paths", "pending_paths", "profiles", "tool_allowlist", "auto_approve_tools"):
         if key in data:
             clean[key] = _str_list(data[key], key)
     for key in ("env", "headers"):
         if key in data:
             clean[key] = _str_dict(data[key], key)
+    if "headers" in clean:
+        check_headers(clean["headers"])
+    if "env" in clean:
+        check_env(clean["env"])
+    for key in ("args", "paths", "writable_paths", "pending_paths"):
+        if any("\x00" in value for value in clean.get(key, [])):
+            raise ConfigError(f"{key}: a value holds a NUL byte; remove it")
     for key in ("enabled", "network", "auto_approve"):
         if key in data:
             if not isinstance(data[key], bool):
@@ -83,6 +90,46 @@ def check_fields(data: dict[str, Any]) -> dict[str, Any]:
                 raise ConfigError(f"{key} must be a string")
             clean[key] = data[key].strip()
     return clean
+
+
+# Headers an MCP client sets itself: one from a config would smuggle a second request or
+# reroute this one (Host), so they are refused rather than sent.
+RESERVED_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "upgrade", "te", "trailer",
+                    "keep-alive", "proxy-connection", "proxy-authorization", "expect", "mcp-session-id",
+                    "mcp-protocol-version"}
+HEADER_NAME_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,100}$")  # an RFC 9110 token
+MAX_HEADER_VALUE = 8192
+MAX_HEADERS = 30
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+MAX_ENV_VALUE = 32768
+
+
+def check_headers(headers: dict[str, str]) -> None:
+    """Header names are tokens, values carry no line breaks or NUL and stay small, and none of
+    them is one the HTTP client owns (Host, Content-Length...). The same for every way in: the
+    form, POST/PATCH and a pasted config."""
+    if len(headers) > MAX_HEADERS:
+        raise ConfigError(f"headers: at most {MAX_HEADERS} headers; keep the ones the server needs")
+    for name, value in headers.items():
+        if not HEADER_NAME_RE.match(name):
+            raise ConfigError(f"headers: {name[:40]!r} is not a header name (letters, digits and -, e.g. Authorization)")
+        if name.lower() in RESERVED_HEADERS:
+            raise ConfigError(f"headers: {name} is set by Navi's HTTP client and may not be given; remove it")
+        if any(c in value for c in "\r\n\x00"):
+            raise ConfigError(f"headers: the value of {name} holds a line break or NUL; give it on one line")
+        if len(value) > MAX_HEADER_VALUE:
+            raise ConfigError(f"headers: the value of {name} is longer than {MAX_HEADER_VALUE} characters; shorten it")
+
+
+def check_env(env: dict[str, str]) -> None:
+    """Variable names a shell would accept, values without NUL, of a sane size."""
+    if len(env) > 100:
+        raise ConfigError("env: at most 100 variables; keep the ones the server needs")
+    for name, value in env.items():
+        if not ENV_NAME_RE.match(name):
+            raise ConfigError(f"env: {name[:40]!r} is not a variable name (letters, digits and _, e.g. API_KEY)")
+        if "\x00" in value or len(value) > MAX_ENV_VALUE:
+            raise ConfigError(f"env: the value of {name} holds a NUL byte or is longer than {MAX_ENV_VALUE} characters")
 
 
 def check_transport(transport: str, command: str, url: str) -> None:
@@ -161,6 +208,7 @@ class ServerConfig:
     network: bool = False
     paths: tuple[str, ...] = ()
     writable_paths: tuple[str, ...] = ()
+    pending_paths: tuple[str, ...] = ()
     profiles: tuple[str, ...] = ()
     tool_allowlist: tuple[str, ...] = ()
     auto_approve: bool = False
@@ -172,7 +220,7 @@ class ServerConfig:
             id=row.pk, name=row.name, transport=row.transport, owner_id=row.owner_id, command=row.command,
             args=tuple(row.args or ()), env=tuple(sorted((row.env or {}).items())), url=row.url,
             headers=tuple(sorted((row.headers or {}).items())), network=row.network, paths=tuple(row.paths or ()),
-            writable_paths=tuple(row.writable_paths or ()),
+            writable_paths=tuple(row.writable_paths or ()), pending_paths=tuple(row.pending_paths or ()),
             profiles=tuple(row.profiles or ()), tool_allowlist=tuple(row.tool_allowlist or ()),
             auto_approve=row.auto_approve, auto_approve_tools=tuple(row.auto_approve_tools or ()),
         )
@@ -180,7 +228,7 @@ class ServerConfig:
     def connection_key(self) -> tuple:
         """The fields that need a new connection when they change."""
         return (self.transport, self.command, self.args, self.env, self.url, self.headers, self.network, self.paths,
-                self.writable_paths)
+                self.writable_paths, self.pending_paths)
 
 
 def connect_timeout() -> float:

@@ -26,8 +26,8 @@ from tools_app.mcp.paths import check_paths
 from tools_app.models import MCPServer
 from tools_app.permissions import PERMISSION
 
-EDITABLE = ("transport", "command", "args", "env", "url", "headers", "network", "paths", "writable_paths", "enabled",
-            "profiles", "tool_allowlist", "auto_approve", "auto_approve_tools")
+EDITABLE = ("transport", "command", "args", "env", "url", "headers", "network", "paths", "writable_paths",
+            "pending_paths", "enabled", "profiles", "tool_allowlist", "auto_approve", "auto_approve_tools")
 
 
 IMPORT_MAX = 50
@@ -59,11 +59,11 @@ def from_claude_entry(name: Any, entry: Any) -> dict[str, Any]:
         body.update(transport="stdio", command=entry["command"], args=entry.get("args", []), env=entry.get("env", {}))
         if isinstance(entry["command"], str) and is_launcher(entry["command"]):
             body["network"] = True  # npx/uvx download the server on its first start, as in Claude Desktop
-        shown, writable = pasted_paths(body["args"])
+        shown, pending = pasted_paths(body["args"])
         if shown:
             body["paths"] = shown
-        if writable:
-            body["writable_paths"] = writable
+        if pending:
+            body["pending_paths"] = pending
         stray = [key for key in ("headers",) if key in entry]
     if stray:
         raise ConfigError(f"{', '.join(stray)} do(es) not apply to a {body['transport']} server; remove it")
@@ -75,30 +75,30 @@ def from_claude_entry(name: Any, entry: Any) -> dict[str, Any]:
 
 
 def pasted_paths(args: Any) -> tuple[list[str], list[str]]:
-    """The host places a pasted stdio entry's arguments name (Claude Desktop runs servers
-    unsandboxed): a file's folder, or the whole node_modules it lies in, shown read-only; a
-    folder (server-filesystem's roots, a repository) writable. Navi's own places are refused
-    by the same check as a manual add's paths."""
+    """(shown, pending): the host places a pasted stdio entry's arguments name (Claude Desktop
+    runs servers unsandboxed). The npm packages a script lies in (node_modules: code, no data)
+    are shown read-only at once; any other folder, or a file's folder, waits until the owner
+    confirms it on the card (read-only, or writable if they tick it). Nothing on disk changes."""
     shown: list[str] = []
-    writable: list[str] = []
+    pending: list[str] = []
     if not isinstance(args, list):
-        return shown, writable
+        return shown, pending
     for arg in args:
-        if not isinstance(arg, str):
+        if not isinstance(arg, str) or "\x00" in arg:
             continue
         raw = arg.split("=", 1)[1] if arg.startswith("-") and "=" in arg else arg  # --root=/srv/notes
-        if not raw.startswith("/") or not os.path.exists(raw):
+        if not raw.startswith("/") or not os.path.lexists(raw):
             continue
         path = Path(os.path.normpath(raw))
         if "node_modules" in path.parts:  # a package's script needs the packages beside it
             place, into = str(Path(*path.parts[:path.parts.index("node_modules") + 1])), shown
-        elif path.is_dir():
-            place, into = str(path), writable
+        elif path.is_dir() and not path.is_symlink():
+            place, into = str(path), pending
         else:
-            place, into = str(path.parent), shown
-        if place not in shown and place not in writable:
+            place, into = str(path.parent), pending
+        if place not in shown and place not in pending:
             into.append(place)
-    return shown, writable
+    return shown, pending
 
 
 def state_of(server: MCPServer) -> str:
@@ -131,14 +131,16 @@ def as_json(server: MCPServer, *, detail: bool = True) -> dict[str, Any]:
             "stderr_tail": server.stderr_tail, "command": server.command, "args": list(server.args or []),
             "env": masked(server.env), "url": server.url, "headers": masked(server.headers),
             "network": server.network, "paths": list(server.paths or []),
-            "writable_paths": list(server.writable_paths or []), "profiles": list(server.profiles or []),
+            "writable_paths": list(server.writable_paths or []), "pending_paths": list(server.pending_paths or []),
+            "profiles": list(server.profiles or []),
             "tool_allowlist": list(server.tool_allowlist or []), "auto_approve": server.auto_approve,
             "auto_approve_tools": list(server.auto_approve_tools or []),
             "state_at": server.state_at.isoformat() if server.state_at else None,
         })
     if server.owner_id is None and detail:
         # Offered to everyone: how it runs is the admin's business, not every user's.
-        for key in ("command", "args", "env", "url", "headers", "paths", "writable_paths", "stderr_tail"):
+        for key in ("command", "args", "env", "url", "headers", "paths", "writable_paths", "pending_paths",
+                    "stderr_tail"):
             data.pop(key, None)
     return data
 
@@ -167,9 +169,15 @@ def save(server: MCPServer, data: dict[str, Any], user, *, creating: bool) -> MC
     for key in ("env", "headers"):
         if key in fields:
             fields[key] = merge_secrets(getattr(server, key) or {}, fields[key])
+    waiting = list(server.pending_paths or [])
     for key in EDITABLE:
         if key in fields:
             setattr(server, key, fields[key])
+    confirmed = set(server.paths or []) | set(server.writable_paths or [])
+    # A pasted config names its pending folders; a change later only confirms or drops them.
+    pending = fields.get("pending_paths", []) if creating else [p for p in fields.get("pending_paths", waiting)
+                                                               if p in waiting]
+    server.pending_paths = [p for p in pending if p not in confirmed]
     if server.transport == MCPServer.Transport.STDIO and not may_run_stdio(user):
         raise PermissionError(
             "only staff with the 'run host tools' permission may add stdio servers (they run programs on this "
@@ -178,7 +186,8 @@ def save(server: MCPServer, data: dict[str, Any], user, *, creating: bool) -> MC
     check_transport(server.transport, server.command, server.url)
     if server.transport == MCPServer.Transport.STDIO:
         own = (data_dir(server.pk),) if server.pk else ()
-        check_paths([*(server.paths or []), *(server.writable_paths or [])], server.owner_id, allowed=own)
+        check_paths([*(server.paths or []), *(server.pending_paths or [])], server.owner_id, allowed=own,
+                    writable=server.writable_paths or [])
     if MCPServer.objects.filter(owner__isnull=True, name=server.name).exclude(pk=server.pk).exists():
         raise ConfigError(f"a global server is already called {server.name!r}; choose another name")
     server.state, server.last_error = MCPServer.State.CONNECTING, ""

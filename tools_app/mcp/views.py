@@ -6,13 +6,12 @@ server is a 404. Only staff with `run_host_tools` may add stdio servers (403).""
 
 from __future__ import annotations
 
-import shutil
-
 from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.db.models import Q
 from django.http import HttpRequest, JsonResponse
 
+from navi_project import fstree
 from navi_project.http import ApiError, json_view, parse_json_body
 from sessions_app.auth import api_login_required
 from sessions_app.models import profile_model
@@ -144,7 +143,9 @@ def server_detail(request: HttpRequest, server_id: int) -> JsonResponse:
     if request.method == "DELETE":
         server_pk = server.pk
         server.delete()
-        shutil.rmtree(data_dir(server_pk), ignore_errors=True)  # its data folder goes with it
+        for home in data_dir(server_pk).parent.glob(f"{server_pk}-uid*"):  # a home of the folders' own user
+            fstree.rmtree(home, ignore_errors=True)
+        fstree.rmtree(data_dir(server_pk), ignore_errors=True)  # its data folder goes with it
         return JsonResponse({"ok": True})
     data = _body(request)
     _check_url(data, server, creating=False)
