@@ -106,6 +106,14 @@ async def test_a_stdio_server_that_crashes_at_start_shows_its_stderr(owner):
     assert "missing config file /etc/crashy.toml" in server.stderr_tail
 
 
+@pytest.fixture(autouse=True)
+def probe_outside_the_checkout(tmp_path_factory, monkeypatch):
+    """The probe script in a folder of its own: inside Navi's checkout a server is shown nothing."""
+    folder = tmp_path_factory.mktemp("probe")
+    shutil.copy(PROBE, folder / PROBE.name)
+    monkeypatch.setattr(sys.modules[__name__], "PROBE", folder / PROBE.name)
+
+
 class TestSandbox:
     async def _probe(self, owner, **fields):
         await MCPServer.objects.acreate(owner=owner, name="probe", transport="stdio", command=sys.executable,
