@@ -137,9 +137,9 @@ def normalised(raw: object) -> str:
         if _NUMERIC.match(host.rstrip(".")):  # a number, not a name: URLs spelling an address so are refused
             ip = _address(host.rstrip("."))
             if ip is None:
-                raise ApiError(f"{raw!r} is neither a name nor an address; {form}", 400)
+                raise ApiError(f"{raw!r} is neither a name nor an address; {form}", 400) from None
             if str(ip) != host.rstrip("."):  # "192.168.1.20." is that address; 3232235796 only spells it
-                raise ApiError(f"{raw!r} spells the address {ip} in a form URLs may not use; write it as {ip}", 400)
+                raise ApiError(f"{raw!r} spells the address {ip} in a form URLs may not use; write it as {ip}", 400) from None
     host = host.rstrip(".")
     if ":" in host:  # IPv6: in brackets when a port follows
         return f"[{host}]:{int(port)}" if port else host
