@@ -53,8 +53,9 @@ def database_files() -> list[str]:
 
 
 def venv_places() -> list[Path]:
-    """Navi's Python: the venv (sys.prefix), its real folder and its site-packages."""
-    found = [sys.prefix, os.path.realpath(sys.prefix)]
+    """Navi's Python: the venv (sys.prefix), its real folder, its site-packages and the
+    interpreter it was made from (sys.base_prefix: pyenv's lies under /root)."""
+    found = [sys.prefix, os.path.realpath(sys.prefix), sys.base_prefix]
     try:
         found += site.getsitepackages()
     except AttributeError:  # a virtualenv without getsitepackages
@@ -105,7 +106,8 @@ def navi_places() -> list[Place]:
     for name in database_files():
         places.append((name, "Navi's database", False))
     found = [Place(real(p), what, inside) for p, what, inside in places]
-    found += [Place(p, "Navi's Python environment (its venv and packages)", True) for p in venv_places()]
+    # Code anyone may read (a server pip-installed into Navi's venv runs from there): never writable.
+    found += [Place(p, "Navi's Python (its venv and packages)", True, read_only_ok=True) for p in venv_places()]
     found.append(Place(real(base / "node_modules"), "the page's and servers' npm packages", True, read_only_ok=True))
     return found
 
@@ -127,7 +129,7 @@ def refusal(raw: str, *, writable: bool, own: list[Path] = ()) -> str | None:
     places = navi_places() + host_places()
     allowed_inside: list[Place] = [p for p in places if p.read_only_ok and not writable and under(path, p.path)]
     for place in places:
-        if under(place.path, path) and place not in allowed_inside:
+        if under(place.path, path) and not (place.read_only_ok and not writable):
             return f"{raw!r} holds {place.what}"
     for place in places:
         if place.inside and under(path, place.path) and not any(under(a.path, place.path) for a in allowed_inside):

@@ -209,3 +209,17 @@ def pids_running(marker: str) -> list[int]:
             if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
                 found.append(int(pid))
     return found
+
+
+def outside_the_checkout(script: Path, folder: Path) -> Path:
+    """`script` copied into `folder` (a server is shown nothing inside Navi's checkout), with the
+    checkout's npm packages beside it for a Node script's imports (shown read-only: code only)."""
+    import shutil
+
+    folder.mkdir(parents=True, exist_ok=True)
+    copy = folder / script.name
+    shutil.copy(script, copy)
+    modules = Path(__file__).resolve().parent.parent / "node_modules"
+    if script.suffix in (".mjs", ".js") and not (folder / "node_modules").exists():
+        (folder / "node_modules").symlink_to(modules)
+    return copy

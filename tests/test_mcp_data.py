@@ -12,7 +12,15 @@ from pathlib import Path
 import pytest
 from asgiref.sync import sync_to_async
 
-from tests.mcp_support import connect_in_background, mcp_tool, poll_server, post_json, reset_hub, wait_state
+from tests.mcp_support import (
+    connect_in_background,
+    mcp_tool,
+    outside_the_checkout,
+    poll_server,
+    post_json,
+    reset_hub,
+    wait_state,
+)
 from tools_app.mcp import service
 from tools_app.mcp.config import data_dir
 from tools_app.models import MCPServer
@@ -24,10 +32,11 @@ PYTHON = sorted({sys.prefix, os.path.realpath(sys.prefix), os.path.realpath(sys.
 
 
 @pytest.fixture(autouse=True)
-def _setup(mcp_hub, settings, tmp_path):
+def _setup(mcp_hub, settings, tmp_path, monkeypatch):
     settings.CODE_EXEC_SANDBOX = "bwrap"
     settings.MCP_CONNECT_TIMEOUT_S = 30
     settings.MCP_DATA_DIR = tmp_path / "mcp_data"
+    monkeypatch.setattr(sys.modules[__name__], "SCRIPT", outside_the_checkout(SCRIPT, tmp_path / "server"))
 
 
 async def _files(owner, paths: tuple[str, ...] = (), **fields) -> MCPServer:
@@ -54,6 +63,9 @@ async def test_its_home_is_its_own_data_folder_and_survives_restart_and_test(own
 
 async def test_a_writable_path_is_writable_and_the_rest_is_not(owner, tmp_path):
     shared = tmp_path / "shared"
+    shared.mkdir()
+    if os.geteuid() == 0:  # as root a writable folder is written by its own user, never root
+        os.chown(shared, 4242, 4242)
     shown = tmp_path / "shown"
     shown.mkdir()
     await _files(owner, writable_paths=[str(shared)], paths=(str(shown),))

@@ -60,7 +60,7 @@ def navi_and_host_places(settings, tmp_path, monkeypatch) -> list[str]:
     link.symlink_to(ROOT / "navi_project")
     return [
         "/etc", "/root", "/proc", "/sys", "/dev", "/", str(ROOT), str(ROOT / "navi_project"), str(ROOT / "agent"),
-        str(ROOT / "navi_project" / "__init__.py"), site.getsitepackages()[0], sys.prefix, str(knowledge),
+        str(ROOT / "navi_project" / "__init__.py"), str(knowledge),
         f"{database}-wal", f"{database}-shm", str(database.parent), str(bob), str(link),
         f"{tmp_path}/../{tmp_path.name}/innocent-looking/../agent", "/etc/../root/.",
     ]
@@ -96,8 +96,10 @@ def test_the_form_refuses_them_too_in_every_field(owner, owner_client, navi_and_
     assert not MCPServer.objects.exists()
 
 
-def test_system_code_and_npm_packages_may_be_shown_but_never_written(owner, owner_client):
-    for n, path in enumerate(("/usr/lib", str(ROOT / "node_modules"), str(ROOT / "node_modules" / ".bin"))):
+def test_system_code_navis_python_and_npm_packages_may_be_shown_but_never_written(owner, owner_client):
+    code = ("/usr/lib", str(ROOT / "node_modules"), str(ROOT / "node_modules" / ".bin"), sys.prefix,
+            site.getsitepackages()[0], os.path.realpath(sys.base_prefix))
+    for n, path in enumerate(code):
         shown = post_json(owner_client, "/mcp/servers", {"name": f"code{n}", "transport": "stdio", "command": "cat",
                                                          "paths": [path], "enabled": False})
         assert shown.status_code == 201, shown.content

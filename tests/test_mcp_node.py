@@ -5,12 +5,13 @@ failed under the old address-space cap — while the memory cap still holds."""
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 from asgiref.sync import sync_to_async
 
-from tests.mcp_support import mcp_tool, wait_state
+from tests.mcp_support import mcp_tool, outside_the_checkout, wait_state
 from tools_app.models import MCPServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -19,7 +20,8 @@ SCRIPT = Path(__file__).resolve().parent / "mcp_fetch_server.mjs"
 
 
 @pytest.fixture(autouse=True)
-def _setup(mcp_hub, settings):
+def _setup(mcp_hub, settings, tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "SCRIPT", outside_the_checkout(SCRIPT, tmp_path / "server"))
     settings.CODE_EXEC_SANDBOX = "bwrap"
     settings.MCP_CONNECT_TIMEOUT_S = 30
     settings.TOOL_TIMEOUT_S = 30
