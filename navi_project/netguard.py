@@ -253,11 +253,27 @@ def resolve_checked_sync(host: str, port: int, scheme: str = "http") -> list[str
     return check_addresses(host, port, _unique_addresses(infos), scheme=scheme)
 
 
+def never_problem(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
+    """Why no allow-list opens this address: link-local (the cloud metadata service lives at
+    169.254.169.254) or unspecified (0.0.0.0, ::), also embedded in IPv6."""
+    problem = ip_problem(ip)
+    if problem and ("link-local" in problem or "unspecified" in problem):
+        return problem
+    return None
+
+
 def check_addresses(host: str, port: int, addresses: list[str], scheme: str = "http") -> list[str]:
-    """`addresses` when every one is public or the host is in HTTP_ALLOWED_HOSTS; else URLRefused."""
+    """`addresses` when every one is public or the host is in HTTP_ALLOWED_HOSTS; else URLRefused.
+    An allowed name that resolves to a link-local or unspecified address is refused all the same."""
     if not addresses:
         raise HostUnresolved(f"the host '{host}' did not resolve to any address; check the spelling")
     if host_allowed(host, port):
+        for addr in addresses:
+            problem = never_problem(ipaddress.ip_address(addr.split("%")[0]))
+            if problem:
+                raise URLRefused(f"refused to fetch {scheme}://{host}: {problem}, which is never reachable, even for "
+                                 "an allowed host (it is where cloud metadata and other machine-local services "
+                                 "answer); allow the host by an address it really serves on")
         return addresses
     for addr in addresses:
         problem = ip_problem(ipaddress.ip_address(addr.split("%")[0]))

@@ -554,3 +554,14 @@ class TestCompressionKeepsTheTaint:
         assert approvals(frames) == []
         (summary,) = await sync_to_async(_summaries)(session.pk)
         assert "[UNTRUSTED DATA" not in summary.content and context_taint([summary]) == ""
+
+
+@pytest.mark.parametrize("address", ["169.254.169.254", "0.0.0.0", "::", "fe80::1", "::ffff:169.254.169.254"])
+def test_an_allowed_name_that_resolves_to_metadata_or_nowhere_is_still_refused(settings, address):
+    """Issue 50 item 3: allowing a host by name (Settings or HTTP_ALLOWED_HOSTS) never opens a
+    link-local or unspecified address it resolves to."""
+    settings.HTTP_ALLOWED_HOSTS = ["metadata.lan", "nas.lan"]
+    with pytest.raises(netguard.URLRefused) as refused:
+        netguard.check_addresses("metadata.lan", 80, [address])
+    assert "never reachable" in str(refused.value)
+    assert netguard.check_addresses("nas.lan", 80, ["192.168.1.20"]) == ["192.168.1.20"]
