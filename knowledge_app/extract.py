@@ -1,15 +1,15 @@
 """Documents to passages: each format read as a stream of (text, location) pieces, then joined
 into passages of about PASSAGE_CHARS that keep where they came from.
 
-Bounded work whatever the file: text is read in slices (a 100 MB line is never one string),
-HTML is parsed by events without a tree, a PDF one page at a time, a DOCX's XML by events with
-every finished paragraph freed and its inflated size capped (a zip bomb stops at the cap).
+Bounded memory whatever the file: text is read in blocks (a 100 MB line is never one string,
+blank lines cost nothing), HTML and a DOCX's XML are parsed by lxml's event target without a
+tree (libxml2 is linear on an unclosed tag; a million empty elements or runs cost time only), a
+DOCX's inflated size is capped (a zip bomb stops at the cap), a PDF is read a page at a time.
+This module needs no Django: it runs in the parser child (`parse_child`), under its limits.
 """
 
 from __future__ import annotations
 
-import html.parser
-import io
 import re
 import zipfile
 from dataclasses import dataclass, field
@@ -51,37 +51,58 @@ def clean(text: str) -> str:
 
 
 # --- pieces ---------------------------------------------------------------------------------
+BLOCK = 1024 * 1024  # text read this much at a time; only lines with something on them cost a step
+_FILLED_LINE = re.compile(r"[^\n]*\S[^\n]*")
+
+
 def _text_pieces(path: Path, markdown: bool, progress: Progress) -> Iterator[tuple[str, dict]]:
+    """Lines with text, each with its line number. Blank lines are skipped in C (a file of 190 MB
+    of newlines is one regex scan), a line longer than READ_SLICE comes in slices of it."""
     size = max(1, path.stat().st_size)
-    heading, line_no = "", 0
+    heading, line_no, carry = "", 0, ""  # line_no: lines before `complete`
     with open(path, encoding="utf-8", errors="replace", newline=None) as f:
         while True:
-            line = f.readline(READ_SLICE)  # a slice of a long line, never the whole of it
-            if not line:
-                break
-            line_no += line.endswith("\n")
-            if markdown and (found := _MD_HEADING.match(line.strip())) and len(line) < 400:
-                heading = clean(found.group(2))[:HEADING_MAX]
-                yield "", {"heading": heading, "line": line_no}  # a new section starts here
-                yield clean(found.group(2)), {"heading": heading, "line": line_no}
-                continue
-            text = clean(line)
-            location = {"line": max(1, line_no)}
-            if heading:
-                location["heading"] = heading
-            yield (text if text else "\n"), location
-            if line_no % 2000 == 0:
-                progress(min(1.0, f.buffer.tell() / size) if hasattr(f, "buffer") else 0.0)
+            block = f.read(BLOCK)
+            pending = carry + block
+            if block:
+                cut = pending.rfind("\n") + 1
+                complete, carry = pending[:cut], pending[cut:]
+            else:
+                complete, carry = pending, ""
+            at, number = 0, line_no
+            for found in _FILLED_LINE.finditer(complete):
+                number += complete.count("\n", at, found.start())
+                at = found.start()
+                line = found.group()
+                for piece in (line[i:i + READ_SLICE] for i in range(0, len(line), READ_SLICE)):
+                    if markdown and len(line) < 400 and (match := _MD_HEADING.match(line.strip())):
+                        heading = clean(match.group(2))[:HEADING_MAX]
+                        yield "", {"heading": heading, "line": number + 1}  # a new section starts here
+                        yield clean(match.group(2)), {"heading": heading, "line": number + 1}
+                        break
+                    text = clean(piece)
+                    if text:
+                        yield text, ({"line": number + 1, "heading": heading} if heading else {"line": number + 1})
+            line_no += complete.count("\n")
+            while len(carry) > READ_SLICE:  # a line without an end in sight: its slices now, the rest later
+                if text := clean(carry[:READ_SLICE]):
+                    yield text, ({"line": line_no + 1, "heading": heading} if heading else {"line": line_no + 1})
+                carry = carry[READ_SLICE:]
+            progress(min(1.0, f.buffer.tell() / size))
+            if not block:
+                return
 
 
-class _HTML(html.parser.HTMLParser):
+class _HTMLTarget:
+    """lxml's HTML parser (libxml2: linear, where html.parser is quadratic on an unclosed tag)
+    calls these as it reads; no tree is built. Text is collected per block element."""
+
     BLOCK = {"p", "div", "li", "tr", "br", "section", "article", "blockquote", "pre", "table", "ul", "ol",
-             "dd", "dt", "td", "th", "header", "footer", "main", "aside", "nav", "hr", "figure", "form"}
+             "dd", "dt", "td", "th", "header", "footer", "main", "aside", "nav", "hr", "figure", "form", "body"}
     HEADINGS = {"h1", "h2", "h3", "h4", "h5", "h6"}
     SKIP = {"script", "style", "template", "noscript", "svg", "head", "title"}
 
     def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
         self.out: list[tuple[str, dict]] = []
         self.heading = ""
         self.skip = 0
@@ -98,10 +119,11 @@ class _HTML(html.parser.HTMLParser):
                 self.out.append(("", {"heading": self.heading}))
                 self.out.append((text, {"heading": self.heading}))
             return
-        location = {"heading": self.heading} if self.heading else {}
-        self.out.append((text or "\n", location))
+        if text:
+            self.out.append((text, {"heading": self.heading} if self.heading else {}))
 
-    def handle_starttag(self, tag, attrs):
+    def start(self, tag, attrib) -> None:
+        tag = tag.lower() if isinstance(tag, str) else ""
         if tag in self.SKIP:
             self.skip += 1
         elif tag in self.HEADINGS:
@@ -110,11 +132,8 @@ class _HTML(html.parser.HTMLParser):
         elif tag in self.BLOCK:
             self._flush()
 
-    def handle_startendtag(self, tag, attrs):
-        if tag in self.BLOCK:
-            self._flush()
-
-    def handle_endtag(self, tag):
+    def end(self, tag) -> None:
+        tag = tag.lower() if isinstance(tag, str) else ""
         if tag in self.SKIP:
             self.skip = max(0, self.skip - 1)
         elif tag in self.HEADINGS and self.in_heading:
@@ -123,7 +142,7 @@ class _HTML(html.parser.HTMLParser):
         elif tag in self.BLOCK:
             self._flush()
 
-    def handle_data(self, data):
+    def data(self, data: str) -> None:
         if self.skip:
             return
         self.buffer.append(data)
@@ -131,26 +150,33 @@ class _HTML(html.parser.HTMLParser):
         if self.buffered > PASSAGE_MAX * 4:  # text without any tag: keep the buffer bounded
             self._flush()
 
+    def comment(self, text) -> None:
+        pass
+
+    def close(self) -> None:
+        self._flush()
+
 
 def _html_pieces(path: Path, progress: Progress) -> Iterator[tuple[str, dict]]:
+    from lxml import etree  # noqa: PLC0415 - the parser child imports it only for HTML and DOCX
+
     size = max(1, path.stat().st_size)
-    parser, done = _HTML(), 0
-    with open(path, "rb") as f:
-        decoder = io.TextIOWrapper(f, encoding="utf-8", errors="replace")
-        while chunk := decoder.read(READ_SLICE):
+    target = _HTMLTarget()
+    parser = etree.HTMLParser(target=target, recover=True, no_network=True, remove_comments=True, remove_pis=True,
+                              huge_tree=True)  # deep nesting is read, not refused (memory is the child's limit)
+    with open(path, encoding="utf-8", errors="replace") as f:
+        while chunk := f.read(READ_SLICE):
             parser.feed(chunk)
-            done += len(chunk)
-            yield from parser.out
-            parser.out.clear()
-            progress(min(1.0, done / size))
+            yield from target.out
+            target.out.clear()
+            progress(min(1.0, f.buffer.tell() / size))
     parser.close()
-    parser._flush()
-    yield from parser.out
+    yield from target.out
 
 
 def _pdf_pieces(path: Path, progress: Progress) -> Iterator[tuple[str, dict]]:
     from pypdf import PdfReader  # noqa: PLC0415 - a heavy import only a PDF needs
-    from pypdf.errors import PdfReadError  # noqa: PLC0415
+    from pypdf.errors import PdfReadError, PyPdfError  # noqa: PLC0415
 
     try:
         with open(path, "rb") as f:
@@ -169,7 +195,7 @@ def _pdf_pieces(path: Path, progress: Progress) -> Iterator[tuple[str, dict]]:
                 progress((number + 1) / max(1, count))
     except ExtractError:
         raise
-    except (PdfReadError, ValueError, KeyError, TypeError, OSError, RecursionError, AssertionError) as exc:
+    except (PdfReadError, PyPdfError, ValueError, KeyError, TypeError, OSError, RecursionError, AssertionError) as exc:
         raise ExtractError(f"not a readable PDF ({type(exc).__name__}: {str(exc)[:200]}); "
                            "open it in a PDF viewer and save it again, then upload the copy") from exc
 
@@ -177,23 +203,83 @@ def _pdf_pieces(path: Path, progress: Progress) -> Iterator[tuple[str, dict]]:
 W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 
 
-class _Capped(io.RawIOBase):
+class _Capped:
     """A stream that refuses to give more than `limit` bytes (an inflated zip member)."""
 
     def __init__(self, raw, limit: int) -> None:
         self.raw, self.limit, self.read_bytes = raw, limit, 0
 
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        data = self.raw.read(len(buffer))
+    def read(self, size: int) -> bytes:
+        data = self.raw.read(size)
         self.read_bytes += len(data)
         if self.read_bytes > self.limit:
             raise ExtractError(f"the DOCX's text inflates to more than {self.limit // (1024 * 1024)} MB "
                                "(a zip bomb, or a document to split into smaller files)")
-        buffer[:len(data)] = data
-        return len(data)
+        return data
+
+
+class _DocxTarget:
+    """lxml's XML parser calls these as it reads word/document.xml; no tree is built, so a
+    million empty elements or a paragraph of a million runs cost time, not memory. Text is
+    collected per paragraph (a nested one, in a text box, is a paragraph of its own), and a
+    paragraph longer than PASSAGE_MAX * 4 is handed on in pieces."""
+
+    def __init__(self) -> None:
+        self.out: list[tuple[str, dict]] = []
+        self.heading = ""
+        self.depth = 0  # paragraphs open (text boxes nest them)
+        self.style = ""
+        self.in_text = False
+        self.buffer: list[str] = []
+        self.buffered = 0
+
+    def _location(self) -> dict:
+        return {"heading": self.heading} if self.heading else {}
+
+    def _flush(self, paragraph_end: bool) -> None:
+        text = clean("".join(self.buffer))
+        self.buffer, self.buffered = [], 0
+        name = self.style.lower()
+        if paragraph_end and text and (name.startswith("heading") or name == "title") and len(text) <= PASSAGE_MAX:
+            self.heading = text[:HEADING_MAX]
+            self.out.append(("", {"heading": self.heading}))
+        if text:
+            self.out.append((text, self._location()))
+
+    def start(self, tag, attrib) -> None:
+        if tag == P:
+            if self.depth:
+                self._flush(False)
+            self.depth += 1
+            self.style = ""
+        elif tag == T:
+            self.in_text = True
+        elif tag == TAB and self.depth:
+            self.buffer.append("\t")
+        elif tag == STYLE and self.depth:
+            self.style = attrib.get(VAL) or ""
+
+    def end(self, tag) -> None:
+        if tag == T:
+            self.in_text = False
+        elif tag == P and self.depth:
+            self._flush(True)
+            self.depth -= 1
+            self.style = ""
+
+    def data(self, data: str) -> None:
+        if self.in_text and self.depth:
+            self.buffer.append(data)
+            self.buffered += len(data)
+            if self.buffered > PASSAGE_MAX * 4:
+                self._flush(False)
+
+    def close(self) -> None:
+        if self.buffer:
+            self._flush(False)
+
+
+P, T, TAB, STYLE, VAL = f"{W}p", f"{W}t", f"{W}tab", f"{W}pStyle", f"{W}val"
 
 
 def _docx_pieces(path: Path, progress: Progress) -> Iterator[tuple[str, dict]]:
@@ -212,28 +298,19 @@ def _docx_pieces(path: Path, progress: Progress) -> Iterator[tuple[str, dict]]:
             raise ExtractError(f"the DOCX's text inflates to {info.file_size // (1024 * 1024)} MB, more than "
                                f"{DOCX_XML_MAX // (1024 * 1024)} MB (a zip bomb, or a document to split into smaller files)")
         total = max(1, info.file_size)
-        heading = ""
+        target = _DocxTarget()
+        parser = etree.XMLParser(target=target, resolve_entities=False, no_network=True, load_dtd=False,
+                                 huge_tree=False)
         try:
             with archive.open(info) as member:
                 stream = _Capped(member, DOCX_XML_MAX)
-                events = etree.iterparse(io.BufferedReader(stream), events=("end",), tag=f"{W}p",
-                                         resolve_entities=False, no_network=True, load_dtd=False, huge_tree=False)
-                for count, (_, p) in enumerate(events):
-                    style = p.find(f"{W}pPr/{W}pStyle")
-                    name = (style.get(f"{W}val") or "") if style is not None else ""
-                    text = clean("".join(
-                        node.text or "" if node.tag == f"{W}t" else "\t" for node in p.iter(f"{W}t", f"{W}tab")
-                    ))
-                    if text and (name.lower().startswith("heading") or name.lower() == "title"):
-                        heading = text[:HEADING_MAX]
-                        yield "", {"heading": heading}
-                    yield (text or "\n"), ({"heading": heading} if heading else {})
-                    p.clear()
-                    parent = p.getparent()
-                    while parent is not None and p.getprevious() is not None:
-                        del parent[0]  # finished paragraphs: memory stays one paragraph deep
-                    if count % 500 == 0:
-                        progress(min(1.0, stream.read_bytes / total))
+                while chunk := stream.read(READ_SLICE):
+                    parser.feed(chunk)
+                    yield from target.out
+                    target.out.clear()
+                    progress(min(1.0, stream.read_bytes / total))
+            parser.close()
+            yield from target.out
         except etree.XMLSyntaxError as exc:
             raise ExtractError(f"the DOCX's text is broken XML ({str(exc)[:200]}); save it again from Word") from exc
         except (zipfile.BadZipFile, EOFError, OSError) as exc:

@@ -1,20 +1,27 @@
-"""Indexing a document in the background, embedding passages and facts, re-embedding.
+"""Indexing a document, a slice at a time, and embedding passages and facts (the work the
+knowledge jobs of `tasks.py` do; nothing here enqueues).
 
-A document is `indexing` until its last passage is written, then `ready`; if reading it fails
-it ends `failed` with the reason and none of its passages are kept (search only ever reads
-passages of ready documents, so a half-indexed one is never seen). Passages are embedded as
-they are written; without an embedding model they are kept for search by words and embedded
-later (`backfill`), which is also how a change of EMBEDDING_MODEL re-embeds everything: the
-new model gets a space of its own, and the old one is dropped once nothing refers to it.
+A document is parsed first, in a child process under limits (`parse_to_spool`): its passages
+go to a spool file beside the upload. Then they are written (and embedded) from the spool in
+slices of about JOBS_SLICE_S, each batch in one transaction that also moves the document's
+offset, so a slice that dies is simply done again from the last batch that committed. A
+document is `ready` once its last passage is written; search only reads passages of ready
+documents, so a half-indexed one is never seen. If reading it fails it ends `failed` with the
+reason and none of its passages are kept.
+
+Passages are embedded as they are written; without an embedding model they are kept for search
+by words and embedded later (`backfill`), which is also how a change of EMBEDDING_MODEL
+re-embeds everything: the new model gets a space of its own, the old one is dropped once nothing
+refers to it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
-import threading
+import sys
 import time
-from datetime import timedelta
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -22,123 +29,241 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from jobs_app import child, runtime
 from memory_app.models import MemoryFact
 
 from . import embeddings, extract, vectors, words
 from .models import Document, FactVector, Passage, VectorSpace
-from .worker import worker
 
 log = logging.getLogger(__name__)
-WRITE_BATCH = 64  # passages written (and embedded) together
+WRITE_BATCH = 64  # passages written (and embedded) together, in one transaction
+PARSE_SHARE = 40  # percent of the progress bar that reading the file takes; writing takes the rest
 PROGRESS_EVERY_S = 0.5
-STOPPED = "the server stopped while this document was being indexed; upload it again"
+CHECK_EVERY_S = 0.25  # while the parser runs: has the document been deleted, is the worker stopping?
+STOPPED = "the upload is gone (the server stopped before it was indexed); upload it again"
+NO_TEXT = "no text found in it (a scanned PDF needs OCR first; an empty file has none)"
+
+
+class Cancelled(Exception):
+    """The document was deleted (or its job superseded) while this slice ran."""
+
+
+class Interrupted(Exception):
+    """The worker is stopping: the job goes on in its next slice (another worker, or after the restart)."""
 
 
 def file_path(document: Document) -> Path:
     return Path(settings.KNOWLEDGE_DIR) / str(document.owner_id) / str(document.id)
 
 
-def queue_document(document_id) -> None:
-    worker.submit(f"document:{document_id}", lambda: index_document(document_id))
+def spool_path(document: Document) -> Path:
+    return file_path(document).with_name(f"{document.id}.passages")
 
 
-def _embed_rows(kind: str, rows: list[tuple[int, int, str]], *, replace: bool = True) -> VectorSpace | None:
-    """Embed (id, owner_id, text) rows into the current model's space; None if not possible."""
-    if not rows or not embeddings.usable() or vectors.available() != "ok":
-        return None
-    try:
-        found = embeddings.embed([text for _, _, text in rows])
-    except embeddings.EmbeddingError as exc:
-        log.info("embedding skipped: %s", exc)
-        return None
-    space = vectors.space_for(settings.EMBEDDING_MODEL, len(found[0]))
-    # A fact is embedded again when edited, and a re-run of backfill may meet a passage twice.
-    vectors.write(space, kind, [(i, owner, v) for (i, owner, _), v in zip(rows, found)], replace=replace)
-    return space
+def remove_files(document: Document) -> None:
+    spool = spool_path(document)
+    for path in (file_path(document), spool, spool.with_name(spool.name + ".part")):
+        path.unlink(missing_ok=True)
 
 
-def index_document(document_id) -> None:
-    document = Document.objects.filter(pk=document_id, status="indexing").first()
+# --- one slice of a document's job ------------------------------------------------------------
+def index_slice(document_id: str, job_id: str) -> str:
+    """Parse (if not parsed yet) and write passages for about JOBS_SLICE_S. Returns "more" when
+    the next slice must go on, else how it ended: ready, failed, cancelled, superseded, skipped."""
+    document = Document.objects.filter(pk=document_id).first()
     if document is None:
-        return  # deleted meanwhile, or done by another process
-    # The claim: of several processes resuming after a restart, the one whose update matches
-    # the row as it read it indexes the document.
-    now = timezone.now()
-    if not Document.objects.filter(pk=document.pk, status="indexing", updated_at=document.updated_at).update(updated_at=now):
-        return
-    path = file_path(document)
-    state = {"read": 0.0, "saved_at": 0.0}
+        return "cancelled"
+    if document.status in ("ready", "failed"):
+        return "skipped"  # done already (a job run twice)
+    claimed = Document.objects.filter(pk=document.pk, job_id__in=["", job_id]).update(
+        job_id=job_id, status="indexing", updated_at=timezone.now())
+    if not claimed:
+        return "superseded"
+    document.refresh_from_db()
+    try:
+        if document.spooled is None:
+            parse_to_spool(document, job_id)
+            document.refresh_from_db()
+        return write_slice(document, job_id)
+    except Interrupted:
+        return "more"
+    except Cancelled:
+        return "cancelled"
+    except extract.ExtractError as exc:
+        fail(document, job_id, str(exc))
+        return "failed"
+    except Exception as exc:  # noqa: BLE001 - any failure ends this document, never the worker
+        log.exception("indexing %s failed", document_id)
+        fail(document, job_id, f"{type(exc).__name__}: {exc}")
+        return "failed"
+
+
+def _still_mine(document: Document, job_id: str) -> bool:
+    return Document.objects.filter(pk=document.pk, job_id=job_id).exists()
+
+
+def parse_to_spool(document: Document, job_id: str) -> int:
+    """Read the upload into passages in a child process with the KNOWLEDGE_PARSE_* limits; the
+    child is killed within CHECK_EVERY_S of the document's deletion or the worker's stop."""
+    path, spool = file_path(document), spool_path(document)
+    if not path.is_file():
+        raise extract.ExtractError(STOPPED)
+    spool.unlink(missing_ok=True)
+    limits = child.Limits(settings.KNOWLEDGE_PARSE_MEMORY_MB, settings.KNOWLEDGE_PARSE_CPU_S,
+                          settings.KNOWLEDGE_PARSE_TIMEOUT_S)
+    state = {"checked": 0.0, "saved": 0.0}
+
+    def check() -> str | None:
+        if runtime.should_stop():
+            return "stopping"
+        now = time.monotonic()
+        if now - state["checked"] < CHECK_EVERY_S:
+            return None
+        state["checked"] = now
+        return None if _still_mine(document, job_id) else "cancelled"
 
     def progress(fraction: float) -> None:
-        state["read"] = fraction
         now = time.monotonic()
-        if now - state["saved_at"] >= PROGRESS_EVERY_S:
-            state["saved_at"] = now
-            Document.objects.filter(pk=document.pk, status="indexing").update(
-                progress=min(99, int(fraction * 100)), updated_at=timezone.now())
+        if now - state["saved"] >= PROGRESS_EVERY_S:
+            state["saved"] = now
+            Document.objects.filter(pk=document.pk, job_id=job_id).update(
+                progress=min(PARSE_SHARE, int(fraction * PARSE_SHARE)), updated_at=timezone.now())
 
-    _discard_passages(document)
-    count, batch, seen = 0, [], set()
+    argv = [sys.executable, "-m", "knowledge_app.parse_child", str(path), document.kind, str(spool),
+            str(settings.KNOWLEDGE_MAX_PASSAGES), str(settings.KNOWLEDGE_DOCX_XML_MAX_MB)]
     try:
-        if not path.is_file():
-            raise extract.ExtractError(STOPPED)
-        for text, location in extract.passages(extract.pieces(path, document.kind, progress)):
-            batch.append(Passage(document=document, owner_id=document.owner_id, seq=count, text=text, location=location))
-            count += 1
-            if count > settings.KNOWLEDGE_MAX_PASSAGES:
-                raise extract.ExtractError(
-                    f"the document has more than {settings.KNOWLEDGE_MAX_PASSAGES} passages of text; split it "
-                    "into smaller files (or raise KNOWLEDGE_MAX_PASSAGES)")
-            if len(batch) >= WRITE_BATCH:
-                _write(batch, seen)
-                batch = []
-                if not Document.objects.filter(pk=document.pk).exists():
-                    return  # deleted while indexing: stop (its passages went with it)
-        _write(batch, seen)
-        if count == 0:
-            raise extract.ExtractError("no text found in it (a scanned PDF needs OCR first; an empty file has none)")
-    except Exception as exc:  # noqa: BLE001 - any failure ends this document, never the worker
-        reason = str(exc) if isinstance(exc, extract.ExtractError) else f"{type(exc).__name__}: {exc}"
-        _discard_passages(document)
-        Document.objects.filter(pk=document.pk).update(
-            status="failed", error=reason[:2000], chunks=0, progress=0, updated_at=timezone.now())
-        path.unlink(missing_ok=True)
-        return
-    Document.objects.filter(pk=document.pk).update(
-        status="ready", error="", chunks=count, progress=100, updated_at=timezone.now())
-    path.unlink(missing_ok=True)  # the passages are what is kept; the upload is not needed again
+        outcome = child.run(argv, limits, check=check, on_progress=progress, cwd=str(settings.BASE_DIR))
+    except child.Cancelled as exc:
+        spool.with_name(spool.name + ".part").unlink(missing_ok=True)
+        raise (Interrupted if str(exc) == "stopping" else Cancelled)() from None
+    total = _parsed(outcome, limits)
+    if not Document.objects.filter(pk=document.pk, job_id=job_id).update(
+            spooled=total, spool_offset=0, chunks=0, progress=PARSE_SHARE, updated_at=timezone.now()):
+        raise Cancelled()
+    return total
+
+
+def _parsed(outcome: child.Outcome, limits: child.Limits) -> int:
+    """The passage count of a parse that succeeded, else ExtractError saying what to do."""
+    split = "split the document into smaller files"
+    if outcome.status == "ok" and outcome.lines and outcome.lines[-1].startswith("done "):
+        total = int(outcome.lines[-1].split()[1])
+        if total == 0:
+            raise extract.ExtractError(NO_TEXT)
+        return total
+    if outcome.status == "error":
+        raise extract.ExtractError(json.loads(outcome.lines[-1][len("error "):]))
+    if outcome.status == "memory":
+        raise extract.ExtractError(f"reading it needs more than {limits.memory_mb} MiB of memory "
+                                   f"(KNOWLEDGE_PARSE_MEMORY_MB); {split}, or raise that limit")
+    if outcome.status in ("cpu", "killed"):
+        raise extract.ExtractError(f"reading it took more than {limits.cpu_s} s of CPU time (KNOWLEDGE_PARSE_CPU_S) "
+                                   f"or more memory than allowed (KNOWLEDGE_PARSE_MEMORY_MB); {split}, or raise the limit")
+    if outcome.status == "timeout":
+        raise extract.ExtractError(f"reading it took longer than {limits.wall_s:.0f} s (KNOWLEDGE_PARSE_TIMEOUT_S); "
+                                   f"{split}, or raise that limit")
+    log.warning("the document parser exited with %s: %s", outcome.returncode, outcome.stderr[-2000:])
+    raise extract.ExtractError(f"the document parser stopped unexpectedly (exit code {outcome.returncode}); "
+                               "save the document again (or as PDF) and upload the copy")
+
+
+def write_slice(document: Document, job_id: str) -> str:
+    """Write passages from the spool, a batch per transaction, for about JOBS_SLICE_S; "more"
+    if some are left, "ready" when the last one is written."""
+    deadline = time.monotonic() + settings.JOBS_SLICE_S
+    spool = spool_path(document)
+    if not spool.is_file():
+        raise extract.ExtractError(STOPPED)
+    written, offset, total = document.chunks, document.spool_offset, max(1, document.spooled or 1)
+    with open(spool, "rb") as f:
+        f.seek(offset)
+        while True:
+            if runtime.should_stop():
+                return "more"
+            lines = [line for line in (f.readline() for _ in range(WRITE_BATCH)) if line]
+            if not lines:
+                return finish(document, job_id, written)
+            rows = [json.loads(line) for line in lines]
+            offset += sum(len(line) for line in lines)
+            batch = [Passage(document=document, owner_id=document.owner_id, seq=written + i, text=text, location=loc)
+                     for i, (text, loc, _) in enumerate(rows)]
+            fresh = [p for p, (_, _, repeated) in zip(batch, rows) if not repeated]
+            found = _embed([p.text for p in fresh])  # outside the transaction: a slow server holds no lock
+            progress = PARSE_SHARE + int((100 - PARSE_SHARE - 1) * (written + len(batch)) / total)
+            with transaction.atomic():
+                # The document's row first: a delete waits for this batch (or this batch finds it gone).
+                if not Document.objects.filter(pk=document.pk, job_id=job_id, chunks=written).update(
+                        chunks=written + len(batch), spool_offset=offset, progress=min(99, progress),
+                        updated_at=timezone.now()):
+                    raise Cancelled()
+                if found is not None:
+                    space = found[0]
+                    for passage in batch:  # repeats get no vector of their own: they are "embedded" as the first
+                        passage.space = space
+                Passage.objects.bulk_create(batch)
+                if found is not None:
+                    vectors.write(found[0], "passage", [(p.pk, p.owner_id, v) for p, v in zip(fresh, found[1])])
+            written += len(batch)
+            if time.monotonic() > deadline:  # at least a batch a slice: every slice moves on
+                return "more"
+
+
+def finish(document: Document, job_id: str, count: int) -> str:
+    if count == 0:
+        raise extract.ExtractError(NO_TEXT)
+    if not Document.objects.filter(pk=document.pk, job_id=job_id).update(
+            status="ready", error="", chunks=count, progress=100, updated_at=timezone.now()):
+        raise Cancelled()
+    remove_files(document)  # the passages are what is kept; the upload is not needed again
     words.added(count)
+    return "ready"
 
 
-def _write(batch: list[Passage], seen: set[str]) -> None:
-    """Save passages and embed them. A passage repeating an earlier one of the document (a
-    running header, a boilerplate line) gets no vector of its own: the first copy is found by
-    meaning, and many identical vectors would cut an HNSW graph into islands."""
-    if not batch:
-        return
+def fail(document: Document, job_id: str, reason: str) -> None:
+    """The document ends `failed` with `reason`; none of its passages are kept."""
     with transaction.atomic():
-        Passage.objects.bulk_create(batch)
-    fresh = []
-    for p in batch:
-        digest = _hash(p.text)
-        if digest not in seen:
-            seen.add(digest)
-            fresh.append(p)
-    space = _embed_rows("passage", [(p.pk, p.owner_id, p.text) for p in fresh], replace=False)  # new ids
-    if space is not None:
-        Passage.objects.filter(pk__in=[p.pk for p in batch]).update(space=space)
+        if Document.objects.filter(pk=document.pk, job_id__in=["", job_id]).update(
+                status="failed", error=reason[:2000], chunks=0, progress=0, updated_at=timezone.now()):
+            discard_passages(document.pk)
+    remove_files(document)
 
 
-def _discard_passages(document: Document) -> None:
-    ids = list(Passage.objects.filter(document=document).values_list("pk", flat=True))
+def discard_passages(document_id) -> None:
+    ids = list(Passage.objects.filter(document_id=document_id).values_list("pk", flat=True))
     vectors.delete("passage", ids)
     Passage.objects.filter(pk__in=ids).delete()
 
 
-def delete_document(document: Document) -> None:
-    _discard_passages(document)
-    file_path(document).unlink(missing_ok=True)
-    document.delete()
+def _embed(texts: list[str]) -> tuple[VectorSpace, list[list[float]]] | None:
+    """The current model's space and one vector per text; None if embedding is not possible now."""
+    if not texts or not embeddings.usable() or vectors.available() != "ok":
+        return None
+    try:
+        found = embeddings.embed(texts)
+    except embeddings.EmbeddingError as exc:
+        log.info("embedding skipped: %s", exc)
+        return None
+    return vectors.space_for(settings.EMBEDDING_MODEL, len(found[0])), found
+
+
+def _embed_rows(kind: str, rows: list[tuple[int, int, str]], *, replace: bool = True) -> VectorSpace | None:
+    """Embed (id, owner_id, text) rows into the current model's space; None if not possible."""
+    found = _embed([text for _, _, text in rows])
+    if found is None:
+        return None
+    space, made = found
+    # A fact is embedded again when edited, and a re-run of backfill may meet a passage twice.
+    vectors.write(space, kind, [(i, owner, v) for (i, owner, _), v in zip(rows, made)], replace=replace)
+    return space
+
+
+def index_document_now(document_id) -> str:
+    """Every slice of a document's indexing, here and now (benchmarks; the job does it in slices)."""
+    job_id = f"now-{document_id}"
+    Document.objects.filter(pk=document_id).update(job_id=job_id)
+    while (outcome := index_slice(str(document_id), job_id)) == "more":
+        pass
+    return outcome
 
 
 # --- facts ----------------------------------------------------------------------------------
@@ -167,17 +292,12 @@ def embed_facts(facts: list[MemoryFact]) -> int:
     return len(todo)
 
 
-def on_fact_saved(sender, instance: MemoryFact, **kwargs) -> None:
-    """post_save of MemoryFact: its vector is made once the save is committed."""
-    fact_id = instance.pk
-    if getattr(settings, "KNOWLEDGE_EMBED_FACTS", True) and embeddings.usable():
-        transaction.on_commit(lambda: worker.submit(f"fact:{fact_id}", lambda: _embed_fact(fact_id)))
-
-
-def _embed_fact(fact_id: int) -> None:
+def embed_fact(fact_id: int) -> str:
     fact = MemoryFact.objects.filter(pk=fact_id).first()
-    if fact is not None:
-        embed_facts([fact])
+    if fact is None:
+        return "cancelled"  # deleted meanwhile
+    embed_facts([fact])
+    return "ok"
 
 
 def on_fact_deleted(sender, instance: MemoryFact, **kwargs) -> None:
@@ -194,18 +314,31 @@ def missing_counts() -> tuple[int, int]:
     return passages, facts
 
 
-def backfill(progress: Callable[[int, int], None] | None = None, *, everything: bool = False) -> tuple[int, int]:
+def forget_all_vectors() -> None:
+    """Everything counts as not embedded (`knowledge_embed --all`): the next backfill re-embeds it."""
+    Passage.objects.update(space=None)
+    FactVector.objects.all().delete()
+
+
+def backfill(progress: Callable[[int, int], None] | None = None, *, everything: bool = False,
+             deadline: float | None = None) -> tuple[int, int]:
     """Embed every passage and fact that has no vector of the current model (all of them with
-    `everything`); then drop spaces nothing refers to. Returns (embedded, total)."""
-    model = settings.EMBEDDING_MODEL
-    passages = Passage.objects.all() if everything else Passage.objects.exclude(space__model=model)
+    `everything`); then drop spaces nothing refers to. Stops early at the monotonic `deadline`
+    or when the worker is stopping. Returns (embedded, total): less than total when it stopped
+    early, or when the server or the model is missing."""
     if everything:
-        FactVector.objects.all().delete()
+        forget_all_vectors()
+    model = settings.EMBEDDING_MODEL
+    passages = Passage.objects.exclude(space__model=model)
     fact_ids = FactVector.objects.filter(space__model=model).values("fact_id")
     facts = MemoryFact.objects.exclude(pk__in=fact_ids)
     total, done = passages.count() + facts.count(), 0
     if progress:
         progress(0, total)
+
+    def out_of_time() -> bool:
+        return runtime.should_stop() or (deadline is not None and time.monotonic() > deadline)
+
     for batch in _in_batches(passages, WRITE_BATCH * 4):
         space = _embed_rows("passage", [(p.pk, p.owner_id, p.text) for p in batch])
         if space is None:
@@ -214,6 +347,8 @@ def backfill(progress: Callable[[int, int], None] | None = None, *, everything: 
         done += len(batch)
         if progress:
             progress(done, total)
+        if out_of_time():
+            return done, total
     for batch in _in_batches(facts, WRITE_BATCH * 4):
         embedded = embed_facts(batch)
         if embedded == 0 and not embeddings.usable():
@@ -221,6 +356,8 @@ def backfill(progress: Callable[[int, int], None] | None = None, *, everything: 
         done += len(batch)
         if progress:
             progress(done, total)
+        if out_of_time():
+            return done, total
     _drop_unused_spaces()
     return done, total
 
@@ -239,59 +376,36 @@ def _drop_unused_spaces() -> None:
             vectors.drop_space(space)
 
 
+def backfill_wanted() -> bool:
+    """Can embedding happen now, and is something without a vector of the current model?"""
+    return embeddings.usable() and vectors.available() == "ok" and any(missing_counts())
+
+
 _last_check = {"at": 0.0}
-CHECK_EVERY_S = 60.0
+BACKFILL_CHECK_EVERY_S = 60.0
+backfill_queuers: list[Callable[[], None]] = []  # tasks.py adds its enqueuer (this module never imports tasks)
 
 
 def queue_backfill_if_needed(force: bool = False) -> None:
-    """Re-embed in the background what has no vector of the current model (checked at most
-    once a minute per process: a search asks this)."""
+    """Have what lacks a vector of the current model re-embedded by a job (checked at most once
+    a minute per process: a search asks this)."""
     now = time.monotonic()
-    if not force and now - _last_check["at"] < CHECK_EVERY_S:
+    if not force and now - _last_check["at"] < BACKFILL_CHECK_EVERY_S:
         return
     _last_check["at"] = now
-    if not embeddings.usable() or vectors.available() != "ok":
+    if backfill_wanted():
+        for enqueue in backfill_queuers:
+            enqueue()
+
+
+def remake_lost_vector_tables() -> None:
+    """A space whose vector tables are gone (a database restored from a backup made before
+    backups carried vectors) has its tables made again and its rows marked not embedded."""
+    if vectors.available() != "ok":
         return
-    if any(missing_counts()):
-        worker.submit("backfill", backfill)
-
-
-RESUME_AFTER_S = 60  # a document whose progress has not moved for this long was left by a stopped server
-
-
-def resume_after_restart(sender=None, recheck: bool = True, **kwargs) -> None:
-    """server_started receiver: documents left `indexing` by a stopped server are indexed
-    again if their upload is still there, else marked failed; missing vectors are made (also
-    for a space whose table is gone: a database restored from a JSON backup has no vectors)."""
-    if vectors.available() == "ok":
-        existing = set(connection.introspection.table_names())
-        for space in VectorSpace.objects.all():
-            if any(vectors.table(space, kind) not in existing for kind in vectors.KINDS):
-                Passage.objects.filter(space=space).update(space=None)
-                FactVector.objects.filter(space=space).delete()
-                vectors.space_for(space.model, space.dim)
-    # The rest on the worker's thread, in order with the jobs it queues: one writer at a time
-    # (a reader beside the worker's write is refused "table is locked" by an in-memory database).
-    worker.submit("resume", _resume_and_backfill)
-    if recheck:
-        # A document whose progress moved within the last minute may be another worker's,
-        # alive: look again once it would have moved since.
-        timer = threading.Timer(RESUME_AFTER_S + 5, lambda: worker.submit("resume", _resume_stale))
-        timer.daemon = True
-        timer.start()
-
-
-def _resume_and_backfill() -> None:
-    _resume_stale()
-    queue_backfill_if_needed(force=True)
-
-
-def _resume_stale() -> None:
-    stale = timezone.now() - timedelta(seconds=RESUME_AFTER_S)
-    for document in Document.objects.filter(status="indexing", updated_at__lt=stale):
-        if file_path(document).is_file():
-            queue_document(document.pk)
-        else:
-            Document.objects.filter(pk=document.pk).update(status="failed", error=STOPPED, updated_at=timezone.now())
-
-
+    existing = set(connection.introspection.table_names())
+    for space in VectorSpace.objects.all():
+        if any(vectors.table(space, kind) not in existing for kind in vectors.KINDS):
+            Passage.objects.filter(space=space).update(space=None)
+            FactVector.objects.filter(space=space).delete()
+            vectors.space_for(space.model, space.dim)

@@ -14,7 +14,7 @@ from django.db import models
 from django.utils import timezone
 
 NAME_MAX = 255
-STATUSES = ("indexing", "ready", "failed")
+STATUSES = ("queued", "indexing", "ready", "failed")
 
 
 class VectorSpace(models.Model):
@@ -38,10 +38,15 @@ class Document(models.Model):
     kind = models.CharField(max_length=16)  # text, markdown, html, pdf, docx
     sha256 = models.CharField(max_length=64)
     size = models.BigIntegerField(default=0)
-    status = models.CharField(max_length=16, default="indexing", choices=[(s, s) for s in STATUSES])
+    status = models.CharField(max_length=16, default="queued", choices=[(s, s) for s in STATUSES])
     error = models.TextField(blank=True)
-    chunks = models.PositiveIntegerField(default=0)
+    chunks = models.PositiveIntegerField(default=0)  # passages written so far (all of them once ready)
     progress = models.PositiveSmallIntegerField(default=0)  # percent while indexing
+    # The job (django-tasks-db task id) working on it now: each slice of the job hands over to
+    # the next, and a job that finds another id here stops (it was superseded).
+    job_id = models.CharField(max_length=64, blank=True)
+    spooled = models.PositiveIntegerField(null=True, blank=True)  # passages the parser found; null: not parsed yet
+    spool_offset = models.BigIntegerField(default=0)  # bytes of the parsed passages already written
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 

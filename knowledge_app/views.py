@@ -1,7 +1,9 @@
 """The knowledge REST API (DESIGN §10) and the Knowledge page.
 
 POST /knowledge takes one file (multipart field `file`) and answers at once; the document is
-indexed in the background (`status` "indexing", `progress` in percent). Every lookup is by
+indexed by a job worker (`status` "queued" with `queue_position`, then "indexing" with
+`progress` in percent, then "ready" or "failed" with `error`). This process only streams the
+upload to a file, hashes it and enqueues: it never reads the document. Every lookup is by
 owner: another user's document id is a 404, exactly like a missing one.
 """
 
@@ -21,11 +23,13 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 
+from jobs_app import queue
+from jobs_app.health import jobs_health
 from navi_project.http import ApiError, json_view
 from sessions_app.auth import api_login_required
 from sessions_app.files import sanitize_filename
 
-from . import embeddings, extract, indexer, search, vectors
+from . import embeddings, extract, indexer, search, tasks, vectors
 from .models import Document, Passage
 from .tools import describe
 
@@ -38,8 +42,12 @@ def _max_bytes() -> int:
 
 
 def document_json(d: Document) -> dict:
-    return {"id": str(d.id), "name": d.name, "status": d.status, "chunks": d.chunks, "error": d.error or None,
-            "created_at": d.created_at.isoformat(), "progress": d.progress, "kind": d.kind, "size": d.size}
+    found = {"id": str(d.id), "name": d.name, "status": d.status, "chunks": d.chunks, "error": d.error or None,
+             "created_at": d.created_at.isoformat(), "progress": d.progress, "kind": d.kind, "size": d.size}
+    if d.status == "queued":
+        # 1 = the next job a worker takes; None while its job is being enqueued (just uploaded).
+        found["queue_position"] = queue.position(d.job_id) if d.job_id else None
+    return found
 
 
 def _owned(request: HttpRequest, document_id: str) -> Document:
@@ -79,8 +87,11 @@ def _too_large() -> ApiError:
 @json_view("GET", "POST")
 def documents(request: HttpRequest) -> JsonResponse:
     if request.method == "GET":
-        rows = Document.objects.filter(owner=request.user)
-        return JsonResponse({"documents": [document_json(d) for d in rows], **_embedding_note()})
+        rows = list(Document.objects.filter(owner=request.user))
+        note = _embedding_note()
+        if any(d.status in ("queued", "indexing") for d in rows):
+            note["jobs"] = jobs_health()["status"]  # "ok", or why nothing moves (no job worker running)
+        return JsonResponse({"documents": [document_json(d) for d in rows], **note})
     length = request.META.get("CONTENT_LENGTH") or ""
     if length.isdigit() and int(length) > _max_bytes() + 64 * 1024:
         raise _too_large()  # refused before a byte of the body is read
@@ -122,7 +133,7 @@ def _receive(request: HttpRequest, handler: _Limited) -> JsonResponse:
         if same is not None and same.status != "failed":
             return JsonResponse(document_json(same), status=200)  # the same file again: not a second copy
         if same is not None:
-            indexer.delete_document(same)  # it failed before: try afresh
+            tasks.delete_document(same)  # it failed before: try afresh
         document = Document(owner=request.user, name=name[:255], kind=kind, sha256=digest, size=upload.size)
         dest = indexer.file_path(document)
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -136,7 +147,7 @@ def _receive(request: HttpRequest, handler: _Limited) -> JsonResponse:
             return JsonResponse(document_json(same), status=200)
     finally:
         upload.close()
-    transaction.on_commit(lambda: indexer.queue_document(document.pk))
+    tasks.queue_document(document)
     return JsonResponse(document_json(document), status=201)
 
 
@@ -168,7 +179,7 @@ def _keep(upload, dest: Path) -> None:
 def document(request: HttpRequest, document_id: str) -> JsonResponse:
     found = _owned(request, document_id)
     if request.method == "DELETE":
-        indexer.delete_document(found)
+        tasks.delete_document(found)
         return JsonResponse({"deleted": str(document_id)})
     return JsonResponse(document_json(found))
 

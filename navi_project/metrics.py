@@ -154,11 +154,25 @@ class RelayQueue(asyncio.Queue):
 
 
 # --- exposition -----------------------------------------------------------------------------
+_collectors: list = []  # collectors apps add (jobs_app: navi_jobs_* read from the database)
+
+
+def register_collector(collector) -> None:
+    """Add a collector whose `collect()` runs at each scrape, in either mode (idempotent per class)."""
+    if any(type(c) is type(collector) for c in _collectors):
+        return
+    _collectors.append(collector)
+    if not MULTIPROC_DIR:
+        REGISTRY.register(collector)
+
+
 def exposition() -> bytes:
     """The text format: this process's metrics, or every process's when in multiprocess mode."""
     if MULTIPROC_DIR:
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry, path=MULTIPROC_DIR)
+        for collector in _collectors:
+            registry.register(collector)
         return generate_latest(registry)
     return generate_latest(REGISTRY)
 

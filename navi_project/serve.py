@@ -34,6 +34,7 @@ from twisted.web.http import RESPONSES
 
 from navi_project import logs
 from navi_project.body_file import BODY_FILE
+from navi_project.job_workers import JobWorkers
 from sessions_app import bodylimit
 
 log = logging.getLogger("navi_project.serve")  # not "__main__" under python -m
@@ -355,8 +356,37 @@ def with_handshake_timeout(argv: list[str]) -> list[str]:
     return ["--websocket_connect_timeout", str(int(settings.WEBSOCKET_HANDSHAKE_TIMEOUT_S)), *argv]
 
 
+def take_job_workers(argv: list[str]) -> tuple[list[str], int]:
+    """`--job-workers N` out of daphne's options (default: the NAVI_JOB_WORKERS setting, 1)."""
+    rest, count = [], None
+    args = iter(argv)
+    for arg in args:
+        if arg == "--job-workers":
+            count = int(next(args))
+        elif arg.startswith("--job-workers="):
+            count = int(arg.split("=", 1)[1])
+        else:
+            rest.append(arg)
+    if count is None:
+        from django.conf import settings
+
+        count = int(settings.NAVI_JOB_WORKERS)
+    return rest, max(0, count)
+
+
 def main(argv: list[str] | None = None) -> None:
-    NaviCommandLine().run(with_handshake_timeout(sys.argv[1:] if argv is None else argv))
+    """daphne, and beside it NAVI_JOB_WORKERS job workers (navi_project.job_workers): one command,
+    one Ctrl-C for both."""
+    argv = with_handshake_timeout(sys.argv[1:] if argv is None else argv)
+    argv, count = take_job_workers(argv)
+    workers = JobWorkers(count).start() if count else None
+    try:
+        NaviCommandLine().run(argv)
+    finally:
+        if workers is not None:
+            from django.conf import settings
+
+            workers.stop(timeout=settings.JOBS_STOP_TIMEOUT_S + 5)
 
 
 if __name__ == "__main__":

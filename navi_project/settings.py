@@ -125,6 +125,11 @@ INSTALLED_APPS = [
     "knowledge_app",
     "routines_app",
     "messaging_app",
+    # Before django_tasks_db: its `db_worker` command is jobs_app's (the engine's, with lanes,
+    # heartbeats and recovery), and Django takes a command from the first app that has it.
+    "jobs_app",
+    "django_tasks",
+    "django_tasks_db",
 ]
 
 MIDDLEWARE = [
@@ -451,6 +456,27 @@ KNOWLEDGE_MAX_FILE_MB = env.int("KNOWLEDGE_MAX_FILE_MB", default=200)
 KNOWLEDGE_MAX_PASSAGES = env.int("KNOWLEDGE_MAX_PASSAGES", default=50_000)  # per document
 KNOWLEDGE_MAX_DOCUMENTS = env.int("KNOWLEDGE_MAX_DOCUMENTS", default=1000)  # per user
 KNOWLEDGE_EMBED_FACTS = env.bool("KNOWLEDGE_EMBED_FACTS", default=True)  # memory facts get vectors when saved (memory by meaning)
+# An upload is parsed in a child process of the job worker with these limits (address space,
+# CPU seconds, wall-clock seconds); past one the document is `failed` with the limit's name.
+KNOWLEDGE_PARSE_MEMORY_MB = env.int("KNOWLEDGE_PARSE_MEMORY_MB", default=1024)
+KNOWLEDGE_PARSE_CPU_S = env.int("KNOWLEDGE_PARSE_CPU_S", default=300)
+KNOWLEDGE_PARSE_TIMEOUT_S = env.float("KNOWLEDGE_PARSE_TIMEOUT_S", default=600.0)
+KNOWLEDGE_DOCX_XML_MAX_MB = env.int("KNOWLEDGE_DOCX_XML_MAX_MB", default=256)  # a DOCX's text inflated past this: a zip bomb
+
+# --- Background jobs (jobs_app: Django's Tasks API, django-tasks-db's database queue) -------------
+# Work that is not a request (indexing, embedding, memory extraction, file cleanup) is a task;
+# `manage.py db_worker` processes run them (`make run` starts one beside the web server). With
+# PostgreSQL, workers on other machines may take jobs from the same queue.
+TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": []}}  # any queue name
+NAVI_JOB_WORKERS = env.int("NAVI_JOB_WORKERS", default=1)  # db_worker processes `navi_project.serve` starts beside it
+JOBS_WORKER_LANES = env.int("JOBS_WORKER_LANES", default=2)  # jobs one worker process runs at once
+JOBS_POLL_S = env.float("JOBS_POLL_S", default=0.5)  # an idle lane looks for a job this often
+JOBS_HEARTBEAT_S = env.float("JOBS_HEARTBEAT_S", default=1.0)
+JOBS_WORKER_STALE_S = env.float("JOBS_WORKER_STALE_S", default=15.0)  # a worker silent this long is dead
+JOBS_MAX_ATTEMPTS = env.int("JOBS_MAX_ATTEMPTS", default=3)  # a job whose worker died this often: failed
+JOBS_SLICE_S = env.float("JOBS_SLICE_S", default=2.0)  # a long job yields the lane to others this often
+JOBS_STOP_TIMEOUT_S = env.float("JOBS_STOP_TIMEOUT_S", default=10.0)  # Ctrl-C waits this long for running slices
+JOBS_KEEP_RESULTS_DAYS = env.int("JOBS_KEEP_RESULTS_DAYS", default=7)  # finished jobs' rows kept (totals are kept)
 
 # --- Chats --------------------------------------------------------------------------------
 SESSION_IMPORT_MAX_MB = env.int("SESSION_IMPORT_MAX_MB", default=25)  # below DATA_UPLOAD_MAX_MEMORY_SIZE

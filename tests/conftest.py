@@ -108,9 +108,8 @@ def _isolated_dirs(settings, tmp_path):
     settings.ALLOWED_HOSTS = ["testserver", "localhost", "127.0.0.1"]
     # A test that meets an approval it did not expect fails in seconds, not after 10 minutes.
     settings.APPROVAL_TIMEOUT_S = 20
-    # A saved fact is embedded by knowledge_app's worker thread; the in-memory test database
-    # answers a second writer "table is locked" at once (a file database waits), so tests that
-    # do not look at facts' vectors (the `embed` fixture of test_knowledge does) leave it out.
+    # A saved fact's vector is a job (knowledge_app.tasks.embed_fact): tests that do not look at
+    # facts' vectors (the `embed` fixture of test_knowledge does) do not queue one.
     settings.KNOWLEDGE_EMBED_FACTS = False
     from agent.web.health import _llm_probe_cache
 
@@ -246,15 +245,16 @@ KNOWLEDGE_WAIT_S = 60
 @pytest.fixture
 def knowledge_state():
     """knowledge_app's per-process state forgotten around the test (the embedding model found,
-    the vector store's check, the backfill's last look); its background work waited for after."""
+    the vector store's check, the backfill's last look); the jobs it queued run to their end
+    after it (the engine's worker loop, in this thread: jobs_app.worker.drain)."""
+    from jobs_app.worker import drain
     from knowledge_app import embeddings, indexer, vectors
-    from knowledge_app.worker import worker
 
     embeddings.forget()
     vectors.forget()
     indexer._last_check["at"] = 0.0
     yield
-    assert worker.wait_idle(KNOWLEDGE_WAIT_S), "background indexing did not finish"
+    assert drain(KNOWLEDGE_WAIT_S), "background jobs did not finish"
     embeddings.forget()
     vectors.forget()  # a test may have found no vector index: later tests look again
 

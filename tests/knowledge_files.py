@@ -1,5 +1,6 @@
 """Documents made for the knowledge tests: PDFs with a real text layer, DOCX archives, and the
-hostile ones (a zip bomb, a broken PDF), written byte by byte so no fixture file is needed."""
+hostile ones (zip bombs, issue 51's DOCX bombs of empty elements and of runs, a PDF whose page
+inflates, a broken PDF), written byte by byte so no fixture file is needed."""
 
 from __future__ import annotations
 
@@ -82,4 +83,63 @@ def _zip(members: dict[str, bytes]) -> bytes:
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
         for name, data in members.items():
             archive.writestr(name, data)
+    return out.getvalue()
+
+
+def _docx_streamed(parts) -> bytes:
+    """A DOCX whose document.xml is written from `parts` (bytes, repeated blocks stay small zipped)."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        with archive.open("word/document.xml", "w", force_zip64=True) as member:
+            for part in parts:
+                member.write(part)
+        archive.writestr("[Content_Types].xml", b"<Types/>")
+    return out.getvalue()
+
+
+def make_docx_empty_elements(inflated_mb: int, last_words: str = "the last words") -> bytes:
+    """The first bomb of issue 51: document.xml of `inflated_mb` MB of empty elements (a tree of
+    them took a server from 214 MB to 2.26 GB), then one real paragraph."""
+    block = b"<w:x/>" * (1024 * 1024 // 6)
+    return _docx_streamed([f'<w:document xmlns:w="{W}"><w:body>'.encode(), *([block] * inflated_mb),
+                           f"<w:p><w:r><w:t>{last_words}</w:t></w:r></w:p></w:body></w:document>".encode()])
+
+
+def make_docx_many_runs(runs: int, text: str = "x") -> bytes:
+    """The second and third bombs: one paragraph of `runs` runs (3.4 GB, then 8.68 GB, as a tree)."""
+    block_runs = 10_000
+    block = f"<w:r><w:t>{text}</w:t></w:r>".encode() * block_runs
+    return _docx_streamed([f'<w:document xmlns:w="{W}"><w:body><w:p>'.encode(), *([block] * (runs // block_runs)),
+                           b"</w:p></w:body></w:document>"])
+
+
+def make_pdf_bomb(inflated_mb: int) -> bytes:
+    """A page whose content stream (FlateDecode) inflates to `inflated_mb` MB of text operators: a
+    few KB of file that needs far more memory to read than it is big."""
+    import zlib
+
+    packer = zlib.compressobj(9)
+    chunk = b"BT /F1 12 Tf 50 750 Td (x) Tj ET\n" * 30_000
+    packed, made = [], 0
+    while made < inflated_mb * 1024 * 1024:
+        packed.append(packer.compress(chunk))
+        made += len(chunk)
+    stream = b"".join(packed) + packer.flush()
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [4 0 R] /Count 1 >>",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 5 0 R /Resources << /Font << /F1 3 0 R >> >> >>",
+        b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream + b"\nendstream",
+    ]
+    out = io.BytesIO()
+    out.write(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(out.tell())
+        out.write(b"%d 0 obj\n" % number + body + b"\nendobj\n")
+    xref = out.tell()
+    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
+    for offset in offsets:
+        out.write(b"%010d 00000 n \n" % offset)
+    out.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref))
     return out.getvalue()

@@ -103,6 +103,9 @@ class LiveNavi:
             "PYTHONUNBUFFERED": "1",
             # No title call after the first answer: it would take a scripted turn from the test LLM.
             "CHAT_TITLES": "first_words",
+            # No job worker beside the server unless the test asks (env NAVI_JOB_WORKERS=1, as
+            # `make run` has): most live tests queue no job, and a worker's start is CPU time.
+            "NAVI_JOB_WORKERS": "0",
             **(env or {}),
         }
         self.env.pop("NAVI_TESTING", None)
@@ -188,6 +191,24 @@ class LiveNavi:
         with psycopg.connect(_libpq_url(url)) as db:
             cursor = db.execute(query, params)
             return cursor.fetchall() if cursor.description is not None else []
+
+    def job_worker_pids(self) -> list[int]:
+        """The `manage.py db_worker` children the server started (NAVI_JOB_WORKERS)."""
+        if self.proc is None:
+            return []
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+                cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            fields = stat.rpartition(")")[2].split()
+            if int(fields[1]) == self.proc.pid and b"db_worker" in cmdline and fields[0] != "Z":
+                found.append(int(entry.name))
+        return found
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -13,9 +13,9 @@ from django.core.management import call_command
 from django.test import Client
 
 from agent.models import Profile
+from jobs_app.worker import drain
 from knowledge_app import embeddings, indexer, vectors
 from knowledge_app.models import Document, Passage
-from knowledge_app.worker import worker
 from memory_app.search import search_facts
 from memory_app.services import upsert_fact
 from tests.knowledge_files import make_docx, make_docx_bomb, make_pdf
@@ -33,7 +33,7 @@ def upload(client: Client, name: str, data: bytes | str):
 def indexed(client: Client, name: str, data: bytes | str) -> dict:
     response = upload(client, name, data)
     assert response.status_code == 201, response.content
-    assert worker.wait_idle(WAIT_S)
+    assert drain(WAIT_S)
     return client.get(f"/knowledge/{response.json()['id']}").json()
 
 
@@ -49,8 +49,8 @@ class TestDocuments:
         assert response.status_code == 201
         body = response.json()
         assert {"id", "name", "status", "chunks", "error", "created_at"} <= set(body)
-        assert body["name"] == "notes.md" and body["status"] in ("indexing", "ready")
-        assert worker.wait_idle(WAIT_S)
+        assert body["name"] == "notes.md" and body["status"] == "queued" and body["queue_position"] == 1
+        assert drain(WAIT_S)
         doc = owner_client.get(f"/knowledge/{body['id']}").json()
         assert doc["status"] == "ready" and doc["chunks"] == 1 and doc["error"] is None
         listed = owner_client.get("/knowledge").json()["documents"]
@@ -116,10 +116,8 @@ class TestBadInput:
         assert owner_client.get(f"/knowledge/{good['id']}").json()["status"] == "ready"
         assert results(owner_client, "router")[0]["document_id"] == good["id"]
 
-    def test_a_docx_zip_bomb_stops_at_the_cap(self, owner_client, embed, monkeypatch):
-        from knowledge_app import extract
-
-        monkeypatch.setattr(extract, "DOCX_XML_MAX", 8 * 1024 * 1024)
+    def test_a_docx_zip_bomb_stops_at_the_cap(self, owner_client, embed, settings):
+        settings.KNOWLEDGE_DOCX_XML_MAX_MB = 8
         doc = indexed(owner_client, "bomb.docx", make_docx_bomb(40))
         assert doc["status"] == "failed" and "zip bomb" in doc["error"]
         assert Passage.objects.count() == 0
@@ -276,11 +274,9 @@ class TestTool:
 
 
 def save_fact(owner_id: int, category: str, key: str, value: str) -> None:
-    """Save, then let its vector be written before the next save: the in-memory test database
-    answers a writer that meets the worker's open write "table is locked" at once (a file
-    database, as Navi runs on, waits for it)."""
+    """Save, then run the job that writes its vector."""
     upsert_fact(owner_id, category, key, value)
-    assert worker.wait_idle(WAIT_S)
+    assert drain(WAIT_S)
 
 
 class TestMemoryByMeaning:
@@ -318,24 +314,30 @@ class TestPage:
 
 
 class TestRestart:
-    def test_documents_left_indexing_are_resumed_or_failed_and_lost_vectors_remade(self, owner, owner_client, embed):
+    def test_documents_left_without_a_job_are_queued_again_or_failed_and_lost_vectors_remade(
+            self, owner, owner_client, embed):
         from datetime import timedelta
 
         from django.db import connection
         from django.utils import timezone
 
+        from knowledge_app import tasks
         from knowledge_app.models import VectorSpace
 
         indexed(owner_client, "kept.txt", "I drink a double espresso every morning.")
         long_ago = timezone.now() - timedelta(minutes=5)
-        left = Document.objects.create(owner=owner, name="left.txt", kind="text", sha256="1", updated_at=long_ago)
+        # As a database restored mid-indexing has them: no job row, the upload still there (or not).
+        left = Document.objects.create(owner=owner, name="left.txt", kind="text", sha256="1", status="indexing",
+                                       job_id="gone", updated_at=long_ago)
         indexer.file_path(left).write_text("The attic key hangs behind the door.")
         lost = Document.objects.create(owner=owner, name="lost.txt", kind="text", sha256="2", updated_at=long_ago)
         space = VectorSpace.objects.get()
-        with connection.cursor() as cur:  # as after a restore from a JSON backup: no vector tables
+        with connection.cursor() as cur:  # as after a restore from a backup without vectors: no vector tables
             cur.execute(f"DROP TABLE {vectors.table(space, 'passage')}")
-        indexer.resume_after_restart(recheck=False)  # the check a minute later is the same function
-        assert worker.wait_idle(WAIT_S)
+        indexer.remake_lost_vector_tables()  # a worker's checks at its start
+        assert tasks.sweep_documents() == 2
+        indexer.queue_backfill_if_needed(force=True)
+        assert drain(WAIT_S)
         resumed = Document.objects.get(pk=left.pk)
         assert resumed.status == "ready", resumed.error
         lost.refresh_from_db()

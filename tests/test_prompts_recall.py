@@ -11,7 +11,7 @@ import pytest
 from agent.context.prompts import without_clock
 from agent.context.recall import HEADER
 from agent.models import Profile
-from knowledge_app.worker import worker
+from jobs_app.worker import drain
 from memory_app.models import MemoryFact
 from memory_app.services import UNVERIFIED_HEADER, refresh_summary, set_summary, upsert_fact
 from tests.llm_server import Turn
@@ -32,10 +32,9 @@ def embed(llm, settings, profiles):
 
 
 def save(owner_id: int, category: str, key: str, value: str, untrusted: str = "") -> None:
-    """Save, then let the worker write its vector first (the in-memory test database answers a
-    second writer "table is locked")."""
+    """Save, then run the job that writes its vector."""
     upsert_fact(owner_id, category, key, value, untrusted=untrusted)
-    assert worker.wait_idle(WAIT_S)
+    assert drain(WAIT_S)
 
 
 def chat_calls(llm) -> list[dict]:

@@ -1,5 +1,6 @@
-"""/health: the database, the channel layer and LLM reachability (the backends the profiles
-actually use, each probed once and the answer cached for a few seconds)."""
+"""/health: the database, the channel layer, LLM reachability (the backends the profiles
+actually use, each probed once and the answer cached for a few seconds) and the job queue
+(`jobs`: queued, oldest_s, workers)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from django.views.decorators.http import require_GET
 from agent.llm import LLMBackend
 from agent.models import Profile
 from agent.registry import get_agent
+from jobs_app.health import jobs_health
 from tools_app.mcp import service as mcp_service
 
 PROBE_TIMEOUT_S = 1.5
@@ -131,6 +133,12 @@ def health(request: HttpRequest) -> JsonResponse:
         "channel_layer": _check_channel_layer(),
         "llm": llm,
     }
+    try:
+        report["jobs"] = jobs_health()  # queued, oldest_s, workers; not ok when jobs wait and no worker lives
+    except Exception as exc:  # report, don't crash
+        report["jobs"] = {"status": f"error: {exc}"}
+    if report["jobs"]["status"] != "ok":
+        report["status"] = "degraded"
     for name, check in EXTRA_CHECKS.items():
         try:
             outcome = check()

@@ -1,6 +1,8 @@
-// The Knowledge page: upload documents (several at once, drag and drop), watch each one index
-// (progress bar, status, why it failed), delete, and try a search (GET/POST /knowledge,
-// GET/DELETE /knowledge/<id>, GET /knowledge/search).
+// The Knowledge page: upload documents (several at once, drag and drop), watch each one wait and
+// index ("Queued (3rd in line)", "Indexing 42 %" with a progress bar, "Failed: why"), delete,
+// and try a search (GET/POST /knowledge, GET/DELETE /knowledge/<id>, GET /knowledge/search).
+// Statuses are updated in place (keyboard focus stays put) and each change is said once in a
+// polite live region.
 import { ApiError, csrfToken } from "./api.js";
 import { el } from "./cards.js";
 import { $, toast, when } from "./pagekit.js";
@@ -27,27 +29,34 @@ function describe(location) {
   return parts.join(", ");
 }
 
-function statusText(doc) {
-  if (doc.status === "ready") return `Ready — ${doc.chunks} passage${doc.chunks === 1 ? "" : "s"}`;
-  if (doc.status === "failed") return `Failed: ${doc.error || "unknown reason"}`;
-  return `Indexing… ${doc.progress}%`;
+/** 1 → "1st", 2 → "2nd", 3 → "3rd", 11 → "11th" … */
+export function ordinal(n) {
+  const tens = n % 100;
+  const suffix = tens >= 11 && tens <= 13 ? "th" : { 1: "st", 2: "nd", 3: "rd" }[n % 10] || "th";
+  return `${n}${suffix}`;
 }
 
+export function statusText(doc) {
+  if (doc.status === "ready") return `Ready — ${doc.chunks} passage${doc.chunks === 1 ? "" : "s"}`;
+  if (doc.status === "failed") return `Failed: ${doc.error || "unknown reason"}`;
+  if (doc.status === "queued") return doc.queue_position ? `Queued (${ordinal(doc.queue_position)} in line)` : "Queued";
+  return `Indexing ${doc.progress} %`;
+}
+
+const busy = (doc) => doc.status === "queued" || doc.status === "indexing";
+
 function documentItem(doc) {
-  const li = el("li", `document ${doc.status}`);
+  const li = el("li", "document");
   li.dataset.id = doc.id;
   li.id = `document-${doc.id}`; // an answer's source chip links here
   const head = el("div", "document-head");
   head.append(el("strong", "document-name", doc.name), el("span", "hint", ` added ${when(doc.created_at)}`));
-  const status = el("p", "document-status", statusText(doc));
-  li.append(head, status);
-  if (doc.status === "indexing") {
-    const bar = el("progress");
-    bar.max = 100;
-    bar.value = doc.progress;
-    bar.setAttribute("aria-label", `Indexing ${doc.name}`);
-    li.append(bar);
-  }
+  const status = el("p", "document-status");
+  status.id = `document-status-${doc.id}`;
+  const bar = el("progress");
+  bar.max = 100;
+  bar.setAttribute("aria-label", `Indexing ${doc.name}`);
+  bar.setAttribute("aria-describedby", status.id);
   const remove = el("button", "danger-outline", "Delete");
   remove.type = "button";
   remove.setAttribute("aria-label", `Delete ${doc.name}`);
@@ -56,12 +65,28 @@ function documentItem(doc) {
     try {
       await call("DELETE", `/knowledge/${doc.id}`);
       await refresh();
+      $("#files").focus(); // the button is gone: keep the keyboard on the page
     } catch (err) {
       toast(`Could not delete: ${err.message}`);
     }
   });
-  li.append(remove);
+  li.append(head, status, bar, remove);
   return li;
+}
+
+/** The item's status shown in place (focus stays where it is); a change of state is announced once. */
+function showStatus(li, doc) {
+  const before = li.dataset.status;
+  li.className = `document ${doc.status}${li.classList.contains("linked") ? " linked" : ""}`;
+  li.dataset.status = doc.status;
+  li.querySelector(".document-status").textContent = statusText(doc);
+  const bar = li.querySelector("progress");
+  bar.hidden = doc.status !== "indexing";
+  bar.value = doc.progress;
+  bar.setAttribute("aria-valuetext", `${doc.progress} %`);
+  if (before && before !== doc.status && (doc.status === "ready" || doc.status === "failed" || doc.status === "indexing")) {
+    $("#doc-live").textContent = `${doc.name}: ${statusText(doc)}`;
+  }
 }
 
 async function refresh() {
@@ -73,7 +98,16 @@ async function refresh() {
     return;
   }
   const list = $("#documents");
-  list.replaceChildren(...data.documents.map(documentItem));
+  const known = new Map([...list.children].map((li) => [li.dataset.id, li]));
+  const items = data.documents.map((doc) => {
+    const li = known.get(doc.id) || documentItem(doc);
+    showStatus(li, doc);
+    return li;
+  });
+  items.forEach((li, i) => {
+    if (list.children[i] !== li) list.insertBefore(li, list.children[i] || null);
+  });
+  for (const li of [...list.children].slice(items.length)) li.remove();
   $("#docs-empty").hidden = data.documents.length > 0;
   const notice = $("#notice");
   if (data.notice) {
@@ -82,10 +116,13 @@ async function refresh() {
   } else if (!notice.textContent) {
     notice.hidden = true;
   }
+  const jobs = $("#jobs-notice");
+  jobs.textContent = data.jobs && data.jobs !== "ok" ? `Documents wait: ${data.jobs}` : "";
+  jobs.hidden = !jobs.textContent;
   showLinked();
-  const busy = data.documents.some((d) => d.status === "indexing");
-  if (busy && !polling) polling = setInterval(refresh, POLL_MS);
-  if (!busy && polling) {
+  const waiting = data.documents.some(busy);
+  if (waiting && !polling) polling = setInterval(refresh, POLL_MS);
+  if (!waiting && polling) {
     clearInterval(polling);
     polling = null;
   }

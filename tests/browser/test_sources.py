@@ -14,6 +14,7 @@ from playwright.sync_api import expect
 
 from tests.browser.test_daily import axe_serious, new_page, open_chat, send
 from tests.browser_support import CHROMIUM, screenshot
+from tests.live_server import LiveNavi
 from tests.llm_server import Rule, Turn
 
 pytestmark = pytest.mark.skipif(not shutil.which(CHROMIUM), reason="needs Debian's chromium (apt-get install chromium)")
@@ -24,6 +25,13 @@ BOILER = ("# Heating\n\nThe boiler service is every October. <img src=x onerror=
 
 
 @pytest.fixture(scope="module")
+def navi(live_llm):
+    """The module's server with a job worker beside it (as `make run`): uploads are indexed."""
+    with LiveNavi(env={"OLLAMA_HOST": live_llm.url, "CHAT_TITLES": "first_words", "NAVI_JOB_WORKERS": "1"}) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
 def boiler_document(navi):
     """boiler.md in the owner's Knowledge, indexed (embedded by the test LLM's /api/embed)."""
     with navi.api() as client:
@@ -31,7 +39,7 @@ def boiler_document(navi):
         assert made.status_code in (200, 201), made.text
         document = made.json()
         deadline = time.monotonic() + 60
-        while document["status"] == "indexing" and time.monotonic() < deadline:
+        while document["status"] in ("queued", "indexing") and time.monotonic() < deadline:
             time.sleep(0.2)  # polling the REST API, as the page does, until indexing ends
             document = client.get(f"/knowledge/{document['id']}").json()
         assert document["status"] == "ready", document

@@ -1,5 +1,7 @@
-"""`manage.py knowledge_embed [--all]`: make the vectors of passages and memory facts that have
-none of the current EMBEDDING_MODEL (every one with --all), with a progress bar."""
+"""`manage.py knowledge_embed [--all] [--queue]`: make the vectors of passages and memory facts
+that have none of the current EMBEDDING_MODEL (every one with --all), with a progress bar, in
+this command's process (the backfill job's work, done here while you watch); with --queue the
+job is left to the job workers instead."""
 
 from __future__ import annotations
 
@@ -8,7 +10,8 @@ import sys
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from knowledge_app import embeddings, indexer, vectors
+from jobs_app import queue
+from knowledge_app import embeddings, indexer, tasks, vectors
 
 BAR = 30
 
@@ -18,6 +21,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--all", action="store_true", help="re-embed everything, not only what has no vector")
+        parser.add_argument("--queue", action="store_true", help="leave it to the job workers (db_worker) and return")
 
     def handle(self, *args, **options) -> None:
         store = vectors.available()
@@ -27,6 +31,10 @@ class Command(BaseCommand):
             embeddings.embed(["probe"])
         except embeddings.EmbeddingError as exc:
             raise CommandError(str(exc)) from exc
+        if options["queue"]:
+            queue.enqueue(tasks.backfill_embeddings, everything=options["all"])
+            self.stdout.write(self.style.SUCCESS("queued: a job worker embeds them (GET /health shows the queue)"))
+            return
         interactive = sys.stdout.isatty()
 
         def progress(done: int, total: int) -> None:
