@@ -10,7 +10,7 @@ class AgentConfig(AppConfig):
 
     def ready(self) -> None:
         # Imported here, not at the top: these modules import models (Django's app-loading rule).
-        from agent.memory import background as memory_background
+        from agent.memory import tasks as memory_tasks
         from agent.runs import startup
         from agent.turn import compression, titles
         from agent.web import model_choice
@@ -21,6 +21,6 @@ class AgentConfig(AppConfig):
         compression.register_workers()  # context compression before and after a turn
         titles.register_workers()  # a generated title after the first answer
         register_model_lister(model_choice.names_for_profile)  # PATCH /sessions/<id> {"model"}
-        session_created.connect(memory_background.on_session_created, dispatch_uid="agent.memory.extraction")
+        session_created.connect(memory_tasks.on_session_created, dispatch_uid="agent.memory.extraction")
         server_started.connect(startup.on_server_started, dispatch_uid="agent.runs.startup")
         register_check("embeddings", knowledge_status)  # search by meaning, or why it is words only

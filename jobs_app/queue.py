@@ -22,6 +22,8 @@ from django_tasks.base import TASK_MIN_PRIORITY, Task, TaskResult
 from django_tasks_db.models import DBTaskResult
 
 OWNER = "owner_id"
+DEFAULT = "default"
+SERIAL = "serial"  # a queue only lane 0 of each worker takes: its jobs never run beside each other there
 READY, RUNNING, FAILED = TaskResultStatus.READY, TaskResultStatus.RUNNING, TaskResultStatus.FAILED
 # task path -> what to do when the job was given up on (its worker died too often): handler(kwargs, reason)
 _give_up: dict[str, Callable[[dict, str], None]] = {}

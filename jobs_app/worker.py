@@ -24,8 +24,7 @@ from django_tasks_db.models import DBTaskResult
 from . import queue, recovery, runtime, schedule
 
 log = logging.getLogger(__name__)
-SERIAL = "serial"
-DEFAULT = "default"
+SERIAL, DEFAULT = queue.SERIAL, queue.DEFAULT
 
 
 def new_id() -> str:

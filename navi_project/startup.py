@@ -1,7 +1,8 @@
 """Work done once when a server process starts (not in tests, not in management commands).
 
 navi_project.asgi sends `server_started`; each app connects its own start-up work to it in
-its AppConfig.ready (crash recovery and clean shutdown of runs, the session-files cleanup loop).
+its AppConfig.ready (crash recovery and clean shutdown of runs, the routine scheduler). Background
+work is not started here: it is the job workers' (jobs_app).
 """
 
 from __future__ import annotations

@@ -4,7 +4,6 @@ from django.db.backends.signals import connection_created
 from django.db.models.signals import post_migrate
 
 from navi_project.jsonsafe import install, on_connection_created
-from navi_project.startup import server_started
 
 
 class SessionsAppConfig(AppConfig):
@@ -12,14 +11,16 @@ class SessionsAppConfig(AppConfig):
     verbose_name = "Chat sessions"
 
     def ready(self) -> None:
+        from jobs_app import schedule
         from navi_project import netguard
 
+        from . import tasks  # these modules import models: only once apps are ready
         from .allowed_hosts import listed
-        from .cleanup import on_server_started  # these modules import models: only once apps are ready
+        from .cleanup import CLEANUP_INTERVAL_S
         from .search import ensure_search_index_after_migrate
 
         post_migrate.connect(ensure_search_index_after_migrate, sender=self, dispatch_uid="sessions_app_search_index")
-        server_started.connect(on_server_started, dispatch_uid="sessions_app.cleanup_loop")
+        schedule.every(CLEANUP_INTERVAL_S, "session files past their TTL", tasks.queue_cleanup)  # a job worker's check
         netguard.register_allowed_hosts(listed)  # Settings → Hosts on your network
         # Every JSON field is made finite on its way to the database (no NaN or Infinity rows).
         connection_created.connect(on_connection_created, dispatch_uid="navi_project.jsonsafe")

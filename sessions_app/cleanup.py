@@ -1,16 +1,15 @@
-"""Deleting session-file folders older than SESSION_FILES_TTL_HOURS (command + background loop)."""
+"""Deleting session-file folders older than SESSION_FILES_TTL_HOURS (`cleanup_files` command,
+and the hourly `tasks.cleanup_session_files` job the job workers queue)."""
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
-from django.db import connections
 
 from navi_project import fstree
 
@@ -19,7 +18,6 @@ from .models import SessionFile
 log = logging.getLogger(__name__)
 
 CLEANUP_INTERVAL_S = 3600.0
-_started = threading.Event()
 
 
 @dataclass
@@ -73,29 +71,3 @@ def _is_uuid(name: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _loop() -> None:
-    while True:
-        try:
-            removed = cleanup_session_files()
-            if removed:
-                log.info("session files: removed %d folder(s) older than %dh", len(removed), settings.SESSION_FILES_TTL_HOURS)
-        except Exception:
-            log.exception("session files cleanup failed; retrying in %.0fs", CLEANUP_INTERVAL_S)
-        finally:
-            connections.close_all()
-        time.sleep(CLEANUP_INTERVAL_S)
-
-
-def start_cleanup_loop() -> None:
-    """Startup hook: run the cleanup now and then hourly in a daemon thread (once per process)."""
-    if _started.is_set():
-        return
-    _started.set()
-    threading.Thread(target=_loop, name="session-files-cleanup", daemon=True).start()
-
-
-def on_server_started(sender=None, **kwargs) -> None:
-    """`server_started` receiver: start the cleanup loop in this server process."""
-    start_cleanup_loop()

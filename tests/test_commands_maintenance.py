@@ -81,8 +81,9 @@ class TestExtractMemoryCommand:
         assert "0 session(s) processed" in capsys.readouterr().out
 
 
-def test_the_cleanup_loop_is_registered_as_a_startup_hook_but_not_started_in_tests():
+def test_the_cleanup_is_a_job_worker_check_not_a_web_server_thread():
+    from jobs_app import schedule
     from navi_project.startup import server_started
 
-    assert "sessions_app.cleanup_loop" in [key[0] for key, *_ in server_started.receivers]
-    assert not cleanup._started.is_set()
+    assert "session files past their TTL" in schedule._entries  # queued by the job workers, hourly
+    assert not any("cleanup" in key[0] for key, *_ in server_started.receivers)

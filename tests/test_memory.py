@@ -12,8 +12,11 @@ from asgiref.sync import sync_to_async
 from django.core.management import call_command
 from django.utils import timezone
 
-from agent.memory import background, extraction
+from agent.memory import extraction
+from agent.memory import tasks as memory_tasks
 from agent.registry import get_agent
+from jobs_app import queue
+from jobs_app.worker import drain
 from memory_app.extraction import parse_facts, stale_sessions
 from memory_app.models import MemoryFact, MemorySummary, SessionMemoryState
 from memory_app.search import search_facts
@@ -141,22 +144,17 @@ class TestExtraction:
 
 @pytest.mark.django_db(transaction=True)
 class TestBackgroundTrigger:
-    def test_creating_a_session_is_not_delayed_by_extraction(self, owner, owner_client, monkeypatch):
+    """A new chat queues an extraction job when some of the owner's chats are stale; a job
+    worker runs it (here: the engine's worker loop, jobs_app.worker.drain)."""
+
+    def test_creating_a_session_queues_extraction_and_does_not_run_it(self, owner, owner_client, llm):
         _session(owner)
-        release, started = threading.Event(), threading.Event()
-
-        def slow_extraction(owner_id, **kw):
-            started.set()
-            release.wait(30)
-            return 0
-
-        monkeypatch.setattr(extraction, "extract_stale_sessions", slow_extraction)
         response = owner_client.post("/sessions", {"new": True}, content_type="application/json")
-        assert response.status_code == 201  # answered while extraction is still blocked
-        assert started.wait(10)
-        release.set()
-        for t in background.threads:
-            t.join(10)
+        assert response.status_code == 201
+        assert queue.pending(memory_tasks.extract_memory, owner_id=owner.pk)  # queued, for a worker
+        assert not llm.requests  # the web process never asks the model for it
+        owner_client.post("/sessions", {}, content_type="application/json")
+        assert queue.rows(memory_tasks.extract_memory, owner_id=owner.pk).count() == 1  # once
 
     def test_the_background_job_extracts_stale_sessions(self, owner, owner_client, llm, settings):
         settings.MEMORY_EXTRACTION_IDLE_S = 0
@@ -164,8 +162,7 @@ class TestBackgroundTrigger:
         _say(s, ("user", "my dog is called Rex"))
         llm.add_rule(Rule(match="Conversation:", turns=[Turn(content="people: dog = Rex")]))
         assert owner_client.post("/sessions", {}, content_type="application/json").status_code == 201
-        for t in background.threads:
-            t.join(20)
+        assert drain(30)
         assert MemoryFact.objects.get(owner=owner, key="dog").value == "Rex"
         assert llm.requests[0]["options"]["num_predict"] == 512  # LLM_MAX_EXTRACTION_TOKENS
         assert llm.requests[1]["options"]["num_predict"] == 1024  # the summary: LLM_MAX_SUMMARY_TOKENS
@@ -175,8 +172,7 @@ class TestBackgroundTrigger:
         _say(_session(owner), ("user", "my cat is called Tom"))
         started = timezone.now()
         assert owner_client.post("/sessions", {}, content_type="application/json").status_code == 201
-        for t in background.threads:
-            t.join(20)
+        assert drain(30)
         first_call = (timezone.now() - started).total_seconds()
         assert llm.requests and first_call >= 1.5  # not beside the owner's first message
 
@@ -185,11 +181,10 @@ class TestBackgroundTrigger:
         _say(_session(owner), ("user", "my cat is called Tom"))
         busy = _session(owner, idle_minutes=0, active_run_id="run-1", active_run_heartbeat=timezone.now())
         assert owner_client.post("/sessions", {}, content_type="application/json").status_code == 201
-        assert not llm.wait_for_requests(1, timeout=1.5)  # the turn is running: no call
+        assert not drain(1.5)  # the turn is running: the job defers itself, no call
+        assert not llm.requests and queue.pending(memory_tasks.extract_memory, owner_id=owner.pk)
         Session.objects.filter(pk=busy.pk).update(active_run_id="", active_run_heartbeat=None)
-        assert llm.wait_for_requests(1, timeout=10)
-        for t in background.threads:
-            t.join(20)
+        assert drain(20) and llm.requests
 
     def test_a_turn_that_starts_makes_a_running_extraction_give_way(self, owner, owner_client, llm, settings, caplog):
         settings.MEMORY_EXTRACTION_IDLE_S = 0
@@ -197,11 +192,12 @@ class TestBackgroundTrigger:
         _say(stale, ("user", "my cat is called Tom"))
         llm.add_rule(Rule(match="Conversation:", turns=[Turn(content="people: cat = Tom ", endless=True, delay=0.05)]))
         assert owner_client.post("/sessions", {}, content_type="application/json").status_code == 201
+        worker = threading.Thread(target=drain, args=(20,))  # the worker's loop beside this "owner"
+        worker.start()
         assert llm.wait_for_requests(1, timeout=10)
         Session.objects.filter(pk=stale.pk).update(active_run_id="run-2", active_run_heartbeat=timezone.now())
         assert llm.wait_for_disconnect(timeout=5)  # the call was abandoned: the slot is free for the turn
-        for t in background.threads:
-            t.join(20)
+        worker.join(30)
         assert not MemoryFact.objects.exists() and list(stale_sessions()) == [stale]
         assert "gave way" in caplog.text
 
@@ -213,25 +209,20 @@ class TestBackgroundTrigger:
             for _ in range(3):
                 _say(_session(user), ("user", f"I am {user.username}"))
         llm.add_rule(Rule(match="Conversation:", turns=[Turn(content="personal: name = x", first_delay=0.1)]))
-        # The first call fails like llama-cpp-python; it is held a moment so that the second POST
-        # does not meet the first extraction's writes (the test's shared-cache SQLite fails such a
-        # write at once with "table is locked" instead of waiting).
-        llm.script(Turn(content="half an answ", no_finish=True, hold=0.5))
+        llm.script(Turn(content="half an answ", no_finish=True))  # the first call fails like llama-cpp-python
         for user in (owner, other_user):
             client = Client()
             client.force_login(user)
             assert client.post("/sessions", {}, content_type="application/json").status_code == 201
-        for t in background.threads:
-            t.join(30)
+        assert drain(30)
         assert len([r for r in llm.requests if "Conversation:" in r["messages"][-1]["content"]]) == 6
         assert llm.max_active == 1  # a single-slot server is never asked twice at once
         assert "did not finish" in caplog.text and "partial answer" not in caplog.text
         assert len(list(stale_sessions())) == 1  # the failed one stays stale for the next trigger
 
-    def test_no_thread_is_started_when_nothing_is_stale(self, owner, owner_client):
-        background.threads.clear()
+    def test_no_job_is_queued_when_nothing_is_stale(self, owner, owner_client):
         assert owner_client.post("/sessions", {}, content_type="application/json").status_code == 201
-        assert background.threads == []
+        assert not queue.rows(memory_tasks.extract_memory).exists()
 
 
 @pytest.mark.django_db
