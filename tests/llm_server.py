@@ -172,6 +172,7 @@ class LLMServer:
         self.embed_models: list[str] | None = None
         # Set to an Event to hold every embedding answer until the test sets it (a slow model).
         self.embed_gate: threading.Event | None = None
+        self.embed_delay = 0.0  # seconds each embedding answer takes (a model that is slow, steadily)
         self._embeds: list[dict] = []
         self._probes: list[dict] = []
         self._addr = (host, port)
@@ -634,6 +635,8 @@ class _Handler(BaseHTTPRequestHandler):
         vectors = [embed_text(t) for t in texts]
         if fake.embed_gate is not None:
             fake.embed_gate.wait(timeout=60)
+        if fake.embed_delay:
+            time.sleep(fake.embed_delay)
         if path == "/api/embed":
             return self._send_json(200, {"model": model, "embeddings": vectors, "total_duration": 1000,
                                          "load_duration": 10, "prompt_eval_count": sum(len(t.split()) for t in texts)})

@@ -22,6 +22,7 @@ log = logging.getLogger("django_tasks_db")
 
 class Command(EngineCommand):
     help = "Run Navi's background jobs (django-tasks-db's worker with lanes, heartbeats and recovery)."
+    requires_system_checks = []  # `manage.py check` is the web server's; a restarted worker resumes sooner without it
 
     def add_arguments(self, parser) -> None:
         super().add_arguments(parser)
