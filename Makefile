@@ -41,19 +41,23 @@ migrate: install
 # __pycache__ (PYTHONDONTWRITEBYTECODE, a read-only checkout) otherwise compiles ~100 modules
 # from source at every start, ~0.2 s of its boot (bench/README "boot").
 bytecode: install
-	@$(PY) -m compileall -q -j 0 agent knowledge_app memory_app messaging_app navi_project notify_app routines_app sessions_app tools_app manage.py
+	@$(PY) -m compileall -q -j 0 agent jobs_app knowledge_app memory_app messaging_app navi_project notify_app routines_app sessions_app tools_app manage.py
 
+# The web server and, beside it, one job worker (NAVI_JOB_WORKERS; navi_project/job_workers.py):
+# one process tree, one Ctrl-C.
 run: migrate vendor bytecode
 	$(PY) manage.py ensure_owner
 	@echo "==> Navi on http://$(HOST):$(PORT)/  (admin: http://$(HOST):$(PORT)/admin/, Ctrl-C to stop)"
 	$(PY) -m navi_project.serve -b $(HOST) -p $(PORT) navi_project.asgi:application
 
-# Several workers on this machine: Redis, WORKERS daphne processes on PORT+1.., nginx on PORT
-# (navi_project/cluster.py; README "Running several workers"). Needs redis-server and nginx.
+# Several workers on this machine: Redis, WORKERS daphne processes on PORT+1.., JOB_WORKERS job
+# workers (manage.py db_worker), nginx on PORT (navi_project/cluster.py; README "Running several
+# workers"). Needs redis-server and nginx.
 WORKERS ?= 2
+JOB_WORKERS ?= 1
 run-cluster: migrate vendor bytecode
 	$(PY) manage.py ensure_owner
-	$(PY) -m navi_project.cluster --workers $(WORKERS) --bind $(HOST) --port $(PORT)
+	$(PY) -m navi_project.cluster --workers $(WORKERS) --job-workers $(JOB_WORKERS) --bind $(HOST) --port $(PORT)
 
 test: install-test vendor bytecode
 	$(PY) -m pytest

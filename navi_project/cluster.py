@@ -1,7 +1,7 @@
 """`python -m navi_project.cluster` (what `make run-cluster` runs): Redis, N Navi workers and
 nginx in front of them, on this machine, as child processes; Ctrl-C stops all of it.
 
-    python -m navi_project.cluster [--workers 2] [--bind 127.0.0.1] [--port 8000]
+    python -m navi_project.cluster [--workers 2] [--job-workers 1] [--bind 127.0.0.1] [--port 8000]
                                    [--worker-ports 8001,8002] [--run-dir DIR]
 
 - Redis: `REDIS_URL` when set, else a private `redis-server` on a free local port (no
@@ -9,6 +9,10 @@ nginx in front of them, on this machine, as child processes; Ctrl-C stops all of
 - Workers: `python -m navi_project.serve --proxy-headers` on 127.0.0.1, one port each, all with
   the same database, `REDIS_URL` and `PROMETHEUS_MULTIPROC_DIR` (emptied first), so a run
   started on one is visible, resumable and stoppable from every other, and /metrics sums them.
+- Job workers: `python manage.py db_worker` (JOB_WORKERS, default 1) beside the web workers,
+  which start none of their own (NAVI_JOB_WORKERS=0): indexing, embedding, memory extraction
+  and file cleanup run there, never in a web worker (jobs_app). More of them on other machines
+  may share the queue when the database is PostgreSQL.
 - nginx (Debian's package, not its service): unprivileged config generated into the run dir,
   WebSocket upgrade, the body limit of Navi (`SESSION_FILES_MAX_SIZE_MB`), no stickiness
   (least connections), and TLS when `NAVI_HOST` is set (certificate `NAVI_TLS_CERT`, key
@@ -48,7 +52,7 @@ class WorkerSlot:
     """One worker's place in the cluster: its port, its current process, its crash record."""
 
     number: int
-    port: int
+    port: int | None  # None: a job worker (no port; it takes jobs from the database)
     proc: subprocess.Popen | None = None
     started: float = 0.0
     fast_crashes: int = 0
@@ -57,7 +61,7 @@ class WorkerSlot:
 
     @property
     def name(self) -> str:
-        return f"worker {self.number}"
+        return f"worker {self.number}" if self.port is not None else f"job worker {self.number}"
 
 
 def free_port() -> int:
@@ -158,7 +162,7 @@ class Cluster:
 
     def __init__(self, workers: int = 2, bind: str = "127.0.0.1", port: int = 8000,
                  worker_ports: list[int] | None = None, run_dir: str | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, job_workers: int = 1) -> None:
         self.workers = workers
         self.bind = bind
         self.port = port
@@ -170,6 +174,8 @@ class Cluster:
         self.env = dict(os.environ if env is None else env)
         self.procs: list[tuple[str, subprocess.Popen]] = []  # in start order
         self.slots = [WorkerSlot(i, port) for i, port in enumerate(self.worker_ports, 1)]
+        self.job_slots = [WorkerSlot(i, None) for i in range(1, job_workers + 1)]
+        self.env["NAVI_JOB_WORKERS"] = "0"  # a web worker starts no job worker: the cluster runs them
 
     # --- starting ---------------------------------------------------------------------------
     def start(self) -> Cluster:
@@ -223,7 +229,7 @@ class Cluster:
             hosts = [h for h in self.env.get("ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h]
             self.env["ALLOWED_HOSTS"] = ",".join(dict.fromkeys([*hosts, host]))
             self.env.setdefault("NAVI_HTTPS", "true")
-        for slot in self.slots:
+        for slot in self.slots + self.job_slots:
             self._start_worker(slot)
         for slot in self.slots:
             _wait_for_port(slot.port, slot.proc, slot.name, 60)
@@ -231,6 +237,8 @@ class Cluster:
     def _start_worker(self, slot: WorkerSlot) -> None:
         argv = [sys.executable, "-m", "navi_project.serve", "--proxy-headers", "-b", "127.0.0.1", "-p", str(slot.port),
                 "navi_project.asgi:application"]
+        if slot.port is None:
+            argv = [sys.executable, "manage.py", "db_worker"]
         self.procs = [(name, proc) for name, proc in self.procs if proc is not slot.proc]
         slot.proc, slot.started, slot.restart_at = self._spawn(slot.name, argv), time.monotonic(), None
 
@@ -254,14 +262,15 @@ class Cluster:
         return f"{scheme}://{self.bind}:{self.port}"
 
     def wait(self, poll_s: float = 0.5) -> int:
-        """Until Redis or nginx exits on its own (its exit code, 1 if it was 0), every worker was
-        given up on (1), or we are interrupted. Dead workers are started again meanwhile."""
+        """Until Redis or nginx exits on its own (its exit code, 1 if it was 0), every web worker
+        was given up on (1), or we are interrupted. Dead workers (web and job) are started again
+        meanwhile."""
         while True:
             for name, proc in self.procs:
-                if not name.startswith("worker") and proc.poll() is not None:
+                if not name.startswith(("worker", "job worker")) and proc.poll() is not None:
                     _say(f"{name} exited with code {proc.returncode}; stopping the cluster")
                     return proc.returncode or 1
-            for slot in self.slots:
+            for slot in self.slots + self.job_slots:
                 self.supervise(slot, time.monotonic())
             if all(slot.given_up for slot in self.slots):
                 _say("no worker is left running; stopping the cluster")
@@ -284,7 +293,8 @@ class Cluster:
             return
         uptime = now - slot.started
         slot.fast_crashes = slot.fast_crashes + 1 if uptime < FAST_CRASH_S else 0
-        others = [s.name for s in self.slots if s is not slot and not s.given_up]
+        others = [s.name for s in (self.slots if slot.port is not None else self.job_slots)
+                  if s is not slot and not s.given_up]
         serving = f"{', '.join(others)} still serving" if others else "no other worker is serving"
         if slot.fast_crashes >= GIVE_UP_AFTER:
             slot.given_up = True
@@ -300,7 +310,7 @@ class Cluster:
         """The proxy first (no new requests), then the workers (SIGTERM: runs stop cleanly and
         partial answers are saved), then Redis."""
         stages = [[(n, p) for n, p in self.procs if n == "nginx"],
-                  [(n, p) for n, p in self.procs if n.startswith("worker")],  # all at once
+                  [(n, p) for n, p in self.procs if n.startswith(("worker", "job worker"))],  # all at once
                   [(n, p) for n, p in self.procs if n == "redis"]]
         for stage in stages:
             _terminate(stage, signal.SIGQUIT if stage and stage[0][0] == "nginx" else signal.SIGTERM)
@@ -351,13 +361,15 @@ def _terminate(procs: list[tuple[str, subprocess.Popen]], sig: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m navi_project.cluster", description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=int(os.environ.get("WORKERS") or 2))
+    parser.add_argument("--job-workers", type=int, default=int(os.environ.get("JOB_WORKERS") or 1),
+                        help="manage.py db_worker processes beside the web workers (default: JOB_WORKERS, 1)")
     parser.add_argument("--bind", default="127.0.0.1", help="address nginx listens on")
     parser.add_argument("--port", type=int, default=8000, help="port nginx listens on")
     parser.add_argument("--worker-ports", default="", help="comma-separated (default: port+1 ... port+N)")
     parser.add_argument("--run-dir", default=None, help="nginx config, temp files and logs (default: a temp dir, removed)")
     args = parser.parse_args(argv)
     ports = [int(p) for p in args.worker_ports.split(",") if p] or None
-    cluster = Cluster(args.workers, args.bind, args.port, ports, args.run_dir)
+    cluster = Cluster(args.workers, args.bind, args.port, ports, args.run_dir, job_workers=args.job_workers)
 
     def interrupted(signum, frame):
         raise KeyboardInterrupt
@@ -370,7 +382,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cluster.start()
         print(f"==> Navi on {cluster.url}/ : nginx -> {args.workers} worker(s) on ports "
-              f"{','.join(map(str, cluster.worker_ports))}, Redis {cluster.env['REDIS_URL']} (Ctrl-C stops all)",
+              f"{','.join(map(str, cluster.worker_ports))}, {args.job_workers} job worker(s), "
+              f"Redis {cluster.env['REDIS_URL']} (Ctrl-C stops all)",
               flush=True)
         code = cluster.wait()
     except KeyboardInterrupt:

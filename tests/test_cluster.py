@@ -225,6 +225,16 @@ async def scrape(proxy: Proxy) -> dict[str, float]:
 # --- the test ------------------------------------------------------------------------------------
 async def test_100_sessions_through_nginx_with_resumes_and_stops(cluster, live_llm) -> None:
     proxy, proc, worker_ports, run_dir = cluster
+    # The cluster's job worker (JOB_WORKERS, 1) indexes an upload made through nginx; the web
+    # workers run none of their own.
+    async with httpx.AsyncClient(base_url=proxy.url, headers=proxy.headers, timeout=TIMEOUT) as client:
+        document = (await client.post("/knowledge", files={"file": ("note.txt", b"The cluster indexes notes.")})).json()
+        deadline = time.monotonic() + TIMEOUT
+        while document["status"] in ("queued", "indexing") and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+            document = (await client.get(f"/knowledge/{document['id']}")).json()
+        assert document["status"] == "ready", document
+        assert (await client.get("/health")).json()["jobs"]["workers"] == 1
     # 2 deltas/s per session, ~200 frames/s through Redis in all: what a busy 2-core CI machine
     # relays without falling behind (bench/cluster.py measures the limits). Faster streams
     # would only test the machine: a stream that ends before its stop arrives proves nothing.
