@@ -16,8 +16,9 @@ class KnowledgeConfig(AppConfig):
         from jobs_app import queue, schedule
         from memory_app.models import MemoryFact
         from memory_app.search import register_meaning
+        from sessions_app.backup import Part, register_part
 
-        from . import indexer, search, tasks, tools, vectors, words
+        from . import backup_vectors, indexer, search, tasks, tools, vectors, words
         from .models import Document
 
         connection_created.connect(vectors.load_sqlite_vec, dispatch_uid="knowledge_app.sqlite_vec")
@@ -28,6 +29,7 @@ class KnowledgeConfig(AppConfig):
         post_save.connect(tasks.on_fact_saved, sender=MemoryFact, dispatch_uid="knowledge_app.fact_saved")
         post_delete.connect(indexer.on_fact_deleted, sender=MemoryFact, dispatch_uid="knowledge_app.fact_deleted")
         pre_delete.connect(tasks.on_document_deleting, sender=Document, dispatch_uid="knowledge_app.document_deleting")
+        register_part(Part("vectors.bin", backup_vectors.dump, backup_vectors.load))  # backups carry the vectors
         # Background work is the job workers' (jobs_app): what they check now and then.
         if tasks.queue_backfill not in indexer.backfill_queuers:
             indexer.backfill_queuers.append(tasks.queue_backfill)

@@ -6,6 +6,8 @@ One `.tar.gz`:
     database.sqlite3    SQLite: a snapshot by the online backup API (itself a working navi.db)
     database.json       PostgreSQL: every row of Navi's tables, read in one REPEATABLE READ
                         transaction (Django's serializer, natural keys for users/permissions)
+    <parts>             what apps above add (`register_part`): knowledge_app's `vectors.bin`, the
+                        embeddings of passages and facts, so a restore does not embed them again
     session_files/  user_tools/  ssh_hosts.json
 
 Only plain files and folders go in, and restore unpacks nothing else (`backup_members`): a link,
@@ -43,7 +45,16 @@ from django.core.management import call_command
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.utils import timezone
 
-from .backup_members import MAX_DEPTH, FolderContents, UnsafeArchive, add_file, folder_contents, folder_info, unpack
+from .backup_members import (
+    MAX_DEPTH,
+    PART_FILES,
+    FolderContents,
+    UnsafeArchive,
+    add_file,
+    folder_contents,
+    folder_info,
+    unpack,
+)
 
 FORMAT = "navi.backup"
 VERSION = 1
@@ -53,6 +64,26 @@ EXCLUDED = ["contenttypes", "auth.permission"]
 
 class BackupError(Exception):
     """A backup or restore that cannot go on; the message says what to do."""
+
+
+@dataclass
+class Part:
+    """A member an app above adds to every backup (it is not a Django model's rows, which
+    dumpdata carries). `dump(target, snapshot)` writes it from the SQLite snapshot when one is
+    given, else from the live database inside the snapshot's transaction, and returns how many
+    items; `load(source)` puts them back after the rows are loaded (inside that transaction)."""
+
+    name: str
+    dump: Callable[[Path, Path | None], int]
+    load: Callable[[Path], int]
+
+
+_parts: dict[str, Part] = {}
+
+
+def register_part(part: Part) -> None:
+    _parts[part.name] = part
+    PART_FILES.add(part.name)  # restore unpacks it
 
 
 @dataclass
@@ -109,20 +140,21 @@ def backup(
             database = work / "database.sqlite3"
             _sqlite_snapshot(database)
             row_counts = _counts_of_snapshot(database)
+            parts = {name: part.dump(work / name, database) for name, part in _parts.items()}
         else:
             say(f"==> database: {vendor}, rows as JSON in one REPEATABLE READ transaction")
             database = work / "database.json"
-            row_counts = _json_snapshot(database)
+            row_counts, parts = _json_snapshot(database, work)
         manifest = {
             "format": FORMAT, "version": VERSION, "created_at": timezone.now().isoformat(), "db_vendor": vendor,
-            "database": database.name, "counts": row_counts,
+            "database": database.name, "counts": row_counts, "parts": parts,
             "source": {"session_files": str(places.session_files), "user_tools": str(places.user_tools)},
             "files": {
                 **{name: len(contents.files) for name, contents in folders.items()},
                 "ssh_hosts": places.ssh_hosts.is_file(),
             },
         }
-        say("==> " + ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in row_counts.items()))
+        say("==> " + ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in {**row_counts, **parts}.items()))
         _write_archive(path, manifest, database, places, folders, say)
     left_out = sum(len(c.skipped) for c in folders.values())
     note = f"; {left_out} path(s) left out, see the warnings" if left_out else ""
@@ -151,6 +183,8 @@ def _write_archive(
                 tarfile.open(fileobj=raw, mode="w:gz") as tar:
             _add_bytes(tar, "manifest.json", json.dumps(manifest, indent=2).encode())
             add_file(tar, database, database.name)
+            for name in manifest["parts"]:
+                add_file(tar, database.with_name(name), name)
             for name, folder in _folders(places):
                 if folder.is_dir():
                     say(f"==> {name}: {manifest['files'][name]} file(s) from {folder}")
@@ -193,8 +227,9 @@ def _sqlite_snapshot(target: Path) -> None:
         copy.close()
 
 
-def _json_snapshot(target: Path) -> dict[str, int]:
-    """Every row (and the counts) as one snapshot: nothing committed meanwhile is half-seen."""
+def _json_snapshot(target: Path, work: Path) -> tuple[dict[str, int], dict[str, int]]:
+    """Every row (and the counts, and the apps' parts) as one snapshot: nothing committed
+    meanwhile is half-seen."""
     connection = connections[DEFAULT_DB_ALIAS]
     with transaction.atomic(), target.open("w", encoding="utf-8") as out:
         if connection.vendor == "postgresql":
@@ -202,7 +237,8 @@ def _json_snapshot(target: Path) -> dict[str, int]:
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         row_counts = counts()
         _dumpdata(DEFAULT_DB_ALIAS, out)
-    return row_counts
+        parts = {name: part.dump(work / name, None) for name, part in _parts.items()}
+    return row_counts, parts
 
 
 def _dumpdata(using: str, out) -> None:
@@ -264,6 +300,9 @@ def restore(path: Path, *, force: bool = False, say: Callable[[str], None] = pri
             call_command("flush", interactive=False, verbosity=0)
             call_command("loaddata", str(fixture), verbosity=0)
             _move_paths(manifest["source"], places)
+            for name in manifest.get("parts", {}):  # an older backup has none: its vectors are made anew
+                if name in _parts and (work / name).is_file():
+                    say(f"==> {name}: {_parts[name].load(work / name)} restored")
         _copy_files(work, places, force, say)
     restored = counts()
     say("==> restored: " + ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in restored.items()))
@@ -364,6 +403,7 @@ def _file_problems(work: Path, manifest: dict) -> list[str]:
             problems.append(f"{name}: {found} file(s), the manifest says {manifest['files'].get(name, 0)}")
     if (work / "ssh_hosts.json").is_file() != bool(manifest["files"].get("ssh_hosts")):
         problems.append("ssh_hosts.json: present and listed differ")
+    problems += [f"{name}: listed but missing" for name in manifest.get("parts", {}) if not (work / name).is_file()]
     return problems
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 FOLDERS = ("session_files", "user_tools")
 FILES = ("manifest.json", "database.sqlite3", "database.json", "ssh_hosts.json")
+PART_FILES: set[str] = set()  # the parts apps register (backup.register_part), e.g. vectors.bin
 _PLAIN_FILE = (tarfile.REGTYPE, tarfile.AREGTYPE)
 _KINDS = {
     tarfile.SYMTYPE: "a symbolic link", tarfile.LNKTYPE: "a hard link", tarfile.CHRTYPE: "a character device",
@@ -36,7 +37,8 @@ def name_problem(name: str) -> str | None:
     parts = name.rstrip("/").split("/")
     if any(part in ("", ".", "..") for part in parts):
         return "has an empty, `.` or `..` part in its name"
-    if parts[0] not in FOLDERS + FILES or (parts[0] in FILES and len(parts) > 1):
+    files = (*FILES, *sorted(PART_FILES))
+    if parts[0] not in FOLDERS + files or (parts[0] in files and len(parts) > 1):
         return "is not part of a Navi backup"
     return None
 
@@ -51,7 +53,7 @@ def member_problem(member: tarfile.TarInfo) -> str | None:
     if problem:
         return problem
     parts = member.name.rstrip("/").split("/")
-    if member.isdir() and parts[0] in FILES:
+    if member.isdir() and parts[0] in (*FILES, *PART_FILES):
         return "is a folder where a file belongs"
     if not member.isdir() and parts == [parts[0]] and parts[0] in FOLDERS:
         return "is a file where a folder belongs"

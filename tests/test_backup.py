@@ -365,3 +365,36 @@ def test_restore_refuses_a_hand_made_archive_naming_the_member(tmp_path, setting
     assert says in str(refused.value) and "Nothing was restored" in str(refused.value), str(refused.value)
     assert list(Session.objects.values_list("pk", flat=True)) == [kept.pk]  # the database was not touched
     assert not (tmp_path / "escaped.txt").exists() and not os.path.exists("/tmp/navi-escaped.txt")
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("knowledge_state")
+def test_a_backup_carries_the_vectors_and_a_restore_embeds_nothing_again(tmp_path, owner, owner_client, embed):
+    """Issue 51: one restore re-embedded 16 964 passages. Now `vectors.bin` rides along: after a
+    restore, search by meaning works at once and no passage or fact lacks its vector."""
+    from jobs_app.worker import drain
+    from knowledge_app import indexer
+    from knowledge_app.models import Passage
+    from memory_app.services import upsert_fact
+    from tests.test_knowledge import indexed, results
+
+    indexed(owner_client, "diary.txt", "I drink a double espresso every morning.")
+    indexed(owner_client, "pets.txt", "The cat sleeps on the sofa all afternoon.")
+    upsert_fact(owner.pk, "preferences", "morning drink", "a double espresso")
+    assert drain(60) and indexer.missing_counts() == (0, 0)
+    archive = tmp_path / "b.tar.gz"
+    out = io.StringIO()
+    call_command("navi_backup", str(archive), stdout=out)
+    with tarfile.open(archive) as tar:
+        manifest, names = json.load(tar.extractfile("manifest.json")), tar.getnames()
+    assert manifest["parts"] == {"vectors.bin": 3} and "vectors.bin" in names
+
+    embedded_before = len(embed.embeds)
+    call_command("navi_restore", str(archive), force=True, stdout=out)
+    assert "vectors.bin: 3 restored" in out.getvalue()
+    assert Passage.objects.count() == 2 and indexer.missing_counts() == (0, 0)
+    indexer.remake_lost_vector_tables()  # a worker's check at its start finds nothing lost
+    assert indexer.missing_counts() == (0, 0)
+    assert "espresso" in results(owner_client, "coffee")[0]["text"]  # by meaning, at once
+    assert len(embed.embeds) == embedded_before + 1  # the query's vector only: nothing was embedded again
+    call_command("navi_backup", str(tmp_path / "again.tar.gz"), "--verify", stdout=out)
