@@ -113,7 +113,7 @@ def quality() -> None:
         dest = indexer.file_path(doc)
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_bytes(page.read_bytes())
-        indexer.index_document(doc.pk)
+        indexer.index_document_now(doc.pk)
     took = time.perf_counter() - started
     passages = Passage.objects.count()
     from knowledge_app import embeddings
@@ -346,7 +346,7 @@ def rss() -> None:
     sampler = threading.Thread(target=sample)
     sampler.start()
     started = time.perf_counter()
-    indexer.index_document(doc.pk)
+    indexer.index_document_now(doc.pk)  # the parse runs in its child: this process holds the passages only
     done.set()
     sampler.join()
     doc.refresh_from_db()
