@@ -99,6 +99,11 @@ def is_live(task_id: str) -> bool:
     return found is not None and found.status in (READY, RUNNING)
 
 
+def live_ids(task: Task) -> set[str]:
+    """The ids (as the engine writes them: dashed) of the task's jobs waiting or running."""
+    return {str(i) for i in rows(task).filter(status__in=[READY, RUNNING]).values_list("id", flat=True)}
+
+
 def position(task_id: str) -> int | None:
     """1 for the next job a worker takes, 2 for the one after …; None unless it is waiting."""
     found = job(task_id)

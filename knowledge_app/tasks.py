@@ -107,9 +107,13 @@ def sweep_documents() -> int:
     next, a database restored mid-indexing) get one again, or fail when their upload is gone;
     how many were looked after."""
     before = timezone.now() - timedelta(seconds=SWEEP_GRACE_S)
+    waiting = list(Document.objects.filter(status__in=["queued", "indexing"], updated_at__lt=before))
+    if not waiting:
+        return 0
+    live = queue.live_ids(index_document)  # one query, however many documents wait
     fixed = 0
-    for document in Document.objects.filter(status__in=["queued", "indexing"], updated_at__lt=before):
-        if queue.is_live(document.job_id):
+    for document in waiting:
+        if document.job_id in live:
             continue
         job = queue.job(document.job_id)
         if job is not None and job.status == queue.FAILED:

@@ -181,7 +181,7 @@ class TestHealth:
         body = json.loads(owner_client.get("/health").content)
         assert body["status"] == "ok" and body["db"] == "ok" and body["channel_layer"] == "ok" and "llm" in body
         token_body = json.loads(Client().get("/health", HTTP_AUTHORIZATION=f"Bearer {owner_token}").content)
-        assert set(token_body) == {"status", "db", "channel_layer", "llm", "mcp"}  # mcp: failing MCP servers
+        assert set(token_body) == {"status", "db", "channel_layer", "llm", "jobs", "mcp"}  # mcp: failing MCP servers
 
     def test_the_llm_probe_is_cached_for_a_few_seconds(self, owner_client, anon_client, monkeypatch):
         from agent.web import health as views
