@@ -143,3 +143,20 @@ class TestPeriodicJobs:
         assert queue.rows(clean_session_files).filter(status="READY").count() == 1
         assert stale.exists()  # the check only queues; the job deletes
         assert drain(WAIT_S) and not stale.exists()
+
+    def test_knowledge_embed_queue_leaves_the_backfill_to_a_worker(self, owner, embed, settings):
+        import io
+
+        from django.core.management import call_command
+
+        from knowledge_app import indexer
+        from memory_app.services import upsert_fact
+
+        settings.KNOWLEDGE_EMBED_FACTS = False  # saved without a vector: the backfill's to make
+        upsert_fact(owner.pk, "preferences", "morning drink", "a double espresso")
+        assert indexer.missing_counts() == (0, 1)
+        out = io.StringIO()
+        call_command("knowledge_embed", "--queue", stdout=out)
+        assert "queued" in out.getvalue() and queue.pending(tasks.backfill_embeddings)
+        assert indexer.missing_counts() == (0, 1)  # the command itself embedded nothing
+        assert drain(WAIT_S) and indexer.missing_counts() == (0, 0)

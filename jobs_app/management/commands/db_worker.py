@@ -35,6 +35,8 @@ class Command(EngineCommand):
         die_with_parent()  # started by the web server (`make run`): it goes when the server goes
         self.configure_logging(verbosity)
         queue_names = [q for q in queue_name.split(",") if q] or None
+        if options.get("reload"):
+            log.warning("--reload is not supported here: restart the worker after a code change")
         if batch:
             drain(timeout=float("inf"), queue_names=queue_names)
             return
