@@ -11,8 +11,9 @@ class JobsConfig(AppConfig):
         # Imported here: these modules import models (Django's app-loading rule).
         from navi_project.metrics import register_collector
 
-        from . import metrics, schedule, stats
+        from . import metrics, recovery, schedule, stats
 
         stats.connect()  # job durations and outcomes, counted by the worker that ran them
         register_collector(metrics.JobsCollector())  # navi_jobs_* on GET /metrics
         schedule.every(3600, "prune job results", stats.prune_results)
+        schedule.every(3600, "forget long-dead workers", recovery.forget_long_dead)
