@@ -3,32 +3,40 @@
     .venv/bin/python bench/stream_relay.py [--quick]
 
 Prints figures, asserts nothing. Set-up: the protocol-level test LLM server runs in its own
-process (`tests.llm_server`, wrapped here only to record when it writes each chunk), one real
+process (`tests.llm_server`, wrapped here only to record when it writes each piece), one real
 Navi server (daphne, in-memory channel layer, planning disabled), and this process as the
-client. Parts:
+client. The texts are random letters with ~5 % of characters JSON escapes (newline, tab, quote,
+backslash) or past ASCII (é, €, ü, and 😀, a surrogate pair in JSON). On a request with a JSON
+schema (`auto`'s step) the server writes the answer inside `{"name":"answer","text":"…"}`, the
+text as JSON spells it, cut every `chunk_size` characters as a model's tokens cut it (a `\`
+at the end of one piece, its `n` at the start of the next); a delta is one piece the server
+wrote (one NDJSON line), and each character Navi relays is matched to the piece that completed
+it (decoded here with `json`) for its lag. Parts:
 
   (a) deltas/s one WebSocket client receives through Navi vs the bare `ollama.AsyncClient`
       against the same server in the same run (server streams 1 char per chunk, no delay).
   (b) first-delta latency Navi adds: WS `message` sent -> first `stream_delta`, minus the bare
       client's call -> first chunk; paired runs, p50/p95.
-  (c) 50 concurrent sessions x 1 000 deltas: total deltas/s and delivery lag (client receive
-      time - the time the LLM server wrote that chunk, both `time.time()` on this machine),
-      once paced like a fast model (10 ms per chunk per session) and once unpaced (burst).
+  (c) 50 concurrent sessions x 1 000 deltas: total deltas/s, server CPU per delta and delivery
+      lag (client receive time - the time the LLM server wrote the piece that completed it,
+      both `time.time()` on this machine), once paced like a fast model (10 ms per piece per
+      session) and once unpaced (burst).
 
 The hot-path table (the figures a user feels), each next to the bare client in the same run, for
 each profile mode in `--modes` (default `auto,native`; the LLM server honours `format` as Ollama
-does, so `auto` takes the constrained path):
+does, so `auto` takes the constrained path; on `auto`'s half the bare client sends the same
+answer schema, so it reads the very bytes Navi reads):
 
   (d) first delta after send, p50, and how much of it passes before Navi's LLM request reaches
       the server (the server notes when each request arrives); the LLM requests a plain message
       of a new chat made before its first word.
-  (e) 20 sessions x 2 000 deltas at once: total deltas/s, Navi against 20 bare clients; medians
-      of 5 rounds, the order of the two sides alternating. Server CPU per delta relayed: the
-      Navi process's own CPU time (/proc/<pid>/stat, every thread) over the Navi half of each
-      round, divided by the deltas it relayed.
-  (f) 20 streams paced 50 ms per delta while 20 new runs start beside them (from a client
-      process of their own): delivery lag p99 of the paced streams (receive time - the time the
-      server wrote the delta).
+  (e) 20 sessions x 2 000 characters at once, 1 a piece: total deltas/s, Navi against 20 bare
+      clients; medians of 5 rounds, the order of the two sides alternating. Server CPU per delta
+      relayed: the Navi process's own CPU time (/proc/<pid>/stat, every thread) over the Navi
+      half of each round, divided by the pieces it relayed (every stream's text checked whole).
+  (f) 20 streams of 160 characters, 3 a piece, 50 ms apart, while 20 new runs start beside them
+      (from a client process of their own): delivery lag p99 of the paced streams (receive time
+      - the time the server wrote the piece that completed it).
   (g) idle RSS of the Navi process and its boot time (start -> first /health 200).
 """
 
