@@ -3,32 +3,40 @@
     .venv/bin/python bench/stream_relay.py [--quick]
 
 Prints figures, asserts nothing. Set-up: the protocol-level test LLM server runs in its own
-process (`tests.llm_server`, wrapped here only to record when it writes each chunk), one real
+process (`tests.llm_server`, wrapped here only to record when it writes each piece), one real
 Navi server (daphne, in-memory channel layer, planning disabled), and this process as the
-client. Parts:
+client. The texts are random letters with ~5 % of characters JSON escapes (newline, tab, quote,
+backslash) or past ASCII (é, €, ü, and 😀, a surrogate pair in JSON). On a request with a JSON
+schema (`auto`'s step) the server writes the answer inside `{"name":"answer","text":"…"}`, the
+text as JSON spells it, cut every `chunk_size` characters as a model's tokens cut it (a `\`
+at the end of one piece, its `n` at the start of the next); a delta is one piece the server
+wrote (one NDJSON line), and each character Navi relays is matched to the piece that completed
+it (decoded here with `json`) for its lag. Parts:
 
   (a) deltas/s one WebSocket client receives through Navi vs the bare `ollama.AsyncClient`
       against the same server in the same run (server streams 1 char per chunk, no delay).
   (b) first-delta latency Navi adds: WS `message` sent -> first `stream_delta`, minus the bare
       client's call -> first chunk; paired runs, p50/p95.
-  (c) 50 concurrent sessions x 1 000 deltas: total deltas/s and delivery lag (client receive
-      time - the time the LLM server wrote that chunk, both `time.time()` on this machine),
-      once paced like a fast model (10 ms per chunk per session) and once unpaced (burst).
+  (c) 50 concurrent sessions x 1 000 deltas: total deltas/s, server CPU per delta and delivery
+      lag (client receive time - the time the LLM server wrote the piece that completed it,
+      both `time.time()` on this machine), once paced like a fast model (10 ms per piece per
+      session) and once unpaced (burst).
 
 The hot-path table (the figures a user feels), each next to the bare client in the same run, for
 each profile mode in `--modes` (default `auto,native`; the LLM server honours `format` as Ollama
-does, so `auto` takes the constrained path):
+does, so `auto` takes the constrained path; on `auto`'s half the bare client sends the same
+answer schema, so it reads the very bytes Navi reads):
 
   (d) first delta after send, p50, and how much of it passes before Navi's LLM request reaches
       the server (the server notes when each request arrives); the LLM requests a plain message
       of a new chat made before its first word.
-  (e) 20 sessions x 2 000 deltas at once: total deltas/s, Navi against 20 bare clients; medians
-      of 5 rounds, the order of the two sides alternating. Server CPU per delta relayed: the
-      Navi process's own CPU time (/proc/<pid>/stat, every thread) over the Navi half of each
-      round, divided by the deltas it relayed.
-  (f) 20 streams paced 50 ms per delta while 20 new runs start beside them (from a client
-      process of their own): delivery lag p99 of the paced streams (receive time - the time the
-      server wrote the delta).
+  (e) 20 sessions x 2 000 characters at once, 1 a piece: total deltas/s, Navi against 20 bare
+      clients; medians of 5 rounds, the order of the two sides alternating. Server CPU per delta
+      relayed: the Navi process's own CPU time (/proc/<pid>/stat, every thread) over the Navi
+      half of each round, divided by the pieces it relayed (every stream's text checked whole).
+  (f) 20 streams of 160 characters, 3 a piece, 50 ms apart, while 20 new runs start beside them
+      (from a client process of their own): delivery lag p99 of the paced streams (receive time
+      - the time the server wrote the piece that completed it).
   (g) idle RSS of the Navi process and its boot time (start -> first /health 200).
 """
 
@@ -54,7 +62,8 @@ sys.path.insert(0, str(ROOT))
 BIG = 4000  # deltas in part (a)
 MANY_SESSIONS, MANY_DELTAS = 50, 1000
 E_SESSIONS, E_DELTAS, E_ROUNDS = 20, 2000, 5  # part (e)
-F_SESSIONS, F_DELTAS, F_STARTS = 20, 60, 20  # part (f): 60 deltas 50 ms apart = 3 s per stream
+# part (f): 160 characters, 3 a piece (a model's token), 50 ms apart: ~3 s per stream
+F_SESSIONS, F_CHARS, F_STARTS = 20, 160, 20
 
 
 # --- the LLM server process, with an emission tap -----------------------------------------------
@@ -80,6 +89,8 @@ def serve_llm(rules: str, tap: str) -> None:
         return original_ollama(self, body, model, turn)
 
     def stream(self, turn, ctype, frames, tail):
+        # The pieces of the text as written (the JSON of a step, or plain text): the bench maps each
+        # character Navi relays to the piece that completed it (a split escape completes later).
         # A chunk's time is when its write returns, not when the generator yields it: the
         # server waits the turn's delay between the two (that once added the whole 50 ms
         # pacing of part (f) to every "lag", the bare client's too).
@@ -98,7 +109,8 @@ def serve_llm(rules: str, tap: str) -> None:
             self.wfile = written.raw
             with lock:
                 record = {"key": getattr(self, "_tap_key", ""), "arrived": getattr(self, "_tap_arrived", 0.0),
-                          "parsed": getattr(self, "_tap_parsed", 0.0), "times": times}
+                          "parsed": getattr(self, "_tap_parsed", 0.0), "times": times,
+                          "pieces": turn.pieces(turn.content)[:len(times)]}
                 out.write(json.dumps(record) + "\n")
                 out.flush()
 
@@ -124,9 +136,50 @@ class _StampedWrites:
         return getattr(self.raw, name)
 
 
-def unrepeating(n: int) -> str:
-    """n letters, digits and spaces drawn at random (seeded): no loop for Navi's guard to cut."""
-    return "".join(random.Random(n).choices(string.ascii_letters + string.digits + " ", k=n))
+# What JSON escapes, and characters past ASCII (one outside the BMP: a surrogate pair in JSON).
+SPECIAL = '\n"\\\té€ü😀'
+
+
+def unrepeating(n: int, special: float = 0.05) -> str:
+    """n letters, digits and spaces drawn at random (seeded): no loop for Navi's guard to cut;
+    a share `special` of them from SPECIAL, so a step's JSON carries escapes to split."""
+    rnd, plain = random.Random(n), string.ascii_letters + string.digits + " "
+    return "".join(rnd.choice(SPECIAL) if rnd.random() < special else rnd.choice(plain) for _ in range(n))
+
+
+# The schema the bare client sends on `auto`'s half of the table: the test server then writes it the
+# very JSON (pieces of `{"name":"answer","text":"…"}`) it writes Navi's constrained step.
+ANSWER_SCHEMA = {"anyOf": [{"type": "object", "properties": {"name": {"const": "answer"}, "text": {"type": "string"}},
+                            "required": ["name"], "additionalProperties": False}]}
+
+
+def completing_pieces(pieces: list[str]) -> list[int]:
+    """For each character of the answer the pieces carry, the index of the piece that completes
+    it: plain text, or a step's JSON (`{"name":"answer","text":"…"}`) whose escapes may be split
+    over pieces (decoded here by `json`, independently of Navi's decoder)."""
+    full = "".join(pieces)
+    if not full.startswith("{"):
+        return [i for i, piece in enumerate(pieces) for _ in piece]
+    start, end = full.index('"text":"') + len('"text":"'), len(full) - len('"}')
+    out, written = [], 0
+    for i, piece in enumerate(pieces):
+        written += len(piece)
+        if written > start:
+            out += [i] * (_decoded_length(full[start:min(written, end)]) - len(out))
+    return out
+
+
+def _decoded_length(text: str) -> int:
+    """Characters of a JSON string's inside `text` that are complete (an escape cut at the end, or
+    a surrogate pair's first half, is not yet a character)."""
+    for cut in range(13):
+        try:
+            decoded = json.loads('"' + text[:len(text) - cut] + '"')
+        except ValueError:
+            continue
+        if not (decoded and "\ud800" <= decoded[-1] <= "\udbff"):
+            return len(decoded)
+    raise ValueError(f"not the inside of a JSON string: {text[-20:]!r}")
 
 
 def start_llm(workdir: Path, quick: bool) -> tuple[subprocess.Popen, str, Path]:
@@ -139,7 +192,7 @@ def start_llm(workdir: Path, quick: bool) -> tuple[subprocess.Popen, str, Path]:
         {"match": "bench-c-paced", "turns": [{"content": many, "chunk_size": 1, "delay": 0.01}]},
         {"match": "bench-c-burst", "turns": [{"content": many, "chunk_size": 1}]},
         {"match": "bench-e", "turns": [{"content": unrepeating(E_DELTAS), "chunk_size": 1}]},
-        {"match": "bench-f-paced", "turns": [{"content": unrepeating(F_DELTAS), "chunk_size": 1, "delay": 0.05}]},
+        {"match": "bench-f-paced", "turns": [{"content": unrepeating(F_CHARS), "chunk_size": 3, "delay": 0.05}]},
         {"match": "bench-f-start", "turns": [{"content": "ok, started", "chunk_size": 1}]},
     ]
     rules_path, tap = workdir / "rules.json", workdir / "tap.jsonl"
@@ -196,8 +249,9 @@ def rss_mib(pid: int) -> float:
 
 
 # --- clients ------------------------------------------------------------------------------------
-async def bare_stream(host: str, content: str, wall: bool = False) -> tuple[float, list[float]]:
-    """(time of the call, receive time of every content chunk) with the plain ollama client."""
+async def bare_stream(host: str, content: str, wall: bool = False, schema: dict | None = None) -> tuple[float, list[float]]:
+    """(time of the call, receive time of every content chunk) with the plain ollama client;
+    with `schema`, sent as `format` (the reply is then a step's JSON, as Navi's `auto` gets it)."""
     import ollama
 
     clock = time.time if wall else time.perf_counter
@@ -208,7 +262,7 @@ async def bare_stream(host: str, content: str, wall: bool = False) -> tuple[floa
         t0 = clock()
         stamps = []
         async for part in await client.chat(
-            model="fake-llm:latest", messages=[{"role": "user", "content": content}], stream=True
+            model="fake-llm:latest", messages=[{"role": "user", "content": content}], stream=True, format=schema
         ):
             if part.message.content:
                 stamps.append(clock())
@@ -232,6 +286,15 @@ async def navi_stream(navi, session_id: str, content: str, wall: bool = False) -
                 if frame["type"] != "stream_end":
                     raise RuntimeError(f"run ended with {frame}")
                 return t0, got
+
+
+def navi_lags(record: dict, got: list[tuple[float, str]]) -> list[float]:
+    """ms from the LLM server's write of the piece that completed each delta to its arrival."""
+    completes, offset, lags = completing_pieces(record["pieces"]), 0, []
+    for received, delta in got:
+        offset += len(delta)
+        lags.append((received - record["times"][completes[offset - 1]]) * 1000)
+    return lags
 
 
 def rate(stamps: list[float]) -> float:
@@ -287,38 +350,37 @@ async def part_b(navi, host: str, rounds: int) -> None:
 async def part_c(navi, tap: Path, label: str, sessions: int) -> None:
     sids = [await asyncio.to_thread(navi.create_session) for _ in range(sessions)]
     keys = [f"{label} #{i}" for i in range(sessions)]
-    start = time.time()
+    start, cpu0 = time.time(), cpu_seconds(navi.proc.pid)
     results = await asyncio.gather(
         *(navi_stream(navi, sid, key, wall=True) for sid, key in zip(sids, keys)), return_exceptions=True
     )
-    elapsed = time.time() - start
+    elapsed, cpu = time.time() - start, cpu_seconds(navi.proc.pid) - cpu0
     errors = [r for r in results if isinstance(r, BaseException)]
-    emitted = {k: r["times"] for k, r in (await tap_records(tap, keys)).items()}
+    records = await tap_records(tap, keys)
+    emitted = {k: r["times"] for k, r in records.items()}
     lags, total = [], 0
     for key, result in zip(keys, results):
         if isinstance(result, BaseException):
             continue
-        offset = 0
-        for received, delta in result[1]:
-            offset += len(delta)
-            lags.append((received - emitted[key][offset - 1]) * 1000)
-        total += offset
+        lags += navi_lags(records[key], result[1])
+        total += len(records[key]["times"])
     first = min(min(emitted[k]) for k in keys if k in emitted)
     last_rx = max(r[1][-1][0] for r in results if not isinstance(r, BaseException) and r[1])
     print(f"(c) {sessions} sessions x {MANY_DELTAS} deltas, {label}: {len(errors)} errors"
           + (f" (first: {errors[0]!r})" if errors else ""))
-    print(f"    delivered {total} deltas in {elapsed:.2f} s -> {total / (last_rx - first):.0f} deltas/s total")
+    print(f"    delivered {total} deltas in {elapsed:.2f} s -> {total / (last_rx - first):.0f} deltas/s total, "
+          f"server CPU {cpu / total * 1e6:.1f} us/delta")
     print(f"    delivery lag ms: p50 {pct(lags, 50):.1f}  p95 {pct(lags, 95):.1f}  p99 {pct(lags, 99):.1f}"
           f"  max {max(lags):.1f}   (target p99 <= 250 ms)")
 
 
 # --- the hot-path table ---------------------------------------------------------------------------
-async def part_d(navi, host: str, tap: Path, rounds: int, tag: str = "") -> dict:
+async def part_d(navi, host: str, tap: Path, rounds: int, tag: str = "", schema: dict | None = None) -> dict:
     """Also counts the LLM requests each message made before its first word (every request the
     server saw for that message's words: the tap keeps one line per request)."""
     bare, through, before, parsed, calls = [], [], [], [], []
     for i in range(rounds):
-        t0, stamps = await bare_stream(host, f"bench-b bare-d{tag} {i}", wall=True)
+        t0, stamps = await bare_stream(host, f"bench-b bare-d{tag} {i}", wall=True, schema=schema)
         bare.append((stamps[0] - t0) * 1000)
         sid = await asyncio.to_thread(navi.create_session)
         key = f"bench-b navi-d{tag} {i}"
@@ -341,33 +403,36 @@ async def part_d(navi, host: str, tap: Path, rounds: int, tag: str = "") -> dict
     return figures
 
 
-async def _bare_many(host: str, keys: list[str]) -> tuple[int, float]:
-    results = await asyncio.gather(*(bare_stream(host, key, wall=True) for key in keys))
+async def _bare_many(host: str, keys: list[str], schema: dict | None) -> tuple[int, float]:
+    results = await asyncio.gather(*(bare_stream(host, key, wall=True, schema=schema) for key in keys))
     deltas = sum(len(stamps) for _, stamps in results)
     return deltas, deltas / (max(stamps[-1] for _, stamps in results) - min(t0 for t0, _ in results))
 
 
-async def _navi_many(navi, keys: list[str]) -> tuple[int, float, float]:
-    """(deltas, deltas/s, server CPU seconds) for one stream per key, all at once."""
+async def _navi_many(navi, tap: Path, keys: list[str]) -> tuple[int, float, float]:
+    """(deltas, deltas/s, server CPU seconds) for one stream per key, all at once. A delta is a
+    piece the LLM server wrote (one NDJSON line, as the bare client counts them); every stream's
+    text is checked whole."""
     sids = [await asyncio.to_thread(navi.create_session) for _ in keys]
     cpu0 = cpu_seconds(navi.proc.pid)
     results = await asyncio.gather(*(navi_stream(navi, sid, key, wall=True) for sid, key in zip(sids, keys)))
     cpu = cpu_seconds(navi.proc.pid) - cpu0
-    deltas = sum(len(d) for _, got in results for _, d in got)
+    if any("".join(d for _, d in got) != unrepeating(E_DELTAS) for _, got in results):
+        raise RuntimeError("Navi lost, changed or reordered the text of a stream")
+    records = await tap_records(tap, keys)
+    deltas = sum(len(records[k]["times"]) for k in keys)
     return deltas, deltas / (max(got[-1][0] for _, got in results) - min(t0 for t0, _ in results)), cpu
 
 
-async def part_e(navi, host: str, rounds: int, sessions: int, tag: str = "") -> dict:
+async def part_e(navi, host: str, tap: Path, rounds: int, sessions: int, tag: str = "", schema: dict | None = None) -> dict:
     bare_rates, navi_rates, cpu_per_delta = [], [], []
     for r in range(rounds):
         for side in (("bare", "navi") if r % 2 == 0 else ("navi", "bare")):
             keys = [f"bench-e {side}{tag} r{r} #{j}" for j in range(sessions)]
             if side == "bare":
-                bare_rates.append((await _bare_many(host, keys))[1])
+                bare_rates.append((await _bare_many(host, keys, schema))[1])
             else:
-                deltas, rate_, cpu = await _navi_many(navi, keys)
-                if deltas != sessions * E_DELTAS:
-                    raise RuntimeError(f"Navi delivered {deltas} of {sessions * E_DELTAS} deltas")
+                deltas, rate_, cpu = await _navi_many(navi, tap, keys)
                 navi_rates.append(rate_)
                 cpu_per_delta.append(cpu / deltas * 1e6)
     figures = {"bare": statistics.median(bare_rates), "navi": statistics.median(navi_rates),
@@ -379,7 +444,7 @@ async def part_e(navi, host: str, rounds: int, sessions: int, tag: str = "") -> 
     return figures
 
 
-async def part_f(navi, host: str, tap: Path, sessions: int, starts: int, tag: str = "") -> dict:
+async def part_f(navi, host: str, tap: Path, sessions: int, starts: int, tag: str = "", schema: dict | None = None) -> dict:
     """The new runs start from a process of their own, as they would from other people's
     browsers: a client starting twenty runs (or making twenty ollama clients, 50 ms of CPU
     each) would otherwise stall this process's own reading, and the lag measured would be the
@@ -393,8 +458,8 @@ async def part_f(navi, host: str, tap: Path, sessions: int, starts: int, tag: st
             job = {"side": side, "starts": [[navi.ws_url(sid), key] for sid, key in zip(sids[sessions:], started)],
                    "headers": navi.headers}
         else:
-            streams = [asyncio.create_task(bare_stream(host, key, wall=True)) for key in paced]
-            job = {"side": side, "host": host, "starts": started}
+            streams = [asyncio.create_task(bare_stream(host, key, wall=True, schema=schema)) for key in paced]
+            job = {"side": side, "host": host, "starts": started, "schema": schema}
         starter = await asyncio.create_subprocess_exec(
             sys.executable, __file__, "--starter", cwd=ROOT,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
@@ -411,16 +476,13 @@ async def part_f(navi, host: str, tap: Path, sessions: int, starts: int, tag: st
         if done != b"done":
             raise RuntimeError(f"the starter process failed: {done!r}")
         results = await asyncio.gather(*streams)
-        emitted = {k: r["times"] for k, r in (await tap_records(tap, paced)).items()}
+        records = await tap_records(tap, paced)
         lags: list[float] = []
         for key, (_, got) in zip(paced, results):
             if side == "navi":
-                offset = 0
-                for received, delta in got:
-                    offset += len(delta)
-                    lags.append((received - emitted[key][offset - 1]) * 1000)
+                lags += navi_lags(records[key], got)
             else:
-                lags += [(received - written) * 1000 for received, written in zip(got, emitted[key])]
+                lags += [(received - written) * 1000 for received, written in zip(got, records[key]["times"])]
         return lags
 
     bare, through = await scenario("bare"), await scenario("navi")
@@ -454,7 +516,7 @@ async def starter() -> None:
     if job["side"] == "navi":
         await asyncio.gather(*(navi_run(url, key) for url, key in job["starts"]))
     else:
-        await asyncio.gather(*(bare_stream(job["host"], key) for key in job["starts"]))
+        await asyncio.gather(*(bare_stream(job["host"], key, schema=job["schema"]) for key in job["starts"]))
     print("done", flush=True)
 
 
@@ -508,9 +570,10 @@ async def main(quick: bool, only_table: bool, modes: list[str]) -> None:
             navi._manage("shell", "-c", f"from agent.models import Profile; Profile.objects.update(tool_calling={mode!r})")
             await navi_stream(navi, await asyncio.to_thread(navi.create_session), f"bench-b warm-up {mode}")
             tag = f" {mode}"
-            d = await part_d(navi, host, tap, 10 if quick else 30, tag)
-            e = await part_e(navi, host, 2 if quick else E_ROUNDS, 5 if quick else E_SESSIONS, tag)
-            f = await part_f(navi, host, tap, F_SESSIONS, F_STARTS, tag)
+            schema = ANSWER_SCHEMA if mode != "native" else None  # the bare client reads the same bytes
+            d = await part_d(navi, host, tap, 10 if quick else 30, tag, schema)
+            e = await part_e(navi, host, tap, 2 if quick else E_ROUNDS, 5 if quick else E_SESSIONS, tag, schema)
+            f = await part_f(navi, host, tap, F_SESSIONS, F_STARTS, tag, schema)
             by_mode[mode] = (d, e, f)
         print_table(boot, by_mode)
     finally:

@@ -162,6 +162,9 @@ class LLMServer:
         # {"name": "answer"}) is not used up: the model's next, free call writes it. Navi's support
         # probe (schema title "navi_probe") is answered here without using the script, kept in ``probes``.
         self.schemas: set[str] = set(OLLAMA_SCHEMAS if schemas is None else schemas)
+        # Set to a Semaphore to write a stream in lockstep with a test: each piece after the first
+        # waits for a release (the test releases once it has seen what the last piece showed).
+        self.piece_gate: threading.Semaphore | None = None
         # /api/pull: each pull's model name, names that fail, the progress parts and their pace.
         self.pulls: list[str] = []
         self.unpullable: set[str] = set()
@@ -461,6 +464,8 @@ class _Handler(BaseHTTPRequestHandler):
                     raise _Dropped
                 if i and turn.delay:
                     self._wait(turn.delay)
+                if i and fake.piece_gate is not None and not fake.piece_gate.acquire(timeout=30):
+                    raise _Dropped
                 if fake._stopping:
                     raise _Dropped
                 data = frame.encode()
@@ -564,7 +569,8 @@ class _Handler(BaseHTTPRequestHandler):
         enforced = schema is not None and via in fake.schemas
         if probe:
             value = schema["properties"]["probe"]["enum"][0]
-            turn = Turn(content=_dumps({"probe": value}) if enforced else "Hello! How can I help you today?")
+            # One piece: a test's lockstep (piece_gate) is for the chat's own replies.
+            turn = Turn(content=_dumps({"probe": value}) if enforced else "Hello! How can I help you today?", chunk_size=0)
         else:
             turn = fake.pick_turn(body.get("messages") or [],
                                   keep=(lambda t: _no_room(schema, t)) if enforced else None)
@@ -899,7 +905,11 @@ def _shaped(schema: dict, turn: Turn, words: str) -> Turn:
     value.pop(key, None)
     value[key] = ""  # written last, so the text streams at the end of the object
     head = _dumps(value)[:-2]  # `{"name":"answer","text":"` — the text is written from here
-    parts = [json.dumps(piece)[1:-1] for piece in turn.pieces(turn.content)]
+    # The text as JSON spells it (ASCII: `\n`, `\"`, `\u00e9`, a surrogate pair for 😀), cut every
+    # `chunk_size` characters as a model's tokens cut it: `\` at the end of one piece and `n` at the
+    # start of the next, `\u00e9` in the middle, a pair's two halves apart. The head comes with
+    # the first piece, so a turn's `drop_after` and token cap count the text's pieces.
+    parts = turn.pieces(_dumps(turn.content)[1:-1])
     parts[0] = head + parts[0]
     parts[-1] += '"}'
     return replace(turn, content="".join(parts), tool_calls=[], parts=parts)

@@ -91,6 +91,71 @@ class TestOneCall:
         assert constrained.DECIDE_NOTE in decide["messages"][-1]["content"] and frames[-1]["content"] == "Hello!"
 
 
+class TestStepAnswerStreams:
+    async def test_each_piece_of_a_step_answer_is_a_frame_the_moment_it_arrives(
+        self, llm, session, owner_token, monkeypatch
+    ):
+        """The server writes the step's JSON a few characters a piece, its escapes cut anywhere,
+        in lockstep with this client: a piece is written only once the page has what the one before
+        it completed. Every piece that completes characters is one stream_delta of exactly those
+        characters, and the reader never waits on a tick or a timer for more."""
+        import json
+        import threading
+
+        from channels.testing import WebsocketCommunicator
+
+        from agent.llm import ndjson
+        from navi_project.asgi import application
+        from tests.test_jsonstring import _known
+        from tests.test_small_models import TIMEOUT
+
+        waits = []
+        real_read, real_hold = ndjson._Ticks.read, ndjson._hold
+        monkeypatch.setattr(ndjson._Ticks, "read", lambda *a: waits.append("tick") or real_read(*a))
+
+        async def counted_hold(*args):
+            waits.append("hold")
+            await real_hold(*args)
+
+        monkeypatch.setattr(ndjson, "_hold", counted_hold)
+        text = 'Line one\nsays "hi" \\ café, 😀 and 𝄞 — done.'
+        llm.schemas, llm.piece_gate = {"format"}, threading.Semaphore(0)
+        llm.script(Turn(content=text, chunk_size=3))
+        # As the server writes it: the text as JSON spells it, 3 characters a piece, the head
+        # with the first piece; escapes cut between pieces.
+        inside = json.dumps(text)[1:-1]
+        pieces = [inside[i:i + 3] for i in range(0, len(inside), 3)]
+        pieces[0], pieces[-1] = '{"name":"answer","text":"' + pieces[0], pieces[-1] + '"}'
+        assert sum(p.endswith("\\") for p in pieces) >= 2  # `\` ends a piece, its escape's letter starts the next
+        expected, done, fed = [], "", ""
+        for piece in pieces:
+            fed += piece
+            so_far = _known(fed[len('{"name":"answer","text":"'):len(inside) + 25])
+            expected.append(so_far[len(done):])
+            done = so_far
+
+        comm = WebsocketCommunicator(application, f"/ws/sessions/{session.id}",
+                                     headers=[(b"authorization", f"Bearer {owner_token}".encode())])
+        assert (await comm.connect(timeout=TIMEOUT))[0]
+        try:
+            await comm.send_json_to({"type": "message", "content": "Tell me something."})
+            deltas = []
+            for shows in expected:
+                if shows:  # this piece completes characters: they come as one frame, before the next piece exists
+                    while (frame := json.loads(await comm.receive_from(timeout=TIMEOUT)))["type"] != "stream_delta":
+                        assert frame["type"] in ("stream_start", "thinking_end"), frame
+                    deltas.append(frame["delta"])
+                    assert frame["delta"] == shows
+                llm.piece_gate.release()  # now the server writes the next piece
+            while (frame := json.loads(await comm.receive_from(timeout=TIMEOUT)))["type"] != "stream_end":
+                assert frame["type"] != "stream_delta", frame  # nothing was held back to come later
+        finally:
+            await comm.disconnect()
+        assert "".join(deltas) == text and frame["content"] == text
+        assert len(deltas) == sum(1 for e in expected if e) > 10
+        assert waits == []  # no piece waited for a tick or a timer
+
+
 class TestFieldText:
     def test_the_text_is_decoded_piece_by_piece_escapes_and_all(self):
         import json

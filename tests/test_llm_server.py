@@ -323,6 +323,16 @@ def test_an_enforced_schema_gets_the_answer_text_streamed_inside_its_json() -> N
         assert _ollama_json(server, "hello")[1] == {"name": "answer", "text": "echo: hello"}
 
 
+def test_the_answer_text_is_written_as_json_spells_it_its_escapes_cut_between_pieces() -> None:
+    text = 'a\nb "q" é 😀'
+    with LLMServer(schemas={"format"}) as server:
+        server.script(Turn(content=text, chunk_size=3))
+        parts, value = _ollama_json(server, "x")
+    assert value == {"name": "answer", "text": text}
+    assert parts == ['{"name":"answer","text":"a\\n', 'b \\', '"q\\', '" \\', 'u00', 'e9 ', '\\ud', '83d', '\\ud', 'e00"}']
+    # `\` ends one piece and `"` starts the next; `\u00e9` and the surrogate pair `\ud83d\ude00` are cut
+
+
 def test_a_tool_named_by_the_user_or_scripted_becomes_the_call_with_valid_arguments() -> None:
     with LLMServer(schemas={"format"}) as server:
         assert _ollama_json(server, "use get_weather for Oslo")[1] == {

@@ -132,6 +132,12 @@ def test_the_request_body_is_json_even_where_orjson_refuses():
     assert json.loads(ndjson._body({1: "int key", "big": 2**70})) == {"1": "int key", "big": 2**70}
 
 
+@pytest.fixture
+def busy_loop(monkeypatch):
+    """A loop as busy as TICK_STREAMS fast streams: here one fast stream already is read on ticks."""
+    monkeypatch.setattr(ndjson, "TICK_STREAMS", 1)
+
+
 class TestReading:
     async def test_lines_split_across_chunks_and_reads_come_out_whole_and_in_order(self):
         lines = [json.dumps({"message": {"content": c}}).encode() for c in "abcdef"]
@@ -149,6 +155,7 @@ class TestReading:
             batches = await collect(server.url)
         assert len(batches) == 1 and len(batches[0]) == 50
 
+    @pytest.mark.usefixtures("busy_loop")
     async def test_lines_faster_than_the_pace_are_read_together(self):
         lines = [b'{"n": %d}' % i for i in range(40)]
         script = [OK_CHUNKED]
@@ -159,6 +166,22 @@ class TestReading:
             batches = [b async for b in ndjson.post_lines(server.url, {}, {}, 10.0, pace=0.05)]
         assert [l for batch in batches for l in batch] == lines
         assert len(batches) <= 6  # ~80 ms of lines at most every 50 ms (one at once, the rest held)
+
+    async def test_a_fast_stream_on_a_quiet_loop_is_read_as_its_lines_come(self, monkeypatch):
+        """Below TICK_STREAMS fast streams nothing is held for a tick or a timer: each line is
+        read and given out as it arrives (a step's answer, a piece every ~2 ms here)."""
+        waits = []
+        monkeypatch.setattr(ndjson, "_hold", lambda *a: waits.append("hold"))
+        monkeypatch.setattr(ndjson._Ticks, "read", lambda *a: waits.append("tick"))
+        lines = [b'{"n": %d}' % i for i in range(40)]
+        script = [OK_CHUNKED]
+        for line in lines:
+            script += [_chunked(line + b"\n")[:-5], 0.002]
+        script.append(b"0\r\n\r\n")
+        async with RawServer(script) as server:
+            batches = [b async for b in ndjson.post_lines(server.url, {}, {}, 10.0, pace=0.05)]
+        assert [l for batch in batches for l in batch] == lines and waits == []
+        assert ndjson._Ticks.of(asyncio.get_running_loop(), 0.05).fast == 0  # counted off at its end
 
     async def test_a_model_slower_than_the_pace_never_waits_on_a_timer(self, monkeypatch):
         waits = []
@@ -182,6 +205,7 @@ class TestReading:
             batches = [b async for b in ndjson.post_lines(server.url, {}, {}, 10.0, pace=0.05)]
         assert len(batches) == 6 and waits == []  # each line read as it came, no tick or timer
 
+    @pytest.mark.usefixtures("busy_loop")
     async def test_fast_streams_are_read_together_on_shared_ticks(self, monkeypatch):
         """Two streams at full speed: once found fast, both are read on the same ticks, a tick
         waking the process once for both."""
@@ -210,6 +234,7 @@ class TestReading:
         assert max(ticked) == 2  # one tick read both streams
         assert len(ticked) <= ticks_taken + 6
 
+    @pytest.mark.usefixtures("busy_loop")
     @pytest.mark.parametrize("steps, times", [(((2, 2),), 2), (((2, 3), (1, 2)), 3)])
     async def test_many_fast_streams_are_read_on_ticks_paces_apart(self, monkeypatch, steps, times):
         """A busy loop (here 2 fast streams) reads them every `times` paces (BUSY_STEPS): fewer,
@@ -241,6 +266,7 @@ class TestReading:
         # late, followed by the next on time, made a lone short gap: a flake of `make test`.)
         assert gaps[len(gaps) // 2] > (times - 0.5) * pace, gaps
 
+    @pytest.mark.usefixtures("busy_loop")
     async def test_one_fast_stream_is_read_every_pace(self, monkeypatch):
         pace, ticks = 0.05, []
         real_tick = ndjson._Ticks._tick
@@ -251,6 +277,7 @@ class TestReading:
         gaps = [b - a for a, b in zip(ticks, ticks[1:])]
         assert gaps and min(gaps) < 1.5 * pace  # not slowed down: a single stream keeps the pace
 
+    @pytest.mark.usefixtures("busy_loop")
     async def test_a_stream_that_slows_down_leaves_the_ticks(self, monkeypatch):
         """Fast lines, then one every 80 ms (slower than the 50 ms pace, never quiet for
         QUIET_TICKS): once a tick finds a single line, the rest are read as they come, not held
@@ -280,6 +307,7 @@ class TestReading:
         slow = [t for t, b in got if any(l in b for l in (b'{"n": %d}' % i for i in range(32, 40)))]
         assert len(slow) == 8  # one batch a line: read as each came
 
+    @pytest.mark.usefixtures("busy_loop")
     async def test_a_fast_stream_that_goes_quiet_is_read_as_lines_come_again(self):
         lines = [_chunked(b'{"n": %d}\n' % i)[:-5] for i in range(5)]
         script = [OK_CHUNKED, lines[0], 0.002, lines[1], 0.002, lines[2], 0.002, lines[3], 1.0, lines[4], b"0\r\n\r\n"]
@@ -293,6 +321,7 @@ class TestReading:
         last_gap = got[-1][0] - got[-2][0]
         assert 0.9 < last_gap < 1.2
 
+    @pytest.mark.usefixtures("busy_loop")
     async def test_a_server_that_closes_between_ticks_is_a_protocol_error(self):
         lines = [_chunked(b'{"n": %d}\n' % i)[:-5] for i in range(4)]
         script = [OK_CHUNKED, lines[0], 0.002, lines[1], 0.002, lines[2], 0.002, lines[3], None]
@@ -303,6 +332,7 @@ class TestReading:
                     got += batch
         assert got == [b'{"n": %d}' % i for i in range(4)]
 
+    @pytest.mark.usefixtures("busy_loop")
     async def test_a_stream_over_tls_is_held_by_a_timer_not_read_on_ticks(self, tmp_path, monkeypatch):
         cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
         subprocess.run(
@@ -348,6 +378,7 @@ class TestReading:
         # another 0.5 s.
         assert got[1][0] - got[0][0] < 1.35
 
+    @pytest.mark.usefixtures("busy_loop")
     async def test_a_stop_while_lines_are_held_hangs_up(self):
         b, c = _chunked(b'{"b": 2}\n')[:-5], _chunked(b'{"c": 3}\n')[:-5]
         script = [OK_CHUNKED + _chunked(b'{"a": 1}\n')[:-5], 0.05, b, 0.05, c, "hold"]

@@ -325,33 +325,40 @@ async def post_json(url: str, payload: dict, headers: dict[str, str], read_timeo
 async def _lines(
     reader: asyncio.StreamReader, decoder, timeout: float, raw: bool = False, pace: float = 0.0
 ) -> AsyncIterator[list[bytes]]:
-    """The reply's lines, a batch per read.
+    """The reply's lines, a batch per read: every line is read the moment it arrives, and lines
+    that arrived while the process was busy come together (one frame for all of them).
 
     With `pace`: while lines come sooner than `pace` seconds after the batch before them, the
-    stream is "fast" and its socket is left unread between the pace's ticks, so the lines that
-    came meanwhile are read, and relayed, together: one frame and socket write for all of them.
-    On a plain TCP connection a fast stream is read on the ticks every fast stream of the event
-    loop shares (`_Ticks`): one wake-up of the process reads them all, and a stream with nothing
-    new costs no wake-up at all. A stream quiet for QUIET_TICKS ticks is read the moment a line
-    arrives again, as is every line of a model slower than `pace` per token: it never waits on
-    a tick (and a tick that finds a single line takes the stream off the ticks). Over TLS the
-    socket is left unread until `pace` has passed since the last batch (`_hold`)."""
+    stream is "fast". Only while TICK_STREAMS streams of the event loop or more are fast at once
+    (a busy server: each line read alone would cost a wake-up and a frame, ~4x the CPU) is a fast
+    stream's socket left unread between the pace's ticks, so the lines that came meanwhile are
+    read, and relayed, together. On a plain TCP connection it is read on the ticks every fast
+    stream of the event loop shares (`_Ticks`): one wake-up of the process reads them all, and a
+    stream with nothing new costs no wake-up at all. A stream quiet for QUIET_TICKS ticks is read
+    the moment a line arrives again, as is every line of a model slower than `pace` per token: it
+    never waits on a tick (and a tick that finds a single line takes the stream off the ticks).
+    Over TLS the socket is left unread until `pace` has passed since the last batch (`_hold`)."""
     pending, loop = b"", asyncio.get_running_loop()
     last, fast = None, False  # when the last batch went out; whether lines come faster than pace
     seen = None  # when the last batch arrived, if read as it came (a tick's batch: unknown)
     fd = _plain_fd(reader) if pace else None
-    ticks, paused = (_Ticks.of(loop, pace) if fd is not None else None), False
+    ticks, paused = (_Ticks.of(loop, pace) if pace else None), False
+    counted = False  # this stream is among the loop's fast streams (ticks.fast)
     try:
         while not decoder.done:
+            if fast != counted:
+                ticks.fast += 1 if fast else -1
+                counted = fast
+            held = fast and ticks.fast >= TICK_STREAMS  # a busy loop: fast streams are read together
             data, ticked, first_tick = None, False, False
-            if fast and ticks is not None and not reader._buffer and not reader.at_eof():
+            if held and fd is not None and not reader._buffer and not reader.at_eof():
                 if not paused:
                     reader._transport.pause_reading()
                     paused = first_tick = True
                     ticks.streams += 1
                 data = await ticks.read(fd, last + QUIET_TICKS * pace)
                 fast = ticked = data is not None  # None: quiet for a while, so read as lines come
-            elif fast and ticks is None and (wait := last + pace - loop.time()) > 0:
+            elif held and fd is None and (wait := last + pace - loop.time()) > 0:
                 await _hold(reader, wait)
             if data is None:
                 if paused:
@@ -390,6 +397,8 @@ async def _lines(
                     seen = None if ticked else last
                     yield lines
     finally:
+        if counted:
+            ticks.fast -= 1
         if paused:
             ticks.streams -= 1
             if not reader._transport.is_closing():
@@ -399,6 +408,11 @@ async def _lines(
 
 
 QUIET_TICKS = 6  # a fast stream with nothing new for this many paces is read as lines come again
+# Fast streams at once before any is read on the ticks: fewer are read line by line, every piece
+# relayed the moment it comes (bench/README, issue 58: 20 streams of a line every 10 ms cost
+# ~105 us of CPU a line read as they come, ~25 us on the ticks; one or a few streams cost little
+# either way, and a tick added up to a pace to every piece of a step's answer).
+TICK_STREAMS = 8
 # A busy loop reads its fast streams on ticks further apart: (streams at once, pace multiple).
 # Each frame costs about the same CPU whatever it carries (a read, a parse, a WebSocket write,
 # a wake-up of the client), so under load fewer, fuller frames keep the server's CPU per delta
@@ -441,7 +455,8 @@ class _Ticks:
         self.loop, self.pace = loop, pace
         self.waiting: dict[int, tuple[asyncio.Future, float]] = {}
         self.handle: asyncio.TimerHandle | None = None
-        self.streams = 0  # fast streams of the loop (read on these ticks), waiting now or not
+        self.streams = 0  # fast streams of the loop read on these ticks, waiting now or not
+        self.fast = 0  # fast streams of the loop, on the ticks or not (TICK_STREAMS)
 
     def read(self, fd: int, quiet_at: float) -> asyncio.Future:
         """What the socket `fd` holds at the next tick that finds something: bytes (b"" when the

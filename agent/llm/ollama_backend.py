@@ -43,11 +43,11 @@ pydantic = lazy_module("pydantic")
 _ids = itertools.count(1)
 _RAW_ARGS = "__navi_raw_arguments__"  # carries string arguments through the client's dict-only model
 MODEL_INFO_TTL_S = 600.0
-# Lines of a reply that come faster than this are read and relayed together (agent.llm.ndjson
-# `_lines`): a model writing a token every 16 ms or slower sees no delay at all; a faster one
-# gets its text to the page in frames one screen refresh (60 Hz) apart, all its fast streams
-# read on the same ticks. Every frame costs a wake-up and a socket write of the process:
-# on the 2-vCPU bench VM 4 ms frames cost ~30 % more CPU per delta than these.
+# Lines of a reply that come faster than this make a "fast" stream (agent.llm.ndjson `_lines`).
+# Each line is relayed the moment it comes unless ndjson.TICK_STREAMS streams are fast at once:
+# then they are read together on ticks one screen refresh (60 Hz) apart or more. Every frame
+# costs a wake-up and a socket write of the process: for many fast streams, ticks cost ~4x less
+# CPU per delta (bench/README, issue 58).
 FRAME_INTERVAL_S = 0.016
 
 

@@ -1,10 +1,11 @@
 """One string field of a JSON object, read while the object is still being written: the answer
 of a constrained step (`{"name": "answer", "text": "…"}`) is shown as the model writes it, not
-after the closing brace."""
+after the closing brace. The few characters before the field are scanned one by one; its value
+is decoded piece by piece (agent.llm.jsonstring), never re-read."""
 
 from __future__ import annotations
 
-_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", '"': '"', "\\": "\\", "/": "/"}
+from agent.llm.jsonstring import JSONStringDecoder
 
 
 class FieldText:
@@ -21,13 +22,15 @@ class FieldText:
         self._token: list[str] = []
         self._last_key: str | None = None
         self._value_next = False  # after a ':' at the top level: the next string is a value
-        self._pending = ""  # an escape sequence cut between two pieces
+        self._string = JSONStringDecoder()  # the field's value, once it has begun
 
     def feed(self, piece: str) -> str:
-        if self.ended or not piece:
+        if self.started:  # the usual piece: straight to the value's decoder
+            shown = self._string.feed(piece)
+            self.ended = self._string.closed
+            return shown
+        if not piece:
             return ""
-        if self.started:
-            return self._value(piece)
         for i, ch in enumerate(piece):  # only the few characters before the field: `{"name":"answer","text":"`
             if self._in_string:
                 if self._escaped:
@@ -57,51 +60,6 @@ class FieldText:
         return ""
 
     def _value(self, piece: str) -> str:
-        text = self._pending + piece
-        self._pending = ""
-        if '"' not in text and "\\" not in text:  # most pieces: plain characters
-            return text
-        out, i, n = [], 0, len(text)
-        while i < n:
-            quote, slash = text.find('"', i), text.find("\\", i)
-            j = min(k for k in (quote, slash) if k >= 0) if quote >= 0 or slash >= 0 else -1
-            if j < 0:
-                out.append(text[i:])
-                break
-            out.append(text[i:j])
-            if j == quote:
-                self.ended = True
-                break
-            if j + 1 >= n:
-                self._pending = text[j:]
-                break
-            kind = text[j + 1]
-            if kind != "u":
-                out.append(_ESCAPES.get(kind, kind))
-                i = j + 2
-                continue
-            if j + 6 > n:
-                self._pending = text[j:]
-                break
-            try:
-                code = int(text[j + 2:j + 6], 16)
-            except ValueError:
-                out.append(text[j:j + 6])
-                i = j + 6
-                continue
-            if 0xD800 <= code < 0xDC00:  # a character outside the BMP: two escapes
-                if j + 12 > n:
-                    self._pending = text[j:]
-                    break
-                try:
-                    low = int(text[j + 8:j + 12], 16) if text[j + 6:j + 8] == "\\u" else -1
-                except ValueError:
-                    low = -1
-                if 0xDC00 <= low < 0xE000:
-                    out.append(chr(0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)))
-                    i = j + 12
-                    continue
-            # A lone half of a pair is no character (and no encoder downstream would take it).
-            out.append("\ufffd" if 0xD800 <= code < 0xE000 else chr(code))
-            i = j + 6
-        return "".join(out)
+        shown = self._string.feed(piece)
+        self.ended = self._string.closed
+        return shown

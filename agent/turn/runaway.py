@@ -38,6 +38,11 @@ class RunawayGuard:
         self._checked = 0
         self.cut: str | None = None
 
+    def due(self, length: int) -> bool:
+        """Whether a text of `length` characters is worth a look (`looping`): a caller that holds
+        its text in pieces joins them only then, not for every piece."""
+        return self.cut is not None or length - self._checked >= CHECK_EVERY
+
     def looping(self, text: str) -> bool:
         """True once `text` (the whole answer so far) ends in a loop; `cut` then holds it with
         the loop said once."""

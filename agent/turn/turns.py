@@ -613,6 +613,7 @@ async def _constrained_stream(
     guard, raw_guard = RunawayGuard(), RunawayGuard()  # the answer's text; the JSON of a call
     msg, stop = turn.message, current_stop_event.get()
     parts: list[str] = []
+    written = 0  # characters in parts
     calls: list[ToolCall] = []
     finish = ""
     # The step of a profile that lists every tool reasons as any call does (OLLAMA_THINK): its
@@ -632,6 +633,7 @@ async def _constrained_stream(
                     yield ThinkingDelta(chunk.thinking)  # not saved yet: the answer call reads the context
                 if chunk.content:
                     parts.append(chunk.content)
+                    written += len(chunk.content)
                     if reader is not None and (shown := reader.feed(chunk.content)):
                         for event in _show(turn, shown):
                             yield event
@@ -639,10 +641,10 @@ async def _constrained_stream(
                             await _cut_loop(conv, msg, guard)
                             break  # the answer is what was said before the loop; the call is closed
                         await conv.save_streaming(msg, status="partial", force=False)
-                    elif not msg.content and raw_guard.looping("".join(parts)):
+                    elif not msg.content and raw_guard.due(written) and raw_guard.looping("".join(parts)):
                         # A call whose arguments repeat themselves (a 0.5B model wrote one until the
                         # token cap: 20 minutes on a CPU): cut, nothing usable, the free call decides.
-                        log.info("a constrained call ran away in its arguments: cut at %d characters", sum(map(len, parts)))
+                        log.info("a constrained call ran away in its arguments: cut at %d characters", written)
                         finish = "length"
                         break
                 calls.extend(chunk.tool_calls)
