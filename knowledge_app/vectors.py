@@ -23,6 +23,7 @@ import threading
 
 from django.db import connection, connections, transaction
 
+from . import pgvector_probe
 from .models import VectorSpace
 
 log = logging.getLogger(__name__)
@@ -136,14 +137,11 @@ def forget() -> None:
 
 
 def _pgvector() -> str:
+    """"ok", or why pgvector is not used (the words are): see knowledge_app/pgvector_probe.py."""
     try:
-        with transaction.atomic(), connection.cursor() as cur:
-            cur.execute("SELECT 1 FROM pg_extension WHERE extname = %s", [PG_EXTENSION])
-            if cur.fetchone() is None:
-                cur.execute(f'CREATE EXTENSION IF NOT EXISTS "{PG_EXTENSION}"')
-        return "ok"
-    except Exception as exc:  # noqa: BLE001 - the extension is missing or not ours to create
-        return f"PostgreSQL has no pgvector extension ({str(exc).splitlines()[0]}): {PGVECTOR_HINT}"
+        return pgvector_probe.check(connection, PG_EXTENSION)
+    except pgvector_probe.NoExtension as exc:
+        return f"PostgreSQL has no pgvector extension ({exc}): {PGVECTOR_HINT}"
 
 
 def table(space: VectorSpace, kind: str) -> str:

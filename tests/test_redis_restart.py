@@ -153,7 +153,7 @@ async def test_streams_survive_a_redis_restart(redis, workers, live_llm) -> None
                     assert [f["seq"] for f in frames] == list(range(1, len(frames) + 1)), (i, role)
                     assert "".join(f["delta"] for f in frames if f["type"] == "stream_delta") == STORY, (i, role)
                     assert frames[-1]["type"] == "stream_end"
-            for i, sid in enumerate(sessions):
+            for sid in sessions:
                 rows = await asyncio.to_thread(assistant_rows, a, sid)
                 assert [(r["status"], r["content"]) for r in rows] == [("complete", STORY)]
             deadline = time.monotonic() + 10
