@@ -20,6 +20,7 @@ import logging
 import math
 import re
 import threading
+import time
 
 from django.db import connection, connections, transaction
 
@@ -43,6 +44,10 @@ COARSE = 100
 MAX_COARSE = 4096  # sqlite-vec's own limit on k
 _OLD_DIM = re.compile(r"embedding float\[(\d+)\]")
 _checked: dict[str, str] = {}  # database alias -> "ok" or why vectors cannot be stored
+_checked_at: dict[str, float] = {}
+# PostgreSQL without a usable pgvector is asked again after this long: one installed (or fixed)
+# meanwhile is used without restarting every worker.
+PG_RECHECK_S = 300.0
 _lock = threading.Lock()
 
 
@@ -69,7 +74,8 @@ def available() -> str:
     """"ok", or why this database cannot hold vectors (search then uses the words)."""
     alias = connection.alias
     with _lock:
-        if alias in _checked:
+        if alias in _checked and (_checked[alias] == "ok" or connection.vendor != "postgresql"
+                                  or time.monotonic() - _checked_at.get(alias, 0.0) < PG_RECHECK_S):
             return _checked[alias]
     if connection.vendor == "sqlite":
         try:
@@ -90,6 +96,7 @@ def available() -> str:
         found = f"{connection.vendor} has no vector index Navi knows"
     with _lock:
         _checked[alias] = found
+        _checked_at[alias] = time.monotonic()
     return found
 
 
@@ -133,6 +140,7 @@ def forget() -> None:
     """Check again on the next call (tests switch databases and extensions)."""
     with _lock:
         _checked.clear()
+        _checked_at.clear()
         _versions.clear()
 
 
