@@ -126,6 +126,16 @@ class NaviRedisChannelLayer(RedisChannelLayer):
             self._went_down(exc)
             raise LayerUnavailable(self.down_reason) from exc
 
+    async def group_size(self, group: str) -> int:
+        """How many channels are in `group` now, in any process (expired members left out)."""
+        self._refuse_while_down()
+        try:
+            return await self.connection(self.consistent_hash(group)).zcount(
+                self._group_key(group), int(time.time()) - self.group_expiry, "+inf")
+        except CONNECTION_ERRORS as exc:
+            self._went_down(exc)
+            raise LayerUnavailable(self.down_reason) from exc
+
     async def group_add(self, group, channel):
         """Remembered first: if Redis cannot take it now, it is added when Redis is back."""
         self.members[group].add(channel)

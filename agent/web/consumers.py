@@ -351,23 +351,27 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         if self.awaiting != event["token"]:
             return
         run_id, attempt = event.get("run_id", ""), int(event.get("attempt") or 1)
-        if run_id and attempt < REPLAY_ATTEMPTS and await active_run_id(self.session_id) == run_id:
-            # The owner of a live run may only be slow (a busy worker): ask again rather than
-            # deliver with a gap or tell the client the run is gone, but not for ever.
+        if run_id and (attempt < REPLAY_ATTEMPTS or await active_run_id(self.session_id) == run_id):
+            # The owner may only be slow (a busy worker): ask again rather than deliver with a
+            # gap or tell the client the run is gone (`_request_replay` knows when nobody listens).
             async with self.relaying:
                 if self.awaiting == event["token"]:
                     await self._request_replay(run_id, self.cursor.get(run_id, 0), bool(event.get("announce")), attempt + 1)
             return
-        # No process has that run any more (finished long ago, or its worker died), or its owner
-        # does not answer: say so, so the client reloads the history instead of waiting, then
-        # deliver what we hold.
+        # No process has that run any more (finished long ago, or its worker died): say so,
+        # so the client reloads the history instead of waiting, then deliver what we hold.
         async with self.relaying:
             if self.awaiting != event["token"]:
                 return
-            self.awaiting = None
-            if event.get("announce"):
-                await self.send_json({"type": "resume_unavailable", "run_id": event.get("run_id", "")})
-            await self._flush_pending(accept_gaps=True)  # nobody can fill them any more
+            await self._replay_unavailable(event.get("run_id", ""), bool(event.get("announce")))
+
+    async def _replay_unavailable(self, run_id: str, announce: bool) -> None:
+        """(Holding `relaying`.) Nobody can replay `run_id`: tell the client if it asked, and
+        deliver the live frames held meanwhile, gaps and all (nobody can fill them)."""
+        self.awaiting = None
+        if announce:
+            await self.send_json({"type": "resume_unavailable", "run_id": run_id})
+        await self._flush_pending(accept_gaps=True)
 
     async def _flush_pending(self, accept_gaps: bool = False) -> None:
         pending, self.pending = sorted(self.pending, key=lambda f: f["seq"]), []
@@ -401,6 +405,11 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         token = uuid.uuid4().hex
         self.awaiting = token
         try:
+            if attempt == 1 and await self._nobody_owns_a_run():
+                # No process listens for this chat's runs (all finished and forgotten, or the
+                # owner lost its group): waiting for an answer would only hold the live frames.
+                await self._replay_unavailable(run_id, announce)
+                return
             await self.channel_layer.group_send(
                 control_group(self.session_id),
                 {
@@ -424,6 +433,10 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
 
         task = asyncio.create_task(timeout())
         task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
+
+    async def _nobody_owns_a_run(self) -> bool:
+        group_size = getattr(self.channel_layer, "group_size", None)
+        return group_size is not None and await group_size(control_group(self.session_id)) == 0
 
     async def _error(self, message: str) -> None:
         await self.send_json({"type": "error", "message": message})
