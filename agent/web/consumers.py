@@ -229,7 +229,11 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         if kind == "message":
             await self._start_run(content)
         elif kind == "stop":
-            stopped = await get_run_manager().request_stop(self.session_id)
+            try:
+                stopped = await get_run_manager().request_stop(self.session_id)
+            except LayerUnavailable:
+                raise FrameError("the run is on another server process and the message bus (Redis) is down; "
+                                 "press Stop again in a few seconds") from None
             if not stopped:
                 await self._error("no active run to stop")
         elif kind == "resume":
