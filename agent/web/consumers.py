@@ -3,7 +3,12 @@
 It forwards the frames of the session's runs (group `session.<id>`) exactly once and in order:
 on connect (or a `resume` frame) it asks the owning process for the run's buffered frames,
 holds live frames until that replay arrives, then delivers by `seq`, dropping duplicates and
-repairing gaps from the buffer.
+repairing gaps from the buffer. A replay nobody can serve (no process in the chat's control
+group) is given up on at once instead.
+
+When Redis goes away (navi_project.redis_layer) the socket stays open: it tells the page once
+(`live_paused`), and when Redis is back (`live_resumed`) asks for what it missed; the run's
+owner also sends its frames again (`run.catchup`). A handshake meanwhile is answered 503.
 
 With the single-process layer the socket attaches itself to its channel, so a run's frames
 reach `run_event` in the run's own task, not through the socket's queue and task; frames are
@@ -43,7 +48,7 @@ MAX_CONTENT_CHARS = 100_000
 MAX_IMAGE_BYTES = 20 * 1024 * 1024
 MAX_IMAGES = 10
 REPLAY_TIMEOUT_S = 2.0
-REPLAY_ATTEMPTS = 3  # a busy owner of a live run may answer late: asked this often, then given up on
+REPLAY_ATTEMPTS = 3  # a busy owner may answer late; a live run is asked until it answers
 PAUSED_TEXT = ("Live updates paused: the server lost its message bus (Redis). The answer is still being "
                "written and saved; it shows here as soon as the connection is back.")
 UNAVAILABLE_TEXT = "live updates are unavailable (the server's message bus is down); try again in a few seconds"
