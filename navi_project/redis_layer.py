@@ -40,6 +40,7 @@ class NaviRedisChannelLayer(RedisChannelLayer):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.members: dict[str, set[str]] = collections.defaultdict(set)  # group -> this process's channels
+        self.leaving: set[tuple[str, str]] = set()  # (group, channel) left while Redis was away
         self.down_since: float | None = None  # time.monotonic() of the outage's start
         self.down_reason = ""
         self.outages = 0  # numbered, so each channel hears of each outage once
@@ -101,12 +102,22 @@ class NaviRedisChannelLayer(RedisChannelLayer):
         for group, channels in list(self.members.items()):
             if channels:
                 by_index[self.consistent_hash(group)].append((self._group_key(group), {c: now for c in channels}))
-        for index, entries in by_index.items():
-            pipe = self.connection(index).pipeline(transaction=False)
-            for key, mapping in entries:
-                pipe.zadd(key, mapping)
-                pipe.expire(key, self.group_expiry)
-            await pipe.execute()
+        leaving, self.leaving = self.leaving, set()
+        gone: dict[int, list[tuple[bytes, str]]] = collections.defaultdict(list)
+        for group, channel in leaving:  # an unreachable Redis (not a restarted one) still has them
+            gone[self.consistent_hash(group)].append((self._group_key(group), channel))
+        try:
+            for index in set(by_index) | set(gone):
+                pipe = self.connection(index).pipeline(transaction=False)
+                for key, mapping in by_index.get(index, []):
+                    pipe.zadd(key, mapping)
+                    pipe.expire(key, self.group_expiry)
+                for key, channel in gone.get(index, []):
+                    pipe.zrem(key, channel)
+                await pipe.execute()
+        except CONNECTION_ERRORS:
+            self.leaving |= leaving
+            raise
         return sum(len(entries) for entries in by_index.values())
 
     # --- the channel layer API --------------------------------------------------------------
@@ -139,6 +150,7 @@ class NaviRedisChannelLayer(RedisChannelLayer):
     async def group_add(self, group, channel):
         """Remembered first: if Redis cannot take it now, it is added when Redis is back."""
         self.members[group].add(channel)
+        self.leaving.discard((group, channel))
         self._refuse_while_down()
         try:
             return await super().group_add(group, channel)
@@ -147,17 +159,20 @@ class NaviRedisChannelLayer(RedisChannelLayer):
             raise LayerUnavailable(self.down_reason) from exc
 
     async def group_discard(self, group, channel):
-        """Never raises for an outage: a restarted Redis has forgotten the membership anyway."""
+        """Never raises for an outage: the membership is removed when Redis is back (a restarted
+        one has forgotten it anyway)."""
         channels = self.members.get(group)
         if channels is not None:
             channels.discard(channel)
             if not channels:
                 del self.members[group]
         if self.is_down:
+            self.leaving.add((group, channel))
             return
         try:
             await super().group_discard(group, channel)
         except CONNECTION_ERRORS as exc:
+            self.leaving.add((group, channel))
             self._went_down(exc)
 
     async def receive(self, channel):
