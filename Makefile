@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test test-postgres install install-test migrate serve bench clean vendor lint run-cluster bytecode
+.PHONY: run test test-postgres install install-test migrate serve bench clean vendor lint run-cluster bytecode pgvector
 
 $(VENV)/bin/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -67,7 +67,14 @@ test: install-test vendor bytecode
 # The browser suite is left out: it drives the page, and the REST, WebSocket and live-server tests
 # below it already run every query the page causes on PostgreSQL (CI's time: README "Tests").
 test-postgres: install-test vendor
+	@if [ -z "$$DATABASE_URL" ]; then $(MAKE) --no-print-directory pgvector || echo "==> pgvector not built: the cluster may have none (knowledge search by meaning untested)"; fi
 	$(PY) -m tests.postgres_cluster --ignore=tests/browser
+
+# pgvector for this machine's PostgreSQL, built to run on any x86-64 (deploy/build-pgvector.sh:
+# Debian's package when there is one, else Debian's source built without -march=native). Root.
+SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
+pgvector:
+	$(SUDO) sh deploy/build-pgvector.sh
 
 lint: install-test
 	$(VENV)/bin/ruff check .

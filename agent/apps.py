@@ -15,6 +15,7 @@ class AgentConfig(AppConfig):
         from agent.turn import compression, titles
         from agent.web import model_choice
         from agent.web.health import register_check
+        from knowledge_app import vectors
         from knowledge_app.search import status as knowledge_status
         from sessions_app.model_choice import register_model_lister
 
@@ -24,3 +25,4 @@ class AgentConfig(AppConfig):
         session_created.connect(memory_tasks.on_session_created, dispatch_uid="agent.memory.extraction")
         server_started.connect(startup.on_server_started, dispatch_uid="agent.runs.startup")
         register_check("embeddings", knowledge_status)  # search by meaning, or why it is words only
+        register_check("vectors", vectors.available)  # the vector index (sqlite-vec / pgvector), or why not

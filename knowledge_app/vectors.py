@@ -20,9 +20,11 @@ import logging
 import math
 import re
 import threading
+import time
 
 from django.db import connection, connections, transaction
 
+from . import pgvector_probe
 from .models import VectorSpace
 
 log = logging.getLogger(__name__)
@@ -42,6 +44,10 @@ COARSE = 100
 MAX_COARSE = 4096  # sqlite-vec's own limit on k
 _OLD_DIM = re.compile(r"embedding float\[(\d+)\]")
 _checked: dict[str, str] = {}  # database alias -> "ok" or why vectors cannot be stored
+_checked_at: dict[str, float] = {}
+# PostgreSQL without a usable pgvector is asked again after this long: one installed (or fixed)
+# meanwhile is used without restarting every worker.
+PG_RECHECK_S = 300.0
 _lock = threading.Lock()
 
 
@@ -68,7 +74,8 @@ def available() -> str:
     """"ok", or why this database cannot hold vectors (search then uses the words)."""
     alias = connection.alias
     with _lock:
-        if alias in _checked:
+        if alias in _checked and (_checked[alias] == "ok" or connection.vendor != "postgresql"
+                                  or time.monotonic() - _checked_at.get(alias, 0.0) < PG_RECHECK_S):
             return _checked[alias]
     if connection.vendor == "sqlite":
         try:
@@ -89,6 +96,7 @@ def available() -> str:
         found = f"{connection.vendor} has no vector index Navi knows"
     with _lock:
         _checked[alias] = found
+        _checked_at[alias] = time.monotonic()
     return found
 
 
@@ -132,18 +140,16 @@ def forget() -> None:
     """Check again on the next call (tests switch databases and extensions)."""
     with _lock:
         _checked.clear()
+        _checked_at.clear()
         _versions.clear()
 
 
 def _pgvector() -> str:
+    """"ok", or why pgvector is not used (the words are): see knowledge_app/pgvector_probe.py."""
     try:
-        with transaction.atomic(), connection.cursor() as cur:
-            cur.execute("SELECT 1 FROM pg_extension WHERE extname = %s", [PG_EXTENSION])
-            if cur.fetchone() is None:
-                cur.execute(f'CREATE EXTENSION IF NOT EXISTS "{PG_EXTENSION}"')
-        return "ok"
-    except Exception as exc:  # noqa: BLE001 - the extension is missing or not ours to create
-        return f"PostgreSQL has no pgvector extension ({str(exc).splitlines()[0]}): {PGVECTOR_HINT}"
+        return pgvector_probe.check(connection, PG_EXTENSION)
+    except pgvector_probe.NoExtension as exc:
+        return f"PostgreSQL has no pgvector extension ({exc}): {PGVECTOR_HINT}"
 
 
 def table(space: VectorSpace, kind: str) -> str:

@@ -84,6 +84,11 @@ class NaviInMemoryChannelLayer(InMemoryChannelLayer):
         assert "__asgi_channel__" not in message
         self._put(channel, _copy(message), time.time() + self.expiry)
 
+    async def group_size(self, group: str) -> int:
+        """How many channels are in `group` now (a replay request nobody would hear is not sent)."""
+        self._clean_expired()
+        return len(self.groups.get(group) or ())
+
     async def group_send(self, group: str, message: dict) -> None:
         assert isinstance(message, dict), "Message is not a dict"
         self.require_valid_group_name(group)

@@ -26,6 +26,7 @@ from daphne import server as daphne_server  # first: installs the asyncio reacto
 # isort: split
 import txaio
 from autobahn.websocket import protocol as autobahn_protocol
+from autobahn.websocket.types import ConnectionDeny
 from daphne.cli import CommandLineInterface
 from daphne.http_protocol import HTTPFactory, WebRequest
 from daphne.ws_protocol import WebSocketFactory, WebSocketProtocol
@@ -197,6 +198,37 @@ class LeanWebSocketProtocol(WebSocketProtocol):
     through autobahn unchanged, so the order on the wire is the order of the writes."""
 
     _bunch: list[bytes] | None = None  # frames written this turn, not yet on the socket
+    # ASGI's WebSocket denial response (status, headers, body parts), which daphne lacks: the
+    # application answers the handshake with e.g. 503 and a JSON body instead of daphne's 403.
+    _denial: tuple[int, list, list[bytes]] | None = None
+
+    def handle_reply(self, message: dict) -> None:
+        kind = message.get("type")
+        if kind == "websocket.http.response.start" and self.state == self.STATE_CONNECTING:
+            self._denial = (int(message["status"]), list(message.get("headers") or []), [])
+            return
+        if kind == "websocket.http.response.body" and self._denial is not None:
+            self._denial[2].append(bytes(message.get("body") or b""))
+            if not message.get("more_body") and hasattr(self, "handshake_deferred"):
+                status = self._denial[0]
+                self.handshake_deferred.errback(ConnectionDeny(code=status, reason=RESPONSES.get(status, b"Error").decode()))
+                del self.handshake_deferred
+                self.server.protocol_disconnected(self)
+            return
+        super().handle_reply(message)
+
+    def failHandshake(self, reason: str, code: int = 400, responseHeaders=None) -> None:
+        if self._denial is None:
+            return super().failHandshake(reason, code, responseHeaders)
+        status, headers, parts = self._denial
+        body = b"".join(parts)
+        head = f"HTTP/1.1 {status} {reason}\r\n".encode()
+        for name, value in headers:
+            head += bytes(name) + b": " + bytes(value) + b"\r\n"
+        head += f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+        self.wasNotCleanReason = reason
+        self.sendData(head + body)
+        self.dropConnection(abort=False)
 
     def _connectionMade(self) -> None:
         # autobahn pretty-prints its ~40 settings for a debug line at every connection, logged
@@ -305,6 +337,7 @@ class LimitedServer(daphne_server.Server):
             extensions = scope.setdefault("extensions", {})
             extensions[WRITE_TEXT] = protocol.write_text
             extensions[IS_OPEN] = lambda: protocol.state == protocol.STATE_OPEN
+            extensions["websocket.http.response"] = {}  # LeanWebSocketProtocol.handle_reply
         elif isinstance(protocol, LimitedWebRequest) and not isinstance(protocol.content, BytesIO):
             hand_over_body(protocol, scope)
         return super().create_application(protocol, scope)

@@ -237,7 +237,8 @@ REDIS_URL = env.str("REDIS_URL", default="")
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            # channels_redis' layer that rides out a Redis outage or restart (navi_project/redis_layer.py).
+            "BACKEND": "navi_project.redis_layer.NaviRedisChannelLayer",
             # redis-py 8 reads time out after 5 s by default, which kills channels_redis' 5 s
             # blocking BZPOPMIN (and with it every idle socket: close 1011); 15 s still catches
             # a dead Redis (django/channels_redis#422).

@@ -53,6 +53,14 @@ def build(marker: Path) -> MCPServer:
         return "never"
 
     @server.tool()
+    async def steps(count: int, ctx: Context) -> str:
+        """Count to `count`, a second a step, telling how far it is (progress notifications)."""
+        for k in range(1, count + 1):
+            await asyncio.sleep(1.0)
+            await ctx.report_progress(k, count, f"step {k} of {count}")
+        return f"counted to {count}"
+
+    @server.tool()
     def weather(city: str) -> str:
         """The weather in a city (this one carries a prompt injection)."""
         return INJECTION

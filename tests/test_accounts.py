@@ -181,7 +181,22 @@ class TestHealth:
         body = json.loads(owner_client.get("/health").content)
         assert body["status"] == "ok" and body["db"] == "ok" and body["channel_layer"] == "ok" and "llm" in body
         token_body = json.loads(Client().get("/health", HTTP_AUTHORIZATION=f"Bearer {owner_token}").content)
-        assert set(token_body) == {"status", "db", "channel_layer", "llm", "jobs", "mcp"}  # mcp: failing MCP servers
+        # mcp: failing MCP servers; vectors: the vector index
+        assert {"status", "db", "channel_layer", "llm", "jobs", "mcp", "vectors"} <= set(token_body)
+        assert token_body["vectors"] == "ok"
+
+    def test_a_refused_channel_layer_makes_it_degraded_with_the_reason(self, owner_client, anon_client, llm, settings):
+        from tests.live_server import free_port
+
+        settings.CHANNEL_LAYERS = {"default": {
+            "BACKEND": "navi_project.redis_layer.NaviRedisChannelLayer",
+            "CONFIG": {"hosts": [{"address": f"redis://127.0.0.1:{free_port()}/0"}]},  # nothing listens there
+        }}
+        body = json.loads(owner_client.get("/health").content)
+        assert body["status"] == "degraded"
+        assert body["channel_layer"].startswith("error: Redis unreachable: ConnectionError")
+        assert body["db"] == "ok"
+        assert json.loads(anon_client.get("/health").content) == {"status": "degraded"}  # the word only
 
     def test_the_llm_probe_is_cached_for_a_few_seconds(self, owner_client, anon_client, monkeypatch):
         from agent.web import health as views

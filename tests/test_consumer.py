@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 
 import pytest
@@ -451,7 +452,8 @@ class TestGapRepair:
 class TestSlowReplay:
     """A replay request the run's owner does not answer in time (a busy worker): asked again
     while the run is alive, answered late without loss; `resume_unavailable` only once the run
-    is gone."""
+    is gone — at once when no process listens for the chat's runs at all (an owner that lost
+    its group to a Redis restart held the live frames for the whole run)."""
 
     async def test_a_live_runs_replay_is_asked_again_until_its_owner_answers(self, session, owner_token):
         from channels.layers import get_channel_layer
@@ -474,6 +476,27 @@ class TestSlowReplay:
         frame = {"type": "stream_delta", "delta": "late", "run_id": run_id, "seq": 3}
         await layer.send(requests[-1]["reply_to"], {"type": "run.replay", "run_id": run_id, "frames": [frame], "finished": False})
         assert json.loads(await comm.receive_from(timeout=TIMEOUT)) == frame
+        await comm.disconnect()
+
+    async def test_a_replay_nobody_can_serve_is_announced_at_once_and_live_frames_flow(self, session, owner_token):
+        """The chat's run is live (its claim is fresh) but no process is in its control group."""
+        from channels.layers import get_channel_layer
+        from django.utils import timezone
+
+        from agent.frames.groups import frames_group
+        from agent.web.consumers import REPLAY_TIMEOUT_S
+
+        run_id = uuid.uuid4().hex
+        await Session.objects.filter(pk=session.pk).aupdate(active_run_id=run_id, active_run_heartbeat=timezone.now())
+        comm = connect(session.id, token=owner_token, query=f"run_id={run_id}&after_seq=2")
+        connected, _ = await comm.connect(timeout=TIMEOUT)
+        assert connected
+        started = time.monotonic()
+        assert json.loads(await comm.receive_from(timeout=TIMEOUT)) == {"type": "resume_unavailable", "run_id": run_id}
+        assert time.monotonic() - started < REPLAY_TIMEOUT_S  # not after a timeout: at once
+        live = {"type": "stream_delta", "delta": "live", "run_id": run_id, "seq": 9}
+        await get_channel_layer().group_send(frames_group(session.id), {"type": "run.event", "frame": live})
+        assert json.loads(await comm.receive_from(timeout=TIMEOUT)) == live  # not held
         await comm.disconnect()
 
     async def test_a_gone_run_is_announced_after_the_attempts(self, session, owner_token):

@@ -85,3 +85,40 @@ async def test_an_image_and_an_embedded_resource_are_converted(llm, session, own
     assert resource_call["success"] and "[resource " in resource_call["result"], resource_call["result"]
     assert frames[-1]["content"] == "Shown."
     await comm.disconnect()
+
+
+async def test_a_long_operation_shows_its_progress_on_the_card(llm, session, owner_token, everything):
+    """Navi asks for progress (a progressToken): the server's notifications become tool_progress
+    frames, at most four a second, the last one saying it is done."""
+    everything.auto_approve = True
+    await everything.asave()
+    llm.add_rule(Rule(match="run the long operation", turns=[
+        Turn(tool_calls=[{"name": "everything__trigger-long-running-operation", "arguments": {"duration": 2, "steps": 4}}]),
+        Turn(content="Done."),
+    ]))
+    comm = await start(session, owner_token, "run the long operation")
+    frames = await frames_until(comm, run_ended, TIMEOUT)
+    progress = [f for f in frames if f["type"] == "tool_progress"]
+    assert progress, [f["type"] for f in frames]
+    assert {f["tool"] for f in progress} == {"everything__trigger-long-running-operation"}
+    assert [f["progress"] for f in progress] == sorted(f["progress"] for f in progress)
+    assert progress[-1]["progress"] == progress[-1]["total"] == 4
+    kinds = [f["type"] for f in frames]
+    assert kinds.index("tool_started") < kinds.index("tool_progress") < kinds.index("tool_call")
+    assert all("run_id" in f and "seq" in f for f in progress)  # frames of the run: replayed on reconnect
+    assert frames[-1]["content"] == "Done."
+    await comm.disconnect()
+
+
+def test_a_prompt_shows_its_description_and_its_embedded_resource(owner_client, everything):
+    response = owner_client.post(f"/mcp/servers/{everything.pk}/prompt",
+                                 {"name": "resource-prompt", "arguments": {"resourceType": "Text", "resourceId": "1"}},
+                                 content_type="application/json")
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["description"] == "A prompt that includes an embedded resource reference"  # as listed
+    assert body["untrusted"] is True
+    texts = [m["text"] for m in body["messages"]]
+    assert len(texts) == 2 and "content not shown" not in texts[1]
+    assert texts[1].startswith("[resource demo://resource/static/document/") or texts[1].startswith("[resource "), texts[1]
+    assert len(texts[1].splitlines()) > 1  # the resource's own text follows its URI

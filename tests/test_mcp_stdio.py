@@ -144,6 +144,27 @@ class TestSandbox:
         assert "PROBE_TOKEN=its-own-secret" in environment  # its own config reaches it
         assert_no_server_secrets(environment.replace("PROBE_TOKEN=its-own-secret", ""))
 
+    async def test_the_hosts_ca_settings_and_files_reach_a_sandboxed_server(self, owner, tmp_path, monkeypatch):
+        """Behind a TLS-inspecting proxy the host trusts an extra CA: a sandboxed server (uvx,
+        npx) must see the same settings and read the files they name, or its HTTPS fails."""
+        bundle = tmp_path / "corporate-ca.pem"
+        bundle.write_text("-----BEGIN CERTIFICATE-----\nMIIcorporate\n-----END CERTIFICATE-----\n")
+        folder = tmp_path / "certs"
+        folder.mkdir()
+        (folder / "extra.pem").write_text("-----BEGIN CERTIFICATE-----\nMIIextra\n")
+        for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS"):
+            monkeypatch.setenv(name, str(bundle))
+        monkeypatch.setenv("SSL_CERT_DIR", str(folder))
+        tools = await self._probe(owner)
+        environment = (await tools["probe__environment"].execute({})).output
+        for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS"):
+            assert f"{name}={bundle}" in environment
+        assert f"SSL_CERT_DIR={folder}" in environment
+        assert "MIIcorporate" in (await tools["probe__read"].execute({"path": str(bundle)})).output
+        assert "MIIextra" in (await tools["probe__read"].execute({"path": str(folder / "extra.pem")})).output
+        # Shown, not handed over: the sandbox cannot change what the host trusts.
+        assert "FAILED" in (await tools["probe__read"].execute({"path": str(tmp_path / "private.txt")})).output
+
     async def test_a_stdio_server_cannot_open_a_socket_unless_its_config_allows_the_network(self, owner):
         listener, accepted = _listener()
         try:

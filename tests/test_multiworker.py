@@ -1,5 +1,5 @@
 """Live runs across real server processes: replay + live frames exactly once, stop from any
-worker, reconnect with `after_seq`, one run per session.
+worker, reconnect with `after_seq`, one run per session, streams that survive a Redis restart.
 
 Two daphne processes share one SQLite database and a real redis-server (channels_redis); a
 third runs alone on the in-memory layer. The LLM is the protocol-level test server with slow,
@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import signal
 import time
 
+import httpx
 import pytest
+import websockets
 
 from tests import redis_server
 from tests.live_server import LiveNavi
@@ -189,3 +193,141 @@ async def test_stop_frame_stops_run_and_closes_llm_stream(single, llm) -> None:
     rows = await asyncio.to_thread(assistant_rows, single, sid)
     assert [r["status"] for r in rows] == ["interrupted"]
     assert rows[0]["content"] == deltas(head + tail)
+
+
+# --- Redis dies mid-stream and comes back ------------------------------------------------------
+# Four slow answers stream (two owned by each worker) to sockets on both workers; Redis is killed
+# with SIGKILL and started again a few seconds later on the same port (no persistence: every group
+# is gone). The runs go on and are saved complete; open pages hear once that live updates paused
+# and once that they resumed, then get what they missed and the live frames, exactly once, in
+# order, within 2 s; a page reconnecting with run_id/after_seq gets the rest within 2 s; while
+# Redis is down a handshake is a 503 and /health is degraded (the word only for anonymous
+# callers); each worker logs the outage in one line and its end in one line.
+
+RESTART_CHUNKS = 60
+# 16 characters a chunk, 0.25 s apart: ~15 s, streaming on across the outage.
+RESTART_STORY = "".join(f"<{k:02d} lorem ipsum> " for k in range(RESTART_CHUNKS))
+NAMES = ("alpha", "bravo", "charlie", "delta")
+OUTAGE_S = 4.0
+WITHIN_S = 2.0
+
+
+def restart_on_same_port(old: redis_server.RedisServer) -> redis_server.RedisServer:
+    """A new redis-server where the killed one was: same port, same (empty) folder."""
+    fresh = redis_server.RedisServer()
+    shutil.rmtree(fresh.dir, ignore_errors=True)
+    fresh.port, fresh.dir = old.port, old.dir
+    return fresh.start()
+
+
+def run_frames(frames: list[dict]) -> list[dict]:
+    return [f for f in frames if "seq" in f]
+
+
+async def silent(ws, seconds: float) -> bool:
+    try:
+        await recv_frame(ws, seconds)
+    except TimeoutError:
+        return True
+    return False
+
+
+def health(navi: LiveNavi, signed_in: bool) -> dict:
+    return httpx.get(f"{navi.url}/health", headers=navi.headers if signed_in else {}, timeout=10).json()
+
+
+async def test_streams_survive_a_redis_restart(redis, workers, llm) -> None:
+    """Last in this module: its workers and Redis serve the tests above first."""
+    a, b = workers
+    logs_from = {navi.port: len(navi.log()) for navi in workers}
+    for name in NAMES:
+        llm.add_rule(Rule(match=f"the {name} story", turns=[Turn(content=RESTART_STORY, chunk_size=16, delay=0.25)]))
+    sessions = [await asyncio.to_thread(a.create_session) for _ in NAMES]
+    owners = [a, b, a, b]  # the worker whose socket starts the run owns it
+    others = [b, a, b, a]
+    socks = {}
+    for i, sid in enumerate(sessions):
+        socks[i] = {
+            "owner": await connect(owners[i], sid).__aenter__(),
+            "stayer": await connect(others[i], sid).__aenter__(),  # the other worker: frames cross Redis
+            "leaver": await connect(others[i], sid).__aenter__(),
+        }
+    seen: dict[tuple[int, str], list[dict]] = {(i, role): [] for i in socks for role in socks[i]}
+    try:
+        for i, name in enumerate(NAMES):
+            await socks[i]["owner"].send(json.dumps({"type": "message", "content": f"tell the {name} story"}))
+        for i in socks:
+            for role in socks[i]:
+                seen[i, role] += await recv_until(socks[i][role], lambda f: f["type"] == "stream_delta" and f["seq"] >= 4, 60)
+        # The leavers go away before the outage; they come back after it with where they were.
+        left_at = {}
+        for i in socks:
+            await socks[i].pop("leaver").close()
+            last = run_frames(seen[i, "leaver"])[-1]
+            left_at[i] = (last["run_id"], last["seq"])
+
+        redis.proc.send_signal(signal.SIGKILL)
+        redis.proc.wait(timeout=10)
+        killed = time.monotonic()
+        for i in socks:  # every open page hears once that live updates paused
+            for role in socks[i]:
+                frames = await recv_until(socks[i][role], lambda f: f["type"] == "live_paused", 10)
+                seen[i, role] += frames[:-1]
+        with pytest.raises(websockets.exceptions.InvalidStatus) as refused:
+            async with connect(a, sessions[0]):
+                pass
+        assert refused.value.response.status_code == 503
+        assert health(b, signed_in=False) == {"status": "degraded"}
+        detail = health(a, signed_in=True)
+        assert detail["status"] == "degraded" and detail["channel_layer"].startswith("error: Redis unreachable"), detail
+        quiet = await asyncio.gather(*(silent(ws, 1.0) for sockets in socks.values() for ws in sockets.values()))
+        assert all(quiet), "a frame went out while Redis was down"
+
+        await asyncio.sleep(max(0.0, OUTAGE_S - (time.monotonic() - killed)))  # the outage itself, not a sync
+        back = restart_on_same_port(redis)
+        restarted = time.monotonic()
+        try:
+            delays = []
+            for i in socks:  # open pages: resumed, then the missed frames and the live ones
+                for role in socks[i]:
+                    frames = await recv_until(socks[i][role], lambda f: f["type"] == "stream_delta", 30)
+                    delays.append(time.monotonic() - restarted)
+                    assert [f["type"] for f in frames if "seq" not in f] == ["live_resumed"], frames
+                    seen[i, role] += [f for f in frames if "seq" in f]
+            replays = []
+            for i in socks:  # pages that come back after the restart
+                run_id, after = left_at[i]
+                started = time.monotonic()
+                socks[i]["leaver"] = await connect(others[i], sessions[i], f"run_id={run_id}&after_seq={after}").__aenter__()
+                first = await recv_frame(socks[i]["leaver"], 30)
+                replays.append(time.monotonic() - started)
+                assert first["run_id"] == run_id and first["seq"] == after + 1, first
+                seen[i, "leaver"].append(first)
+            print(f"\nfirst frame after the restart: {max(delays):.2f} s at most; reconnect to replay: {max(replays):.2f} s")
+            assert max(delays) < WITHIN_S and max(replays) < WITHIN_S
+
+            for i in socks:  # to the end: every socket has the whole answer, each frame once, in order
+                for role in socks[i]:
+                    seen[i, role] += await recv_run(socks[i][role], 60)
+                    frames = run_frames(seen[i, role])
+                    assert [f["seq"] for f in frames] == list(range(1, len(frames) + 1)), (i, role)
+                    assert "".join(f["delta"] for f in frames if f["type"] == "stream_delta") == RESTART_STORY, (i, role)
+                    assert frames[-1]["type"] == "stream_end"
+            for sid in sessions:
+                rows = await asyncio.to_thread(assistant_rows, a, sid)
+                assert [(r["status"], r["content"]) for r in rows] == [("complete", RESTART_STORY)]
+            deadline = time.monotonic() + 10
+            while health(a, signed_in=True)["channel_layer"] != "ok" and time.monotonic() < deadline:
+                await asyncio.sleep(0.2)
+            assert health(a, signed_in=True)["channel_layer"] == "ok"
+            assert health(b, signed_in=False) == {"status": "ok"}
+            for navi in (a, b):  # one line when it went, one when it came back; no traceback per frame
+                log = navi.log()[logs_from[navi.port]:]
+                assert log.count("channel layer down") == 1 and log.count("channel layer back") == 1, log[-3000:]
+                assert "Traceback" not in log, log[-3000:]
+        finally:
+            redis.proc = back.proc  # the module's fixture stops it
+    finally:
+        for sockets in socks.values():
+            for ws in sockets.values():
+                await ws.close()

@@ -25,6 +25,7 @@ from tools_app.builtin.filesystem import FilesystemTool
 from tools_app.builtin.terminal import TerminalTool, shell_equivalent
 from tools_app.context import current_chat_session_id, current_user_id
 from tools_app.models import ScratchpadSection, TodoList
+from tools_app.sandbox import CA_ENV
 from tools_app.workspace import workspace_for
 
 SECRET = "s3cr3t-do-not-leak"
@@ -63,7 +64,9 @@ def acting_as(user_id: int | None, session_id=None):
 
 def server_environment() -> list[str]:
     """Entries of this (server) process's environment that no sandbox may show."""
-    own = {"PATH", "HOME", "LANG", "PWD", "SHLVL", "_"}
+    # The host's CA settings are handed to sandboxed MCP servers on purpose (paths of public
+    # certificates, tools_app.sandbox.CA_ENV), not secrets.
+    own = {"PATH", "HOME", "LANG", "PWD", "SHLVL", "_", *CA_ENV}
     raw = Path(f"/proc/{os.getpid()}/environ").read_bytes().decode("utf-8", "replace").split("\0")
     return [e for e in raw if "=" in e and e.split("=", 1)[0] not in own and len(e) > 6]
 

@@ -20,6 +20,18 @@ class MemorySaved(AgentEvent):
 
 
 @dataclass
+class ToolProgress(AgentEvent):
+    """How far a running tool is (an MCP server's progress notifications): its card shows it."""
+
+    tool: str
+    progress: float
+    total: float | None = None
+    message: str = ""
+    is_subagent: bool = False
+    type = "tool_progress"
+
+
+@dataclass
 class FilePublished(AgentEvent):
     """A session file the agent published for inline viewing (content_publish)."""
 

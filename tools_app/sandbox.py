@@ -39,6 +39,27 @@ log = logging.getLogger(__name__)
 _SAFE_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
 
 
+# Where TLS clients (OpenSSL, Python's requests, curl, Node) look for the certificate
+# authorities to trust. Behind a TLS-inspecting proxy the host sets them; a program in the
+# sandbox without them fails every HTTPS request (`uvx` servers: "UnknownIssuer").
+CA_ENV = ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS")
+
+
+def ca_env() -> dict[str, str]:
+    """The host's CA settings (those naming files or folders that exist): passed to sandboxed
+    programs, whose sandbox shows those files read-only (`ca_paths`)."""
+    return {key: value for key in CA_ENV if (value := os.environ.get(key)) and _ca_files(value)}
+
+
+def ca_paths() -> list[str]:
+    """The files and folders the host's CA settings name (SSL_CERT_DIR may list several)."""
+    return sorted({path for value in ca_env().values() for path in _ca_files(value)})
+
+
+def _ca_files(value: str) -> list[str]:
+    return [os.path.abspath(p) for p in value.split(os.pathsep) if p and os.path.exists(p)]
+
+
 def safe_env(home: str | Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     """A minimal environment for children: no secrets of the server leak into tools."""
     env = {k: os.environ[k] for k in _SAFE_ENV if k in os.environ}

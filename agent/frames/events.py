@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tools_app.events import AgentEvent, FilePublished, MemorySaved
+from tools_app.events import AgentEvent, FilePublished, MemorySaved, ToolProgress
 
 
 @dataclass
@@ -165,4 +165,4 @@ def mark_subagent(event: AgentEvent) -> AgentEvent:
 
 
 __all__ = [name for name in dir() if name[0].isupper()] + ["to_frame", "mark_subagent", "field"]
-__all__ += ["AgentEvent", "FilePublished", "MemorySaved"]
+__all__ += ["AgentEvent", "FilePublished", "MemorySaved", "ToolProgress"]

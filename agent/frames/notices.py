@@ -20,6 +20,7 @@ import uuid
 from channels.layers import get_channel_layer
 
 from agent.frames.groups import frames_group
+from navi_project.redis_layer import LayerUnavailable
 from notify_app.delivery import has_targets, notify_user
 from sessions_app.models import Session
 from tools_app.context import current_run_origin
@@ -67,7 +68,7 @@ async def tab_open(session_id: str) -> bool:
         )
         await asyncio.wait_for(future, PRESENCE_WAIT_S)
         return True
-    except TimeoutError:
+    except (TimeoutError, LayerUnavailable):  # nobody answered, or nobody can be asked (Redis down)
         return False
     finally:
         _pongs.pop(ping_id, None)

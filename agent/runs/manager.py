@@ -16,6 +16,7 @@ import collections
 import contextlib
 import contextvars
 import logging
+import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -35,6 +36,7 @@ from navi_project import hotsql, metrics
 from navi_project.hop import db_hop
 from navi_project.logs import bind_run
 from navi_project.redact import server_paths
+from navi_project.redis_layer import LayerUnavailable
 from sessions_app import history
 from sessions_app.models import Message, Session
 from tools_app.context import (
@@ -49,6 +51,7 @@ log = logging.getLogger(__name__)
 
 CLAIM_TTL = history.RUN_CLAIM_TTL  # a claim whose owner stopped heart-beating is void
 HEARTBEAT_S = 5.0
+LOST_BEFORE_OUTAGE_S = 5.0  # frames sent this long before an outage are sent again after it
 KEEP_FINISHED_S = 120.0  # finished runs stay replayable this long (a reconnect after the end)
 SHUT_DOWN_TEXT = ("The server was shut down before the answer was finished; what was written so far is kept. "
                   "Send the message again for a full answer.")
@@ -109,6 +112,8 @@ class Run:
     taint: str = ""  # the untrusted content its instruction came from ("" when the owner's own)
     approval_timeout_s: float | None = None  # None: APPROVAL_TIMEOUT_S
     listeners: list = field(default_factory=list)  # callables given each published frame
+    missed: bool = False  # a frame could not be sent (channel layer down): catch up when it is back
+    sent_at: float = 0.0  # time.monotonic() of its last frame sent
 
 
 async def claim_run(session_id: str, run_id: str) -> bool:
@@ -170,6 +175,7 @@ class RunManager:
         self._listener: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()
         self.start_gate = _StartGate()  # one per event loop, as the manager
+        self._down_at = 0.0  # when this process last heard the channel layer went down
 
     @property
     def agent(self):
@@ -221,7 +227,8 @@ class RunManager:
                 raise
             run.rewound = {"type": "history_rewound", "mode": mode, "removed_ids": removed}
         await self._ensure_listening()
-        await self.layer.group_add(control_group(session_id), self.channel)
+        with contextlib.suppress(LayerUnavailable):  # the layer joins it when it is back; the run goes on
+            await self.layer.group_add(control_group(session_id), self.channel)
         self.active[session_id] = run
         self.by_id[run.run_id] = run
         run.task = asyncio.create_task(self._drive(run, content, images, planning, begun), name=f"run-{run.run_id}",
@@ -352,6 +359,8 @@ class RunManager:
     async def _publish_logged(self, run: Run, frame: dict) -> None:
         try:
             await self.publish(run, frame)
+        except LayerUnavailable:
+            run.missed = True  # kept in the run's buffer; the layer logged the outage once
         except Exception:
             log.exception("run %s: publishing a %s frame failed", run.run_id, frame.get("type"))
 
@@ -362,6 +371,7 @@ class RunManager:
         frame["run_id"] = run.run_id
         frame["seq"] = run.seq
         run.frames.append(frame)
+        run.sent_at = time.monotonic()
         for listener in run.listeners:
             try:
                 listener(run, frame)
@@ -428,6 +438,8 @@ class RunManager:
                 continue
             try:
                 await self._handle(message)
+            except LayerUnavailable:
+                pass  # an answer that cannot go out now; the layer logged the outage once
             except Exception:
                 log.exception("run manager: bad control message %r", message.get("type"))
 
@@ -441,6 +453,10 @@ class RunManager:
             approvals.wake(str(message.get("approval_id")), str(message.get("decision")))
         elif kind == "run.presence":
             notices.pong(str(message.get("ping_id")))
+        elif kind == "layer.down":
+            self._down_at = time.monotonic()
+        elif kind == "layer.up":
+            await self._catch_up()
         elif kind == "run.replay_request":
             run = self.by_id.get(message.get("run_id") or "") or self.active.get(str(message.get("session_id")))
             if run is None or run.session_id != str(message.get("session_id")):
@@ -455,6 +471,22 @@ class RunManager:
                     "finished": run.done.is_set(),
                 },
             )
+
+    async def _catch_up(self) -> None:
+        """After a channel-layer outage: each run that could not send a frame sends all of its
+        frames to its chat's sockets (`run.catchup`); each socket keeps the ones it lacks."""
+        # Frames sent just before the outage was noticed may have died with Redis too.
+        recent = self._down_at - LOST_BEFORE_OUTAGE_S
+        for run in list(self.by_id.values()):
+            if not run.missed and run.sent_at < recent:
+                continue
+            run.missed = False
+            try:
+                await self.layer.group_send(frames_group(run.session_id),
+                                            {"type": "run.catchup", "run_id": run.run_id, "frames": list(run.frames)})
+            except LayerUnavailable:
+                run.missed = True  # down again: the next layer.up tries again
+                return
 
     async def shutdown(self) -> None:
         """Stop every run cleanly (stop event, not cancel) and end background tasks."""

@@ -3,7 +3,12 @@
 It forwards the frames of the session's runs (group `session.<id>`) exactly once and in order:
 on connect (or a `resume` frame) it asks the owning process for the run's buffered frames,
 holds live frames until that replay arrives, then delivers by `seq`, dropping duplicates and
-repairing gaps from the buffer.
+repairing gaps from the buffer. A replay nobody can serve (no process in the chat's control
+group) is given up on at once instead.
+
+When Redis goes away (navi_project.redis_layer) the socket stays open: it tells the page once
+(`live_paused`), and when Redis is back (`live_resumed`) asks for what it missed; the run's
+owner also sends its frames again (`run.catchup`). A handshake meanwhile is answered 503.
 
 With the single-process layer the socket attaches itself to its channel, so a run's frames
 reach `run_event` in the run's own task, not through the socket's queue and task; frames are
@@ -16,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import json
 import logging
 import uuid
@@ -31,6 +37,7 @@ from agent.trust import approvals
 from agent.web.mcp_attach import AttachError, resource_blocks
 from navi_project import hotsql, metrics
 from navi_project.hop import db_hop
+from navi_project.redis_layer import LayerUnavailable
 from sessions_app.history import HistoryError
 from sessions_app.models import Session
 from sessions_app.uploads import describe_uploaded_files
@@ -42,6 +49,9 @@ MAX_IMAGE_BYTES = 20 * 1024 * 1024
 MAX_IMAGES = 10
 REPLAY_TIMEOUT_S = 2.0
 REPLAY_ATTEMPTS = 3  # a busy owner may answer late; a live run is asked until it answers
+PAUSED_TEXT = ("Live updates paused: the server lost its message bus (Redis). The answer is still being "
+               "written and saved; it shows here as soon as the connection is back.")
+UNAVAILABLE_TEXT = "live updates are unavailable (the server's message bus is down); try again in a few seconds"
 
 
 class FrameError(Exception):
@@ -81,7 +91,7 @@ def check_content(text: object, *, has_images: bool) -> str:
 
 
 # Channel-layer messages whose handlers never touch the database.
-_NO_DB_MESSAGES = frozenset({"run.event", "run.replay", "presence.ping"})
+_NO_DB_MESSAGES = frozenset({"run.event", "run.replay", "run.catchup", "presence.ping", "layer.down", "layer.up"})
 # The socket's own events: Channels closes old database connections before each (a thread hop).
 _SOCKET_MESSAGES = frozenset({"websocket.connect", "websocket.receive", "websocket.disconnect"})
 
@@ -130,9 +140,14 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
             await self.accept()
             await self.close(code=4004)
             return
-        self.session_id = session_id
         self.group = frames_group(session_id)
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        try:
+            await self.channel_layer.group_add(self.group, self.channel_name)
+        except LayerUnavailable:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+            await self._refuse_unavailable()
+            return
+        self.session_id = session_id
         await self.accept()
         is_open = (self.scope.get("extensions") or {}).get("navi.is_open")  # navi_project.serve.IS_OPEN
         if is_open is not None and not is_open():
@@ -153,6 +168,18 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         elif active:
             async with self.relaying:
                 await self._request_replay(active, 0)
+
+    async def _refuse_unavailable(self) -> None:
+        """A handshake while the channel layer is down: HTTP 503 (the page tries again), where
+        the server offers ASGI's denial response; elsewhere close code 1013, "try again later"."""
+        if "websocket.http.response" in (self.scope.get("extensions") or {}):
+            body = json.dumps({"error": UNAVAILABLE_TEXT}).encode()
+            await self.base_send({"type": "websocket.http.response.start", "status": 503,
+                             "headers": [(b"content-type", b"application/json"), (b"retry-after", b"2")]})
+            await self.base_send({"type": "websocket.http.response.body", "body": body})
+        else:
+            await self.accept()
+            await self.close(code=1013)
 
     async def websocket_disconnect(self, message: dict) -> None:
         """Channels' own, without its closing of old database connections (a thread hop) after
@@ -207,7 +234,11 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         if kind == "message":
             await self._start_run(content)
         elif kind == "stop":
-            stopped = await get_run_manager().request_stop(self.session_id)
+            try:
+                stopped = await get_run_manager().request_stop(self.session_id)
+            except LayerUnavailable:
+                raise FrameError("the run is on another server process and the message bus (Redis) is down; "
+                                 "press Stop again in a few seconds") from None
             if not stopped:
                 await self._error("no active run to stop")
         elif kind == "resume":
@@ -277,7 +308,32 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
     # --- frames from the channel layer -------------------------------------------------------
     async def presence_ping(self, event: dict) -> None:
         """Someone asks whether this chat is open (agent.frames.notices): yes, this socket shows it."""
-        await self.channel_layer.send(event["reply_to"], {"type": "run.presence", "ping_id": event["ping_id"]})
+        with contextlib.suppress(LayerUnavailable):
+            await self.channel_layer.send(event["reply_to"], {"type": "run.presence", "ping_id": event["ping_id"]})
+
+    async def layer_down(self, event: dict) -> None:
+        """The channel layer lost Redis: say so once; the run goes on and is caught up later."""
+        if self.session_id:
+            await self._send_frame({"type": "live_paused", "message": PAUSED_TEXT})
+
+    async def layer_up(self, event: dict) -> None:
+        """Redis is back (this socket's group joined again): ask for what was missed meanwhile."""
+        if not self.session_id:
+            return
+        await self._send_frame({"type": "live_resumed"})
+        async with self.relaying:
+            run_id = next(reversed(self.cursor), "")  # the newest run this socket followed, else the live one
+            await self._request_replay(run_id, self.cursor.get(run_id, 0))
+
+    async def run_catchup(self, event: dict) -> None:
+        """A run's frames sent again after an outage by its owner: the ones this socket lacks
+        go out in order; it also answers a replay this socket was waiting for."""
+        async with self.relaying:
+            for frame in event["frames"]:
+                await self._deliver(frame, repairing=True)
+            if self.awaiting is not None:
+                self.awaiting = None
+                await self._flush_pending()
 
     async def run_event(self, event: dict) -> None:
         frame = event["frame"]
@@ -306,7 +362,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         run_id, attempt = event.get("run_id", ""), int(event.get("attempt") or 1)
         if run_id and (attempt < REPLAY_ATTEMPTS or await active_run_id(self.session_id) == run_id):
             # The owner may only be slow (a busy worker): ask again rather than deliver with a
-            # gap or tell the client the run is gone.
+            # gap or tell the client the run is gone (`_request_replay` knows when nobody listens).
             async with self.relaying:
                 if self.awaiting == event["token"]:
                     await self._request_replay(run_id, self.cursor.get(run_id, 0), bool(event.get("announce")), attempt + 1)
@@ -316,10 +372,15 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         async with self.relaying:
             if self.awaiting != event["token"]:
                 return
-            self.awaiting = None
-            if event.get("announce"):
-                await self.send_json({"type": "resume_unavailable", "run_id": event.get("run_id", "")})
-            await self._flush_pending(accept_gaps=True)  # nobody can fill them any more
+            await self._replay_unavailable(event.get("run_id", ""), bool(event.get("announce")))
+
+    async def _replay_unavailable(self, run_id: str, announce: bool) -> None:
+        """(Holding `relaying`.) Nobody can replay `run_id`: tell the client if it asked, and
+        deliver the live frames held meanwhile, gaps and all (nobody can fill them)."""
+        self.awaiting = None
+        if announce:
+            await self.send_json({"type": "resume_unavailable", "run_id": run_id})
+        await self._flush_pending(accept_gaps=True)
 
     async def _flush_pending(self, accept_gaps: bool = False) -> None:
         pending, self.pending = sorted(self.pending, key=lambda f: f["seq"]), []
@@ -352,16 +413,25 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         (resume_unavailable) if nobody has that run any more."""
         token = uuid.uuid4().hex
         self.awaiting = token
-        await self.channel_layer.group_send(
-            control_group(self.session_id),
-            {
-                "type": "run.replay_request",
-                "session_id": self.session_id,
-                "run_id": run_id,
-                "after_seq": after_seq,
-                "reply_to": self.channel_name,
-            },
-        )
+        try:
+            if attempt == 1 and await self._nobody_owns_a_run():
+                # No process listens for this chat's runs (all finished and forgotten, or the
+                # owner lost its group): waiting for an answer would only hold the live frames.
+                await self._replay_unavailable(run_id, announce)
+                return
+            await self.channel_layer.group_send(
+                control_group(self.session_id),
+                {
+                    "type": "run.replay_request",
+                    "session_id": self.session_id,
+                    "run_id": run_id,
+                    "after_seq": after_seq,
+                    "reply_to": self.channel_name,
+                },
+            )
+        except LayerUnavailable:
+            self.awaiting = None  # asked again when the layer is back (layer_up)
+            return
 
         async def timeout() -> None:
             await asyncio.sleep(REPLAY_TIMEOUT_S)
@@ -372,6 +442,10 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
 
         task = asyncio.create_task(timeout())
         task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
+
+    async def _nobody_owns_a_run(self) -> bool:
+        group_size = getattr(self.channel_layer, "group_size", None)
+        return group_size is not None and await group_size(control_group(self.session_id)) == 0
 
     async def _error(self, message: str) -> None:
         await self.send_json({"type": "error", "message": message})

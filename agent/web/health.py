@@ -1,16 +1,16 @@
-"""/health: the database, the channel layer, LLM reachability (the backends the profiles
-actually use, each probed once and the answer cached for a few seconds) and the job queue
-(`jobs`: queued, oldest_s, workers)."""
+"""/health: the dependencies the server needs — the database, the channel layer, LLM reachability
+(the backends the profiles actually use, each probed once and the answer cached for a few
+seconds) and what apps register (the vector index, Telegram, …). Any of them not working makes
+the status `degraded`, with the reason in that dependency's entry (DESIGN §11)."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 import httpx
-from asgiref.sync import async_to_sync
+import redis
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import connection
@@ -24,13 +24,20 @@ from jobs_app.health import jobs_health
 from tools_app.mcp import service as mcp_service
 
 PROBE_TIMEOUT_S = 1.5
-# Checks that apps above agent add from their AppConfig.ready (e.g. messaging_app's "telegram"):
-# name -> function returning "ok", the problem, or None when the part is switched off.
-EXTRA_CHECKS: dict[str, Callable[[], str | None]] = {}
+REDIS_PING_TIMEOUT_S = 1.0
+# Dependencies that apps add from their AppConfig.ready (e.g. messaging_app's "telegram", the
+# vector index): name -> function returning "ok", the problem (a string), a dict whose "status"
+# is "ok" or not (an entry with details), or None when the part is switched off.
+EXTRA_CHECKS: dict[str, Callable[[], str | dict | None]] = {}
 
 
-def register_check(name: str, check: Callable[[], str | None]) -> None:
+def register_check(name: str, check: Callable[[], str | dict | None]) -> None:
     EXTRA_CHECKS[name] = check
+
+
+def is_ok(outcome: str | dict) -> bool:
+    """Whether a dependency's entry says it works."""
+    return (outcome.get("status") if isinstance(outcome, dict) else outcome) == "ok"
 
 
 def _probe(backend: LLMBackend) -> str:
@@ -85,20 +92,31 @@ def _check_db() -> str:
 
 
 def _check_channel_layer() -> str:
+    """"ok", or why frames cannot reach other workers: this process's layer is in an outage
+    (navi_project.redis_layer), or Redis does not answer a PING now. A PING on a connection of
+    its own: a round trip through the layer's shared receive would wait behind the sockets'."""
     layer = get_channel_layer()
     if layer is None:
         return "error: no channel layer configured"
+    outage = getattr(layer, "outage", None)
+    if outage is not None and (why := outage()):
+        return f"error: {why}"
+    for host in getattr(layer, "hosts", None) or []:
+        try:
+            _ping_redis(host)
+        except Exception as exc:  # report, don't crash: this is what /health is for
+            return f"error: Redis unreachable: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return "ok"
 
-    async def roundtrip() -> None:
-        channel = await layer.new_channel()
-        await layer.send(channel, {"type": "health.ping"})
-        await asyncio.wait_for(layer.receive(channel), timeout=2)
 
+def _ping_redis(host: dict) -> None:
+    options = {k: v for k, v in host.items() if k not in ("address", "max_connections", "socket_timeout")}
+    options.update(socket_timeout=REDIS_PING_TIMEOUT_S, socket_connect_timeout=REDIS_PING_TIMEOUT_S)
+    client = (redis.Redis.from_url(host["address"], **options) if "address" in host else redis.Redis(**options))
     try:
-        async_to_sync(roundtrip)()
-        return "ok"
-    except Exception as exc:
-        return f"error: {type(exc).__name__}: {exc}"
+        client.ping()
+    finally:
+        client.close()
 
 
 def _check_llm() -> str:
@@ -110,12 +128,15 @@ LLM_PROBE_TTL_S = 10.0
 _llm_probe_cache: dict[str, tuple[float, str]] = {}
 
 
-def _cached(key: str, probe) -> str:
-    """The probe's answer, reused for LLM_PROBE_TTL_S: /health is public, and a flood of it
-    must not become a flood of requests to the LLM server."""
+CHANNEL_LAYER_TTL_S = 1.0
+
+
+def _cached(key: str, probe, ttl: float | None = None) -> str:
+    """The probe's answer, reused for `ttl` seconds: /health is public, and a flood of it must
+    not become a flood of requests to the LLM server or of connections to Redis."""
     now = time.monotonic()
     hit = _llm_probe_cache.get(key)
-    if hit is not None and now - hit[0] < LLM_PROBE_TTL_S:
+    if hit is not None and now - hit[0] < (LLM_PROBE_TTL_S if ttl is None else ttl):
         return hit[1]
     answer = probe()
     _llm_probe_cache[key] = (now, answer)
@@ -124,21 +145,19 @@ def _cached(key: str, probe) -> str:
 
 @require_GET
 def health(request: HttpRequest) -> JsonResponse:
-    """Liveness for everyone (monitors need no login): `ok`, or `degraded` when an LLM backend a
-    profile uses cannot be reached. Which dependency is down, and where, only for signed-in users."""
-    llm = _cached(f"llm:{settings.OLLAMA_HOST}:{settings.OPENAI_BASE_URL}", _check_llm)
-    report = {
-        "status": "ok" if llm == "ok" else "degraded",
+    """Liveness for everyone (monitors need no login): `ok`, or `degraded` when a dependency the
+    server needs is not working (the database, the channel layer, an LLM backend a profile uses,
+    what apps registered). Which one, and why, only for signed-in users."""
+    report: dict = {
+        "status": "ok",
         "db": _check_db(),
-        "channel_layer": _check_channel_layer(),
-        "llm": llm,
+        "channel_layer": _cached("channel_layer", _check_channel_layer, CHANNEL_LAYER_TTL_S),
+        "llm": _cached(f"llm:{settings.OLLAMA_HOST}:{settings.OPENAI_BASE_URL}", _check_llm),
     }
     try:
         report["jobs"] = jobs_health()  # queued, oldest_s, workers; not ok when jobs wait and no worker lives
     except Exception as exc:  # report, don't crash
         report["jobs"] = {"status": f"error: {exc}"}
-    if report["jobs"]["status"] != "ok":
-        report["status"] = "degraded"
     for name, check in EXTRA_CHECKS.items():
         try:
             outcome = check()
@@ -146,8 +165,8 @@ def health(request: HttpRequest) -> JsonResponse:
             outcome = f"error: {exc}"
         if outcome is not None:
             report[name] = outcome
-            if outcome != "ok":
-                report["status"] = "degraded"
+    if not all(is_ok(outcome) for name, outcome in report.items() if name != "status"):
+        report["status"] = "degraded"
     if not request.user.is_authenticated:
         report = {"status": report["status"]}
     else:

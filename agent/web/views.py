@@ -20,6 +20,7 @@ from agent.web.consumers import MAX_CONTENT_CHARS, MAX_IMAGES, FrameError, decod
 from agent.web.mcp_attach import AttachError, resource_blocks
 from navi_project import jsonsafe
 from navi_project.http import json_error, json_view
+from navi_project.redis_layer import LayerUnavailable
 from sessions_app.auth import api_login_required, unauthenticated_response
 from sessions_app.history import HistoryError
 from sessions_app.models import Session
@@ -226,7 +227,12 @@ async def session_stop(request: HttpRequest, session_id: str) -> HttpResponse:
     session, _, error = await _owned_post(request, session_id)
     if error:
         return error
-    if await get_run_manager().request_stop(str(session.pk)):
+    try:
+        stopped = await get_run_manager().request_stop(str(session.pk))
+    except LayerUnavailable:  # the run is another worker's, and Redis is down: nobody can tell it
+        return JsonResponse({"error": "the run is on another server process and the message bus (Redis) is down; "
+                                      "try again in a few seconds"}, status=503)
+    if stopped:
         return JsonResponse({"ok": True})
     return JsonResponse({"ok": False, "reason": "no active run"})
 

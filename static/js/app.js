@@ -39,7 +39,8 @@ function setConnection(status, detail) {
   const line = $("#connection");
   line.dataset.state = status;
   line.textContent = status === "reconnecting" ? `Connection lost — reconnecting in ${(detail / 1000).toFixed(1)} s…`
-    : status === "closed" ? "This session is not available; pick another one or start a new chat." : "";
+    : status === "closed" ? "This session is not available; pick another one or start a new chat."
+    : status === "paused" ? detail : "";
 }
 
 /** The chat header: title, the chat's profile and model (switchable), export links. */
@@ -229,6 +230,12 @@ const sidebar = new Sidebar($("#sidebar"), {
 function receive(frame) {
   state.frames.push(frame);
   if (state.frames.length > 200) state.frames.shift();
+  if (frame.type === "live_paused" || frame.type === "live_resumed") {
+    // The server lost its message bus (Redis) and got it back: the run went on meanwhile, and
+    // what it wrote arrives as frames once the bus is back.
+    setConnection(frame.type === "live_paused" ? "paused" : "open", frame.message);
+    return;
+  }
   if (frame.type === "resume_unavailable") {
     // The run we were following ended while we were away and is no longer replayable:
     // the saved history has its final state.

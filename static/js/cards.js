@@ -172,7 +172,26 @@ export function setToolStatus(card, text) {
   card.classList.toggle("awaiting", text === "awaiting approval");
 }
 
+/** How far a running tool is: a bar when the total is known, else the count; the server's words. */
+export function setToolProgress(card, progress, total, message) {
+  let bar = card.querySelector("progress.tool-progress");
+  if (!bar) {
+    bar = el("progress", "tool-progress");
+    bar.setAttribute("aria-label", `${card.dataset.tool} progress`);
+    card.querySelector("summary").append(bar);
+  }
+  if (total) {
+    bar.max = total;
+    bar.value = Math.min(progress, total);
+  } else {
+    bar.removeAttribute("value"); // indeterminate
+  }
+  const done = total ? `${Math.round((100 * Math.min(progress, total)) / total)} %` : `${progress}`;
+  setToolStatus(card, message ? `${done} — ${message}` : done);
+}
+
 export function completeToolCard(card, result, success) {
+  card.querySelector("progress.tool-progress")?.remove();
   card.classList.remove("pending", "awaiting");
   card.classList.add(success ? "ok" : "failed");
   card.querySelector(".tool-status").textContent = success ? "done" : "failed";

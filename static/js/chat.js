@@ -4,7 +4,8 @@
 import { announceApproval, approvalCard, pastApproval, reopenApproval, resolveApproval } from "./approvals.js";
 import { copyText, renderMarkdown } from "./markdown.js";
 import {
-  actionButton, closeThinking, completeToolCard, el, errorBox, notice, planCard, publishedFile, setToolStatus,
+  actionButton, closeThinking, completeToolCard, el, errorBox, notice, planCard, publishedFile, setToolProgress,
+  setToolStatus,
   statusBadge, subagentList, thinkingBlock, toolCard, userBubble,
 } from "./cards.js";
 import { sourceChips } from "./sources.js";
@@ -777,6 +778,12 @@ export class ChatView {
         run.target(sub).append(card);
         run.pending.push(card);
         if (f.tool === "spawn_agent" && !sub) run.spawn = card;
+        break;
+      }
+      case "tool_progress": {
+        // The newest running card of that tool (an MCP server's progress notifications).
+        const card = run.pending.findLast((c) => c.dataset.tool === f.tool && (c.dataset.sub === "1") === sub);
+        if (card) setToolProgress(card, f.progress, f.total, f.message);
         break;
       }
       case "tool_call": {

@@ -118,3 +118,32 @@ def test_attach_a_resource_and_use_a_prompt_from_the_keyboard(browser, login_sta
         mallory.delete(f"/mcp/servers/{theirs['id']}")
         api.close()
         mallory.close()
+
+
+def test_a_long_call_shows_its_progress_on_its_card(browser, login_state, navi, live_llm, test_server):
+    """The server's progress notifications (Navi asks for them) move a bar on the running card,
+    with the server's words; the bar goes when the call is done."""
+    api = navi.api()
+    server = connected(api, "counter", test_server.url)
+    assert api.patch(f"/mcp/servers/{server['id']}", json={"auto_approve": True}).status_code == 200
+    live_llm.add_rule(Rule(match="count to four", turns=[
+        Turn(tool_calls=[{"name": "counter__steps", "arguments": {"count": 4}}]), Turn(content="Counted to four.")]))
+    context, page = new_page(browser, login_state)
+    try:
+        open_chat(page, navi)
+        page.fill("#input", "count to four")
+        page.press("#input", "Enter")
+        card = page.locator("details.tool").last
+        bar = card.locator("progress.tool-progress")
+        expect(bar).to_be_visible(timeout=20_000)
+        expect(card.locator(".tool-status")).to_contain_text(" % — step ")
+        assert 0 < float(bar.get_attribute("value") or 0) <= 4 and bar.get_attribute("max") == "4"
+        screenshot(page, "mcp-chat-progress")
+        assert not axe_serious(page)
+        expect(card.locator(".tool-status")).to_have_text("done", timeout=20_000)
+        expect(bar).to_have_count(0)
+        expect(page.locator(".bubble.assistant").last).to_contain_text("Counted to four.")
+    finally:
+        context.close()
+        api.delete(f"/mcp/servers/{server['id']}")
+        api.close()

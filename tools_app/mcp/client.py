@@ -326,7 +326,9 @@ class Connection:
             log.info("MCP server %s: tools/list after list_changed failed: %s", self.config.name, exc)
 
     # --- calls (hub loop) -------------------------------------------------------------------
-    async def call(self, tool: str, arguments: dict) -> Any:
+    async def call(self, tool: str, arguments: dict, progress: Callable[..., Any] | None = None) -> Any:
+        """The tool's result; `progress(progress, total, message)` is awaited for each of the
+        server's progress notifications (the SDK sends a progressToken when it is given)."""
         await self.ensure(connect_timeout())
         # At most MCP_MAX_CONCURRENT_CALLS at a time per server: one user's slow or hostile
         # server holds a bounded share of the hub (and of the memory its answers may take).
@@ -334,16 +336,16 @@ class Connection:
             client = self.client
             if self.state != "connected" or client is None:
                 raise Unavailable(self.unavailable_reason())
-            return await self._call(client, tool, arguments)
+            return await self._call(client, tool, arguments, progress)
 
     def slots(self) -> asyncio.Semaphore:
         if self._slots is None:
             self._slots = asyncio.Semaphore(max(1, int(getattr(settings, "MCP_MAX_CONCURRENT_CALLS", 4))))
         return self._slots
 
-    async def _call(self, client: Any, tool: str, arguments: dict) -> Any:
+    async def _call(self, client: Any, tool: str, arguments: dict, progress: Callable[..., Any] | None = None) -> Any:
         try:
-            return await client.call_tool(tool, arguments)
+            return await client.call_tool(tool, arguments, progress_callback=progress)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -499,6 +501,7 @@ def stdio_argv(config: ServerConfig) -> list[str]:
     if bwrap is None:
         raise ConfigError(sandbox.missing_bwrap("a stdio MCP server"))
     ro_binds = [(p, p) for p in config.paths]
+    ro_binds += [(p, p) for p in sandbox.ca_paths() if p not in config.paths]  # the host's CAs, read-only
     python = None
     real = os.path.realpath(program)
     if real.startswith(sys.prefix.rstrip("/") + "/") or program.startswith(sys.prefix.rstrip("/") + "/"):
@@ -509,7 +512,7 @@ def stdio_argv(config: ServerConfig) -> list[str]:
         python = sys.executable
     prefix = sandbox.bwrap_argv(
         bwrap, SANDBOX_HOME, network=config.network, throwaway_workspace=True, python=python,
-        binds=binds, ro_binds=ro_binds, host_binds=host_binds, env=dict(config.env), run_as=run_as,
+        binds=binds, ro_binds=ro_binds, host_binds=host_binds, env={**sandbox.ca_env(), **dict(config.env)}, run_as=run_as,
     )
     return limited(prefix + argv)
 
@@ -543,7 +546,8 @@ def _stdio_env(config: ServerConfig) -> dict[str, str]:
     """The environment of the process the SDK starts. The SDK adds HOME, LOGNAME, PATH, SHELL,
     TERM and USER from the server's own; they are replaced so bwrap's environment (which the
     sandbox can read as /proc/1/environ) holds nothing of the server's, only the tool's."""
-    neutral = {"LOGNAME": "mcp", "USER": "mcp", "SHELL": "/bin/sh", "TERM": "dumb"}
+    # The host's CA settings too (a TLS-inspecting proxy); the server's own config wins.
+    neutral = {"LOGNAME": "mcp", "USER": "mcp", "SHELL": "/bin/sh", "TERM": "dumb", **sandbox.ca_env()}
     if not _sandboxed():  # no sandbox: its data folder is its home on the host
         home = data_dir(config.id)
         home.mkdir(mode=0o700, parents=True, exist_ok=True)

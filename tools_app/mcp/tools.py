@@ -14,7 +14,8 @@ import io
 import json
 import logging
 import mimetypes
-from typing import Any
+import time
+from typing import Any, Awaitable, Callable
 
 from django.conf import settings
 from django.db.models import Q
@@ -23,8 +24,8 @@ from navi_project import hotsql, metrics
 from sessions_app.models import SessionFile
 from tools_app.base import Tool, ToolResult
 from tools_app.builtin.session_files import _copy_in, file_url
-from tools_app.context import current_chat_session_id, current_user_id, emit
-from tools_app.events import FilePublished
+from tools_app.context import current_chat_session_id, current_event_sink, current_user_id, emit
+from tools_app.events import FilePublished, ToolProgress
 from tools_app.mcp import client as mcp_client
 from tools_app.mcp import transport as mcp_transport
 from tools_app.mcp.config import ServerConfig, connect_timeout
@@ -62,7 +63,7 @@ class MCPTool(Tool):
         outcome = "error"
         try:
             conn = await hub.run(hub.connection(self.config))
-            result = await hub.run(conn.call(self.spec.remote, params))
+            result = await hub.run(conn.call(self.spec.remote, params, progress_relay(self.name)))
             converted = await convert(result, self.config.name, self.spec.remote)
             outcome = "ok" if converted.success else "tool_error"
             return converted
@@ -76,6 +77,36 @@ class MCPTool(Tool):
             return ToolResult(False, error=_call_error(self.config.name, self.spec.remote, exc))
         finally:
             metrics.mcp_call(self.config.name, outcome)
+
+
+PROGRESS_EVERY_S = 0.25  # a server may notify thousands of times: the page gets 4 updates a second
+
+
+def progress_relay(tool: str) -> Callable[[float, float | None, str | None], Awaitable[None]] | None:
+    """A progress callback for the hub's loop that puts `tool_progress` events in this run's
+    event sink, on the run's own loop (None outside a run: no progressToken is asked for)."""
+    sink = current_event_sink.get()
+    if sink is None:
+        return None
+    loop = asyncio.get_running_loop()
+    last = {"at": 0.0}
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        now = time.monotonic()
+        done = total is not None and progress >= total
+        if now - last["at"] < PROGRESS_EVERY_S and not done:
+            return
+        last["at"] = now
+        event = ToolProgress(tool=tool, progress=float(progress), total=None if total is None else float(total),
+                             message=_one_line(message or ""))
+        loop.call_soon_threadsafe(sink.put_nowait, event)
+
+    return on_progress
+
+
+def _one_line(text: str) -> str:
+    """A server's progress message, shown as text on the card: one line, bounded."""
+    return " ".join(text.split())[:200]
 
 
 def _call_error(server: str, tool: str, exc: BaseException) -> str:
@@ -104,18 +135,10 @@ async def convert(result: Any, server: str, tool: str) -> ToolResult:
 
     parts: list[str] = []
     for block in result.content or []:
-        if isinstance(block, types.TextContent):
-            parts.append(block.text)
-        elif isinstance(block, types.ImageContent):
+        if isinstance(block, types.ImageContent):
             parts.append(await _save_image(block.data, block.mime_type, server, tool))
-        elif isinstance(block, types.EmbeddedResource):
-            parts.append(_resource(block.resource))
-        elif isinstance(block, types.ResourceLink):
-            parts.append(f"[resource link: {block.uri} ({block.name})]")
-        elif isinstance(block, types.AudioContent):
-            parts.append(f"[audio ({block.mime_type}) returned by the tool; not shown]")
         else:
-            parts.append(f"[{getattr(block, 'type', 'unknown')} content not shown]")
+            parts.append(block_text(block))
     structured = getattr(result, "structured_content", None)
     if structured is not None and not any(isinstance(b, types.TextContent) for b in result.content or []):
         parts.append(json.dumps(structured, ensure_ascii=False, indent=1))
@@ -123,6 +146,22 @@ async def convert(result: Any, server: str, tool: str) -> ToolResult:
     if getattr(result, "is_error", False):
         return ToolResult(False, output=text, error=f"MCP server '{server}': {tool} reported an error (isError)")
     return ToolResult(True, output=text or "(the tool returned no content)")
+
+
+def block_text(block: Any) -> str:
+    """One content block of a tool result or a prompt message as text: text as it is, an
+    embedded resource's text under its URI (the caller marks all of it untrusted), the rest
+    named. Matched by the block's `type`: content classes differ between SDK versions."""
+    kind = getattr(block, "type", "")
+    if kind == "text":
+        return str(getattr(block, "text", ""))
+    if kind == "resource":
+        return _resource(getattr(block, "resource", None))
+    if kind == "resource_link":
+        return f"[resource link: {getattr(block, 'uri', '')} ({getattr(block, 'name', '')})]"
+    if kind in ("image", "audio"):
+        return f"[{kind} ({getattr(block, 'mime_type', None) or 'unknown type'}); not shown]"
+    return f"[{kind or 'unknown'} content not shown]"
 
 
 def _cap(text: str) -> str:

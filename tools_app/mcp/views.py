@@ -18,7 +18,7 @@ from sessions_app.models import profile_model
 from tools_app.mcp import client as mcp_client
 from tools_app.mcp import service
 from tools_app.mcp.config import ConfigError, ServerConfig, check_url_reachable, connect_timeout, data_dir
-from tools_app.mcp.tools import text_cap
+from tools_app.mcp.tools import block_text, text_cap
 from tools_app.models import MCPServer
 
 KNOWN = {"name", *service.EDITABLE}
@@ -222,14 +222,15 @@ def server_prompt(request: HttpRequest, server_id: int) -> JsonResponse:
         raise ApiError("give the prompt's name, as listed in the server's prompts", 400)
     if not isinstance(arguments, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in arguments.items()):
         raise ApiError('arguments must be an object of strings, e.g. {"topic": "rust"}', 400)
-    result = _ask_server(request, server_id, lambda conn: conn.get_prompt(name, arguments))
+
+    async def prompt_and_listing(conn):
+        # Servers may leave the description out of prompts/get (the reference server does):
+        # the one the server listed is shown then.
+        result = await conn.get_prompt(name, arguments)  # connected now: its listing is there
+        return result, next((p["description"] for p in conn.prompts if p.get("name") == name), "")
+
+    result, listed = _ask_server(request, server_id, prompt_and_listing)
     cap = text_cap()
-    messages = []
-    for message in result.messages:
-        content = message.content
-        text = getattr(content, "text", None)
-        if text is None:
-            text = f"[{getattr(content, 'type', 'non-text')} content not shown]"
-        messages.append({"role": message.role, "text": text[:cap]})
-    return JsonResponse({"name": name, "description": result.description or "", "untrusted": True,
+    messages = [{"role": message.role, "text": block_text(message.content)[:cap]} for message in result.messages]
+    return JsonResponse({"name": name, "description": result.description or listed or "", "untrusted": True,
                          "messages": messages})
