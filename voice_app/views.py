@@ -20,7 +20,7 @@ from sessions_app.models import Session
 
 from . import audio, config
 from .client import MAX_SPEECH_CHARS, SPEECH_FORMATS, SpeechError, open_speech, synthesize, transcribe
-from .models import VoiceClip
+from .recordings import check_recording, keep_clip
 
 db = sync_to_async
 TEST_PHRASE = "Navi can hear you clearly."
@@ -54,30 +54,6 @@ def _json_body(request: HttpRequest) -> dict:
 
 
 # --- a recording → its text ------------------------------------------------------------------------
-def check_recording(data: bytes) -> audio.AudioInfo:
-    """The recording's kind and length, or SpeechError 400 saying why it is refused."""
-    try:
-        info = audio.inspect(data)
-    except audio.NotAudio as exc:
-        raise SpeechError(str(exc), 400) from None
-    limit = settings.VOICE_MAX_SECONDS
-    if info.duration_s is None:
-        raise SpeechError(f"could not tell how long the {info.kind} recording is (its headers do not say); "
-                          "record it again, or send WAV, MP3 or Ogg/Opus", 400)
-    if info.duration_s > limit + 0.5:
-        raise SpeechError(f"the recording is {info.duration_s:.0f} s long; Navi transcribes up to {limit} s "
-                          "(VOICE_MAX_SECONDS): send a shorter one", 400)
-    return info
-
-
-def keep_clip(user, session_id, source: str, data: bytes, info: audio.AudioInfo, transcript: str) -> None:
-    """Kept only when the owner turned keeping on (then it is in the database, and the backup)."""
-    if not config.prefs_for(user).keep_audio:
-        return
-    VoiceClip.objects.create(owner=user, session_id=session_id, source=source, kind=info.kind,
-                             duration_s=info.duration_s, size=len(data), data=data, transcript=transcript)
-
-
 def _read_upload(request: HttpRequest) -> bytes:
     upload = request.FILES.get("file")
     if upload is None:
