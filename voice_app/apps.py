@@ -2,12 +2,8 @@ from django.apps import AppConfig
 
 
 class VoiceAppConfig(AppConfig):
+    """Nothing to connect at start: its views are routed by navi_project/urls.py, and the apps
+    above it (messaging_app) call it directly. Its settings live at /settings/voice."""
+
     name = "voice_app"
     verbose_name = "Voice"
-
-    def ready(self) -> None:
-        # Imported here, not at the top: these modules import models (Django's app-loading rule).
-        from sessions_app.settings_views import register_settings_extra
-        from voice_app import config
-
-        register_settings_extra("voice", config.summary_for)  # GET /settings: what the page's buttons need

@@ -76,9 +76,3 @@ def public(config: SpeechConfig) -> dict:
         "tts": {"base_url": config.tts_base_url, "model": config.tts_model, "voice": config.tts_voice,
                 "has_key": bool(config.tts_api_key), "configured": config.tts_ready, "format": settings.TTS_FORMAT},
     }
-
-
-def summary_for(user) -> dict:
-    """The `voice` part of GET /settings: can this user speak and listen, and how."""
-    config = current()
-    return {"stt": config.stt_ready, "tts": config.tts_ready, **prefs_for(user).as_dict()}
