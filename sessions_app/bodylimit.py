@@ -2,6 +2,7 @@
 
 Two caps: `max_body_bytes(path)` for a signed-in request (per path: SESSION_IMPORT_MAX_MB for
 `POST /sessions/import`, SESSION_FILES_MAX_SIZE_MB plus multipart overhead for a session's files,
+VOICE_MAX_MB for a recording to transcribe,
 DATA_UPLOAD_MAX_MEMORY_SIZE (JSON with images) elsewhere), and `anonymous_body_bytes()`
 (ANONYMOUS_BODY_MAX_KB) for requests without valid credentials (413 over it; 401 naming the
 problem when credentials were sent but are wrong).

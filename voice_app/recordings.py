@@ -27,7 +27,8 @@ def check_recording(data: bytes) -> audio.AudioInfo:
 
 
 def keep_clip(user, session_id, source: str, data: bytes, info: audio.AudioInfo, transcript: str) -> None:
-    """Kept only when the owner turned keeping on (then it is in the database, and the backup)."""
+    """Kept only when the owner turned keeping on (then it is in the database, and the backup).
+    Callers that read the preference already may call it only when it is on."""
     if not config.prefs_for(user).keep_audio:
         return
     VoiceClip.objects.create(owner=user, session_id=session_id, source=source, kind=info.kind,

@@ -8,12 +8,12 @@ from __future__ import annotations
 import re
 import time
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.utils import timezone
 
 from navi_project import jsonsafe
+from navi_project.hop import db_hop
 from navi_project.http import json_error
 from sessions_app.auth import unauthenticated_response
 from sessions_app.models import Session
@@ -22,7 +22,6 @@ from . import audio, config
 from .client import MAX_SPEECH_CHARS, SPEECH_FORMATS, SpeechError, open_speech, synthesize, transcribe
 from .recordings import check_recording, keep_clip
 
-db = sync_to_async
 TEST_PHRASE = "Navi can hear you clearly."
 MAX_FIELD_CHARS = 500
 _URL = re.compile(r"^https?://[^\s/?#]+(/[^\s?#]*)?$")
@@ -61,24 +60,31 @@ def _read_upload(request: HttpRequest) -> bytes:
     return upload.read()
 
 
+def _receive(request: HttpRequest, user, session_id: str) -> tuple[Session, bytes, audio.AudioInfo, config.SpeechConfig, bool]:
+    """Everything before the speech server in one thread hop: the chat is the caller's, the upload
+    is audio of an allowed length; the servers to use, and whether to keep the recording."""
+    session = Session.objects.owned_by(user, session_id).first()
+    if session is None:
+        raise SpeechError(f"no session '{session_id}'", 404)
+    data = _read_upload(request)
+    info = check_recording(data)
+    return session, data, info, config.current(), config.prefs_for(user).keep_audio
+
+
 async def session_audio(request: HttpRequest, session_id: str) -> HttpResponse:
     """A recording (multipart field `file`) → `{"text", "duration_s"}`; nothing is sent to the chat."""
     user = await _user(request)
     if user is None:
         return unauthenticated_response()
-    session = await Session.objects.owned_by(user, session_id).afirst()
-    if session is None:
-        return json_error(f"no session '{session_id}'", 404)
     if refused := _allow(request, "POST"):
         return refused
     try:
-        data = await db(_read_upload, thread_sensitive=False)(request)
-        info = check_recording(data)
-        servers = await db(config.current, thread_sensitive=False)()
+        session, data, info, servers, keep = await db_hop(_receive, request, user, session_id)
         text = await transcribe(data, info, servers)
     except SpeechError as exc:
         return json_error(exc.message, exc.status)
-    await db(keep_clip)(user, session.pk, "page", data, info, text)
+    if keep:
+        await db_hop(keep_clip, user, session.pk, "page", data, info, text)
     return JsonResponse({"text": text, "duration_s": round(info.duration_s, 2)})
 
 
@@ -104,7 +110,7 @@ async def speech(request: HttpRequest) -> HttpResponse:
         voice = body.get("voice") or ""
         if not isinstance(voice, str) or len(voice) > 200:
             raise SpeechError('"voice" must be a voice name of the TTS server', 400)
-        servers = await db(config.current, thread_sensitive=False)()
+        servers = await db_hop(config.current)
         stream = await open_speech(text.strip(), servers, fmt, voice)
     except SpeechError as exc:
         return json_error(exc.message, exc.status)
@@ -171,8 +177,8 @@ async def voice_settings(request: HttpRequest) -> HttpResponse:
         return refused
     try:
         if request.method == "GET":
-            return JsonResponse(await db(_settings_json)(user))
-        return JsonResponse(await db(_update)(user, _json_body(request)))
+            return JsonResponse(await db_hop(_settings_json, user))
+        return JsonResponse(await db_hop(_update, user, _json_body(request)))
     except SpeechError as exc:
         return json_error(exc.message, exc.status)
 
@@ -184,7 +190,7 @@ async def voice_test(request: HttpRequest) -> HttpResponse:
         return unauthenticated_response()
     if refused := _allow(request, "POST"):
         return refused
-    servers = await db(config.current, thread_sensitive=False)()
+    servers = await db_hop(config.current)
     result: dict = {"phrase": TEST_PHRASE, "heard": "", "ok": False, "error": "", "stage": "tts"}
     try:
         started = time.perf_counter()

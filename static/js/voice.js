@@ -321,7 +321,10 @@ export class Voice {
     }
     if (this.conversation) {
       if (state === "speaking") this.setMode("speaking");
-      else if (state === "idle" && this.mode === "speaking") this.setMode("listening");
+      else if (state === "idle" && this.mode === "speaking") {
+        this.freshRecording(true); // the reading may echo in the recording: it is never sent as input
+        this.setMode("listening");
+      }
     } else if (this.mode === "idle" || this.mode === "reading") {
       this.setMode(reading ? "reading" : "idle");
     }
@@ -398,6 +401,7 @@ export class Voice {
         this.bargeIns += 1;
         this.player.stop();
         this.reading = null;
+        this.freshRecording(false); // what was recorded under the reading is not the owner's words
       }
       this.setMode("hearing");
     } else if (event === "end" || (this.detector.speaking && elapsed >= this.settings.max_seconds)) {
@@ -406,6 +410,14 @@ export class Voice {
       this.recorder.cancel();
       this.recorder.start(); // nothing said for a while: start over, keep the recording short
     }
+  }
+
+  /** Start the conversation's recording over (its audio so far dropped). */
+  freshRecording(resetDetector) {
+    if (!this.recorder.recording) return;
+    this.recorder.cancel();
+    this.recorder.start();
+    if (resetDetector) this.detector.reset();
   }
 
   async utteranceDone() {
