@@ -4,9 +4,9 @@
 // at any moment); "Talk" is the hands-free conversation: speak → the answer is read → Navi
 // listens again, and speaking while it reads stops the reading (barge-in).
 import { csrfToken } from "./api.js";
-import { actionButton, el } from "./cards.js";
-import { SentenceStream, sentences, speakable } from "./speech-text.js";
-import { SpeechPlayer, playLog } from "./voice-player.js";
+import { el } from "./cards.js";
+import { playLog } from "./voice-player.js";
+import { AnswerReader } from "./voice-reading.js";
 import { Recorder, SpeechDetector, microphoneProblem, recordingSupported } from "./voice-recorder.js";
 
 const HOLD_MS = 350; // a press longer than this is "hold to talk": releasing it sends
@@ -64,13 +64,13 @@ export class Voice {
     this.detector = new SpeechDetector();
     this.mode = "idle"; // idle, recording, transcribing, or the conversation's states
     this.conversation = false;
-    this.reading = null; // {runId, stream, fed}: an answer read as it streams
-    this.readButton = null;
     this.bargeIns = 0;
-    this.player = new SpeechPlayer({
-      onState: (state, tag) => this.readingState(state, tag),
-      onError: (message, status) => this.hooks.onError(status === 503 ? `${message}` : `Reading aloud failed: ${message}`),
+    this.reader = new AnswerReader({
+      onState: (state) => this.readingState(state),
+      onError: (message, status) => this.hooks.onError(status === 503 ? message : `Reading aloud failed: ${message}`),
       onDone: () => this.conversation && this.setMode("listening"),
+      problem: () => this.missing("tts"),
+      explain: (problem) => this.explain(problem),
     });
     this.build();
     window.naviVoice = { playLog, voice: this };
@@ -81,7 +81,7 @@ export class Voice {
   // --- the page's pieces ------------------------------------------------------------------
   build() {
     const row = this.form.querySelector(".row");
-    const input = this.form.querySelector("#input");
+    const send = this.form.querySelector("#send"); // after the box, beside Send: the box keeps its place in the tab order
     this.mic = el("button", "attach mic");
     this.mic.type = "button";
     this.mic.id = "mic-button";
@@ -93,8 +93,8 @@ export class Voice {
     this.talk.id = "talk-button";
     this.talk.setAttribute("aria-pressed", "false");
     this.talk.title = "Conversation: speak, hear the answer, speak again — hands-free";
-    row.insertBefore(this.mic, input);
-    row.insertBefore(this.talk, input);
+    row.insertBefore(this.mic, send);
+    row.insertBefore(this.talk, send);
 
     this.panel = el("div", "voice-panel");
     this.panel.id = "voice-panel";
@@ -202,7 +202,7 @@ export class Voice {
 
   async startRecording() {
     if (!this.hooks.getSession()) return;
-    this.player.stop();
+    this.reader.stop();
     this.setMode("recording");
     try {
       await this.recorder.open();
@@ -245,7 +245,7 @@ export class Voice {
 
   cancel() {
     if (this.conversation) return this.leave();
-    if (this.mode === "reading") return this.player.stop();
+    if (this.mode === "reading") return this.reader.stop();
     this.recorder.close();
     this.setMode("idle");
   }
@@ -281,44 +281,19 @@ export class Voice {
       e.preventDefault();
       e.stopPropagation();
       this.cancel();
-    } else if (this.player.active) {
-      this.player.stop(); // and the run too, if one is going (the page's own Esc)
+    } else if (this.reader.active) {
+      this.reader.stop(); // and the run too, if one is going (the page's own Esc)
     }
   }
 
-  // --- listening: read aloud and auto-read ---------------------------------------------------
-  /** "Read aloud" under an answer (chat.js decorateTurn). */
+  // --- listening: read aloud and auto-read (voice-reading.js) -------------------------------
   decorate(turn, bar) {
-    if (!turn.querySelector(":scope > .bubble.assistant")) return;
-    const button = actionButton("Read aloud", "read-aloud", "Read this answer aloud", () => this.readTurn(turn, button));
-    const reading = this.player.tag === turn && this.player.active; // read aloud as it was written
-    button.setAttribute("aria-pressed", String(reading));
-    if (reading) {
-      button.textContent = "Stop reading";
-      this.readButton = button;
-    }
-    bar.insertBefore(button, bar.querySelector(":scope > .regen") || null);
+    this.reader.decorate(turn, bar);
   }
 
-  readTurn(turn, button) {
-    if (this.player.tag === turn) return this.player.stop();
-    const problem = this.missing("tts");
-    if (problem) return this.explain(problem);
-    const text = [...turn.querySelectorAll(":scope > .bubble.assistant")].map((b) => b.source || b.textContent).join("\n\n");
-    this.readButton = button;
-    this.player.begin(turn);
-    for (const sentence of sentences(speakable(text))) this.player.add(sentence);
-    this.player.end();
-  }
-
-  readingState(state, tag) {
+  /** How reading aloud goes, shown in the panel (and, in a conversation, what comes next). */
+  readingState(state) {
     const reading = state !== "idle";
-    if (this.readButton) {
-      const mine = reading && this.player.tag && this.readButton.isConnected;
-      this.readButton.textContent = mine ? "Stop reading" : "Read aloud";
-      this.readButton.setAttribute("aria-pressed", String(!!mine));
-      if (!reading) this.readButton = null;
-    }
     if (this.conversation) {
       if (state === "speaking") this.setMode("speaking");
       else if (state === "idle" && this.mode === "speaking") {
@@ -328,38 +303,14 @@ export class Voice {
     } else if (this.mode === "idle" || this.mode === "reading") {
       this.setMode(reading ? "reading" : "idle");
     }
-    if (tag instanceof Element) tag.classList.toggle("reading", reading);
   }
 
-  /** Frames of the open chat (after chat.js drew them): an answer this tab asked for is read as it
-   * streams when auto-read is on, or in a conversation. */
+  /** Frames of the open chat: this tab's answers are read as they stream when auto-read is on,
+   * or in a conversation. */
   frame(f, run) {
-    if (!run || run.id !== f.run_id || f.is_subagent) return;
-    if (f.type === "stream_start") {
-      this.reading = null;
-      if (run.foreign || !(this.settings.auto_read || this.conversation) || this.missing("tts")) return;
-      this.reading = { runId: f.run_id, stream: new SentenceStream(), fed: false };
-      this.player.begin(run.el); // the answer being written: marked while it is read, its "Read aloud" stops it
-      return;
-    }
-    const reading = this.reading;
-    if (!reading || reading.runId !== f.run_id) return;
-    const add = (list) => list.forEach((s) => this.player.add(s));
-    if (f.type === "stream_delta") {
-      reading.fed = true;
-      add(reading.stream.push(f.delta));
-    } else if (f.type === "tool_started") {
-      add(reading.stream.flush()); // the words before a tool; its card is not read
-      reading.stream = new SentenceStream();
-    } else if (f.type === "stream_end") {
-      if (!reading.fed && f.content) add(reading.stream.push(f.content));
-      add(reading.stream.flush());
-      this.player.end();
-      this.reading = null;
-    } else if (f.type === "stream_stopped" || f.type === "error") {
-      this.player.stop();
-      this.reading = null;
-      if (this.conversation) this.setMode("listening");
+    this.reader.follow(f, run, this.settings.auto_read || this.conversation);
+    if (this.conversation && (f.type === "stream_stopped" || f.type === "error") && run?.id === f.run_id) {
+      this.setMode("listening");
     }
   }
 
@@ -368,7 +319,7 @@ export class Voice {
     const problem = this.missing("stt", "tts");
     if (problem) return this.explain(problem);
     if (!recordingSupported()) return this.hooks.onError(microphoneProblem());
-    this.player.stop();
+    this.reader.stop();
     this.conversation = true;
     this.setMode("listening");
     try {
@@ -387,20 +338,18 @@ export class Voice {
   leave() {
     this.conversation = false;
     this.recorder.close();
-    this.player.stop();
-    this.reading = null;
+    this.reader.stop();
     this.setMode("idle");
   }
 
   /** One frame of the microphone in a conversation: speech starts (barge-in while reading), ends. */
   listen(level, elapsed) {
-    this.detector.strict = this.player.state === "speaking"; // its own voice from the speakers is not speech
+    this.detector.strict = this.reader.speaking; // its own voice from the speakers is not speech
     const event = this.detector.update(level * (this.detector.strict ? 0.5 : 1), performance.now());
     if (event === "speech") {
-      if (this.player.active) {
+      if (this.reader.active) {
         this.bargeIns += 1;
-        this.player.stop();
-        this.reading = null;
+        this.reader.stop();
         this.freshRecording(false); // what was recorded under the reading is not the owner's words
       }
       this.setMode("hearing");
