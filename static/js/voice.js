@@ -176,6 +176,7 @@ export class Voice {
   pressMic(e) {
     if (e.button !== 0 || this.conversation) return;
     this.downAt = performance.now();
+    this.mic.setPointerCapture?.(e.pointerId); // the release counts wherever the finger or pointer ends up
     if ((this.mode === "idle" || this.mode === "reading") && !this.missing("stt")) {
       this.startedByPress = true;
       this.startRecording();
@@ -203,6 +204,8 @@ export class Voice {
   async startRecording() {
     if (!this.hooks.getSession()) return;
     this.reader.stop();
+    this.time.textContent = clock(0);
+    this.meterBar.style.width = "0%";
     this.setMode("recording");
     try {
       await this.recorder.open();

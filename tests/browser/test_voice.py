@@ -2,7 +2,7 @@
 then silence, over and over), the fake speech server (tests/speech_server.py) transcribes and
 speaks, the test LLM answers. One walk on a desktop in the light theme (settings and their Test,
 Speak → the transcript in the box → the answer read aloud from its first sentence while the rest
-is still being written, Stop, Read aloud), one at phone width in the dark theme (the hands-free
+is still being written, Stop, Read aloud, hold to talk, Esc), one at phone width in the dark theme (the hands-free
 conversation: it listens, sends, reads, is interrupted by speech, and is left)."""
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def open_new_chat(page, navi) -> None:
     with page.expect_response(lambda r: r.url.endswith("/sessions") and r.request.method == "POST"):
         page.click("#header-new-chat" if page.viewport_size["width"] < 720 else "#new-chat")
     page.wait_for_function("() => document.body.dataset.ready === '1' && window.navi && window.navi.socket.ws.readyState === 1"
-                           " && window.navi.socket.sessionId === location.hash.slice(1)")
+                           " && window.navi.socket.sessionId === location.hash.slice(1)", timeout=60_000)
 
 
 def voice_state(page) -> dict:
@@ -167,6 +167,15 @@ def test_speak_a_request_and_hear_the_answer_start(browser, login_state, navi, l
     expect(page.locator("body")).to_have_attribute("data-voice-reading", "idle")
     expect(button).to_have_text("Read aloud")
 
+    # Hold to talk: press, speak, let go.
+    page.locator("#mic-button").hover()
+    page.mouse.down()
+    expect(page.locator("#voice-panel .voice-state")).to_have_text("Recording")
+    expect(page.locator("#voice-panel .voice-time")).to_have_text(re.compile(r"0:0[2-9]"))
+    page.mouse.up()
+    expect(page.locator("#input")).to_have_value(SAID)
+    page.fill("#input", "")
+
     # Esc cancels a recording: nothing is transcribed.
     transcribed = len(speech.of("transcriptions"))
     page.click("#mic-button")
@@ -199,7 +208,10 @@ def test_a_hands_free_conversation_at_phone_width_in_the_dark(browser, login_sta
     assert voice_state(page)["played"][0]["text"] == FIRST
 
     # The voice comes again while it reads: the reading stops (barge-in) and it listens.
-    page.wait_for_function("() => naviVoice.voice.bargeIns >= 1", timeout=45_000)
+    try:
+        page.wait_for_function("() => naviVoice.voice.bargeIns >= 1", timeout=45_000)
+    except Exception as exc:
+        raise AssertionError(f"no barge-in while it read: {voice_state(page)}") from exc
     expect(page.locator("#voice-panel .voice-state")).to_have_text(re.compile(r"Conversation · (Hearing you|Transcribing|Thinking|Speaking)"))
 
     page.click("#voice-panel .voice-cancel")  # Leave conversation
