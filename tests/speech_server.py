@@ -14,6 +14,7 @@ A test fails the next calls (`fail("speech", 500, "model not found")`), requires
 from __future__ import annotations
 
 import email.parser
+import functools
 import email.policy
 import json
 import threading
@@ -43,6 +44,7 @@ class Heard:
     extra: dict = field(default_factory=dict)
 
 
+@functools.lru_cache(maxsize=256)
 def audio_for(text: str, fmt: str, seconds: float | None = None) -> bytes:
     seconds = seconds if seconds is not None else max(0.3, min(20.0, len(text) * SECONDS_PER_CHAR))
     if fmt == "opus":
@@ -142,6 +144,7 @@ class _Handler(BaseHTTPRequestHandler):
         return self.server.fake
 
     def do_POST(self) -> None:
+        arrived = time.monotonic()  # the request's head is read; its delay counts from here
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length)
         path = self.path.rstrip("/")
@@ -150,10 +153,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(404, {"detail": "Not Found"})
             return
         if kind == "speech":
-            heard = Heard("speech", json.loads(body or b"{}"), time.monotonic())
+            heard = Heard("speech", json.loads(body or b"{}"), arrived)
         else:
             fields, file = _multipart(self.headers.get("Content-Type", ""), body)
-            heard = Heard("transcriptions", fields, time.monotonic(), file)
+            heard = Heard("transcriptions", fields, arrived, file)
         heard.authorization = self.headers.get("Authorization", "")
         failure = self.fake._record(heard)
         if self.fake.key and heard.authorization != f"Bearer {self.fake.key}":
@@ -163,7 +166,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(failure[0], {"detail": failure[1]})
             return
         if kind == "transcriptions":
-            time.sleep(self.fake.stt_delay)
+            time.sleep(max(0.0, heard.at + self.fake.stt_delay - time.monotonic()))
             transcript = self.fake.transcript
             text = transcript(heard) if callable(transcript) else transcript
             if heard.fields.get("response_format") == "text":
@@ -181,7 +184,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(422, {"detail": "input is required"})
             return
         data = audio_for(heard.fields["input"], fmt, self.fake.speech_seconds)
-        time.sleep(self.fake.tts_delay)
+        time.sleep(max(0.0, heard.at + self.fake.tts_delay - time.monotonic()))  # the delay counts from arrival
         try:
             self.send_response(200)
             self.send_header("Content-Type", CONTENT_TYPES.get(fmt, "application/octet-stream"))
