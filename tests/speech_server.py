@@ -14,8 +14,8 @@ A test fails the next calls (`fail("speech", 500, "model not found")`), requires
 from __future__ import annotations
 
 import email.parser
-import functools
 import email.policy
+import functools
 import json
 import threading
 import time
