@@ -15,6 +15,8 @@ const HOW_TO = {
   stt: "Speaking needs a speech-to-text server (Speaches, LocalAI, or any server with the OpenAI audio API).",
   tts: "Reading aloud needs a text-to-speech server (Kokoro-FastAPI, openedai-speech, LocalAI…).",
 };
+const MIC_TITLE = "Speak: click to start and again to finish, or hold while you talk (Esc cancels)";
+const TALK_TITLE = "Conversation: speak, hear the answer, speak again — hands-free";
 const STATES = {
   recording: "Recording", transcribing: "Transcribing…", listening: "Listening…", hearing: "Hearing you…",
   thinking: "Thinking…", speaking: "Speaking…", reading: "Reading aloud…",
@@ -86,13 +88,13 @@ export class Voice {
     this.mic.type = "button";
     this.mic.id = "mic-button";
     this.mic.setAttribute("aria-pressed", "false");
-    this.mic.title = "Speak: click to start and again to finish, or hold while you talk (Esc cancels)";
+    this.mic.title = MIC_TITLE;
     this.mic.append(micIcon(), el("span", "", "Speak"));
     this.talk = el("button", "attach talk", "Talk");
     this.talk.type = "button";
     this.talk.id = "talk-button";
     this.talk.setAttribute("aria-pressed", "false");
-    this.talk.title = "Conversation: speak, hear the answer, speak again — hands-free";
+    this.talk.title = TALK_TITLE;
     row.insertBefore(this.mic, send);
     row.insertBefore(this.talk, send);
 
@@ -132,6 +134,8 @@ export class Voice {
     const stt = this.settings.stt.configured;
     this.mic.classList.toggle("unavailable", !stt);
     this.talk.classList.toggle("unavailable", !stt || !this.settings.tts.configured);
+    this.mic.title = this.missing("stt") || MIC_TITLE;
+    this.talk.title = this.missing("stt", "tts") || TALK_TITLE;
     document.body.dataset.voiceReady = "1";
   }
 

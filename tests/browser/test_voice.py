@@ -229,9 +229,36 @@ def test_a_hands_free_conversation_at_phone_width_in_the_dark(browser, login_sta
     context.close()
 
 
+def test_without_servers_the_buttons_say_how_to_set_one_up(browser, login_state, navi, speech):
+    speech.reset()
+    set_prefs(navi, stt_base_url="", tts_base_url="")
+    try:
+        context, page, errors = new_page(browser, login_state, viewport={"width": 1200, "height": 800})
+        page.goto(f"{navi.url}/")
+        page.wait_for_selector("body[data-ready='1'][data-voice-ready='1']")
+        expect(page.locator("#mic-button")).to_have_class(re.compile(r"\bunavailable\b"))
+        page.click("#mic-button")
+        expect(page.locator("#toast")).to_contain_text("Speaking needs a speech-to-text server")
+        expect(page.locator("#toast")).to_contain_text("Settings → Voice")
+        expect(page.locator("#voice-panel")).to_be_hidden()
+        page.click("#talk-button")
+        expect(page.locator("body")).not_to_have_attribute("data-voice", "listening")
+        assert speech.heard == [] and errors == []
+        context.close()
+    finally:
+        set_prefs(navi, stt_base_url=speech.url, tts_base_url=speech.url)
+
+
 def test_the_page_reads_answers_by_the_same_rules_as_telegram(browser, login_state, navi):
     context, page, _ = new_page(browser, login_state)
     page.goto(f"{navi.url}/settings/")
+    mark = page.evaluate("""async () => {
+      const {voiceMark} = await import('/static/js/voice.js');
+      const node = document.createElement('div');
+      voiceMark(node, {source: 'telegram', duration_s: 7.4});
+      return node.textContent;
+    }""")
+    assert mark == "Voice note · 0:07"
     sample = ("## Plan\nRun this:\n\n```bash\nrm -rf /tmp/x\n```\n\nSee [the docs](https://example.org/a_(b)) or "
               "<https://navi.example.net/x>. The sum is $x^2$ here.\n\n- **first** item\n- second `make run`\n"
               "| a | b |\n|---|---|\n| 1 | 2 |\nUse *file_name* and snake_case_words.")
