@@ -169,6 +169,7 @@ export class SpeechPlayer {
     source.start();
     if (this.state !== "speaking") this.setState("speaking");
     playLog.push({ text: item.text, bytes: decoded.bytes, type: decoded.type, at: performance.now(), state: ctx.state });
+    if (playLog.length > 200) playLog.shift();
   }
 
   fail(err) {
