@@ -100,6 +100,7 @@ class RunRelay:
         self.channel = ""
         self.live: LiveMessage | None = None
         self.approvals: dict[str, tuple[int, str]] = {}  # approval id -> (message id, its text)
+        self.answer = ""  # the run's final answer, once stream_end brought it (a voice reply reads it)
 
     async def join(self) -> None:
         """Join before the run starts, so not one frame is missed."""
@@ -151,6 +152,7 @@ class RunRelay:
         elif kind == "file_published":
             await self._send_file(frame)
         elif kind == "stream_end":
+            self.answer = frame.get("content") or (self.live.text if self.live else "")
             await self._close_live(frame.get("content") or None)
         elif kind == "stream_stopped":
             await self._close_live()

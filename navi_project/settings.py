@@ -125,6 +125,7 @@ INSTALLED_APPS = [
     "knowledge_app",
     "routines_app",
     "messaging_app",
+    "voice_app",
     # Before django_tasks_db: its `db_worker` command is jobs_app's (the engine's, with lanes,
     # heartbeats and recovery), and Django takes a command from the first app that has it.
     "jobs_app",
@@ -542,6 +543,24 @@ TELEGRAM_POLL_TIMEOUT_S = env.int("TELEGRAM_POLL_TIMEOUT_S", default=25)  # getU
 TELEGRAM_LEASE_S = env.float("TELEGRAM_LEASE_S", default=60.0)  # a dead poller's lease is taken over after this
 # The official Bot API serves files up to 20 MB (getFile); a local Bot API server can go higher.
 TELEGRAM_FILE_MAX_MB = env.int("TELEGRAM_FILE_MAX_MB", default=20)
+
+# --- Voice (voice_app: speech servers with the OpenAI audio API) ---------------------------
+# Speech-to-text: POST {STT_BASE_URL}/v1/audio/transcriptions (faster-whisper servers such as
+# Speaches, LocalAI, OpenAI); text-to-speech: POST {TTS_BASE_URL}/v1/audio/speech (Kokoro-FastAPI,
+# openedai-speech, LocalAI, OpenAI). Unset URL = that half of voice is off. These are the first
+# values: the owner changes them in Settings → Voice (stored in the database, no restart).
+STT_BASE_URL = env.str("STT_BASE_URL", default="").rstrip("/")
+STT_MODEL = env.str("STT_MODEL", default="whisper-1")
+STT_API_KEY = env.str("STT_API_KEY", default="")
+TTS_BASE_URL = env.str("TTS_BASE_URL", default="").rstrip("/")
+TTS_MODEL = env.str("TTS_MODEL", default="tts-1")
+TTS_VOICE = env.str("TTS_VOICE", default="alloy")
+TTS_API_KEY = env.str("TTS_API_KEY", default="")
+# The format the page asks the TTS server for (mp3 plays everywhere; opus, aac, flac, wav, pcm).
+TTS_FORMAT = env.str("TTS_FORMAT", default="mp3")
+VOICE_MAX_SECONDS = env.int("VOICE_MAX_SECONDS", default=300)  # longest recording transcribed
+VOICE_MAX_MB = env.int("VOICE_MAX_MB", default=25)  # largest audio upload (413 before it is read)
+VOICE_TIMEOUT_S = env.float("VOICE_TIMEOUT_S", default=120.0)  # one transcription or speech request
 
 # --- Persona ------------------------------------------------------------------------------
 NAVI_PERSONA = env.str("NAVI_PERSONA", default="")

@@ -23,6 +23,7 @@ urlpatterns = [
     path("", include("routines_app.urls")),
     path("", include("knowledge_app.urls")),
     path("", include("messaging_app.urls")),
+    path("", include("voice_app.urls")),
     path("", include("tools_app.urls")),
     path("", include("agent.web.page_urls")),
 ]

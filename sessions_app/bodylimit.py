@@ -2,6 +2,7 @@
 
 Two caps: `max_body_bytes(path)` for a signed-in request (per path: SESSION_IMPORT_MAX_MB for
 `POST /sessions/import`, SESSION_FILES_MAX_SIZE_MB plus multipart overhead for a session's files,
+VOICE_MAX_MB for a recording to transcribe,
 DATA_UPLOAD_MAX_MEMORY_SIZE (JSON with images) elsewhere), and `anonymous_body_bytes()`
 (ANONYMOUS_BODY_MAX_KB) for requests without valid credentials (413 over it; 401 naming the
 problem when credentials were sent but are wrong).
@@ -33,6 +34,7 @@ MB = 1024 * 1024
 IMPORT_PATH = "/sessions/import"
 KNOWLEDGE_PATH = "/knowledge"  # a document for the Knowledge page: KNOWLEDGE_MAX_FILE_MB
 _UPLOAD_PATH = re.compile(r"^/sessions/[^/]+/files/?$")
+_AUDIO_PATH = re.compile(r"^/sessions/[^/]+/audio/?$")  # a recording to transcribe: VOICE_MAX_MB
 
 
 def request_path(raw: bytes | str | None) -> str | None:
@@ -51,13 +53,15 @@ def max_body_bytes(path: str | None = None) -> int:
     imports = settings.SESSION_IMPORT_MAX_MB * MB
     if path is None:
         return max(upload, imports, settings.KNOWLEDGE_MAX_FILE_MB * MB + MULTIPART_OVERHEAD,
-                   settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+                   settings.VOICE_MAX_MB * MB + MULTIPART_OVERHEAD, settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
     if path.rstrip("/") == IMPORT_PATH:
         return imports
     if _UPLOAD_PATH.match(path):
         return upload
     if path.rstrip("/") == KNOWLEDGE_PATH:
         return settings.KNOWLEDGE_MAX_FILE_MB * MB + MULTIPART_OVERHEAD
+    if _AUDIO_PATH.match(path):
+        return settings.VOICE_MAX_MB * MB + MULTIPART_OVERHEAD
     return settings.DATA_UPLOAD_MAX_MEMORY_SIZE
 
 
@@ -75,6 +79,11 @@ def too_large(path: str | None = None) -> Refusal:
         return 400, (
             f"the file is larger than KNOWLEDGE_MAX_FILE_MB ({settings.KNOWLEDGE_MAX_FILE_MB} MB); "
             "split it into smaller files"
+        )
+    if path is not None and _AUDIO_PATH.match(path):
+        return 413, (
+            f"the recording is larger than VOICE_MAX_MB ({settings.VOICE_MAX_MB} MB); "
+            "send a shorter or compressed one (WebM/Opus or MP3)"
         )
     if path is None or _UPLOAD_PATH.match(path):
         return 413, (

@@ -22,12 +22,12 @@ CHROMIUM_ARGS = [
 
 
 @contextmanager
-def chromium_browser() -> Iterator:
+def chromium_browser(extra_args: tuple[str, ...] = ()) -> Iterator:
     """A headless Chromium (the system one) for one module or one benchmark."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=[*CHROMIUM_ARGS, *extra_args])
         try:
             yield browser
         finally:

@@ -3,7 +3,7 @@ server (`/bot<token>/<method>`, `/file/bot<token>/<path>`), so python-telegram-b
 against it through its base-URL option.
 
 It serves getMe, setWebhook/deleteWebhook, getUpdates (a long poll that waits up to `timeout`), sendMessage,
-editMessageText, answerCallbackQuery, sendPhoto/sendDocument (multipart), getFile and file
+editMessageText, answerCallbackQuery, sendPhoto/sendDocument/sendVoice (multipart), getFile and file
 downloads. A test pushes updates (`push_text`, `push_callback`, ...), fails the next calls of a
 method (`fail(method, status, retry_after=...)`), revokes the token (`revoked = True`) and
 waits on what the bot did (`wait_for`) instead of sleeping.
@@ -44,7 +44,7 @@ class Sent:
     texts: list[str]
     times: list[float]
     reply_markup: Any = None
-    kind: str = "text"  # text, photo, document
+    kind: str = "text"  # text, photo, document, voice
     file: tuple[str, bytes] | None = None
 
     @property
@@ -125,7 +125,7 @@ class FakeTelegram:
         body = {"message_id": next(self._message_ids) + 100_000, "date": int(time.time()), "chat": chat,
                 "from": _user(user_id, username)}
         if text:
-            body["caption" if ("photo" in extra or "document" in extra) else "text"] = text
+            body["caption" if ("photo" in extra or "document" in extra or "voice" in extra) else "text"] = text
         return {**body, **extra}
 
     def fail(self, method: str, status: int, *, times: int = 1, retry_after: int | None = None,
@@ -237,6 +237,11 @@ class FakeTelegram:
     def _sendDocument(self, params: dict, files: dict) -> dict:
         result = self._new(int(params["chat_id"]), params.get("caption", ""), None, "document", files.get("document"))
         result["document"] = {"file_id": "sent-doc", "file_unique_id": "u"}
+        return result
+
+    def _sendVoice(self, params: dict, files: dict) -> dict:
+        result = self._new(int(params["chat_id"]), params.get("caption", ""), None, "voice", files.get("voice"))
+        result["voice"] = {"file_id": "sent-voice", "file_unique_id": "u", "duration": 1}
         return result
 
     def _getFile(self, params: dict, files: dict) -> dict:

@@ -1,6 +1,7 @@
 """The import graph of the project's packages keeps one direction.
 
-routines_app, messaging_app → agent → knowledge_app → tools_app → memory_app → notify_app → sessions_app → jobs_app → navi_project (settings, shared helpers): a
+routines_app, messaging_app → agent → knowledge_app → tools_app → memory_app → notify_app → voice_app → sessions_app →
+jobs_app → navi_project (settings, shared helpers): a
 package imports only those to its right. The one arrow running back up is the wiring
 (navi_project's urls, asgi and serve import the apps they serve). No circle of files, and no
 import placed inside a function except where Django requires it (AppConfig.ready).
@@ -15,8 +16,8 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-ORDER = ["routines_app", "messaging_app", "agent", "knowledge_app", "tools_app", "memory_app", "notify_app", "sessions_app",
-         "jobs_app", "navi_project"]
+ORDER = ["routines_app", "messaging_app", "agent", "knowledge_app", "tools_app", "memory_app", "notify_app", "voice_app",
+         "sessions_app", "jobs_app", "navi_project"]
 WIRING = {"navi_project.urls", "navi_project.asgi", "navi_project.wsgi", "navi_project.serve"}
 # agent/'s rooms, top to bottom: a room imports only the rooms after it. Every module of agent/
 # belongs to one; registry (the composition root) and agent_tools are the two left directly in agent/.

@@ -22,12 +22,14 @@ from messaging_app import links
 from messaging_app.files import FileRefused, save_session_file
 from messaging_app.models import TelegramChat
 from messaging_app.relay import RESOLVED_TEXT, RunRelay
+from messaging_app.telegram import voice
 from messaging_app.telegram.client import call
 from messaging_app.telegram.transport import TelegramTransport
 from messaging_app.transport import Button
 from navi_project.lazy import lazy_module
 from sessions_app.models import Session
 from sessions_app.uploads import describe_uploaded_files
+from voice_app.turns import mark_voice_turn
 
 if TYPE_CHECKING:
     from telegram import Bot, CallbackQuery, Message, Update
@@ -41,7 +43,7 @@ REFUSAL = "This is a private Navi assistant. Its owner links their account from 
 REFUSE_AGAIN_AFTER_S = 3600.0  # a stranger who keeps writing gets one refusal an hour, not one a message
 HELP = ("Talk to me as on the Navi page. Commands:\n/new — start a new chat\n/stop — stop the answer in progress\n"
         "/sessions — switch to a recent chat\n/profile — show or change the chat's profile\n"
-        "Photos and files you send are added to the chat.")
+        "Photos and files you send are added to the chat; voice notes are transcribed and answered.")
 BUSY = "Still working on your last message — wait for the answer, or send /stop to cancel it."
 
 
@@ -95,6 +97,9 @@ class UpdateHandler:
             return
         if name:
             await self._command(msg, chat, name, argument)
+            return
+        if voice.voice_of(msg) is not None:
+            await self._voice_turn(msg, chat)
             return
         await self._turn(msg, chat, text)
 
@@ -160,10 +165,23 @@ class UpdateHandler:
         await self._reply(msg, f"This chat uses the profile {session.profile.name}. Tap one to switch:", buttons)
 
     # --- a turn ---------------------------------------------------------------------------------
-    async def _turn(self, msg: Message, chat, text: str) -> None:
+    async def _voice_turn(self, msg: Message, chat) -> None:
+        """A voice note: its transcript is shown ("🎤 …"), then answered like typed text."""
         session_id = await db(links.current_session)(chat)
         try:
-            images, files_note = await self._attachments(msg, session_id)
+            heard = await voice.hear(msg, chat.user_id, session_id, self._download)
+        except (voice.VoiceRefused, Refused) as exc:
+            await self._reply(msg, str(exc))
+            return
+        await self._reply(msg, f"🎤 “{heard.text}”")
+        speak = await voice.replies_by_voice(chat.user_id)
+        await self._turn(msg, chat, heard.text, spoken=(heard.duration_s, speak))
+
+    async def _turn(self, msg: Message, chat, text: str, spoken: tuple[float | None, bool] | None = None) -> None:
+        """`spoken`: (seconds, reply by voice too) of a turn that was a voice note."""
+        session_id = await db(links.current_session)(chat)
+        try:
+            images, files_note = await self._attachments(msg, session_id) if spoken is None else ([], "")
         except Refused as exc:
             await self._reply(msg, str(exc))
             return
@@ -182,17 +200,22 @@ class UpdateHandler:
         except Exception:
             await relay.leave()
             raise
+        if spoken is not None:
+            await db(mark_voice_turn)(session_id, "telegram", spoken[0])
         self.relays[session_id] = relay
-        task = asyncio.create_task(self._follow(relay, run), name=f"telegram-relay-{run.run_id}")
+        speak = spoken is not None and spoken[1]
+        task = asyncio.create_task(self._follow(relay, run, speak), name=f"telegram-relay-{run.run_id}")
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def _follow(self, relay: RunRelay, run) -> None:
+    async def _follow(self, relay: RunRelay, run, speak: bool = False) -> None:
         try:
             await relay.follow(run)
         finally:
             if self.relays.get(relay.session_id) is relay:
                 del self.relays[relay.session_id]
+        if speak and relay.answer:
+            await voice.speak_answer(self.transport, relay.chat_id, relay.answer)
 
     async def _attachments(self, msg: Message, session_id: str) -> tuple[list[str], str]:
         """(images for the model, the note naming saved files) of a message with a photo or a file."""

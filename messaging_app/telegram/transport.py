@@ -79,6 +79,10 @@ class TelegramTransport(Transport):
             await call(lambda: self.bot.edit_message_text(
                 render.plain(text), chat_id=chat_id, message_id=message_id, reply_markup=markup))
 
+    async def send_voice(self, chat_id: int, data: bytes) -> None:
+        """A voice note (Ogg/Opus): Telegram shows it with a play button and a waveform."""
+        await call(lambda: self.bot.send_voice(chat_id, data))
+
     async def send_file(self, chat_id: int, path: Path, name: str, mime: str) -> None:
         if (await asyncio.to_thread(path.stat)).st_size > MAX_SEND_BYTES:
             await self.send_text(chat_id, render.escape(

@@ -11,6 +11,7 @@ import { ModelPicker } from "./models.js";
 import { Sidebar } from "./sidebar.js";
 import { SessionSocket } from "./ws.js";
 import { applyTheme } from "./theme.js";
+import { Voice, voiceMark } from "./voice.js";
 import { welcome } from "./welcome.js";
 
 const $ = (sel) => document.querySelector(sel);
@@ -125,6 +126,8 @@ const chat = new ChatView($("#scroller"), {
     return true;
   },
   onToast: toast,
+  decorateAnswer: (turn, bar) => voice.decorate(turn, bar),
+  markVoice: voiceMark,
   loadOlder: (before) => {
     const id = state.sessionId;
     return api.olderMessages(id, before).then((page) => (state.sessionId === id ? page : null));
@@ -157,6 +160,8 @@ const composer = new Composer($("#composer"), {
   onError: toast,
 });
 new McpComposer($("#composer"), composer, { onError: toast });
+const voice = new Voice($("#composer"), composer, { getSession: () => state.sessionId, onError: toast,
+  onInfo: (text) => toast(text, "info") });
 
 /** Scroll to the search result's message and highlight its words (older pages are fetched). */
 function revealMatch() {
@@ -244,7 +249,10 @@ function receive(frame) {
   }
   if (frame.type === "stream_start") showWelcome(false); // written from elsewhere (another tab, a routine)
   if (!state.ready) state.buffer.push(frame);
-  else chat.frame(frame);
+  else {
+    chat.frame(frame);
+    voice.frame(frame, chat.run);
+  }
 }
 
 async function openSession(id) {

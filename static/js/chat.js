@@ -190,7 +190,8 @@ export class ChatView {
   /**
    * hooks: onRunState(running), onContext(tokens, max), onRunEnd(run, frame), onApproval(id,
    * decision, remember), onToast(text), onEdit(messageId, content) → false when not sent,
-   * onRegenerate() → false when not sent, onTitle(title), planMayCome() → bool.
+   * onRegenerate() → false when not sent, onTitle(title), planMayCome() → bool, decorateAnswer(turn,
+   * actions bar) and markVoice(user node, meta.voice) for what voice.js adds.
    */
   constructor(scroller, hooks) {
     this.scroller = scroller;
@@ -285,6 +286,7 @@ export class ChatView {
     const node = userBubble(u.content, u.images || []);
     node.dataset.messageId = u.id;
     node.created = u.created_at;
+    if (u.meta?.voice) this.hooks.markVoice?.(node, u.meta.voice);
     if (u.meta?.routine) return this.decorateRoutine(node, u.meta.routine);
     return this.decorateUser(node, u.versions);
   }
@@ -369,6 +371,7 @@ export class ChatView {
     const failed = turn.querySelector(":scope > .error-box, :scope > .status-badge");
     const label = failed ? "Retry" : "Regenerate";
     bar.append(actionButton(label, `regen${failed ? " retry" : ""}`, failed ? "Try this answer again" : "Answer the last message again", () => this.regenerate()));
+    this.hooks.decorateAnswer?.(turn, bar);
     bar.append(timeStamp(turn));
     turn.append(bar);
     return turn;
