@@ -27,6 +27,7 @@ from django.test import Client
 from agent.models import Profile
 from agent.registry import get_agent
 from agent.trust.policy import context_taint, wrap_untrusted
+from jobs_app.worker import drain
 from knowledge_app import vectors
 from knowledge_app.models import Passage, VectorSpace
 from memory_app.models import MemoryFact
@@ -200,17 +201,6 @@ BAD_VECTORS = {
 NO_DIRECTION = {"zeros", "nan", "infinity"}
 
 
-def _background_done() -> bool:
-    """Indexing and fact vectors finished: the jobs engine's drain, or (before it) knowledge_app's worker."""
-    try:
-        from jobs_app.worker import drain
-    except ImportError:
-        from knowledge_app.worker import worker
-
-        return worker.wait_idle(WAIT_S)
-    return drain(WAIT_S)
-
-
 @pytest.fixture
 def hostile_embeddings(embed, monkeypatch):
     """The test LLM server answering /api/embed (and /v1/embeddings) with `bad(dim)` for any
@@ -228,7 +218,7 @@ def hostile_embeddings(embed, monkeypatch):
 def _index(client: Client, name: str, text: str) -> None:
     response = client.post("/knowledge", {"file": SimpleUploadedFile(name, text.encode())})
     assert response.status_code == 201, response.content
-    assert _background_done()
+    assert drain(WAIT_S)
     assert client.get(f"/knowledge/{response.json()['id']}").json()["status"] == "ready"
 
 
@@ -331,7 +321,7 @@ class TestVectorsThatPointNowhere:
 class TestFactsByMeaning:
     def _save(self, owner_id: int, key: str, value: str) -> MemoryFact:
         upsert_fact(owner_id, "preferences", key, value)
-        assert _background_done()
+        assert drain(WAIT_S)
         return MemoryFact.objects.get(owner_id=owner_id, key=key)
 
     @pytest.mark.parametrize("bad", ["zeros", "nan", "tiny"])
