@@ -23,6 +23,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from memory_app.models import MemoryFact
+from navi_project import connections
 
 from . import embeddings, extract, vectors, words
 from .models import Document, FactVector, Passage, VectorSpace
@@ -51,7 +52,7 @@ def _embed_rows(kind: str, rows: list[tuple[int, int, str]], *, replace: bool = 
     except embeddings.EmbeddingError as exc:
         log.info("embedding skipped: %s", exc)
         return None
-    space = vectors.space_for(settings.EMBEDDING_MODEL, len(found[0]))
+    space = vectors.space_for(connections.embedding_model(), len(found[0]))
     # A fact is embedded again when edited, and a re-run of backfill may meet a passage twice.
     vectors.write(space, kind, [(i, owner, v) for (i, owner, _), v in zip(rows, found)], replace=replace)
     return space
@@ -156,7 +157,7 @@ def embed_facts(facts: list[MemoryFact]) -> int:
     todo = []
     for fact in facts:
         text, have = fact_text(fact), known.get(fact.pk)
-        if have is None or have.text_hash != _hash(text) or have.space is None or have.space.model != settings.EMBEDDING_MODEL:
+        if have is None or have.text_hash != _hash(text) or have.space is None or have.space.model != connections.embedding_model():
             todo.append(fact)
     space = _embed_rows("fact", [(f.pk, f.owner_id, fact_text(f)) for f in todo])
     if space is None:
@@ -187,7 +188,7 @@ def on_fact_deleted(sender, instance: MemoryFact, **kwargs) -> None:
 # --- re-embedding ---------------------------------------------------------------------------
 def missing_counts() -> tuple[int, int]:
     """(passages, facts) without a vector of the current model."""
-    model = settings.EMBEDDING_MODEL
+    model = connections.embedding_model()
     passages = Passage.objects.exclude(space__model=model).count()
     fact_ids = FactVector.objects.filter(space__model=model).values("fact_id")
     facts = MemoryFact.objects.exclude(pk__in=fact_ids).count()
@@ -197,7 +198,7 @@ def missing_counts() -> tuple[int, int]:
 def backfill(progress: Callable[[int, int], None] | None = None, *, everything: bool = False) -> tuple[int, int]:
     """Embed every passage and fact that has no vector of the current model (all of them with
     `everything`); then drop spaces nothing refers to. Returns (embedded, total)."""
-    model = settings.EMBEDDING_MODEL
+    model = connections.embedding_model()
     passages = Passage.objects.all() if everything else Passage.objects.exclude(space__model=model)
     if everything:
         FactVector.objects.all().delete()
@@ -234,7 +235,7 @@ def _in_batches(rows, size: int) -> Iterator[list]:
 
 
 def _drop_unused_spaces() -> None:
-    for space in VectorSpace.objects.exclude(model=settings.EMBEDDING_MODEL):
+    for space in VectorSpace.objects.exclude(model=connections.embedding_model()):
         if not Passage.objects.filter(space=space).exists() and not FactVector.objects.filter(space=space).exists():
             vectors.drop_space(space)
 

@@ -12,15 +12,18 @@ class SessionsAppConfig(AppConfig):
     verbose_name = "Chat sessions"
 
     def ready(self) -> None:
+        from navi_project import connections as live_connections
         from navi_project import netguard
 
         from .allowed_hosts import listed
         from .cleanup import on_server_started  # these modules import models: only once apps are ready
+        from .connections import read_stored
         from .search import ensure_search_index_after_migrate
 
         post_migrate.connect(ensure_search_index_after_migrate, sender=self, dispatch_uid="sessions_app_search_index")
         server_started.connect(on_server_started, dispatch_uid="sessions_app.cleanup_loop")
         netguard.register_allowed_hosts(listed)  # Settings → Hosts on your network
+        live_connections.register_source(read_stored)  # Settings → Connections (the owner's servers and models)
         # Every JSON field is made finite on its way to the database (no NaN or Infinity rows).
         connection_created.connect(on_connection_created, dispatch_uid="navi_project.jsonsafe")
         for alias in connections:  # their backends now, before any statement is prepared

@@ -344,9 +344,21 @@ class LLMServer:
     def add_model(self, name: str) -> None:
         """List one more model (a finished pull); a server that knew every name lists it too."""
         with self._cond:
-            have = self.models if self.models is not None else ["fake-llm:latest"]
+            have = self.models if self.models is not None else self.every_model()
             if not any(m.removesuffix(":latest") == name.removesuffix(":latest") for m in have):
                 self.models = [*have, name]
+
+    def every_model(self) -> list[str]:
+        """What a server that has every model lists: its own, and the defaults Navi is configured
+        with now (a real server that has them lists them; Navi checks the default against it)."""
+        names = ["fake-llm:latest"]
+        try:
+            from django.conf import settings
+
+            names += [m for m in (settings.OLLAMA_DEFAULT_MODEL, settings.OPENAI_MODEL) if m and m not in names]
+        except Exception:  # noqa: BLE001 - used outside Django (bench): its own model only
+            pass
+        return names
 
     def model_known(self, model: str) -> bool:
         if self.models is None:
@@ -486,7 +498,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         fake, path = self.server.fake, self.path.split("?")[0]
-        names = fake.models if fake.models is not None else ["fake-llm:latest"]  # [] = a server with none
+        names = fake.models if fake.models is not None else fake.every_model()  # [] = a server with none
         if path == "/":
             body = b"Ollama is running"
             self.send_response(200)

@@ -24,6 +24,7 @@ import orjson
 from django.conf import settings
 
 from agent.llm.messages import ChatMessage, LLMChunk, ToolCall
+from navi_project import connections
 from navi_project.lazy import lazy_module
 
 from . import ndjson
@@ -35,6 +36,7 @@ from .base import (
     LLMModelMissing,
     LLMUnreachable,
     OutputSchema,
+    embeds_only,
     overflow_error,
 )
 
@@ -340,7 +342,7 @@ class OllamaBackend(LLMBackend):
 
     @property
     def host(self) -> str:
-        return (self._host or settings.OLLAMA_HOST).rstrip("/")
+        return (self._host or connections.ollama_url()).rstrip("/")
 
     def _client(self):
         """The official AsyncClient (imported on first use)."""
@@ -574,12 +576,10 @@ class OllamaBackend(LLMBackend):
 def _embeds_only(model) -> bool:
     """Ollama lists no capabilities in /api/tags: the configured embedding model, a name saying
     "embed", or a BERT family (all-minilm, bge-m3, nomic-embed-text) is one."""
-    name = model.model.removesuffix(":latest")
     families = {f.lower() for f in ((model.details and model.details.families) or [])}
     if model.details and model.details.family:
         families.add(model.details.family.lower())
-    return (name == settings.EMBEDDING_MODEL.removesuffix(":latest") or "embed" in name.lower()
-            or any("bert" in f for f in families))
+    return embeds_only(model.model, families)
 
 
 def _error_text(body: str) -> str:

@@ -19,6 +19,7 @@ from django.views.decorators.http import require_GET
 from agent.llm import LLMBackend
 from agent.models import Profile
 from agent.registry import get_agent
+from navi_project import connections
 from tools_app.mcp import service as mcp_service
 
 PROBE_TIMEOUT_S = 1.5
@@ -124,7 +125,7 @@ def _cached(key: str, probe) -> str:
 def health(request: HttpRequest) -> JsonResponse:
     """Liveness for everyone (monitors need no login): `ok`, or `degraded` when an LLM backend a
     profile uses cannot be reached. Which dependency is down, and where, only for signed-in users."""
-    llm = _cached(f"llm:{settings.OLLAMA_HOST}:{settings.OPENAI_BASE_URL}", _check_llm)
+    llm = _cached(f"llm:{connections.ollama_url()}:{settings.OPENAI_BASE_URL}", _check_llm)
     report = {
         "status": "ok" if llm == "ok" else "degraded",
         "db": _check_db(),

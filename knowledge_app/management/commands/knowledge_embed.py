@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import sys
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from knowledge_app import embeddings, indexer, vectors
+from navi_project import connections
 
 BAR = 30
 
@@ -42,4 +42,4 @@ class Command(BaseCommand):
             state = embeddings.state()
             raise CommandError(f"embedded {done} of {total}: the embedding server stopped answering ({state.detail}); "
                                "run the command again once it is back")
-        self.stdout.write(self.style.SUCCESS(f"{total} embedded with {settings.EMBEDDING_MODEL}"))
+        self.stdout.write(self.style.SUCCESS(f"{total} embedded with {connections.embedding_model()}"))
