@@ -7,10 +7,13 @@ import json
 import re
 from typing import AsyncIterator
 
+import httpx
 from asgiref.sync import async_to_sync
 from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 
 from agent.llm import LLMError, choice
+from agent.llm.ollama_backend import OllamaBackend
+from agent.llm.openai_backend import OpenAIBackend
 from agent.models import Profile
 from agent.registry import get_agent
 from navi_project import connections
@@ -94,3 +97,50 @@ async def _progress(lines: AsyncIterator[dict]) -> AsyncIterator[bytes]:
     async for line in lines:
         keep = {k: line[k] for k in ("status", "total", "completed", "error") if k in line}
         yield (json.dumps(keep) + "\n").encode()
+    choice.forget_listings()  # the next turn sees the pulled model
+
+
+@api_login_required
+@json_view("POST")
+def connection_test(request: HttpRequest) -> JsonResponse:
+    """Settings → Connections → Test (staff): is the server reachable, which version, which models.
+    Body `{"kind": "ollama", "url"}` or `{"kind": "openai", "base_url", "key"?, "name"?}` (no key:
+    the one stored for `name`)."""
+    if not request.user.is_staff:
+        raise ApiError("only the owner (a staff account) tests the connections", 403)
+    data = parse_json_body(request, allow_empty=False)
+    kind = data.get("kind")
+    if kind == "ollama":
+        url = data.get("url") or connections.ollama_url()
+        if not isinstance(url, str) or len(url) > 500:
+            raise ApiError("url must be the Ollama server's URL, such as http://localhost:11434", 400)
+        backend = OllamaBackend(host=url.strip())
+    elif kind == "openai":
+        url, key, name = data.get("base_url"), data.get("key"), data.get("name") or "openai"
+        if not isinstance(url, str) or not url.strip() or len(url) > 500 or not isinstance(name, str):
+            raise ApiError("base_url must be the server's URL, such as http://localhost:8080/v1", 400)
+        if key is None:
+            stored = connections.server(name)
+            key = stored.api_key if stored else ""
+        if not isinstance(key, str):
+            raise ApiError("key must be text", 400)
+        backend = OpenAIBackend(base_url=url.strip(), api_key=key, name=name)
+    else:
+        raise ApiError('kind must be "ollama" or "openai"', 400)
+    return JsonResponse(async_to_sync(_probe)(backend))
+
+
+async def _probe(backend) -> dict:
+    """What Test shows: reachable, the version when the server says, its models (chat / embedding)."""
+    try:
+        found = await backend.describe_models()
+    except LLMError as exc:
+        return {"reachable": False, "error": str(exc), "models": []}
+    version = ""
+    if isinstance(backend, OllamaBackend):
+        try:
+            async with httpx.AsyncClient(timeout=5.0) as client:
+                version = (await client.get(f"{backend.host}/api/version")).json().get("version", "")
+        except (httpx.HTTPError, ValueError, AttributeError):
+            version = ""
+    return {"reachable": True, "version": version, "models": found}

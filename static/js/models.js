@@ -1,6 +1,7 @@
-// The chat's model: a picker in the header listing what the profiles' servers have (GET /models),
-// the first-run fix (the configured default is not installed: the chat gets an installed one and
-// says so), the empty state of a server with no models, and pulling one with a progress bar.
+// The chat's model: a picker in the header listing what the profiles' servers have (GET /models) —
+// the models that can chat; embedding-only and missing ones shown disabled with why —, the notice
+// when the default is not installed (the server uses an installed one: agent.llm.choice), the
+// empty state of a server with no models, and pulling one with a progress bar.
 import { api, csrfToken } from "./api.js";
 
 const GB = 1024 ** 3;
@@ -37,42 +38,67 @@ export class ModelPicker {
     return this.listing.models.filter((m) => m.backend === (session.profile_backend || "ollama"));
   }
 
-  /** Draw the picker for `session`; on a fresh install, choose an installed model for it. */
+  /** Draw the picker for `session`. A default that is not on the server is stood in for by the
+   * server (agent.llm.choice): the page says so once, with a close button and where to fix it. */
   async show(session) {
     this.session = session;
     const models = this.available(session);
-    const wanted = session.model || session.profile_model || "";
-    const missing = wanted && !models.some((m) => same(m.name, wanted));
     const chatty = models.filter((m) => !m.embedding); // an embedding model cannot answer
-    if (!session.model && missing && chatty.length) {
-      const chosen = chatty[0].name;
-      try {
-        const saved = await api.setModel(session.id, chosen);
-        if (this.session !== session) return;
-        session.model = saved.model;
-        this.onChanged?.(saved);
-        this.say(`The default model “${wanted}” is not on the server, so this chat uses “${saved.model}”. Pick another above.`);
-      } catch (err) {
-        this.onError(`Could not choose an installed model: ${err.message}`);
-      }
-    } else if (!chatty.length) {
+    const follows = !session.model && same(session.profile_model || "", this.listing.default || "");
+    if (!chatty.length) {
       this.emptyState(models.length > 0);
+    } else if (follows && this.listing.default_missing && this.listing.stand_in) {
+      this.standInNotice(this.listing.default, this.listing.stand_in);
     } else {
       this.say("");
     }
     this.draw(session, models);
   }
 
+  /** "The default model X is not on the server, so Navi uses Y": once per X → Y, until closed. */
+  standInNotice(wanted, used) {
+    const key = `navi.standin.${wanted}>${used}`;
+    if (localStorage.getItem(key)) {
+      this.say("");
+      return;
+    }
+    this.say(`The default model “${wanted}” is not on the server, so Navi uses “${used}”. Pick another above for this chat.`);
+    const row = document.createElement("p");
+    row.className = "notice-actions";
+    if (this.listing.can_pull) {
+      const fix = Object.assign(document.createElement("a"), { href: "/settings/#connections", textContent: "Choose the default model in Settings" });
+      row.append(fix);
+    }
+    const close = Object.assign(document.createElement("button"), { type: "button", className: "notice-close", textContent: "×" });
+    close.setAttribute("aria-label", "Close this notice");
+    close.addEventListener("click", () => {
+      localStorage.setItem(key, "1");
+      this.say("");
+    });
+    this.notice.prepend(close);
+    this.notice.append(row);
+  }
+
   draw(session, models) {
     const options = [];
-    const own = new Option(`Profile's model (${session.profile_model || "none"})`, "");
-    options.push(own);
-    for (const m of models) options.push(new Option(`${m.name}${sizeText(m.size)}`, m.name));
-    if (session.model && !models.some((m) => m.name === session.model)) options.push(new Option(session.model, session.model));
+    const standIn = !session.profile_model || !this.listing.default_missing || !same(session.profile_model, this.listing.default || "")
+      ? "" : this.listing.stand_in;
+    const label = standIn ? `Default (${standIn})` : `Profile's model (${session.profile_model || "none"})`;
+    options.push(new Option(label, ""));
+    for (const m of models) {
+      const option = new Option(m.embedding ? `${m.name} — embeddings only, cannot chat` : `${m.name}${sizeText(m.size)}`, m.name);
+      option.disabled = !!m.embedding;
+      options.push(option);
+    }
+    if (session.model && !models.some((m) => same(m.name, session.model))) {
+      const gone = new Option(`${session.model} — not on the server`, session.model);
+      gone.disabled = true;
+      options.push(gone);
+    }
     if (this.listing.can_pull) options.push(new Option("Pull a model…", "__pull__"));
     this.select.replaceChildren(...options);
     this.select.value = session.model || "";
-    this.select.title = `Model of this chat: ${session.model || session.profile_model || "none"}`;
+    this.select.title = `Model of this chat: ${session.model || standIn || session.profile_model || "none"}`;
   }
 
   async pick(value) {
