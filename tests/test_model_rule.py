@@ -179,3 +179,48 @@ class TestTheOwnersSettings:
         assert answer.json()["content"] == "echo: via lab"
         assert [r["path"] for r in llm.requests] and all(r["path"].startswith("/v1/") for r in llm.requests)
         assert Session.objects.get(pk=sid).as_dict()["profile_backend"] == "lab"
+
+
+class TestAFailingRoutineTellsTheOwner:
+    async def test_once_per_streak_with_a_link_that_fixes_it(self, owner, llm, settings):
+        """A routine whose chat picked a model the server lost fails; the owner is told at the first
+        failure (with the link to pick a model), not at the next; a run that works ends the streak."""
+        from notify_app.models import NotifyTarget
+        from tests.notify_services import Receiver
+
+        client, headers = AsyncClient(), await sync_to_async(_bearer)(owner)
+        with Receiver() as hook:
+            settings.HTTP_ALLOWED_HOSTS = [f"127.0.0.1:{hook.port}"]
+            settings.NAVI_PUBLIC_URL = "https://navi.example"
+            await NotifyTarget.objects.acreate(owner=owner, kind="apprise", url=f"json://127.0.0.1:{hook.port}/n")
+            made = await client.post("/routines", {"name": "Digest", "instruction": "Write the digest.",
+                                                   "schedule": {"every_s": 86400}}, content_type="application/json",
+                                     headers=headers)
+            rid = made.json()["id"]
+
+            async def run_once() -> dict:
+                await client.post(f"/routines/{rid}/run", headers=headers)
+                await sch.get_scheduler().idle()
+                return (await client.get(f"/routines/{rid}/runs", headers=headers)).json()[0]
+
+            first = await run_once()  # makes the routine's chat; answered by the stand-in
+            assert first["status"] == "ok"
+            await Session.objects.filter(pk=first["session_id"]).aupdate(model="gone:1b")
+            failed = await run_once()
+            assert failed["status"] == "failed" and "gone:1b" in failed["error"]
+            again = await run_once()
+            assert again["status"] == "failed"
+            assert again["deliveries"][0]["skipped"] is True and again["deliveries"][0]["ok"] is False
+            sent = [r["json"] for r in hook.received]
+            alerts = [m for m in sent if m["title"].startswith("Routine failed")]
+            assert len(alerts) == 1 and "gone:1b" in alerts[0]["message"] and "Pick a model" in alerts[0]["message"]
+            assert "https://navi.example/settings/#connections" in alerts[0]["message"]
+            card = (await client.get(f"/routines/{rid}", headers=headers)).json()
+            assert card["last_run"]["status"] == "failed" and "gone:1b" in card["last_run"]["error"]
+            # Fixed: the chat follows the default again; the next failure is told again.
+            await Session.objects.filter(pk=first["session_id"]).aupdate(model="")
+            assert (await run_once())["status"] == "ok"
+            await Session.objects.filter(pk=first["session_id"]).aupdate(model="gone:1b")
+            await run_once()
+            alerts = [r["json"] for r in hook.received if r["json"]["title"].startswith("Routine failed")]
+            assert len(alerts) == 2

@@ -96,7 +96,8 @@ function runRow(run, zone) {
   }
   const deliveries = el("td");
   for (const d of run.deliveries || []) {
-    deliveries.append(el("div", d.ok ? "" : "delivery-failed", d.ok ? `${d.kind}: sent` : `${d.kind}: ${d.error}`));
+    const cls = d.ok ? "" : d.skipped ? "hint" : "delivery-failed";
+    deliveries.append(el("div", cls, d.ok ? `${d.kind}: sent` : `${d.kind}: ${d.error}`));
   }
   tr.append(el("td", "", inZone(run.scheduled_for, zone)), el("td", `status-${run.status}`, run.status),
     el("td", "", run.error || ""), deliveries, chat);
@@ -166,6 +167,18 @@ function askDelete(r) {
   });
 }
 
+/** A failed run's reason on the card, and where it is fixed when a model is the cause. */
+function failureNote(run) {
+  const box = el("div", "error-box run-error");
+  box.append(el("p", "", run.error));
+  if (/\bmodel\b.*(not available|not found|no model)|cannot reach/i.test(run.error)) {
+    const fix = el("a", "", "Pick a model the server has in Settings");
+    fix.href = "/settings/#connections";
+    box.append(fix);
+  }
+  return box;
+}
+
 function routineItem(r) {
   const li = el("li", `routine${r.enabled ? "" : " paused"}`);
   li.dataset.id = r.id;
@@ -185,6 +198,7 @@ function routineItem(r) {
   const lastLine = el("p", "last-run", last ? "Last run: " : "Not run yet.");
   if (last) lastLine.append(el("span", `status-${last.status}`, last.status), ` (${inZone(last.scheduled_for, r.time_zone)})`);
   li.append(lastLine);
+  if (last && last.status === "failed" && last.error) li.append(failureNote(last));
   const history = el("div", "history");
   history.hidden = true;
   const historyButton = action("History", (b) => toggleHistory(r, history, b));
