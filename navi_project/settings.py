@@ -144,6 +144,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "navi_project.middleware.ContentSecurityPolicyMiddleware",
+    # Last: /settings, /routines, /memory, /knowledge typed in a browser open the page (scripts get JSON).
+    "navi_project.middleware.PageRedirectMiddleware",
 ]
 
 ROOT_URLCONF = "navi_project.urls"
