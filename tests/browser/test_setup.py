@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.browser.test_daily import DIRECT, axe_serious, open_chat
-from tests.browser_support import CHROMIUM, log_in, screenshot
+from tests.browser_support import CHROMIUM, LOOKS, log_in, looks, screenshot
 from tests.live_server import LiveNavi
 from tests.llm_server import LLMServer
 
@@ -20,7 +20,6 @@ pytestmark = pytest.mark.skipif(not shutil.which(CHROMIUM), reason="needs Debian
 
 MISSING = "gemma4:e2b-it-q8_0"
 INSTALLED = ["nomic-embed-text:latest", "qwen2.5:0.5b", "llama3.2:1b"]
-LOOKS = [("desktop", {"width": 1280, "height": 800}), ("phone", {"width": 390, "height": 844})]
 
 
 @pytest.fixture(scope="module")
@@ -45,20 +44,6 @@ def llm(live_llm):
     return live_llm
 
 
-def looks(page, name: str, anchor: str | None = None) -> None:
-    """The page at both widths in both themes: a screenshot each, axe at 0 serious, no sideways scroll."""
-    for width, viewport in LOOKS:
-        page.set_viewport_size(viewport)
-        for scheme in ("light", "dark"):
-            page.emulate_media(color_scheme=scheme)
-            if anchor:
-                page.locator(anchor).scroll_into_view_if_needed()
-            screenshot(page, f"setup-{name}-{width}-{scheme}")
-            assert axe_serious(page) == [], (width, scheme)
-            assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1"), (width, scheme)
-    page.set_viewport_size(LOOKS[0][1])
-
-
 def test_the_owner_sets_up_the_servers_and_the_default_model_in_settings(browser, login_state, navi, llm):
     context = browser.new_context(storage_state=login_state, viewport=LOOKS[0][1])
     page = context.new_page()
@@ -73,7 +58,7 @@ def test_the_owner_sets_up_the_servers_and_the_default_model_in_settings(browser
         expect(page.locator("#conn-ollama-result")).to_contain_text("Reachable (version 0.12.0): 3 models, 1 only for embeddings")
         embed = page.locator("#conn-default option", has_text="nomic-embed-text")
         expect(embed).to_be_disabled()
-        looks(page, "01-connections-missing", "#connections")
+        looks(page, "01-connections-missing", axe_serious, "#connections")
         # The default model, from the server's list: saved, and the next chat of a script uses it.
         page.select_option("#conn-default", "ollama\nqwen2.5:0.5b")
         expect(page.locator("#conn-status")).to_contain_text("Saved the default model (qwen2.5:0.5b)")
@@ -96,7 +81,7 @@ def test_the_owner_sets_up_the_servers_and_the_default_model_in_settings(browser
         assert "sk-page-secret" not in page.content()
         row.get_by_role("button", name="Test lab").click()
         expect(row.locator(".status")).to_contain_text("Reachable")
-        looks(page, "02-connections-set", "#connections")
+        looks(page, "02-connections-set", axe_serious, "#connections")
         row.get_by_role("button", name="Remove lab").click()
         expect(page.locator("#conn-servers-empty")).to_be_visible()
     finally:
@@ -155,7 +140,7 @@ def test_a_failed_routine_shows_why_and_where_to_fix_it(browser, login_state, na
         expect(fix).to_have_attribute("href", "/settings/#connections")
         one_shot = page.locator(f"#routine-{once['id']} .schedule-line")
         expect(one_shot).to_contain_text(re.compile(r"once, .*2 Jan 2030.*09:00"))
-        looks(page, "03-routine-failed", f"#routine-{made['id']}")
+        looks(page, "03-routine-failed", axe_serious, f"#routine-{made['id']}")
     finally:
         with navi.api() as client:
             for rid in (made["id"], once["id"]):
@@ -201,7 +186,7 @@ def test_the_small_ones_on_a_phone(browser, login_state, navi, llm):
         link = page.locator(".welcome a.example-link")
         expect(link).to_have_attribute("href", "/knowledge/")
         link.scroll_into_view_if_needed()
-        looks(page, "05-welcome", ".welcome a.example-link")
+        looks(page, "05-welcome", axe_serious, ".welcome a.example-link")
         expect(page.locator("#debug-link")).to_be_visible()  # desktop again: the sidebar shows
     finally:
         context.close()
