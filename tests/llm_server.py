@@ -167,6 +167,9 @@ class LLMServer:
         self.unpullable: set[str] = set()
         self.pull_steps = 4
         self.pull_delay = 0.0
+        self.pull_status = 0  # non-zero: /api/pull answers that HTTP status (a server that cannot pull)
+        self.pull_fails_with = ""  # an error line after some progress ("no space left on device")
+        self.pulls_cancelled: list[str] = []  # pulls whose client hung up before the end
         # Embedding models this server has (/api/embed, /v1/embeddings); None = any name embeds.
         # An empty list is a server where no embedding model was pulled (404, as Ollama says).
         self.embed_models: list[str] | None = None
@@ -252,6 +255,8 @@ class LLMServer:
             self._embeds.clear()
             self._shows.clear()
             self.pulls.clear()
+            self.pulls_cancelled.clear()
+            self.pull_status, self.pull_fails_with = 0, ""
             self._max_active = self._active
             self._disconnects = 0
 
@@ -604,6 +609,8 @@ class _Handler(BaseHTTPRequestHandler):
         fake, name = self.server.fake, str(body.get("model") or body.get("name") or "")
         with fake._cond:
             fake.pulls.append(name)
+        if fake.pull_status:  # a server without Ollama's pull (an OpenAI-compatible one, a proxy)
+            return self._error(fake.pull_status, "404 page not found" if fake.pull_status == 404 else "method not allowed")
         if not name or name in fake.unpullable:
             return self._send_json(200 if name else 400, {"error": "pull model manifest: file does not exist"})
         total = 1 << 30
@@ -611,13 +618,15 @@ class _Handler(BaseHTTPRequestHandler):
         lines += [{"status": "pulling 6a0746a1ec1a", "digest": "sha256:6a0746a1ec1a", "total": total,
                    "completed": total * k // fake.pull_steps} for k in range(1, fake.pull_steps + 1)]
         lines += [{"status": "verifying sha256 digest"}, {"status": "writing manifest"}, {"status": "success"}]
+        if fake.pull_fails_with:  # e.g. a full disk, after some progress
+            lines = [*lines[:2], {"error": fake.pull_fails_with}]
         self.send_response(200)
         self.send_header("Content-Type", "application/x-ndjson")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         try:
             for i, line in enumerate(lines):
-                if i == len(lines) - 1:
+                if i == len(lines) - 1 and not fake.pull_fails_with:
                     fake.add_model(name)
                 data = (_dumps(line) + "\n").encode()
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
@@ -627,6 +636,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"0\r\n\r\n")
         except (_Dropped, *_NET_ERRORS):
             self.close_connection = True
+            with fake._cond:
+                fake.pulls_cancelled.append(name)  # the client hung up mid-pull (Cancel)
 
     def _embed(self, path: str, body: dict) -> None:
         """Ollama `POST /api/embed` and OpenAI `POST /v1/embeddings`: one vector per input, from

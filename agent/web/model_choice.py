@@ -95,7 +95,7 @@ def model_pull(request: HttpRequest) -> StreamingHttpResponse:
 
 async def _progress(lines: AsyncIterator[dict]) -> AsyncIterator[bytes]:
     async for line in lines:
-        keep = {k: line[k] for k in ("status", "total", "completed", "error") if k in line}
+        keep = {k: line[k] for k in ("status", "total", "completed", "error", "cause") if k in line}
         yield (json.dumps(keep) + "\n").encode()
     choice.forget_listings()  # the next turn sees the pulled model
 

@@ -4,6 +4,7 @@
 import { ApiError, csrfToken } from "./api.js";
 import { el } from "./cards.js";
 import { $, toast, when } from "./pagekit.js";
+import { documentLink, resultParts } from "./knowledge-marks.js";
 
 const POLL_MS = 1000;
 let polling = null;
@@ -38,7 +39,7 @@ function documentItem(doc) {
   li.dataset.id = doc.id;
   li.id = `document-${doc.id}`; // an answer's source chip links here
   const head = el("div", "document-head");
-  head.append(el("strong", "document-name", doc.name), el("span", "hint", ` added ${when(doc.created_at)}`));
+  head.append(documentLink(doc), el("span", "hint", ` added ${when(doc.created_at)}`));
   const status = el("p", "document-status", statusText(doc));
   li.append(head, status);
   if (doc.status === "indexing") {
@@ -193,7 +194,7 @@ function setUpSearch() {
       const items = data.results.map((r) => {
         const li = el("li", "result");
         const where = describe(r.location);
-        li.append(el("strong", "", r.name), el("span", "hint", where ? ` — ${where}` : ""), el("p", "passage", r.text));
+        li.append(...resultParts(r, q, where));
         return li;
       });
       $("#results").replaceChildren(...(items.length ? items : [el("li", "hint", "Nothing in your documents matches.")]));

@@ -11,6 +11,18 @@ function sizeText(bytes) {
   return bytes >= GB ? ` (${(bytes / GB).toFixed(1)} GB)` : ` (${Math.round(bytes / 1024 ** 2)} MB)`;
 }
 
+// Small models to start with (download sizes of the default tags, Ollama's library).
+const SUGGESTIONS = [
+  { name: "qwen2.5:0.5b", size: "398 MB", what: "tiny, fast, basic answers", chip: true },
+  { name: "llama3.2:1b", size: "1.3 GB", what: "small, calls tools", chip: true },
+  { name: "qwen2.5:3b", size: "1.9 GB", what: "a good first model, calls tools", chip: true },
+  { name: "gemma3:1b", size: "815 MB", what: "small, no tool calls" },
+  { name: "llama3.2:3b", size: "2.0 GB", what: "calls tools" },
+  { name: "qwen3:4b", size: "2.6 GB", what: "thinks before answering, calls tools" },
+  { name: "gemma3:4b", size: "3.3 GB", what: "reads images" },
+  { name: "nomic-embed-text", size: "274 MB", what: "embeddings for Knowledge (cannot chat)" },
+];
+
 const same = (a, b) => a.replace(/:latest$/, "") === b.replace(/:latest$/, "");
 
 export class ModelPicker {
@@ -143,7 +155,7 @@ export class ModelPicker {
     this.pullForm();
   }
 
-  /** A name field, Pull and a progress bar (owner only: the server says can_pull). */
+  /** A name field with suggestions, Pull, a progress bar and Cancel (owner only: the server says can_pull). */
   pullForm() {
     if (this.notice.querySelector("form")) {
       this.notice.querySelector("input").focus();
@@ -155,30 +167,58 @@ export class ModelPicker {
     const label = Object.assign(document.createElement("label"), { textContent: "Model to pull" });
     const input = Object.assign(document.createElement("input"), { name: "model", placeholder: "qwen2.5:3b", required: true });
     input.setAttribute("autocomplete", "off");
-    label.append(input);
+    input.setAttribute("list", "pull-suggestions");
+    const list = Object.assign(document.createElement("datalist"), { id: "pull-suggestions" });
+    for (const s of SUGGESTIONS) list.append(new Option(`${s.what}, ${s.size}`, s.name));
+    label.append(input, list);
     const button = Object.assign(document.createElement("button"), { type: "submit", className: "primary", textContent: "Pull" });
+    const cancel = Object.assign(document.createElement("button"), { type: "button", textContent: "Cancel", hidden: true });
     const progress = Object.assign(document.createElement("progress"), { max: 1, value: 0, hidden: true });
     progress.setAttribute("aria-label", "Pull progress");
     const status = Object.assign(document.createElement("span"), { className: "pull-status" });
     status.setAttribute("role", "status");
-    form.append(label, button, progress, status);
+    const chips = document.createElement("div");
+    chips.className = "pull-suggestions";
+    chips.setAttribute("role", "group");
+    chips.setAttribute("aria-label", "Small models to start with");
+    for (const s of SUGGESTIONS.filter((x) => x.chip)) {
+      const chip = Object.assign(document.createElement("button"), { type: "button", className: "chip", textContent: `${s.name} · ${s.size}` });
+      chip.title = s.what;
+      chip.addEventListener("click", () => {
+        input.value = s.name;
+        input.focus();
+      });
+      chips.append(chip);
+    }
+    form.append(label, button, cancel, progress, status, chips);
     form.addEventListener("submit", (e) => {
       e.preventDefault();
-      this.pull(input.value.trim(), { button, progress, status, form });
+      this.pull(input.value.trim(), { button, cancel, progress, status, form });
     });
     this.notice.append(form);
     input.focus();
   }
 
-  async pull(name, { button, progress, status, form }) {
+  async pull(name, { button, cancel, progress, status, form }) {
     button.disabled = true;
     progress.hidden = false;
     progress.value = 0;
+    cancel.hidden = false;
     status.textContent = `Pulling ${name}…`;
+    const stop = new AbortController();
+    const onCancel = () => stop.abort();
+    cancel.addEventListener("click", onCancel);
     let last = {};
+    const reset = () => {
+      status.textContent = "";
+      progress.hidden = true;
+      cancel.hidden = true;
+      cancel.removeEventListener("click", onCancel);
+      button.disabled = false;
+    };
     try {
       const response = await fetch("/models/pull", {
-        method: "POST", credentials: "same-origin",
+        method: "POST", credentials: "same-origin", signal: stop.signal,
         headers: { "Content-Type": "application/json", "X-CSRFToken": csrfToken() },
         body: JSON.stringify({ name }),
       });
@@ -202,10 +242,13 @@ export class ModelPicker {
       }
       if (last.error || last.status !== "success") throw new Error(last.error || "the pull ended before it finished; try again");
     } catch (err) {
-      status.textContent = "";
-      progress.hidden = true;
-      button.disabled = false;
-      this.onError(`Could not pull ${name}: ${err.message}. Check the name on ollama.com/library and try again.`);
+      reset();
+      if (stop.signal.aborted) {
+        status.textContent = `Cancelled the pull of ${name}.`;
+        return;
+      }
+      // The server says the cause (a server that cannot pull, a full disk, an unknown name).
+      this.onError(`Could not pull ${name}: ${err.message}.`);
       return;
     }
     progress.value = 1;

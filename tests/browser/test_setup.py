@@ -40,6 +40,7 @@ def llm(live_llm):
     live_llm.reset()
     live_llm.models = list(INSTALLED)
     live_llm.api_key = None
+    live_llm.pull_steps, live_llm.pull_delay = 4, 0.0
     live_llm.add_rule(DIRECT)
     return live_llm
 
@@ -188,5 +189,38 @@ def test_the_small_ones_on_a_phone(browser, login_state, navi, llm):
         link.scroll_into_view_if_needed()
         looks(page, "05-welcome", axe_serious, ".welcome a.example-link")
         expect(page.locator("#debug-link")).to_be_visible()  # desktop again: the sidebar shows
+    finally:
+        context.close()
+
+
+def test_pulling_from_the_picker_suggests_shows_progress_cancels_and_names_the_cause(browser, login_state, navi, llm):
+    llm.models = []
+    llm.pull_delay = 0.5
+    llm.pull_steps = 40  # a long pull, to cancel
+    context = browser.new_context(storage_state=login_state, viewport=LOOKS[0][1])
+    page = context.new_page()
+    try:
+        open_chat(page, navi)
+        form = page.locator(".pull-form")
+        expect(form.locator(".pull-suggestions .chip")).to_have_count(3)
+        form.get_by_role("button", name=re.compile(r"^qwen2.5:3b · 1.9 GB")).click()
+        expect(form.locator("input")).to_have_value("qwen2.5:3b")
+        assert "nomic-embed-text" in page.locator("#pull-suggestions").inner_html()  # the datalist has more
+        form.locator("button[type=submit]").click()
+        page.wait_for_function("() => { const p = document.querySelector('.pull-form progress'); return p && p.value > 0; }")
+        looks(page, "07-pulling", axe_serious, "#model-notice")
+        form.get_by_role("button", name="Cancel").click()
+        expect(page.locator(".pull-status")).to_have_text("Cancelled the pull of qwen2.5:3b.")
+        expect(form.locator("button[type=submit]")).to_be_enabled()
+        deadline = page.evaluate("Date.now()") + 20000
+        while "qwen2.5:3b" not in llm.pulls_cancelled and page.evaluate("Date.now()") < deadline:
+            page.wait_for_timeout(100)  # (polls the fake server's record; Playwright runs meanwhile)
+        assert llm.pulls_cancelled == ["qwen2.5:3b"] and llm.models == []
+        # A server that cannot pull (a proxy, an OpenAI-compatible one): the server is named, not the model.
+        llm.pull_status = 404
+        form.locator("button[type=submit]").click()
+        toast = page.locator("#toast .toast.error").last
+        expect(toast).to_contain_text("cannot pull models (it answered /api/pull with HTTP 404)")
+        assert "ollama.com/library" not in toast.inner_text()
     finally:
         context.close()
