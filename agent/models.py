@@ -16,7 +16,11 @@ class Profile(models.Model):
     enabled_tools = models.JSONField(default=list, blank=True)
     # Empty = the owner's default (Settings → default model; .env's OLLAMA_DEFAULT_MODEL or
     # OPENAI_MODEL until one is chosen), resolved by agent.llm.choice before each turn.
-    model = models.CharField(max_length=200, blank=True)
+    model = models.CharField(
+        max_length=200, blank=True,
+        help_text="Empty: the owner's default model (Settings → Models and connections; .env's OLLAMA_DEFAULT_MODEL "
+                  "until chosen), or the server's first chat model when that default is not installed.",
+    )
     temperature = models.FloatField(default=0.7)
     max_iterations = models.PositiveIntegerField(default=50)
     planning_enabled = models.BooleanField(default=False)

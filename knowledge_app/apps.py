@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from django.apps import AppConfig
 from django.db.backends.signals import connection_created
 from django.db.models.signals import post_delete, post_migrate, post_save
 
 from navi_project.startup import server_started
+from sessions_app.signals import embedding_model_changed
 
 
 class KnowledgeConfig(AppConfig):
@@ -28,3 +31,6 @@ class KnowledgeConfig(AppConfig):
         post_save.connect(indexer.on_fact_saved, sender=MemoryFact, dispatch_uid="knowledge_app.fact_saved")
         post_delete.connect(indexer.on_fact_deleted, sender=MemoryFact, dispatch_uid="knowledge_app.fact_deleted")
         server_started.connect(indexer.resume_after_restart, dispatch_uid="knowledge_app.resume")
+        # Settings → embedding model: the vectors are made again with the new one, as after a restart.
+        embedding_model_changed.connect(partial(indexer.resume_after_restart, recheck=False), weak=False,
+                                        dispatch_uid="knowledge_app.reembed")

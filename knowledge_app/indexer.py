@@ -107,7 +107,7 @@ def index_document(document_id) -> None:
         return
     Document.objects.filter(pk=document.pk).update(
         status="ready", error="", chunks=count, progress=100, updated_at=timezone.now())
-    path.unlink(missing_ok=True)  # the passages are what is kept; the upload is not needed again
+    # The upload stays: the document's page offers it as a download (removed with the document).
     words.added(count)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import re
 import urllib.parse
 
@@ -19,7 +20,9 @@ from navi_project import connections
 from navi_project.http import ApiError
 
 from .models import ServerSettings
+from .signals import embedding_model_changed
 
+log = logging.getLogger(__name__)
 KEYS = {"default_model", "default_backend", "embedding_model", "connections"}
 MAX_SERVERS = 10
 _SERVER_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
@@ -128,6 +131,13 @@ def _servers(value: object, before: list[dict]) -> list[dict]:
     return out
 
 
+def _embedding_changed() -> None:
+    connections.forget()  # the receivers read the new model
+    for receiver, result in embedding_model_changed.send_robust(sender=ServerSettings):
+        if isinstance(result, Exception):
+            log.error("embedding_model_changed receiver %r failed", receiver, exc_info=result)
+
+
 def change(user, data: dict) -> None:
     """Apply the owner's part of a PATCH /settings body (staff only)."""
     wanted = set(data) & KEYS
@@ -137,6 +147,7 @@ def change(user, data: dict) -> None:
         raise ApiError("only the owner (a staff account) changes the connections and default models", 403)
     with transaction.atomic():
         row = ServerSettings.objects.select_for_update().filter(pk=1).first() or _row()
+        embedding_before = row.embedding_model or settings.EMBEDDING_MODEL
         if "default_model" in data:
             row.default_model = _model(data["default_model"], "default_model")
             row.default_backend = "ollama" if "default_backend" not in data else row.default_backend
@@ -163,4 +174,6 @@ def change(user, data: dict) -> None:
                            f"({', '.join(sorted(backends))})", 400)
         row.updated_at = timezone.now()
         row.save()
+        if (row.embedding_model or settings.EMBEDDING_MODEL) != embedding_before:
+            transaction.on_commit(_embedding_changed)
     connections.forget()

@@ -13,9 +13,13 @@ from asgiref.sync import sync_to_async
 from django.test import AsyncClient, Client
 
 from agent.models import Profile
+from knowledge_app.models import Passage, VectorSpace
+from notify_app.models import NotifyTarget
 from routines_app import scheduler as sch
 from sessions_app.models import ApiToken, Message, ServerSettings, Session
 from tests.llm_server import LLMServer, Rule, Turn
+from tests.notify_services import Receiver
+from tests.test_knowledge import WAIT_S, indexed, results, worker
 from tests.test_telegram import OWNER_TG, answer_message, bot, linked, runs_finished, tg  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -185,9 +189,6 @@ class TestAFailingRoutineTellsTheOwner:
     async def test_once_per_streak_with_a_link_that_fixes_it(self, owner, llm, settings):
         """A routine whose chat picked a model the server lost fails; the owner is told at the first
         failure (with the link to pick a model), not at the next; a run that works ends the streak."""
-        from notify_app.models import NotifyTarget
-        from tests.notify_services import Receiver
-
         client, headers = AsyncClient(), await sync_to_async(_bearer)(owner)
         with Receiver() as hook:
             settings.HTTP_ALLOWED_HOSTS = [f"127.0.0.1:{hook.port}"]
@@ -224,3 +225,17 @@ class TestAFailingRoutineTellsTheOwner:
             await run_once()
             alerts = [r["json"] for r in hook.received if r["json"]["title"].startswith("Routine failed")]
             assert len(alerts) == 2
+
+
+@pytest.mark.usefixtures("knowledge_state")
+class TestTheEmbeddingModel:
+    def test_one_chosen_in_settings_re_embeds_the_documents_without_a_restart(self, owner_client, embed):
+        indexed(owner_client, "a.txt", "I drink a double espresso every morning.")
+        assert list(VectorSpace.objects.values_list("model", flat=True)) == ["nomic-embed-text"]
+        changed = owner_client.patch("/settings", json.dumps({"embedding_model": "other-embed"}),
+                                     content_type="application/json")
+        assert changed.status_code == 200 and changed.json()["embedding_model"] == "other-embed"
+        assert worker.wait_idle(WAIT_S)
+        assert Passage.objects.get().space.model == "other-embed"
+        assert "espresso" in results(owner_client, "coffee")[0]["text"]
+        assert {e["model"] for e in embed.embeds if e["inputs"]} >= {"other-embed"}
