@@ -179,7 +179,7 @@ def test_an_empty_server_shows_how_to_start_and_the_owner_pulls_with_progress(br
         assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
         screenshot(page, f"firstrun-02-empty-{tag}")
         page.fill(".pull-form input", "qwen2.5:0.5b")
-        page.click(".pull-form button")
+        page.click(".pull-form button[type=submit]")
         expect(page.locator(".pull-form progress")).to_be_visible()
         page.wait_for_function("() => { const p = document.querySelector('.pull-form progress'); return p && p.value > 0 && p.value < 1; }")
         expect(page.locator(".pull-status")).to_contain_text("%")
@@ -201,10 +201,10 @@ def test_a_failed_pull_says_what_to_do(browser, login_state, navi, llm):
     try:
         open_chat(page, navi)
         page.fill(".pull-form input", "no-such-model")
-        page.click(".pull-form button")
+        page.click(".pull-form button[type=submit]")
         expect(page.locator("#toast .toast")).to_contain_text("file does not exist")
         expect(page.locator("#toast .toast")).to_contain_text("try again")
-        expect(page.locator(".pull-form button")).to_be_enabled()
+        expect(page.locator(".pull-form button[type=submit]")).to_be_enabled()
     finally:
         context.close()
 
