@@ -239,3 +239,20 @@ class TestTheEmbeddingModel:
         assert Passage.objects.get().space.model == "other-embed"
         assert "espresso" in results(owner_client, "coffee")[0]["text"]
         assert {e["model"] for e in embed.embeds if e["inputs"]} >= {"other-embed"}
+
+
+class TestAChatOnTheOwnersOtherServer:
+    def test_a_chat_pick_is_asked_of_the_server_the_default_is_on(self, owner_client, llm):
+        """The owner's default is on an OpenAI-compatible server: a chat there picks another of its
+        models, and the turn asks that server for it (not Ollama)."""
+        body = {"connections": {"openai": [{"name": "lab", "base_url": llm.openai_url, "key": ""}]},
+                "default_model": "qwen2.5:0.5b", "default_backend": "lab"}
+        assert owner_client.patch("/settings", json.dumps(body), content_type="application/json").status_code == 200
+        sid = owner_client.post("/sessions", "{}", content_type="application/json").json()["session_id"]
+        picked = owner_client.patch(f"/sessions/{sid}", json.dumps({"model": "llama3.2:1b"}),
+                                    content_type="application/json")
+        assert picked.status_code == 200, picked.content
+        answer = owner_client.post(f"/sessions/{sid}/messages", json.dumps({"content": "which server"}),
+                                   content_type="application/json")
+        assert answer.status_code == 200, answer.content
+        assert {(r["path"], r["model"]) for r in llm.requests} == {("/v1/chat/completions", "llama3.2:1b")}

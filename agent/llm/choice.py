@@ -73,12 +73,12 @@ async def choose_model(backends, profile: Profile, chat_model: str = "") -> Mode
     """Settle the turn's model on `profile` (the turn's own copy: its `model` and `llm_backend`
     are set to what every call of the turn asks) and say which it is."""
     await connections.refresh()
+    backend_name = profile.effective_backend()  # by the profile's own model: a chat's pick is on that server too
+    profile.llm_backend = backend_name
     own = chat_model or profile.model
-    backend_name = profile.effective_backend() if not chat_model else profile.llm_backend
     if own:
         profile.model = own
-        return ModelChoice(own, profile.llm_backend)
-    profile.llm_backend = backend_name
+        return ModelChoice(own, backend_name)
     wanted = connections.default_model(backend_name)
     instead = await stand_in(backends.get(backend_name), wanted)
     profile.model = instead or wanted
