@@ -17,7 +17,7 @@ function markCited() {
   target.setAttribute("aria-current", "true");
   target.scrollIntoView({ block: "center" });
   target.focus({ preventScroll: true });
-  note.textContent = `The passage the answer cited is marked (passage ${target.querySelector(".doc-where").textContent.split(" ·")[0]}).`;
+  note.textContent = `The passage you opened is marked (passage ${target.querySelector(".doc-where").textContent.split(" ·")[0]}).`;
   note.hidden = false;
 }
 
