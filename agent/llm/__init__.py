@@ -1,6 +1,6 @@
 """LLM backends behind one small interface: complete, stream_complete, list_models (`base`,
 `ollama_backend`, `openai_backend`, `ndjson`); the messages they exchange (`messages`), one-shot
-calls (`oneshot`) and the record of every call (`llmcalls`).
+calls (`oneshot`), the record of every call (`llmcalls`) and which model a turn asks (`choice`).
 May import agent.models only (the bottom room); every other room may import it."""
 
 from .base import BackendRegistry, LLMBackend, LLMError, LLMModelMissing, LLMUnreachable
