@@ -70,9 +70,14 @@ class ProfileForm(forms.ModelForm):
 @admin.register(Profile)
 class ProfileAdmin(admin.ModelAdmin):
     form = ProfileForm
-    list_display = ("id", "name", "llm_backend", "model", "temperature", "max_iterations", "planning_enabled")
+    list_display = ("id", "name", "llm_backend", "model_shown", "temperature", "max_iterations", "planning_enabled")
     list_filter = ("llm_backend", "planning_enabled")
     search_fields = ("id", "name", "description", "system_prompt")
+
+    @admin.display(description="model", ordering="model")
+    def model_shown(self, profile: Profile) -> str:
+        """An empty model is not "-": it follows the owner's default, which is named."""
+        return profile.model or f"(the default: {profile.resolved_model()})"
 
     def get_fieldsets(self, request, obj=None):
         form = self.get_form(request, obj)(instance=obj)

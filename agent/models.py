@@ -5,6 +5,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from navi_project import connections
+
 
 class Profile(models.Model):
     id = models.SlugField(primary_key=True, max_length=64)
@@ -12,8 +14,13 @@ class Profile(models.Model):
     description = models.TextField(blank=True)
     system_prompt = models.TextField(blank=True)
     enabled_tools = models.JSONField(default=list, blank=True)
-    # Empty = OLLAMA_DEFAULT_MODEL (or OPENAI_MODEL for the openai backend) at call time.
-    model = models.CharField(max_length=200, blank=True)
+    # Empty = the owner's default (Settings → default model; .env's OLLAMA_DEFAULT_MODEL or
+    # OPENAI_MODEL until one is chosen), resolved by agent.llm.choice before each turn.
+    model = models.CharField(
+        max_length=200, blank=True,
+        help_text="Empty: the owner's default model (Settings → Models and connections; .env's OLLAMA_DEFAULT_MODEL "
+                  "until chosen), or the server's first chat model when that default is not installed.",
+    )
     temperature = models.FloatField(default=0.7)
     max_iterations = models.PositiveIntegerField(default=50)
     planning_enabled = models.BooleanField(default=False)
@@ -66,11 +73,15 @@ class Profile(models.Model):
         return f"{self.name} ({self.id})"
 
     def resolved_model(self) -> str:
+        """The profile's own model, else the owner's default on its server (agent.llm.choice
+        checks the default against what the server has before a turn)."""
         if self.model:
             return self.model
-        if self.llm_backend == "openai":
-            return settings.OPENAI_MODEL
-        return settings.OLLAMA_DEFAULT_MODEL
+        return connections.default_model(self.effective_backend())
+
+    def effective_backend(self) -> str:
+        """Its llm_backend; a profile on the default server naming no model follows the owner's default's server."""
+        return connections.backend_for(self.llm_backend, self.model)
 
     def answer_token_limit(self) -> int:
         """The profile's own cap, else LLM_MAX_ANSWER_TOKENS; a small model's profile (one that caps

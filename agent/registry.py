@@ -20,6 +20,7 @@ def build_default_registries() -> Agent:
     backends = BackendRegistry()
     backends.register(OllamaBackend())
     backends.register(OpenAIBackend())
+    backends.make_server = lambda name: OpenAIBackend(name=name)  # servers the owner adds in Settings
     tools = get_tool_registry()
     agent = Agent(tools, backends)
     for tool in agent_tools(agent):

@@ -6,6 +6,8 @@ from django.apps import AppConfig
 from django.db.backends.signals import connection_created
 from django.db.models.signals import post_delete, post_migrate, post_save, pre_delete
 
+from sessions_app.signals import embedding_model_changed
+
 
 class KnowledgeConfig(AppConfig):
     name = "knowledge_app"
@@ -37,3 +39,7 @@ class KnowledgeConfig(AppConfig):
         schedule.every(5, "knowledge: documents without a live job", tasks.sweep_documents)
         schedule.every(60, "knowledge: passages and facts without a vector", lambda: indexer.queue_backfill_if_needed(True))
         schedule.every(3600, "knowledge: lost vector tables", indexer.remake_lost_vector_tables)
+        # Settings → embedding model: what lacks a vector of the new model is embedded again by a job.
+        embedding_model_changed.connect(lambda sender=None, **kw: indexer.queue_backfill_if_needed(True), weak=False,
+                                        dispatch_uid="knowledge_app.reembed")
+

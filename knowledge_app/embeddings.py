@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import httpx
 from django.conf import settings
 
+from navi_project import connections
+
 RETRY_AFTER_S = 30.0  # a failed server or missing model is asked again after this
 QUERY_TIMEOUT_S = 10.0  # a search waits this long for its query's vector, then uses the words
 QUERY_CACHE = 64  # recent queries' vectors kept: a turn's request is embedded once, off the database thread
@@ -53,7 +55,7 @@ def _http() -> httpx.Client:
 
 
 def _key() -> tuple:
-    return (settings.EMBEDDING_MODEL, settings.EMBEDDING_BASE_URL, settings.OLLAMA_HOST)
+    return (connections.embedding_model(), settings.EMBEDDING_BASE_URL, connections.ollama_url())
 
 
 def state() -> State:
@@ -83,10 +85,10 @@ def usable() -> bool:
 
 
 def pull_hint() -> str:
-    model = settings.EMBEDDING_MODEL
+    model = connections.embedding_model()
     if settings.EMBEDDING_BASE_URL:
         return f"make `{model}` available at {settings.EMBEDDING_BASE_URL} or set EMBEDDING_MODEL to a model it serves"
-    return f"run `ollama pull {model}` on the Ollama server at {settings.OLLAMA_HOST}"
+    return f"run `ollama pull {model}` on the Ollama server at {connections.ollama_url()}"
 
 
 def embed(texts: list[str], *, timeout: float | None = None) -> list[list[float]]:
@@ -99,7 +101,7 @@ def embed(texts: list[str], *, timeout: float | None = None) -> list[list[float]
 
 
 def _call(texts: list[str], timeout: float) -> list[list[float]]:
-    model = settings.EMBEDDING_MODEL
+    model = connections.embedding_model()
     if settings.EMBEDDING_BASE_URL:
         base = settings.EMBEDDING_BASE_URL.rstrip("/")
         url = f"{base}/embeddings" if base.endswith("/v1") else f"{base}/v1/embeddings"
@@ -107,7 +109,7 @@ def _call(texts: list[str], timeout: float) -> list[list[float]]:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         body = {"model": model, "input": texts}
     else:
-        url, headers = f"{settings.OLLAMA_HOST.rstrip('/')}/api/embed", {}
+        url, headers = f"{connections.ollama_url().rstrip('/')}/api/embed", {}
         body = {"model": model, "input": texts, "truncate": True}
     try:
         response = _http().post(url, json=body, headers=headers, timeout=timeout)

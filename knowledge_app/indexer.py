@@ -31,6 +31,7 @@ from django.utils import timezone
 
 from jobs_app import child, runtime
 from memory_app.models import MemoryFact
+from navi_project import connections
 
 from . import embeddings, extract, vectors, words
 from .models import Document, FactVector, Passage, VectorSpace
@@ -60,9 +61,11 @@ def spool_path(document: Document) -> Path:
     return file_path(document).with_name(f"{document.id}.passages")
 
 
-def remove_files(document: Document) -> None:
+def remove_files(document: Document, *, keep_upload: bool = False) -> None:
+    """The parse's spool files, and the upload itself unless it is kept (a ready document's page
+    offers it as a download; it goes with the document)."""
     spool = spool_path(document)
-    for path in (file_path(document), spool, spool.with_name(spool.name + ".part")):
+    for path in ([] if keep_upload else [file_path(document)]) + [spool, spool.with_name(spool.name + ".part")]:
         path.unlink(missing_ok=True)
 
 
@@ -214,7 +217,7 @@ def finish(document: Document, job_id: str, count: int) -> str:
     if not Document.objects.filter(pk=document.pk, job_id=job_id).update(
             status="ready", error="", chunks=count, progress=100, updated_at=timezone.now()):
         raise Cancelled()
-    remove_files(document)  # the passages are what is kept; the upload is not needed again
+    remove_files(document, keep_upload=True)  # the passages are what is searched; the upload is offered as a download
     words.added(count)
     return "ready"
 
@@ -243,7 +246,7 @@ def _embed(texts: list[str]) -> tuple[VectorSpace, list[list[float]]] | None:
     except embeddings.EmbeddingError as exc:
         log.info("embedding skipped: %s", exc)
         return None
-    return vectors.space_for(settings.EMBEDDING_MODEL, len(found[0])), found
+    return vectors.space_for(connections.embedding_model(), len(found[0])), found
 
 
 def _embed_rows(kind: str, rows: list[tuple[int, int, str]], *, replace: bool = True) -> VectorSpace | None:
@@ -281,7 +284,7 @@ def embed_facts(facts: list[MemoryFact]) -> int:
     todo = []
     for fact in facts:
         text, have = fact_text(fact), known.get(fact.pk)
-        if have is None or have.text_hash != _hash(text) or have.space is None or have.space.model != settings.EMBEDDING_MODEL:
+        if have is None or have.text_hash != _hash(text) or have.space is None or have.space.model != connections.embedding_model():
             todo.append(fact)
     space = _embed_rows("fact", [(f.pk, f.owner_id, fact_text(f)) for f in todo])
     if space is None:
@@ -307,7 +310,7 @@ def on_fact_deleted(sender, instance: MemoryFact, **kwargs) -> None:
 # --- re-embedding ---------------------------------------------------------------------------
 def missing_counts() -> tuple[int, int]:
     """(passages, facts) without a vector of the current model."""
-    model = settings.EMBEDDING_MODEL
+    model = connections.embedding_model()
     passages = Passage.objects.exclude(space__model=model).count()
     fact_ids = FactVector.objects.filter(space__model=model).values("fact_id")
     facts = MemoryFact.objects.exclude(pk__in=fact_ids).count()
@@ -328,7 +331,7 @@ def backfill(progress: Callable[[int, int], None] | None = None, *, everything: 
     early, or when the server or the model is missing."""
     if everything:
         forget_all_vectors()
-    model = settings.EMBEDDING_MODEL
+    model = connections.embedding_model()
     passages = Passage.objects.exclude(space__model=model)
     fact_ids = FactVector.objects.filter(space__model=model).values("fact_id")
     facts = MemoryFact.objects.exclude(pk__in=fact_ids)
@@ -371,7 +374,7 @@ def _in_batches(rows, size: int) -> Iterator[list]:
 
 
 def _drop_unused_spaces() -> None:
-    for space in VectorSpace.objects.exclude(model=settings.EMBEDDING_MODEL):
+    for space in VectorSpace.objects.exclude(model=connections.embedding_model()):
         if not Passage.objects.filter(space=space).exists() and not FactVector.objects.filter(space=space).exists():
             vectors.drop_space(space)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from django.conf import settings
+from navi_project import connections
 
 from . import embeddings, indexer, vectors, words
 from .models import Document, Passage, VectorSpace
@@ -72,7 +72,7 @@ def fuse(*ranked: list[int]) -> list[tuple[int, float]]:
 
 
 def _space(dim: int) -> VectorSpace | None:
-    return VectorSpace.objects.filter(model=settings.EMBEDDING_MODEL, dim=dim).first()
+    return VectorSpace.objects.filter(model=connections.embedding_model(), dim=dim).first()
 
 
 def meaning(owner_id: int, kind: str, query: str, limit: int) -> list[tuple[int, float]]:

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views
+from . import document_views, views
 
 urlpatterns = [
     path("knowledge", views.documents, name="knowledge"),
@@ -9,4 +9,6 @@ urlpatterns = [
     path("knowledge/passages/<str:passage_id>", views.passage, name="knowledge-passage"),
     path("knowledge/<str:document_id>", views.document, name="knowledge-document"),
     path("knowledge/<str:document_id>/passages", views.passages, name="knowledge-passages"),
+    path("knowledge/<str:document_id>/view", document_views.document_page, name="knowledge-document-page"),
+    path("knowledge/<str:document_id>/file", document_views.document_file, name="knowledge-document-file"),
 ]

@@ -150,6 +150,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "navi_project.middleware.ContentSecurityPolicyMiddleware",
+    # Last: /settings, /routines, /memory, /knowledge typed in a browser open the page (scripts get JSON).
+    "navi_project.middleware.PageRedirectMiddleware",
 ]
 
 ROOT_URLCONF = "navi_project.urls"
@@ -453,7 +455,7 @@ EMBEDDING_BASE_URL = env.str("EMBEDDING_BASE_URL", default="")
 EMBEDDING_API_KEY = env.str("EMBEDDING_API_KEY", default="")
 EMBEDDING_BATCH = env.int("EMBEDDING_BATCH", default=32)  # passages per embedding request
 EMBEDDING_TIMEOUT_S = env.float("EMBEDDING_TIMEOUT_S", default=60.0)
-KNOWLEDGE_DIR = _path(env.str("KNOWLEDGE_DIR", default="knowledge_files"))  # uploads until indexed
+KNOWLEDGE_DIR = _path(env.str("KNOWLEDGE_DIR", default="knowledge_files"))  # the uploads (a document's download)
 KNOWLEDGE_MAX_FILE_MB = env.int("KNOWLEDGE_MAX_FILE_MB", default=200)
 KNOWLEDGE_MAX_PASSAGES = env.int("KNOWLEDGE_MAX_PASSAGES", default=50_000)  # per document
 KNOWLEDGE_MAX_DOCUMENTS = env.int("KNOWLEDGE_MAX_DOCUMENTS", default=1000)  # per user

@@ -22,6 +22,8 @@ class Routine(models.Model):
     instruction = models.TextField(help_text="The message the agent runs at each slot.")
     # The REST shape: {"at": ISO} | {"cron": "m h dom mon dow"} | {"every_s": N}.
     schedule = models.JSONField()
+    # The plain words the schedule was made from ("every weekday at 8"), shown on its card; "" = none.
+    words = models.CharField(max_length=200, blank=True, default="")
     anchor = models.DateTimeField(default=timezone.now, help_text="Intervals count from here (UTC).")
     time_zone = models.CharField(max_length=64)
     profile = models.ForeignKey(settings.NAVI_PROFILE_MODEL, null=True, blank=True, on_delete=models.SET_NULL,

@@ -398,7 +398,10 @@ class Scheduler:
         await db_hop(_close, run, status, note, self.now(), run.session_id)
         if agent_run.stopped and not await Routine.objects.filter(pk=routine.pk).aexists():
             return  # stopped by deleting the routine: the owner knows
-        outcome = await delivery.deliver(routine, run, title=routine.name, body=body)
+        if status == Status.FAILED:
+            outcome = await delivery.failure(routine, run, error, getattr(agent_run, "error_code", ""))
+        else:
+            outcome = await delivery.deliver(routine, run, title=routine.name, body=body)
         await db_hop(_add_deliveries, run.pk, outcome)
 
 

@@ -20,7 +20,8 @@ from . import schedule as sched
 from .models import Routine, RoutineRun
 
 MAX_INSTRUCTION_CHARS = 100_000  # a chat message's limit (agent.web.consumers.MAX_CONTENT_CHARS)
-FIELDS = {"name", "instruction", "schedule", "time_zone", "profile_id", "enabled", "catch_up_s", "jitter_s", "untrusted"}
+FIELDS = {"name", "instruction", "schedule", "words", "time_zone", "profile_id", "enabled", "catch_up_s", "jitter_s",
+          "untrusted"}
 
 
 class RoutineError(ValueError):
@@ -97,6 +98,13 @@ def _apply(routine: Routine, data: dict, now: datetime, *, creating: bool) -> bo
                              min_interval_s=int(settings.ROUTINE_MIN_INTERVAL_S))
         routine.schedule = parsed.as_json()
         routine.anchor = parsed.anchor or now
+        if "words" not in data:
+            routine.words = ""  # a schedule given without words: the old words no longer say it
+    if "words" in data:
+        words = data["words"]
+        if not isinstance(words, str) or len(words) > 200:
+            raise RoutineError("words must be the schedule in plain words, at most 200 characters")
+        routine.words = words.strip()
     if creating or "jitter_s" in data or changed:
         routine.jitter_s = sched.check_jitter(routine.parsed(), data.get("jitter_s", routine.jitter_s or 0), now)
     return changed
@@ -199,6 +207,7 @@ def as_dict(routine: Routine, last: RoutineRun | None | bool = False) -> dict:
         "name": routine.name,
         "instruction": routine.instruction,
         "schedule": routine.schedule,
+        "words": routine.words,
         "time_zone": routine.time_zone,
         "profile_id": routine.profile_id,
         "enabled": routine.enabled,

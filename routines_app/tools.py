@@ -106,7 +106,7 @@ def _create(owner_id: int, data: dict, taint: str, chat_id: str | None) -> tuple
     # Plain words, in `when` or (a small model's habit) in `cron` / `at`: read in the routine's zone.
     if key == "when" or (isinstance(value, str) and key in ("cron", "at") and _wordy(value)):
         tz = data.get("time_zone") or services.user_zone(owner_id)
-        data = {**data, "schedule": phrases.parse_phrase(value, tz, timezone.now())}
+        data = {**data, "schedule": phrases.parse_phrase(value, tz, timezone.now()), "words": value.strip()[:200]}
     source = chat_id if chat_id and Session.objects.filter(pk=chat_id, owner_id=owner_id).exists() else None
     routine = services.create(get_user_model().objects.get(pk=owner_id), data, tainted_by=taint, source_session_id=source)
     return routine, services.describe_fires(routine)

@@ -81,7 +81,8 @@ class Session(models.Model):
             "profile_id": self.profile_id,
             "profile_name": profile.name,
             "profile_model": profile.resolved_model(),
-            "profile_backend": getattr(profile, "llm_backend", ""),
+            "profile_backend": profile.effective_backend() if hasattr(profile, "effective_backend")
+            else getattr(profile, "llm_backend", ""),
             "model": self.model,
             "title": self.title,
             "pinned": self.pinned,
@@ -282,3 +283,25 @@ class AllowedHost(models.Model):
     def as_dict(self) -> dict:
         return {"entry": self.entry, "added_by": self.added_by.get_username() if self.added_by else None,
                 "created_at": self.created_at.isoformat()}
+
+
+class ServerSettings(models.Model):
+    """The owner's connections and default models (one row; Settings → Connections, staff):
+    read by navi_project.connections in every process. "" (or servers null) = `.env`'s value."""
+
+    ollama_url = models.CharField(max_length=500, blank=True, default="")
+    default_model = models.CharField(max_length=200, blank=True, default="")
+    # Which server `default_model` was chosen from: "ollama" or an OpenAI-compatible server's name.
+    default_backend = models.CharField(max_length=64, blank=True, default="")
+    embedding_model = models.CharField(max_length=200, blank=True, default="")
+    # [{"name", "base_url", "key"}]: `key` encrypted with the SECRET_KEY (sessions_app.connections),
+    # never shown back. null = the one `.env` names.
+    openai_servers = models.JSONField(null=True, blank=True, default=None)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        verbose_name = "connections and default models"
+        verbose_name_plural = "connections and default models"
+
+    def __str__(self) -> str:
+        return "Connections and default models"

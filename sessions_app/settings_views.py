@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from navi_project.http import ApiError, json_view, parse_json_body
 
+from . import connections
 from .auth import api_login_required
 from .models import ApiToken, UserSettings, profile_model
 
@@ -27,7 +28,8 @@ def register_settings_extra(name: str, describe: Callable[[Any], Any]) -> None:
 
 
 def _as_json(prefs: UserSettings) -> dict:
-    return {**prefs.as_dict(), **{name: describe(prefs.user) for name, describe in SETTINGS_EXTRAS.items()}}
+    return {**prefs.as_dict(), **connections.describe(prefs.user),
+            **{name: describe(prefs.user) for name, describe in SETTINGS_EXTRAS.items()}}
 
 
 def _settings_for(user) -> UserSettings:
@@ -41,12 +43,10 @@ def user_settings(request: HttpRequest) -> JsonResponse:
     if request.method == "GET":
         return JsonResponse(_as_json(prefs))
     data = parse_json_body(request, allow_empty=False)
-    unknown = set(data) - {"theme", "default_profile", "notify_when_done", "time_zone"}
+    known = {"theme", "default_profile", "notify_when_done", "time_zone", *connections.KEYS}
+    unknown = set(data) - known
     if unknown:
-        raise ApiError(
-            f"unknown setting(s) {', '.join(sorted(unknown))}; known: theme, default_profile, notify_when_done, "
-            "time_zone", 400
-        )
+        raise ApiError(f"unknown setting(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(known))}", 400)
     if "theme" in data:
         if data["theme"] not in UserSettings.Theme.values:
             raise ApiError(f"theme must be one of {', '.join(UserSettings.Theme.values)}", 400)
@@ -65,6 +65,7 @@ def user_settings(request: HttpRequest) -> JsonResponse:
         prefs.notify_when_done = data["notify_when_done"]
     if "time_zone" in data:
         prefs.time_zone = valid_time_zone(data["time_zone"])
+    connections.change(request.user, data)  # the owner's (staff): connections and default models
     prefs.updated_at = timezone.now()
     prefs.save()
     return JsonResponse(_as_json(prefs))

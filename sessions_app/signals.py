@@ -12,6 +12,10 @@ log = logging.getLogger(__name__)
 # Receivers must not block: long work belongs in a background thread or task.
 session_created = Signal()
 
+# The owner chose another embedding model in Settings (after the transaction committed): the
+# vectors of the old one are made again with the new one. No kwargs.
+embedding_model_changed = Signal()
+
 
 def send_session_created(session) -> None:
     """Tell the receivers; one that raises is logged and never breaks session creation."""

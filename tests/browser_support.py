@@ -54,3 +54,21 @@ def screenshot(page, name: str) -> None:
         ".map(a => a.finished.catch(() => null)))"
     )
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=False)
+
+
+LOOKS = [("desktop", {"width": 1280, "height": 800}), ("phone", {"width": 390, "height": 844})]
+
+
+def looks(page, name: str, axe_serious, anchor: str | None = None) -> None:
+    """The page at both widths in both themes, without loading it again: a screenshot each
+    (`setup-<name>-<width>-<theme>`), `axe_serious` (tests/browser/test_daily.py) at none, no sideways scroll."""
+    for width, viewport in LOOKS:
+        page.set_viewport_size(viewport)
+        for scheme in ("light", "dark"):
+            page.emulate_media(color_scheme=scheme)
+            if anchor:
+                page.locator(anchor).scroll_into_view_if_needed()
+            screenshot(page, f"setup-{name}-{width}-{scheme}")
+            assert axe_serious(page) == [], (width, scheme)
+            assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1"), (width, scheme)
+    page.set_viewport_size(LOOKS[0][1])

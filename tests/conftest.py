@@ -137,6 +137,19 @@ def _fresh_schema_probe():
     constrained.forget_support()
 
 
+@pytest.fixture(autouse=True)
+def _fresh_model_choice():
+    """Each test reads the owner's connections and its server's models anew (a port may be reused)."""
+    from agent.llm import choice
+    from navi_project import connections
+
+    connections.reset()
+    choice.forget_listings()
+    yield
+    connections.reset()
+    choice.forget_listings()
+
+
 @pytest.fixture
 def llm(settings):
     """The protocol-level test LLM server, wired in as both Ollama and the OpenAI backend."""

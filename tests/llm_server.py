@@ -170,6 +170,9 @@ class LLMServer:
         self.unpullable: set[str] = set()
         self.pull_steps = 4
         self.pull_delay = 0.0
+        self.pull_status = 0  # non-zero: /api/pull answers that HTTP status (a server that cannot pull)
+        self.pull_fails_with = ""  # an error line after some progress ("no space left on device")
+        self.pulls_cancelled: list[str] = []  # pulls whose client hung up before the end
         # Embedding models this server has (/api/embed, /v1/embeddings); None = any name embeds.
         # An empty list is a server where no embedding model was pulled (404, as Ollama says).
         self.embed_models: list[str] | None = None
@@ -256,6 +259,8 @@ class LLMServer:
             self._embeds.clear()
             self._shows.clear()
             self.pulls.clear()
+            self.pulls_cancelled.clear()
+            self.pull_status, self.pull_fails_with = 0, ""
             self._max_active = self._active
             self._disconnects = 0
 
@@ -348,9 +353,21 @@ class LLMServer:
     def add_model(self, name: str) -> None:
         """List one more model (a finished pull); a server that knew every name lists it too."""
         with self._cond:
-            have = self.models if self.models is not None else ["fake-llm:latest"]
+            have = self.models if self.models is not None else self.every_model()
             if not any(m.removesuffix(":latest") == name.removesuffix(":latest") for m in have):
                 self.models = [*have, name]
+
+    def every_model(self) -> list[str]:
+        """What a server that has every model lists: its own, and the defaults Navi is configured
+        with now (a real server that has them lists them; Navi checks the default against it)."""
+        names = ["fake-llm:latest"]
+        try:
+            from django.conf import settings
+
+            names += [m for m in (settings.OLLAMA_DEFAULT_MODEL, settings.OPENAI_MODEL) if m and m not in names]
+        except Exception:  # noqa: BLE001 - used outside Django (bench): its own model only
+            pass
+        return names
 
     def model_known(self, model: str) -> bool:
         if self.models is None:
@@ -492,7 +509,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         fake, path = self.server.fake, self.path.split("?")[0]
-        names = fake.models if fake.models is not None else ["fake-llm:latest"]  # [] = a server with none
+        names = fake.models if fake.models is not None else fake.every_model()  # [] = a server with none
         if path == "/":
             body = b"Ollama is running"
             self.send_response(200)
@@ -599,6 +616,8 @@ class _Handler(BaseHTTPRequestHandler):
         fake, name = self.server.fake, str(body.get("model") or body.get("name") or "")
         with fake._cond:
             fake.pulls.append(name)
+        if fake.pull_status:  # a server without Ollama's pull (an OpenAI-compatible one, a proxy)
+            return self._error(fake.pull_status, "404 page not found" if fake.pull_status == 404 else "method not allowed")
         if not name or name in fake.unpullable:
             return self._send_json(200 if name else 400, {"error": "pull model manifest: file does not exist"})
         total = 1 << 30
@@ -606,13 +625,15 @@ class _Handler(BaseHTTPRequestHandler):
         lines += [{"status": "pulling 6a0746a1ec1a", "digest": "sha256:6a0746a1ec1a", "total": total,
                    "completed": total * k // fake.pull_steps} for k in range(1, fake.pull_steps + 1)]
         lines += [{"status": "verifying sha256 digest"}, {"status": "writing manifest"}, {"status": "success"}]
+        if fake.pull_fails_with:  # e.g. a full disk, after some progress
+            lines = [*lines[:2], {"error": fake.pull_fails_with}]
         self.send_response(200)
         self.send_header("Content-Type", "application/x-ndjson")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         try:
             for i, line in enumerate(lines):
-                if i == len(lines) - 1:
+                if i == len(lines) - 1 and not fake.pull_fails_with:
                     fake.add_model(name)
                 data = (_dumps(line) + "\n").encode()
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
@@ -622,6 +643,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"0\r\n\r\n")
         except (_Dropped, *_NET_ERRORS):
             self.close_connection = True
+            with fake._cond:
+                fake.pulls_cancelled.append(name)  # the client hung up mid-pull (Cancel)
 
     def _embed(self, path: str, body: dict) -> None:
         """Ollama `POST /api/embed` and OpenAI `POST /v1/embeddings`: one vector per input, from

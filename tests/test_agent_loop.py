@@ -349,14 +349,17 @@ class TestPersistenceAndErrors:
         assert await rows(session) == [("user", "are you there?", "complete")]
 
     async def test_a_missing_model_lists_what_ollama_has(self, settings, session, no_planning):
+        """A model named on purpose (here the profile's) is asked for as it is; the error says what
+        the server has. (A missing *default* is stood in for: tests/test_model_rule.py.)"""
         from tests.llm_server import LLMServer
 
+        await Profile.objects.filter(pk=session.profile_id).aupdate(model="gone:9b")
         with LLMServer(models=["llama3:8b", "qwen3:4b"]) as server:
             settings.OLLAMA_HOST = server.url
             frames = await frames_of(session.id, "hi")
         message = frames[-1]["message"]
         assert "llama3:8b" in message and "qwen3:4b" in message
-        assert "ollama pull gemma4:e2b-it-q8_0" in message
+        assert "ollama pull gone:9b" in message
 
     async def test_a_dropped_stream_keeps_the_partial_answer(self, llm, session, no_planning):
         llm.script(Turn(content="The answer is forty-two, because", chunk_size=4, drop_after=4))

@@ -182,7 +182,27 @@ class TestPull:
         client = _bearer(owner_token)
         response = await client.post("/models/pull", {"name": "nope:1b"}, content_type="application/json")
         lines = [json.loads(x) for x in b"".join([c async for c in response.streaming_content]).splitlines()]
-        assert "file does not exist" in lines[-1]["error"]
+        assert "file does not exist" in lines[-1]["error"] and lines[-1]["cause"] == "unknown_name"
+        assert "ollama.com/library" in lines[-1]["error"]
+
+    @pytest.mark.parametrize("status", [404, 405])
+    async def test_a_server_that_cannot_pull_is_named_not_the_model(self, llm, owner_token, status):
+        """An OpenAI-compatible server or a proxy has no /api/pull: the error blames the server."""
+        llm.pull_status = status
+        client = _bearer(owner_token)
+        response = await client.post("/models/pull", {"name": "qwen2.5:0.5b"}, content_type="application/json")
+        lines = [json.loads(x) for x in b"".join([c async for c in response.streaming_content]).splitlines()]
+        assert lines == [{"error": lines[0]["error"], "cause": "cannot_pull"}]
+        assert f"HTTP {status}" in lines[0]["error"] and "cannot pull models" in lines[0]["error"]
+        assert "ollama.com/library" not in lines[0]["error"]
+
+    async def test_a_full_disk_is_named(self, llm, owner_token):
+        llm.pull_fails_with = "write /root/.ollama/models/blobs/sha256-6a07: no space left on device"
+        client = _bearer(owner_token)
+        response = await client.post("/models/pull", {"name": "qwen2.5:3b"}, content_type="application/json")
+        lines = [json.loads(x) for x in b"".join([c async for c in response.streaming_content]).splitlines()]
+        assert lines[-1]["cause"] == "no_space" and "disk is full" in lines[-1]["error"]
+        assert any("total" in x for x in lines)  # progress came before
 
     @pytest.mark.parametrize("bad", ["", "-rf", "a b", "x" * 300, 5, "../../etc", "a/../../b", None])
     async def test_malformed_names_are_refused_before_ollama_hears_of_them(self, llm, owner_token, bad):

@@ -278,6 +278,7 @@ class TestContextWindow:
     )
     async def test_openai_compatible_servers_say_their_window(self, llm, session, owner_token, meta, props, expected):
         llm.openai_model_meta, llm.props = meta, props
+        llm.models = ["fake-llm"]  # the one model the server lists
         await Profile.objects.filter(pk="secretary").aupdate(llm_backend="openai", context_window=5000, model="fake-llm")
         llm.script(Turn(content="hi", prompt_tokens=0, eval_tokens=0))
         frames = await run(session, owner_token, "hello there")

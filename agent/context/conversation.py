@@ -45,6 +45,8 @@ def row_to_message(row: Message) -> ChatMessage:
 class Conversation:
     """In-memory conversation (sub-agents, `run_ephemeral`): nothing is persisted."""
 
+    model_choice = None  # the turn's model and why (agent.llm.choice.ModelChoice), set as the turn starts
+
     def __init__(self, profile_id: str, owner_id: int | None = None) -> None:
         self.id = f"subagent_{uuid.uuid4().hex[:12]}"
         self.profile_id = profile_id
@@ -152,10 +154,8 @@ class DBConversation(Conversation):
                 raise Session.DoesNotExist(f"no session {session_id}")
             session = found[0]
         profiles = hotsql.select(Profile, "id = %s", [session.profile_id])
-        if profiles:  # the loop needs it next
+        if profiles:  # the loop needs it next; agent.llm.choice settles its model (the chat's own first)
             session.profile = profiles[0]
-            if session.model:  # the chat's own model (PATCH /sessions/<id>): every call of it uses it
-                session.profile.model = session.model
         # A compression summary is always the first context message (there is at most one in
         # context: the next compression folds it), yet its seq is newer than the rows it replaced.
         rows = hotsql.select(Message, "session_id = %s AND in_context = %s", [sid, True], tail="ORDER BY is_summary DESC, seq")

@@ -14,6 +14,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 from django.conf import settings
 
 from agent.llm.messages import ChatMessage, LLMChunk, LLMResponse
+from navi_project import connections
 from navi_project.llm_purpose import current_llm_purpose
 
 
@@ -280,8 +281,9 @@ class LLMBackend(ABC):
     async def list_models(self) -> list[str]: ...
 
     async def describe_models(self) -> list[dict]:
-        """What the server has, `{"name"}` per model (a backend that knows sizes adds `size`)."""
-        return [{"name": name} for name in await self.list_models()]
+        """What the server has, `{"name"}` per model (a backend that knows sizes adds `size`), and
+        `"embedding": true` on one that only embeds."""
+        return [{"name": name, **({"embedding": True} if embeds_only(name) else {})} for name in await self.list_models()]
 
     async def server_window(self, model: str) -> int | None:
         """The context window the server runs `model` with, when it says (None otherwise)."""
@@ -294,6 +296,16 @@ class LLMBackend(ABC):
     def health_probe(self) -> tuple[str, dict[str, str], str]:
         """(URL to GET, headers, what to check when it fails) for /health."""
         raise NotImplementedError
+
+
+def embeds_only(name: str, families: set[str] = frozenset()) -> bool:
+    """A model that turns text into vectors and cannot chat: the configured embedding model, a
+    name saying "embed", or a BERT family (all-minilm, bge-m3, nomic-embed-text). Servers list no
+    capabilities with their models, so this is read from names."""
+    base = name.removesuffix(":latest").lower()
+    return (base == connections.embedding_model().removesuffix(":latest").lower() or "embed" in base
+            or base.split("/")[-1].startswith(("all-minilm", "bge-", "mxbai-embed", "snowflake-arctic-embed"))
+            or any("bert" in f for f in families))
 
 
 class ClientCache:
@@ -315,12 +327,16 @@ class BackendRegistry:
 
     def __init__(self) -> None:
         self._backends: dict[str, LLMBackend] = {}
+        # name -> a backend for an OpenAI-compatible server named in Settings (agent.registry sets it)
+        self.make_server: Callable[[str], LLMBackend] | None = None
 
     def register(self, backend: LLMBackend) -> None:
         self._backends[backend.name] = backend
 
     def get(self, name: str) -> LLMBackend:
         backend = self._backends.get(name or "ollama")
+        if backend is None and self.make_server is not None and connections.server(name) is not None:
+            backend = self._backends[name] = self.make_server(name)  # a server the owner added in Settings
         if backend is None:
             known = ", ".join(sorted(self._backends))
             raise LLMError(f"unknown LLM backend '{name}'; set the profile's llm_backend to one of: {known}")

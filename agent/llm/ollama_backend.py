@@ -24,6 +24,7 @@ import orjson
 from django.conf import settings
 
 from agent.llm.messages import ChatMessage, LLMChunk, ToolCall
+from navi_project import connections
 from navi_project.lazy import lazy_module
 
 from . import ndjson
@@ -35,6 +36,7 @@ from .base import (
     LLMModelMissing,
     LLMUnreachable,
     OutputSchema,
+    embeds_only,
     overflow_error,
 )
 
@@ -340,7 +342,7 @@ class OllamaBackend(LLMBackend):
 
     @property
     def host(self) -> str:
-        return (self._host or settings.OLLAMA_HOST).rstrip("/")
+        return (self._host or connections.ollama_url()).rstrip("/")
 
     def _client(self):
         """The official AsyncClient (imported on first use)."""
@@ -558,28 +560,46 @@ class OllamaBackend(LLMBackend):
         try:
             async with httpx.AsyncClient(timeout=timeout, headers=_headers()) as client:
                 async with client.stream("POST", f"{base_url(self.host)}/api/pull", json={"model": model, "stream": True}) as r:
+                    if r.status_code in (404, 405, 501):
+                        yield {"error": (f"the server at {self.host} cannot pull models (it answered /api/pull with HTTP "
+                                         f"{r.status_code}): it is not Ollama itself — an OpenAI-compatible server or a "
+                                         "proxy. Pull on the machine that runs Ollama (`ollama pull NAME`), or point "
+                                         "Settings → Models and connections at Ollama"), "cause": "cannot_pull"}
+                        return
                     if r.status_code != 200:
                         body = (await r.aread()).decode(errors="replace")
-                        yield {"error": _error_text(body) or f"HTTP {r.status_code}"}
+                        yield pull_error(_error_text(body) or f"HTTP {r.status_code}", model)
                         return
                     async for line in r.aiter_lines():
                         if line.strip():
-                            yield json.loads(line)
+                            part = json.loads(line)
+                            yield pull_error(part["error"], model) if part.get("error") else part
         except (httpx.ConnectError, httpx.ConnectTimeout):
             yield {"error": f"cannot reach Ollama at {self.host} — is `ollama serve` running?"}
         except (httpx.HTTPError, ValueError) as exc:
             yield {"error": f"the pull from Ollama at {self.host} broke off: {exc}"}
 
 
+def pull_error(said: str, model: str) -> dict:
+    """Ollama's pull error as the cause and what to do: an unknown name, a full disk, or as said."""
+    text = str(said)
+    lower = text.lower()
+    if "file does not exist" in lower or "manifest unknown" in lower or "not found" in lower:
+        return {"error": (f"Ollama's library has no model '{model}' (Ollama said: {text}). Check the name and tag "
+                          "on ollama.com/library, then try again"), "cause": "unknown_name"}
+    if "no space left" in lower or "disk full" in lower or "not enough space" in lower:
+        return {"error": (f"the Ollama server's disk is full (Ollama said: {text}). Free space there, or remove a "
+                          "model with `ollama rm NAME`, then try again"), "cause": "no_space"}
+    return {"error": f"{text}; try again", "cause": "other"}
+
+
 def _embeds_only(model) -> bool:
     """Ollama lists no capabilities in /api/tags: the configured embedding model, a name saying
     "embed", or a BERT family (all-minilm, bge-m3, nomic-embed-text) is one."""
-    name = model.model.removesuffix(":latest")
     families = {f.lower() for f in ((model.details and model.details.families) or [])}
     if model.details and model.details.family:
         families.add(model.details.family.lower())
-    return (name == settings.EMBEDDING_MODEL.removesuffix(":latest") or "embed" in name.lower()
-            or any("bert" in f for f in families))
+    return embeds_only(model.model, families)
 
 
 def _error_text(body: str) -> str:

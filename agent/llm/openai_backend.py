@@ -12,6 +12,7 @@ import httpx
 from django.conf import settings
 
 from agent.llm.messages import ChatMessage, LLMChunk, ToolCall
+from navi_project import connections
 
 from .base import (
     ClientCache,
@@ -55,7 +56,8 @@ class OpenAIBackend(LLMBackend):
     name = "openai"
     schema_ways = ("response_format", "json_schema")
 
-    def __init__(self, base_url: str | None = None, api_key: str | None = None) -> None:
+    def __init__(self, base_url: str | None = None, api_key: str | None = None, name: str = "openai") -> None:
+        self.name = name  # the profiles' llm_backend: "openai" (.env's server) or a server named in Settings
         self._base_url = base_url
         self._api_key = api_key
         self._clients = ClientCache()
@@ -63,11 +65,17 @@ class OpenAIBackend(LLMBackend):
 
     @property
     def base_url(self) -> str:
-        return (self._base_url or settings.OPENAI_BASE_URL).rstrip("/")
+        if self._base_url:
+            return self._base_url.rstrip("/")
+        server = connections.server(self.name)
+        return server.base_url if server else settings.OPENAI_BASE_URL.rstrip("/")
 
     @property
     def api_key(self) -> str:
-        return settings.OPENAI_API_KEY if self._api_key is None else self._api_key
+        if self._api_key is not None:
+            return self._api_key
+        server = connections.server(self.name)
+        return server.api_key if server else settings.OPENAI_API_KEY
 
     def _client(self) -> httpx.AsyncClient:
         base_url, api_key, timeout = self.base_url, self.api_key, settings.LLM_TIMEOUT_S

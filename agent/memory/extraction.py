@@ -7,6 +7,7 @@ as a `memory_saved` frame, regenerates the summary and marks the session extract
 
 from __future__ import annotations
 
+import copy
 import logging
 from typing import Callable
 
@@ -16,6 +17,7 @@ from django.conf import settings
 
 from agent.frames.groups import frames_group, run_event
 from agent.llm import LLMError, oneshot
+from agent.llm.choice import choose_model
 from agent.llm.messages import ChatMessage
 from agent.registry import get_agent
 from agent.trust import policy
@@ -80,8 +82,8 @@ def extract_session(
         if not dry_run:
             mark_extracted(session)
         return result
-    backend = get_agent().backends.get(session.profile.llm_backend)
-    model = session.model or session.profile.resolved_model()  # the chat's own model, if it picked one
+    choice = async_to_sync(choose_model)(get_agent().backends, copy.copy(session.profile), session.model)  # as its turns do
+    backend, model = get_agent().backends.get(choice.backend), choice.model
     if wrap_backend is not None:
         backend = wrap_backend(backend)
     answer = async_to_sync(oneshot.ask)(

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from django.conf import settings
 
 from knowledge_app import embeddings
+from navi_project import connections
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ _pending: set[str] = set()  # tool versions being embedded now (by a turn that s
 
 
 def _model() -> tuple[str, str]:
-    return settings.EMBEDDING_MODEL, settings.EMBEDDING_BASE_URL or settings.OLLAMA_HOST
+    return connections.embedding_model(), settings.EMBEDDING_BASE_URL or connections.ollama_url()
 
 
 def texts_of(tool) -> list[str]:

@@ -22,6 +22,10 @@ async def answer(conv: Conversation, setup: Setup, turn: Turn, is_subagent: bool
     sources = [] if is_subagent else cited_sources(conv.context, turn.message.content)
     if sources:  # kept with the answer, so the history shows its source chips after a reload
         turn.message.meta = {**turn.message.meta, "sources": sources}
+    choice = conv.model_choice
+    if choice is not None and choice.wanted and not is_subagent:  # the default stood in for: said with the answer
+        turn.message.meta = {**turn.message.meta, "model": choice.model, "model_note": choice.note}
+    if sources or (choice is not None and choice.wanted and not is_subagent):
         await conv.save_meta(turn.message)
     if sources:
         yield CitedStreamEnd(turn.message.content, turn.tokens, setup.limit, sources=sources)

@@ -15,6 +15,7 @@ from agent.context.conversation import Conversation, DBConversation
 from agent.context.window import effective_window
 from agent.frames.events import AgentEvent, ErrorEvent, PlanReady, StreamEnd, StreamStart, StreamStopped, TurnThinking
 from agent.llm import BackendRegistry
+from agent.llm.choice import choose_model
 from agent.llm.messages import ChatMessage
 from agent.models import Profile
 from agent.toolcalling.tool_step import run_tool
@@ -66,7 +67,8 @@ class Agent:
         if self.tools.provided_pending(conv.owner_id):
             with contextlib.suppress(Stopped):
                 await until_stopped(self.tools.prepare_provided(conv.owner_id), current_stop_event.get())
-        profile = conv.session.profile  # loaded with the session
+        profile = conv.session.profile  # loaded with the session: the turn's own copy
+        conv.model_choice = await choose_model(self.backends, profile, conv.session.model)  # the one rule
         backend = self.backends.get(profile.llm_backend)
         limit = await effective_window(backend, profile)
         conv.window = limit
@@ -124,6 +126,7 @@ class Agent:
         if current_guard.get() is None:  # a sub-agent shares its parent run's guard (and taint)
             current_guard.set(await RunGuard.for_run(conv.owner_id, current_chat_session_id.get(), current_run_id.get()))
         await conv.add(ChatMessage(role="user", content=user_message))
+        await choose_model(self.backends, profile)  # a sub-agent's profile follows the same rule
         backend = self.backends.get(profile.llm_backend)
         content, problem = await subagent.relay(self._loop(conv, profile, backend, is_subagent=True), parent_sink)
         if problem:
@@ -187,8 +190,7 @@ class Agent:
     async def _switched(self, conv: Conversation, setup: Setup) -> Setup:
         """The setup after switch_profile: the chat's own model outlives it; one turn, one tracker."""
         switched = await turns.load_profile(conv.profile_id)
-        if isinstance(conv, DBConversation) and conv.session.model:
-            switched.model = conv.session.model
+        await choose_model(self.backends, switched, conv.session.model if isinstance(conv, DBConversation) else "")
         new = await self._setup(switched)
         new.tracker.continue_from(setup.tracker)  # the switch was this turn's step
         return new

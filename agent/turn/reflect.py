@@ -13,6 +13,7 @@ from django.conf import settings
 
 from agent.context.conversation import DBConversation
 from agent.llm import LLMError, oneshot
+from agent.llm.choice import choose_model
 from agent.models import Profile
 from sessions_app.transcript import render_transcript
 from tools_app.base import Tool, ToolResult
@@ -76,9 +77,10 @@ class ReflectTool(Tool):
         if focus:
             request += f"\n\nFocus of this review: {focus}"
         try:
-            backend = self.agent.backends.get(profile.llm_backend)
+            choice = await choose_model(self.agent.backends, profile, conv.session.model)
             review = await oneshot.ask(
-                backend, oneshot.prompt(REFLECT_PROMPT, request), purpose="reflect", model=conv.session.model or profile.resolved_model(),
+                self.agent.backends.get(choice.backend), oneshot.prompt(REFLECT_PROMPT, request), purpose="reflect",
+                model=choice.model,
                 temperature=0.3, max_tokens=settings.LLM_MAX_SUMMARY_TOKENS,
             )
         except LLMError as exc:

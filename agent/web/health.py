@@ -21,6 +21,7 @@ from agent.llm import LLMBackend
 from agent.models import Profile
 from agent.registry import get_agent
 from jobs_app.health import jobs_health
+from navi_project import connections
 from tools_app.mcp import service as mcp_service
 
 PROBE_TIMEOUT_S = 1.5
@@ -152,7 +153,7 @@ def health(request: HttpRequest) -> JsonResponse:
         "status": "ok",
         "db": _check_db(),
         "channel_layer": _cached("channel_layer", _check_channel_layer, CHANNEL_LAYER_TTL_S),
-        "llm": _cached(f"llm:{settings.OLLAMA_HOST}:{settings.OPENAI_BASE_URL}", _check_llm),
+        "llm": _cached(f"llm:{connections.ollama_url()}:{settings.OPENAI_BASE_URL}", _check_llm),
     }
     try:
         report["jobs"] = jobs_health()  # queued, oldest_s, workers; not ok when jobs wait and no worker lives

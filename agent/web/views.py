@@ -266,6 +266,9 @@ def chat_page(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def debug_page(request: HttpRequest) -> HttpResponse:
+    """The LLM calls and contexts of every chat: the owner's (staff) tool, not a user's."""
+    if not request.user.is_staff:
+        return HttpResponse("The debug page is for the owner (a staff account).", status=403, content_type="text/plain")
     return render(request, "debug.html")
 
 

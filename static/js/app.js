@@ -393,7 +393,7 @@ async function start() {
       stopRun();
     }
   });
-  $("#debug-link").addEventListener("click", (e) => {
+  $("#debug-link")?.addEventListener("click", (e) => { // staff only
     e.currentTarget.href = `/debug#${state.sessionId || ""}`;
   });
   try {

@@ -6,6 +6,7 @@
 import { ApiError, csrfToken } from "./api.js";
 import { el } from "./cards.js";
 import { $, toast, when } from "./pagekit.js";
+import { documentLink, resultParts } from "./knowledge-marks.js";
 
 const POLL_MS = 1000;
 let polling = null;
@@ -50,7 +51,7 @@ function documentItem(doc) {
   li.dataset.id = doc.id;
   li.id = `document-${doc.id}`; // an answer's source chip links here
   const head = el("div", "document-head");
-  head.append(el("strong", "document-name", doc.name), el("span", "hint", ` added ${when(doc.created_at)}`));
+  head.append(documentLink(doc), el("span", "hint", ` added ${when(doc.created_at)}`));
   const status = el("p", "document-status");
   status.id = `document-status-${doc.id}`;
   const bar = el("progress");
@@ -230,7 +231,7 @@ function setUpSearch() {
       const items = data.results.map((r) => {
         const li = el("li", "result");
         const where = describe(r.location);
-        li.append(el("strong", "", r.name), el("span", "hint", where ? ` — ${where}` : ""), el("p", "passage", r.text));
+        li.append(...resultParts(r, q, where));
         return li;
       });
       $("#results").replaceChildren(...(items.length ? items : [el("li", "hint", "Nothing in your documents matches.")]));

@@ -43,7 +43,16 @@ function serverItem(server) {
   head.append(el("strong", "", server.name), el("span", `mcp-state ${server.state}`, server.state),
     el("span", "hint", server.global ? "global (from the administrator)" : server.transport));
   li.append(head);
+  const where = runsAs(server);
+  if (where) li.append(el("p", "mono mcp-where", where));
   if (server.last_error) li.append(el("p", "error", server.last_error));
+  // A failed server's reason is in its last stderr lines: shown at once, not behind a click.
+  if (server.state === "failed" && server.stderr_tail) {
+    const tail = server.stderr_tail.trimEnd().split("\n").slice(-8).join("\n");
+    const pre = el("pre", "mcp-stderr", tail);
+    pre.setAttribute("aria-label", `Last lines ${server.name} wrote to stderr`);
+    li.append(pre);
+  }
   if (!server.global && (server.pending_paths || []).length) li.append(pendingFolders(server));
   if (!server.global && ((server.paths || []).length || (server.writable_paths || []).length)) {
     const shown = el("ul", "mcp-folders");
@@ -83,7 +92,7 @@ function serverItem(server) {
     }
     li.append(details(`${server.prompts.length} prompt(s)`, list));
   }
-  if (server.stderr_tail) li.append(details("stderr (last lines)", el("pre", "", server.stderr_tail)));
+  if (server.stderr_tail && server.state !== "failed") li.append(details("stderr (last lines)", el("pre", "", server.stderr_tail)));
   const actions = el("div", "actions");
   if (!server.global) actions.append(allowSwitch(server, null));
   const test = button("Test connection", "test", async () => {
@@ -110,6 +119,19 @@ function serverItem(server) {
         toast(`Could not change ${server.name}: ${err.message}`);
       }
     }, `${server.enabled ? "Disable" : "Enable"} ${server.name}`));
+    const edit = button("Edit", "", () => {
+      const open = li.querySelector(".mcp-edit");
+      if (open) {
+        open.remove();
+        edit.setAttribute("aria-expanded", "false");
+        return;
+      }
+      edit.setAttribute("aria-expanded", "true");
+      li.insertBefore(editForm(server, li), actions);
+      li.querySelector(".mcp-edit input, .mcp-edit textarea")?.focus();
+    }, `Edit ${server.name}`);
+    edit.setAttribute("aria-expanded", "false");
+    actions.append(edit);
     actions.append(button("Delete", "danger-outline", async () => {
       if (!window.confirm(`Delete the MCP server "${server.name}"? Its tools are no longer offered.`)) return;
       try {
@@ -123,6 +145,59 @@ function serverItem(server) {
   }
   li.append(actions);
   return li;
+}
+
+/** How the server runs: its command line (stdio) or its URL (http); "" for a global one. */
+function runsAs(server) {
+  if (server.transport === "http") return server.url || "";
+  if (!server.command) return "";
+  const quote = (a) => (/[\s"']/.test(a) ? JSON.stringify(a) : a);
+  return [server.command, ...(server.args || [])].map(quote).join(" ");
+}
+
+/** The card's edit form: the URL (http) or the command and its arguments, one per line (stdio). */
+function editForm(server, li) {
+  const form = el("form", "mcp-edit stack");
+  const http = server.transport === "http";
+  const first = document.createElement("input");
+  first.value = http ? server.url || "" : server.command || "";
+  first.required = true;
+  first.spellcheck = false;
+  first.autocomplete = "off";
+  const firstLabel = el("label", "", http ? "URL" : "Command");
+  firstLabel.append(first);
+  form.append(firstLabel);
+  let args = null;
+  if (!http) {
+    args = document.createElement("textarea");
+    args.rows = Math.min(6, Math.max(2, (server.args || []).length + 1));
+    args.value = (server.args || []).join("\n");
+    args.spellcheck = false;
+    const argsLabel = el("label", "", "Arguments, one per line");
+    argsLabel.append(args);
+    form.append(argsLabel);
+  }
+  const save = el("button", "primary", "Save");
+  save.type = "submit";
+  const cancel = button("Cancel", "", () => {
+    form.remove();
+    li.querySelector('button[aria-expanded="true"]')?.setAttribute("aria-expanded", "false");
+  });
+  const row = el("div", "inline-buttons");
+  row.append(save, cancel);
+  form.append(row);
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const body = http ? { url: first.value.trim() }
+      : { command: first.value.trim(), args: args.value.split("\n").map((a) => a.trim()).filter(Boolean) };
+    try {
+      replaceItem(await call("PATCH", `/mcp/servers/${server.id}`, body));
+      toast(`Saved ${server.name}; it connects again.`, "info");
+    } catch (err) {
+      toast(`Could not save ${server.name}: ${err.message}`);
+    }
+  });
+  return form;
 }
 
 // Folders a pasted config's arguments name wait here until the owner shows each one to the

@@ -35,10 +35,27 @@ function inZone(iso, zone) {
   }
 }
 
-function describe(schedule) {
+function describe(schedule, zone) {
   if (schedule.cron) return `cron ${schedule.cron}`;
   if (schedule.every_s) return `every ${schedule.every_s % 60 ? `${schedule.every_s} s` : `${schedule.every_s / 60} min`}`;
-  return `once at ${schedule.at}`;
+  return `once, ${inZone(schedule.at, zone)}`; // in the routine's zone, not the stored UTC
+}
+
+/** "2026-12-07T09:00" of `iso` on the wall clock of `zone` (what a datetime-local input shows). */
+function wallClock(iso, zone) {
+  try {
+    const parts = Object.fromEntries(new Intl.DateTimeFormat("en-CA", { timeZone: zone, year: "numeric", month: "2-digit",
+      day: "2-digit", hour: "2-digit", minute: "2-digit", hourCycle: "h23" }).formatToParts(new Date(iso)).map((p) => [p.type, p.value]));
+    return `${parts.year}-${parts.month}-${parts.day}T${parts.hour}:${parts.minute}`;
+  } catch {
+    return iso.slice(0, 16);
+  }
+}
+
+/** The card's schedule line: the words it was made from, else the schedule itself. */
+function scheduleLine(r) {
+  const words = r.words ? `“${r.words}”` : describe(r.schedule, r.time_zone);
+  return r.words && !r.schedule.at ? `${words} (${describe(r.schedule, r.time_zone)}) · ${r.time_zone}` : `${words} · ${r.time_zone}`;
 }
 
 function showKind() {
@@ -58,6 +75,7 @@ async function formBody() {
       : { at: $("#r-at").value };
   const body = { name: $("#r-name").value.trim(), instruction: $("#r-instruction").value.trim(), schedule,
     enabled: $("#r-enabled").checked, profile_id: $("#r-profile").value || null };
+  if (kind === "words") body.words = $("#r-when").value.trim();
   const zone = $("#r-zone").value.trim();
   if (zone) body.time_zone = zone;
   return body;
@@ -74,14 +92,15 @@ function fillForm(r) {
   $("#r-profile").value = r && r.profile_id ? r.profile_id : "";
   $("#r-enabled").checked = r ? r.enabled : true;
   const s = r ? r.schedule : { cron: "0 8 * * 1-5" };
-  $("#r-kind").value = !r ? "words" : s.cron ? "cron" : s.every_s ? "every" : "at";
+  $("#r-kind").value = !r || (r.words && !s.at) ? "words" : s.cron ? "cron" : s.every_s ? "every" : "at";
+  if (r && r.words && !s.at) $("#r-when").value = r.words;
   if (!r) {
     $("#r-when").value = "every weekday at 8";
     guessZone();
   }
   if (s.cron) $("#r-cron").value = s.cron;
   if (s.every_s) $("#r-every").value = s.every_s / 60;
-  if (s.at) $("#r-at").value = s.at.slice(0, 16);
+  if (s.at) $("#r-at").value = wallClock(s.at, r.time_zone);
   showKind();
   if (r) $("#r-name").focus();
 }
@@ -96,7 +115,8 @@ function runRow(run, zone) {
   }
   const deliveries = el("td");
   for (const d of run.deliveries || []) {
-    deliveries.append(el("div", d.ok ? "" : "delivery-failed", d.ok ? `${d.kind}: sent` : `${d.kind}: ${d.error}`));
+    const cls = d.ok ? "" : d.skipped ? "hint" : "delivery-failed";
+    deliveries.append(el("div", cls, d.ok ? `${d.kind}: sent` : `${d.kind}: ${d.error}`));
   }
   tr.append(el("td", "", inZone(run.scheduled_for, zone)), el("td", `status-${run.status}`, run.status),
     el("td", "", run.error || ""), deliveries, chat);
@@ -166,11 +186,23 @@ function askDelete(r) {
   });
 }
 
+/** A failed run's reason on the card, and where it is fixed when a model is the cause. */
+function failureNote(run) {
+  const box = el("div", "error-box run-error");
+  box.append(el("p", "", run.error));
+  if (/\bmodel\b.*(not available|not found|no model)|cannot reach/i.test(run.error)) {
+    const fix = el("a", "", "Pick a model the server has in Settings");
+    fix.href = "/settings/#connections";
+    box.append(fix);
+  }
+  return box;
+}
+
 function routineItem(r) {
   const li = el("li", `routine${r.enabled ? "" : " paused"}`);
   li.dataset.id = r.id;
   li.id = `routine-${r.id}`; // a routine's chat links here
-  li.append(el("h3", "", r.name), el("p", "hint", `${describe(r.schedule)} · ${r.time_zone}`));
+  li.append(el("h3", "", r.name), el("p", "hint schedule-line", scheduleLine(r)));
   li.append(el("p", "", r.instruction));
   if (r.untrusted) li.append(untrustedNote(r));
   if (r.next_fires.length) {
@@ -185,6 +217,7 @@ function routineItem(r) {
   const lastLine = el("p", "last-run", last ? "Last run: " : "Not run yet.");
   if (last) lastLine.append(el("span", `status-${last.status}`, last.status), ` (${inZone(last.scheduled_for, r.time_zone)})`);
   li.append(lastLine);
+  if (last && last.status === "failed" && last.error) li.append(failureNote(last));
   const history = el("div", "history");
   history.hidden = true;
   const historyButton = action("History", (b) => toggleHistory(r, history, b));

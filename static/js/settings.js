@@ -43,6 +43,12 @@ async function loadPrefs() {
   zones.value = prefs.time_zone || "";
 }
 
+/** A cell that names its column on a phone, where the table's head is hidden. */
+function labelled(td, label) {
+  td.dataset.label = label;
+  return td;
+}
+
 function tokenRow(token) {
   const tr = el("tr");
   tr.dataset.id = token.id;
@@ -62,8 +68,9 @@ function tokenRow(token) {
   });
   const actions = el("td");
   actions.append(revoke);
-  tr.append(el("td", "", token.name || "—"), el("td", "mono", `${token.prefix}…`), el("td", "", when(token.created_at)),
-    el("td", "", when(token.last_used)), actions);
+  const cell = (cls, text, label) => labelled(el("td", cls, text), label);
+  tr.append(cell("", token.name || "—", "Name"), cell("mono", `${token.prefix}…`, "Starts with"),
+    cell("", when(token.created_at), "Created"), cell("", when(token.last_used), "Last used"), actions);
   return tr;
 }
 

@@ -54,7 +54,7 @@ function passageDialog() {
   text.tabIndex = 0; // a long passage scrolls by keyboard
   text.setAttribute("role", "region");
   text.setAttribute("aria-label", "Passage text");
-  const link = el("a", "passage-link", "Open the document on the Knowledge page");
+  const link = el("a", "passage-link", "Open the document at this passage");
   dialog.append(head, where, note, text, link);
   dialog.addEventListener("click", (e) => {
     if (e.target === dialog) dialog.close(); // a click on the backdrop
@@ -71,7 +71,7 @@ async function openPassage(source, opener) {
   where.hidden = !source.where;
   text.textContent = "Loading the passage…";
   text.classList.remove("gone");
-  link.href = `/knowledge/#document-${encodeURIComponent(source.document_id)}`;
+  link.href = `/knowledge/${encodeURIComponent(source.document_id)}/view#passage-${encodeURIComponent(source.passage_id)}`;
   box.addEventListener("close", () => opener.isConnected && opener.focus(), { once: true });
   if (!box.open) box.showModal();
   box.querySelector(".close").focus();

@@ -6,7 +6,8 @@ export const EXAMPLES = [
   { what: "Web", text: "Search the web for today's top technology news and give me three headlines with links." },
   { what: "Routines", text: "Every weekday at 8, tell me the weather in Berlin." },
   { what: "Memory", text: "Remember that I prefer short answers with bullet points." },
-  { what: "Documents", text: "Read notes.md in my workspace and list the open tasks in it." },
+  { what: "Documents", text: "What do my documents say about the warranty of my dishwasher? Cite the passages.",
+    link: { href: "/knowledge/", text: "Add your documents in Knowledge first" } },
 ];
 
 /** The welcome box; `onPick(text)` sends the example. */
@@ -26,6 +27,11 @@ export function welcome(onPick) {
     button.addEventListener("click", () => onPick(example.text));
     const item = el("li");
     item.append(button);
+    if (example.link) {
+      const link = el("a", "example-link", example.link.text);
+      link.href = example.link.href;
+      item.append(link);
+    }
     list.append(item);
   }
   box.append(title, intro, list);

@@ -62,45 +62,58 @@ def _session(navi, sid):
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 @pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["desktop", "phone"])
-def test_a_fresh_install_preselects_an_installed_model_and_chats(browser, login_state, navi, llm, scheme, viewport):
+def test_a_fresh_install_answers_with_an_installed_model_and_says_so_once(browser, login_state, navi, llm, scheme, viewport):
+    """The default is not on the server: the server answers with its first chat model (issue #53:
+    the same rule as REST and routines), the page says so once, and the chat's own pick stays empty."""
     context, page = _page(browser, login_state, viewport, scheme)
     try:
         sid = open_chat(page, navi)
         notice = page.locator("#model-notice")
         expect(notice).to_contain_text("gemma4:e2b-it-q8_0")
         expect(notice).to_contain_text(FIRST)
-        expect(page.locator("#chat-model")).to_have_value(FIRST)
+        expect(notice.get_by_role("link", name="Choose the default model in Settings")).to_be_visible()
+        expect(page.locator("#chat-model")).to_have_value("")
+        expect(page.locator("#chat-model option[value='']")).to_have_text(f"Default ({FIRST})")
         # The picker lists what the server has (and the owner's way to pull another).
         values = page.locator("#chat-model option").evaluate_all("os => os.map(o => o.value)")
         assert sorted(v for v in values if v not in ("", "__pull__")) == sorted(INSTALLED) and "__pull__" in values
-        assert _session(navi, sid)["model"] == FIRST
-        name = f"firstrun-01-preselected-{'phone' if viewport is PHONE else 'desktop'}-{scheme}"
+        name = f"firstrun-01-stand-in-{'phone' if viewport is PHONE else 'desktop'}-{scheme}"
         screenshot(page, name)
         assert axe_serious(page) == []
+        send(page, "hello there")
+        expect(page.locator(".bubble.assistant").last).to_have_text("echo: hello there")
+        assert {r["model"] for r in llm.requests} == {FIRST} and _session(navi, sid)["model"] == ""
+        # Closed, it stays closed.
+        page.get_by_role("button", name="Close this notice").click()
+        expect(notice).to_be_hidden()
+        page.reload()
+        page.wait_for_selector("body[data-ready='1']")
+        expect(page.locator("#chat-model option[value='']")).to_have_text(f"Default ({FIRST})")
+        expect(notice).to_be_hidden()
         # Pick the other installed model: the chat answers with it.
         page.select_option("#chat-model", OTHER)
         page.wait_for_function("([sid, m]) => fetch(`/sessions/${sid}`).then(r => r.json()).then(s => s.model === m)", arg=[sid, OTHER])
-        send(page, "hello there")
-        expect(page.locator(".bubble.assistant").last).to_have_text("echo: hello there")
-        assert {r["model"] for r in llm.requests} == {OTHER}
+        send(page, "hello again")
+        expect(page.locator(".bubble.assistant").last).to_have_text("echo: hello again")
+        assert {r["model"] for r in llm.requests if "hello again" in json.dumps(r["messages"][-1:])} == {OTHER}
         expect(page.locator("#chat-model")).to_have_value(OTHER)
     finally:
         context.close()
 
 
-def test_over_rest_the_missing_default_is_named_and_a_picked_model_answers(navi, llm):
-    """The same first run without the page: the listing shows what the server has, a message before
-    picking says which model is missing and how to pick one, PATCH then the message answers."""
+def test_over_rest_a_missing_default_is_stood_in_for_and_a_picked_model_answers(navi, llm):
+    """The same first run without the page (the README's script): the message is answered by the
+    server's first chat model, and the answer's meta says why; PATCH then picks another."""
     with navi.api() as client:
         listing = client.get("/models").json()
-        assert listing["default"] == "gemma4:e2b-it-q8_0"
+        assert listing["default"] == "gemma4:e2b-it-q8_0" and listing["stand_in"] == FIRST
         assert sorted(m["name"] for m in listing["models"] if m["backend"] == "ollama") == sorted(INSTALLED)
         sid = client.post("/sessions", json={}).json()["session_id"]
-        refused = client.post(f"/sessions/{sid}/messages", json={"content": "hello before picking"})
-        assert refused.status_code >= 400
-        error = refused.json()["error"]
-        assert "gemma4:e2b-it-q8_0" in error and OTHER in error
-        assert "pick one of those for this chat" in error.lower()  # what to do next, not only the admin
+        first = client.post(f"/sessions/{sid}/messages", json={"content": "hello before picking"})
+        assert first.status_code == 200, first.text
+        assert first.json()["content"] == "echo: hello before picking"
+        answer = [m for m in client.get(f"/sessions/{sid}").json()["messages"] if m["role"] == "assistant"][-1]
+        assert answer["meta"]["model"] == FIRST and "gemma4:e2b-it-q8_0" in answer["meta"]["model_note"]
         assert client.patch(f"/sessions/{sid}", json={"model": "gone:1b"}).status_code == 400
         picked = client.patch(f"/sessions/{sid}", json={"model": OTHER})
         assert picked.status_code == 200 and picked.json()["model"] == OTHER
@@ -109,21 +122,22 @@ def test_over_rest_the_missing_default_is_named_and_a_picked_model_answers(navi,
         assert answer.status_code == 200, answer.text
         assert answer.json()["content"] == "echo: hello after picking"
         assert {r["model"] for r in llm.requests[before:]} == {OTHER}
-        shown = client.get(f"/sessions/{sid}").json()
-        assert shown["model"] == OTHER
-        assert [m["content"] for m in shown["messages"] if m["role"] == "user"][-1] == "hello after picking"
+        assert client.get(f"/sessions/{sid}").json()["model"] == OTHER
 
 
-def test_the_first_run_does_not_choose_an_embedding_model(browser, login_state, navi, llm):
-    """Navi's own embedding model is often the first one pulled; it cannot chat."""
+def test_the_picker_offers_no_embedding_model_to_chat_with(browser, login_state, navi, llm):
+    """Navi's own embedding model is often the first one pulled; it cannot chat: shown, disabled."""
     llm.models = ["embeddinggemma:latest", "nomic-embed-text:latest", OTHER]
     context, page = _page(browser, login_state, PHONE, "light")
     try:
         sid = open_chat(page, navi)
         expect(page.locator("#model-notice")).to_contain_text(f"uses “{OTHER}”")
-        assert _session(navi, sid)["model"] == OTHER
+        embed = page.locator("#chat-model option[value='nomic-embed-text:latest']")
+        expect(embed).to_be_disabled()
+        expect(embed).to_contain_text("embeddings only")
         send(page, "hello")
         expect(page.locator(".bubble.assistant").last).to_have_text("echo: hello")
+        assert {r["model"] for r in llm.requests} == {OTHER} and _session(navi, sid)["model"] == ""
         llm.models = ["nomic-embed-text:latest"]
         page.reload()
         open_chat(page, navi)
@@ -134,43 +148,16 @@ def test_the_first_run_does_not_choose_an_embedding_model(browser, login_state, 
         context.close()
 
 
-def test_a_message_typed_before_the_installed_model_is_chosen_waits_for_it(browser, login_state, navi, llm):
-    """The first run's choice is a PATCH; a message sent while it is on its way is held, then
-    answered by the chosen model (it went to the missing default and failed)."""
-    sid = navi.create_session()
-    held = []
-    context, page = _page(browser, login_state, PHONE, "dark")
-    page.route(f"**/sessions/{sid}", lambda route: held.append(route) if route.request.method == "PATCH" else route.continue_())
-    try:
-        page.goto(f"{navi.url}/#{sid}")
-        page.wait_for_function("id => window.navi && window.navi.socket.sessionId === id", arg=sid)
-        for _ in range(600):  # the page asks to use an installed model; its answer is held back here
-            if held:
-                break
-            page.wait_for_timeout(50)  # (lets Playwright run the route handler)
-        assert held, "the page never chose an installed model"
-        page.wait_for_function("() => window.navi.socket.ws && window.navi.socket.ws.readyState === 1")
-        send(page, "typed at once")
-        expect(page.locator(".group.user .text")).to_have_count(0)  # held (as the unsent message)
-        held[0].continue_()
-        expect(page.locator(".bubble.assistant").last).to_have_text("echo: typed at once")
-        assert {r["model"] for r in llm.requests} == {FIRST}
-        assert _session(navi, sid)["model"] == FIRST
-        expect(page.locator(".error, [role=alert]")).to_have_count(0)
-    finally:
-        context.close()
-
-
 def test_a_model_the_server_lost_is_refused_with_a_toast(browser, login_state, navi, llm):
     context, page = _page(browser, login_state)
     try:
         sid = open_chat(page, navi)
-        expect(page.locator("#chat-model")).to_have_value(FIRST)
+        expect(page.locator("#chat-model")).to_have_value("")
         page.evaluate("""() => { const s = document.querySelector('#chat-model');
             s.append(new Option('gone:1b', 'gone:1b')); s.value = 'gone:1b'; s.dispatchEvent(new Event('change')); }""")
         expect(page.locator("#toast .toast")).to_contain_text("has no model 'gone:1b'")
-        expect(page.locator("#chat-model")).to_have_value(FIRST)
-        assert _session(navi, sid)["model"] == FIRST
+        expect(page.locator("#chat-model")).to_have_value("")
+        assert _session(navi, sid)["model"] == ""
     finally:
         context.close()
 
@@ -192,7 +179,7 @@ def test_an_empty_server_shows_how_to_start_and_the_owner_pulls_with_progress(br
         assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
         screenshot(page, f"firstrun-02-empty-{tag}")
         page.fill(".pull-form input", "qwen2.5:0.5b")
-        page.click(".pull-form button")
+        page.click(".pull-form button[type=submit]")
         expect(page.locator(".pull-form progress")).to_be_visible()
         page.wait_for_function("() => { const p = document.querySelector('.pull-form progress'); return p && p.value > 0 && p.value < 1; }")
         expect(page.locator(".pull-status")).to_contain_text("%")
@@ -214,10 +201,10 @@ def test_a_failed_pull_says_what_to_do(browser, login_state, navi, llm):
     try:
         open_chat(page, navi)
         page.fill(".pull-form input", "no-such-model")
-        page.click(".pull-form button")
+        page.click(".pull-form button[type=submit]")
         expect(page.locator("#toast .toast")).to_contain_text("file does not exist")
         expect(page.locator("#toast .toast")).to_contain_text("try again")
-        expect(page.locator(".pull-form button")).to_be_enabled()
+        expect(page.locator(".pull-form button[type=submit]")).to_be_enabled()
     finally:
         context.close()
 

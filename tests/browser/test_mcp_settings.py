@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 
 from tests import mcp_support
 from tests.browser.test_daily import axe_serious, new_page
-from tests.browser_support import screenshot
+from tests.browser_support import looks, screenshot
 from tests.live_server import free_port
 
 # Elements of the MCP section that stick out of a phone-wide page.
@@ -155,4 +155,49 @@ def test_a_pasted_config_s_folders_wait_for_the_owner_and_nothing_is_re_owned(br
         expect(card).to_contain_text(f"{notes} — read-only")
         assert {p: (p.stat().st_uid, p.stat().st_mode) for p in before} == before
     finally:
+        context.close()
+
+
+def test_a_card_shows_how_its_server_runs_why_it_failed_and_can_be_edited(browser, login_state, navi, test_server):
+    """Issue 53 item 7: the command or URL on the card, a failed server's last stderr lines without a
+    click, and the card's own Edit (command and arguments, or the URL) — both themes, both widths."""
+    script = "echo 'weather server 1.2 starting' >&2; echo 'error: OPENWEATHER_KEY is not set' >&2; exit 3"
+    with navi.api() as api:
+        stdio = api.post("/mcp/servers", json={"name": "weather", "transport": "stdio", "command": "sh",
+                                               "args": ["-c", script]}).json()
+        remote = api.post("/mcp/servers", json={"name": "remote", "transport": "http", "url": test_server.url}).json()
+    context, page = new_page(browser, login_state)
+    try:
+        page.goto(f"{navi.url}/settings/")
+        page.wait_for_selector("body[data-mcp-ready='1']")
+        card = page.locator(f".mcp-server[data-id='{stdio['id']}']")
+        expect(card.locator(".mcp-where")).to_contain_text("sh -c")
+        expect(card.locator(".mcp-state")).to_have_text("failed", timeout=20000)
+        expect(card.locator(".mcp-stderr")).to_contain_text("OPENWEATHER_KEY is not set", timeout=20000)  # no click
+        web = page.locator(f".mcp-server[data-id='{remote['id']}']")
+        expect(web.locator(".mcp-where")).to_have_text(test_server.url)
+        card.scroll_into_view_if_needed()
+        looks(page, "06-mcp-cards", axe_serious, f".mcp-server[data-id='{stdio['id']}']")
+        assert not page.evaluate(WIDE)
+        # Edit the command line: saved and shown.
+        card.get_by_role("button", name="Edit weather").click()
+        card.locator(".mcp-edit textarea").fill("-c\necho 'error: still no key' >&2; exit 4")
+        card.get_by_role("button", name="Save").click()
+        card = page.locator(f".mcp-server[data-id='{stdio['id']}']")
+        expect(card.locator(".mcp-where")).to_contain_text("still no key")
+        expect(card.locator(".mcp-stderr")).to_contain_text("error: still no key", timeout=20000)
+        # Edit the URL of the HTTP one.
+        broken = f"http://127.0.0.1:{free_port()}/mcp"
+        web.get_by_role("button", name="Edit remote").click()
+        web.locator(".mcp-edit input").fill(broken)
+        web.get_by_role("button", name="Save").click()
+        web = page.locator(f".mcp-server[data-id='{remote['id']}']")
+        expect(web.locator(".mcp-where")).to_have_text(broken)
+        expect(web.locator(".mcp-state")).to_have_text("failed", timeout=20000)
+        with navi.api() as api:
+            assert api.get(f"/mcp/servers/{remote['id']}").json()["url"] == broken
+    finally:
+        with navi.api() as api:
+            for server in (stdio, remote):
+                api.delete(f"/mcp/servers/{server['id']}")
         context.close()

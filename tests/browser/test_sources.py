@@ -13,7 +13,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.browser.test_daily import axe_serious, new_page, open_chat, send
-from tests.browser_support import CHROMIUM, screenshot
+from tests.browser_support import CHROMIUM, looks, screenshot
 from tests.live_server import LiveNavi
 from tests.llm_server import Rule, Turn
 
@@ -82,8 +82,8 @@ def test_source_chips_open_the_passage_by_keyboard_in_both_themes(browser, login
         expect(text).to_contain_text("<img src=x")  # markup shown as text
         assert text.locator("img, b").count() == 0 and page.title() != "pwned"
         expect(text).not_to_contain_text("hedge")  # that passage only
-        link = dialog.get_by_role("link", name="Open the document on the Knowledge page")
-        assert link.get_attribute("href") == f"/knowledge/#document-{boiler_document['id']}"
+        link = dialog.get_by_role("link", name="Open the document at this passage")
+        assert link.get_attribute("href").startswith(f"/knowledge/{boiler_document['id']}/view#passage-")
         # Nothing inside the dialog overflows a phone's width.
         box = dialog.bounding_box()
         assert box["x"] >= 0 and box["x"] + box["width"] <= width
@@ -100,14 +100,24 @@ def test_source_chips_open_the_passage_by_keyboard_in_both_themes(browser, login
         expect(page.locator(".group.turn .sources")).to_contain_text("boiler.md")
         found = axe_serious(page)
         assert not found, json.dumps(found, indent=1)
-        # The link opens the Knowledge page at that document.
+        # The link opens the document at that passage: scrolled to, marked, its markup as text.
         page.locator(".group.turn .sources button.chip.source").click()
         with page.expect_navigation():
             page.locator("dialog.passage-dialog .passage-link").click()
-        linked = page.locator(f"#document-{boiler_document['id']}")
-        expect(linked).to_have_class("document ready linked")
-        expect(linked).to_be_focused()
-        screenshot(page, f"sources-3-knowledge-{scheme}-{width}")
+        page.wait_for_selector("body[data-ready='1']")
+        cited = page.locator(".doc-passage.cited")
+        expect(cited).to_have_count(1)
+        expect(cited).to_have_attribute("aria-current", "true")
+        expect(cited).to_contain_text("The boiler service is every October.")
+        expect(cited).to_contain_text("<img src=x")
+        expect(cited).to_be_in_viewport()
+        assert page.locator(".doc-passage img, .doc-passage b").count() == 0 and page.title() != "pwned"
+        expect(page.locator(".doc-passage")).to_have_count(2)  # the other passage is there, not marked
+        expect(page.locator(".document-facts")).to_contain_text("Markdown")
+        expect(page.get_by_role("link", name="Download the original file")).to_be_visible()
+        found = axe_serious(page)
+        assert not found, json.dumps(found, indent=1)
+        screenshot(page, f"sources-3-document-{scheme}-{width}")
     finally:
         context.close()
 
@@ -159,3 +169,40 @@ def test_an_imported_chat_with_malformed_sources_still_renders(browser, login_st
         assert errors == []
     finally:
         context.close()
+
+
+def test_a_document_opens_with_its_file_and_a_search_marks_the_words_and_the_score(browser, login_state, navi,
+                                                                                 boiler_document):
+    """Issue 53 item 6: the Knowledge page opens a document (passages, size and type, the original
+    file as a download); a search result marks the matching words, shows its score and opens there."""
+    context, page = new_page(browser, login_state)
+    try:
+        page.goto(f"{navi.url}/knowledge")  # without the slash: the page
+        page.locator(f"#document-{boiler_document['id']} a.document-name").click()
+        page.wait_for_selector("body[data-ready='1']")
+        assert page.url.endswith(f"/knowledge/{boiler_document['id']}/view")
+        expect(page.locator("h1")).to_have_text("boiler.md")
+        expect(page.locator(".doc-passage.cited")).to_have_count(0)
+        with page.expect_download() as download:
+            page.get_by_role("link", name="Download the original file").click()
+        assert download.value.suggested_filename == "boiler.md"
+        assert open(download.value.path(), encoding="utf-8").read() == BOILER
+        page.goto(f"{navi.url}/knowledge/")
+        page.fill("#q", "hedge June")
+        page.click("#search-form button[type=submit]")
+        first = page.locator("#results li.result").first
+        expect(first.locator("mark").first).to_have_text("hedge")
+        expect(first.locator("mark")).to_have_text(["hedge", "June"])
+        expect(first.locator(".score")).to_contain_text("score 0.")
+        looks(page, "08-knowledge-search", axe_serious, "#results")
+        first.get_by_role("link", name="boiler.md").click()
+        page.wait_for_selector("body[data-ready='1']")
+        expect(page.locator(".doc-passage.cited")).to_contain_text("The hedge is cut in June.")
+        looks(page, "09-knowledge-document", axe_serious, ".doc-passage.cited")
+    finally:
+        context.close()
+    with navi.api() as client:  # the file of another account: a 404, like a missing one
+        token = navi.add_user("stranger")
+        client.headers["Authorization"] = f"Bearer {token}"
+        assert client.get(f"/knowledge/{boiler_document['id']}/file").status_code == 404
+        assert client.get(f"/knowledge/{boiler_document['id']}/view").status_code == 404

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import sys
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from jobs_app import queue
 from knowledge_app import embeddings, indexer, tasks, vectors
+from navi_project import connections
 
 BAR = 30
 
@@ -50,4 +50,4 @@ class Command(BaseCommand):
             state = embeddings.state()
             raise CommandError(f"embedded {done} of {total}: the embedding server stopped answering ({state.detail}); "
                                "run the command again once it is back")
-        self.stdout.write(self.style.SUCCESS(f"{total} embedded with {settings.EMBEDDING_MODEL}"))
+        self.stdout.write(self.style.SUCCESS(f"{total} embedded with {connections.embedding_model()}"))
