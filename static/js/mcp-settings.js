@@ -362,7 +362,8 @@ function start() {
       $("#mcp-empty").hidden = !!$("#mcp-servers").children.length;
       for (const [name, why] of Object.entries(result.errors)) errors.append(el("li", "error", `${name}: ${why}`));
       if (!Object.keys(result.errors).length) $("#mcp-import").reset();
-      toast(`Imported ${result.servers.length} server(s)${Object.keys(result.errors).length ? "; see the problems below" : ""}.`);
+      const problems = Object.keys(result.errors).length;
+      toast(`Imported ${result.servers.length} server(s)${problems ? "; see the problems below" : ""}.`, problems ? "error" : "info");
     } catch (err) {
       errors.append(el("li", "error", err.message));
     }
