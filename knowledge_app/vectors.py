@@ -30,8 +30,8 @@ from .models import VectorSpace
 log = logging.getLogger(__name__)
 KINDS = ("passage", "fact")
 PGVECTOR_HINT = (
-    "install pgvector on the PostgreSQL server (PGDG's `postgresql-15-pgvector` package, or the "
-    "`pgvector/pgvector` image) and run `CREATE EXTENSION vector` as a superuser"
+    "install pgvector on the PostgreSQL server (PGDG's `postgresql-15-pgvector` package, `make pgvector` "
+    "on a Debian server, or the `pgvector/pgvector` image) and run `CREATE EXTENSION vector` as a superuser"
 )
 PG_EXTENSION = "vector"  # pgvector's name in CREATE EXTENSION
 SQLITE_PROBE = "vec_version"  # a function sqlite-vec adds: there when it is loaded
