@@ -30,8 +30,8 @@ from .models import VectorSpace
 log = logging.getLogger(__name__)
 KINDS = ("passage", "fact")
 PGVECTOR_HINT = (
-    "install pgvector on the PostgreSQL server (PGDG's `postgresql-15-pgvector` package, or the "
-    "`pgvector/pgvector` image) and run `CREATE EXTENSION vector` as a superuser"
+    "install pgvector on the PostgreSQL server (PGDG's `postgresql-15-pgvector` package, `make pgvector` "
+    "on a Debian server, or the `pgvector/pgvector` image) and run `CREATE EXTENSION vector` as a superuser"
 )
 PG_EXTENSION = "vector"  # pgvector's name in CREATE EXTENSION
 SQLITE_PROBE = "vec_version"  # a function sqlite-vec adds: there when it is loaded
@@ -91,7 +91,9 @@ def available() -> str:
                 log.warning("vector tables not upgraded yet: %s", exc)
                 return f"the vector tables are being upgraded ({exc}); search uses the words until it is done"
     elif connection.vendor == "postgresql":
-        found = _pgvector()
+        found, keep = _pgvector()
+        if not keep:
+            return found
     else:
         found = f"{connection.vendor} has no vector index Navi knows"
     with _lock:
@@ -144,12 +146,16 @@ def forget() -> None:
         _versions.clear()
 
 
-def _pgvector() -> str:
-    """"ok", or why pgvector is not used (the words are): see knowledge_app/pgvector_probe.py."""
+def _pgvector() -> tuple[str, bool]:
+    """("ok" or why pgvector is not used — the words are —, whether to keep that answer): see
+    knowledge_app/pgvector_probe.py. A server that could not be asked (recovering, unreachable)
+    is asked again on the next call."""
     try:
-        return pgvector_probe.check(connection, PG_EXTENSION)
+        return pgvector_probe.check(connection, PG_EXTENSION), True
     except pgvector_probe.NoExtension as exc:
-        return f"PostgreSQL has no pgvector extension ({exc}): {PGVECTOR_HINT}"
+        return f"PostgreSQL has no pgvector extension ({exc}): {PGVECTOR_HINT}", True
+    except Exception as exc:  # noqa: BLE001 - e.g. the database restarting: not kept, asked again
+        return f"PostgreSQL could not be asked about pgvector now ({str(exc).strip().splitlines()[0]})", False
 
 
 def table(space: VectorSpace, kind: str) -> str:

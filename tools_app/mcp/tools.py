@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import io
 import json
 import logging
@@ -99,7 +100,8 @@ def progress_relay(tool: str) -> Callable[[float, float | None, str | None], Awa
         last["at"] = now
         event = ToolProgress(tool=tool, progress=float(progress), total=None if total is None else float(total),
                              message=_one_line(message or ""))
-        loop.call_soon_threadsafe(sink.put_nowait, event)
+        with contextlib.suppress(RuntimeError):  # the run's loop is gone (the call was cancelled)
+            loop.call_soon_threadsafe(sink.put_nowait, event)
 
     return on_progress
 
