@@ -36,7 +36,14 @@ apt-get install -y -qq --no-install-recommends "postgresql-server-dev-$MAJOR" ma
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/lists/partial" "$work/cache/archives/partial" "$work/src"
-echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian ${PGVECTOR_SUITE:-trixie} main" \
+# The Debian archive this machine already uses (its sources), for the newer release's source.
+mirror=$( (grep -hs '^URIs:' /etc/apt/sources.list.d/*.sources | awk '{print $2}'; \
+           grep -hs '^deb ' /etc/apt/sources.list | awk '{print $2}') | grep -v -- '-security' | grep '/debian/*$' | head -n 1)
+if [ -z "$mirror" ]; then
+    echo "no Debian archive in this machine's apt sources: install pgvector for PostgreSQL $MAJOR by hand" >&2
+    exit 1
+fi
+echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror ${PGVECTOR_SUITE:-trixie} main" \
     > "$work/sources.list"
 apt_own() {
     apt-get -o Dir::Etc::SourceList="$work/sources.list" -o Dir::Etc::SourceParts=/nonexistent \
