@@ -13,13 +13,14 @@ from asgiref.sync import sync_to_async
 from django.test import AsyncClient, Client
 
 from agent.models import Profile
+from jobs_app.worker import drain
 from knowledge_app.models import Passage, VectorSpace
 from notify_app.models import NotifyTarget
 from routines_app import scheduler as sch
 from sessions_app.models import ApiToken, Message, ServerSettings, Session
 from tests.llm_server import LLMServer, Rule, Turn
 from tests.notify_services import Receiver
-from tests.test_knowledge import WAIT_S, indexed, results, worker
+from tests.test_knowledge import WAIT_S, indexed, results
 from tests.test_telegram import OWNER_TG, answer_message, bot, linked, runs_finished, tg  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -235,7 +236,7 @@ class TestTheEmbeddingModel:
         changed = owner_client.patch("/settings", json.dumps({"embedding_model": "other-embed"}),
                                      content_type="application/json")
         assert changed.status_code == 200 and changed.json()["embedding_model"] == "other-embed"
-        assert worker.wait_idle(WAIT_S)
+        assert drain(WAIT_S)
         assert Passage.objects.get().space.model == "other-embed"
         assert "espresso" in results(owner_client, "coffee")[0]["text"]
         assert {e["model"] for e in embed.embeds if e["inputs"]} >= {"other-embed"}
