@@ -50,8 +50,13 @@ def test_the_channel_layer_is_in_memory_without_redis_url(tmp_path):
 
 def test_redis_url_switches_to_channels_redis(tmp_path):
     layer = load(tmp_path, REDIS_URL="redis://cache.local:6380/2")["layer"]
-    assert layer["BACKEND"] == "channels_redis.core.RedisChannelLayer"
+    assert layer["BACKEND"] == "navi_project.redis_layer.NaviRedisChannelLayer"  # channels_redis's, outage-aware
     assert layer["CONFIG"]["hosts"][0]["address"] == "redis://cache.local:6380/2"
+    from channels_redis.core import RedisChannelLayer
+
+    from navi_project.redis_layer import NaviRedisChannelLayer
+
+    assert issubclass(NaviRedisChannelLayer, RedisChannelLayer)
 
 
 def test_persona_from_a_file_or_inline(tmp_path):
