@@ -5,8 +5,15 @@ import { csrfToken } from "./api.js";
 
 const AHEAD = 2; // sentences fetched ahead of the one playing
 
-/** What was played, for the page's tests and for debugging: {text, bytes, type, at}. */
+/** What was asked for ({text, at}) and played ({text, bytes, type, at, state}), for the page's
+ * tests and for debugging; the last 200 of each. */
+export const fetchLog = [];
 export const playLog = [];
+
+function logged(log, entry) {
+  log.push(entry);
+  if (log.length > 200) log.shift();
+}
 
 export class SpeechError extends Error {
   constructor(message, status) {
@@ -127,6 +134,7 @@ export class SpeechPlayer {
     const ctx = audioContext();
     for (const item of this.queue.slice(0, AHEAD + 1)) {
       if (item.audio) continue;
+      logged(fetchLog, { text: item.text, at: performance.now() });
       item.audio = fetchSpeech(item.text, this.abort.signal).then(async ({ data, type }) => {
         const bytes = data.byteLength;
         const buffer = await ctx.decodeAudioData(data);
@@ -168,8 +176,7 @@ export class SpeechPlayer {
     this.source = source;
     source.start();
     if (this.state !== "speaking") this.setState("speaking");
-    playLog.push({ text: item.text, bytes: decoded.bytes, type: decoded.type, at: performance.now(), state: ctx.state });
-    if (playLog.length > 200) playLog.shift();
+    logged(playLog, { text: item.text, bytes: decoded.bytes, type: decoded.type, at: performance.now(), state: ctx.state });
   }
 
   fail(err) {

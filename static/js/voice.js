@@ -5,7 +5,7 @@
 // listens again, and speaking while it reads stops the reading (barge-in).
 import { csrfToken } from "./api.js";
 import { el } from "./cards.js";
-import { playLog } from "./voice-player.js";
+import { fetchLog, playLog } from "./voice-player.js";
 import { AnswerReader } from "./voice-reading.js";
 import { Recorder, SpeechDetector, microphoneProblem, recordingSupported } from "./voice-recorder.js";
 
@@ -75,7 +75,7 @@ export class Voice {
       explain: (problem) => this.explain(problem),
     });
     this.build();
-    window.naviVoice = { playLog, voice: this };
+    window.naviVoice = { fetchLog, playLog, voice: this };
     this.load();
     window.addEventListener("focus", () => this.load());
   }

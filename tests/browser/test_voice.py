@@ -150,12 +150,15 @@ def test_speak_a_request_and_hear_the_answer_start(browser, login_state, navi, l
     screenshot(page, "voice-reading-desktop-light")
     assert axe_serious(page) == []
 
-    # Stop at any moment: nothing more is read, though the answer goes on.
+    # Stop at any moment: nothing more is asked for or played, though the answer goes on.
     page.click("#voice-panel .voice-cancel")
     expect(page.locator("body")).to_have_attribute("data-voice-reading", "idle")
-    read_before = len(speech.of("speech"))
+    logs = "() => [naviVoice.fetchLog.length, naviVoice.playLog.length]"
+    before = page.evaluate(logs)
     expect(page.locator(".group.turn .bubble.assistant").last).to_contain_text("Hour 24 stays dry.")
-    assert len(speech.of("speech")) == read_before
+    expect(page.locator(".group.turn .msg-actions .read-aloud").last).to_be_visible()  # the run has ended
+    assert page.evaluate(logs) == before
+    assert page.evaluate("() => document.body.dataset.voiceReading") == "idle"
 
     # Read aloud on the finished answer; Stop reading on the same button.
     button = page.locator(".group.turn .msg-actions .read-aloud").last
