@@ -21,7 +21,7 @@ from urllib.parse import quote
 import pytest
 from asgiref.sync import sync_to_async
 from django.core.files.uploadedfile import SimpleUploadedFile
-from django.db import connection
+from django.db import DataError, connection, transaction
 from django.test import Client
 
 from agent.models import Profile
@@ -294,12 +294,18 @@ class TestVectorsThatPointNowhere:
         _index(owner_client, "tea.txt", "Green tea in the afternoon keeps me awake.")
         _index(mallory, "mallory.txt", "Mallory drinks a cappuccino at noon.")
         tea = Passage.objects.get(text__startswith="Green tea")
-        _store_raw("passage", tea.pk, owner.pk, BAD_VECTORS[bad](llm_server.EMBED_DIM))
+        postgres = connection.vendor == "postgresql"
+        if postgres and bad == "nan":  # pgvector itself refuses such a row: none can be stored before
+            with pytest.raises(DataError), transaction.atomic():
+                _store_raw("passage", tea.pk, owner.pk, BAD_VECTORS[bad](llm_server.EMBED_DIM))
+        else:
+            _store_raw("passage", tea.pk, owner.pk, BAD_VECTORS[bad](llm_server.EMBED_DIM))
         hits = _search(owner_client, "coffee")
-        assert "espresso" in hits[0]["text"]
+        if not (postgres and bad == "tiny"):  # pgvector sums in double: 1e-30s keep their direction there
+            assert "espresso" in hits[0]["text"]
         assert all(math.isfinite(hit["score"]) for hit in hits)
         assert any("Green tea" in hit["text"] for hit in _search(owner_client, "green tea"))  # by its words
-        if bad == "tiny":  # -inf distance once put it first for every question
+        if bad == "tiny" and not postgres:  # sqlite-vec's -inf distance once put it first for every question
             assert "Green tea" not in hits[0]["text"]
         assert "cappuccino" in _search(mallory, "coffee")[0]["text"]
         # Every vector of the owner's bad: still a 200.
