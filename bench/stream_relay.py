@@ -487,7 +487,7 @@ async def part_f(navi, host: str, tap: Path, sessions: int, starts: int, tag: st
 
     bare, through = await scenario("bare"), await scenario("navi")
     figures = {"bare": pct(bare, 99), "navi": pct(through, 99)}
-    print(f"(f{tag}) {sessions} streams paced 50 ms/delta while {starts} new runs start, lag ms p50 / p99 / max:")
+    print(f"(f{tag}) {sessions} streams paced 50 ms a piece while {starts} new runs start, lag ms p50 / p99 / max:")
     print(f"    bare ollama clients {pct(bare, 50):6.1f} / {figures['bare']:6.1f} / {max(bare):6.1f}")
     print(f"    through Navi        {pct(through, 50):6.1f} / {figures['navi']:6.1f} / {max(through):6.1f}")
     return figures
