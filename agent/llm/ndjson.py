@@ -410,15 +410,16 @@ async def _lines(
 QUIET_TICKS = 6  # a fast stream with nothing new for this many paces is read as lines come again
 # Fast streams at once before any is read on the ticks: fewer are read line by line, every piece
 # relayed the moment it comes (bench/README, issue 58: 20 streams of a line every 10 ms cost
-# ~105 us of CPU a line read as they come, ~25 us on the ticks; one or a few streams cost little
-# either way, and a tick added up to a pace to every piece of a step's answer).
+# ~105 us of CPU a line read as they come, ~25 us on the ticks; 5 such streams ~10 % more CPU
+# read as they come, their lag p50 ~3.5 -> ~0.5 ms: a tick held every piece of a fast stream, a
+# step's answer too, up to a pace).
 TICK_STREAMS = 8
 # A busy loop reads its fast streams on ticks further apart: (streams at once, pace multiple).
 # Each frame costs about the same CPU whatever it carries (a read, a parse, a WebSocket write,
 # a wake-up of the client), so under load fewer, fuller frames keep the server's CPU per delta
 # down (bench/README, fifth session: 20 streams, 16 -> 32 -> 48 ms: ~34 -> ~16 -> ~13 us of
-# CPU per delta). One or a few streams keep the pace (60 frames a second); 8 at once get 30,
-# 16 or more 20, which still reads as smooth text.
+# CPU per delta). With TICK_STREAMS (8) fast streams at once they get 30 frames a second, 16 or
+# more 20, which still reads as smooth text (the pace itself, 60 a second, only below that).
 BUSY_STEPS = ((16, 3), (8, 2))
 TICK_READ_SIZE = 64 * 1024  # os.read allocates what it may read: a tick's lines are a few KiB
 
