@@ -228,9 +228,11 @@ class TestReading:
         for got in (first, second):
             assert [l for _, batch in got for l in batch] == [b'{"n": %d}' % i for i in range(60)]
             # One batch a tick, not one a line: as many as the stream's ticks (~300 ms of 5-ms lines;
-            # longer on a loaded machine, where the server's sleeps overshoot), far fewer than lines.
+            # longer on a loaded machine, where the server's sleeps overshoot) plus the few lines
+            # read one by one before the stream was found fast (more of them on a loaded machine),
+            # far fewer than the 60 lines.
             ticks_taken = max(ticks_taken, (got[-1][0] - got[0][0]) / pace)
-            assert len(got) <= ticks_taken + 4 and len(got) <= 20
+            assert len(got) <= ticks_taken + 8 and len(got) <= 20
         assert max(ticked) == 2  # one tick read both streams
         assert len(ticked) <= ticks_taken + 6
 
