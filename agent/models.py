@@ -54,7 +54,7 @@ class Profile(models.Model):
     )
     class ToolCalling(models.TextChoices):
         NATIVE = "native"  # the server's own tool calls (and text recovery when on)
-        CONSTRAINED = "constrained"  # the deciding step is schema-constrained JSON (agent.toolcalling.constrained)
+        CONSTRAINED = "constrained"  # the deciding step is schema-constrained JSON (agent.toolcalling.schema)
         AUTO = "auto"  # constrained when the server supports it, else native
 
     tool_calling = models.CharField(
@@ -175,7 +175,7 @@ class ModelReliability(models.Model):
     broken_loops = models.PositiveIntegerField(default=0)  # the same failing call twice in a row
     repeated_calls = models.PositiveIntegerField(default=0)  # a successful call made again, not run
     constrained_calls = models.PositiveIntegerField(default=0)  # calls chosen in a constrained step
-    # Schema-constrained output (agent.toolcalling.constrained): "" not probed yet, else the way it works
+    # Schema-constrained output (agent.toolcalling.support): "" not probed yet, else the way it works
     # ("format", "response_format", "json_schema") or "unsupported".
     constrained_output = models.CharField(max_length=32, blank=True)
     updated_at = models.DateTimeField(auto_now=True)

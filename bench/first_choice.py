@@ -9,7 +9,7 @@ writes the chosen tool's arguments … Measure which wins").
 For every task of bench/agent_eval.py (its first message), one call to an OpenAI-compatible
 server under a JSON schema whose only field is `name`: one of every built-in tool the eval's navi
 profile enables (or, with --offer CAP, those a capped step is offered), or "answer". The system prompt is the catalogue Navi writes for such a step
-(`constrained.catalogue`: a line per tool with its parameters and first sentence). Printed: how
+(`prompts.catalogue`: a line per tool with its parameters and first sentence). Printed: how
 often the name is one of the tools the task needs (Task.needs), per split; held-out misses are
 counted, not listed. The shipped design's figure to set beside it is agent_eval's "first call a
 needed tool" (the first tool call of the run, after the words-and-meaning offer and the step).
@@ -64,7 +64,8 @@ def prepare(offer: int) -> list[tuple]:
 
     setup()
     from agent.registry import get_agent
-    from agent.toolcalling import constrained, toolmeaning
+    from agent.toolcalling import offering, prompts, toolmeaning
+    from agent.toolcalling.schema import ANSWER
     from bench.agent_eval import ALL_TASKS
 
     registry = get_agent().tools
@@ -79,8 +80,8 @@ def prepare(offer: int) -> list[tuple]:
         shown = tools
         if offer:
             message = task.messages[0].format(web=WEB)
-            shown = constrained.choose(tools, message, offer, set(), asyncio.run(constrained.meaning(tools, message, offer)))
-        out.append((task, [t.name for t in shown] + [constrained.ANSWER], f"{SYSTEM}\n\n{constrained.catalogue(shown)}"))
+            shown = offering.choose(tools, message, offer, set(), asyncio.run(offering.meaning(tools, message, offer)))
+        out.append((task, [t.name for t in shown] + [ANSWER], f"{SYSTEM}\n\n{prompts.catalogue(shown)}"))
     return out
 
 

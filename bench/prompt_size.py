@@ -39,11 +39,12 @@ async def build(profile_id: str, mode: str) -> tuple[dict, dict[str, str]]:
     from agent.llm.openai_backend import _request_body
     from agent.models import Profile
     from agent.registry import get_agent
-    from agent.toolcalling import constrained, toolselect
+    from agent.toolcalling import toolselect
+    from agent.toolcalling.prompts import catalogue
 
     profile = await Profile.objects.aget(pk=profile_id)
     tools = get_agent().tools.tools_for(profile.enabled_tools, None, profile.id)
-    catalogue = constrained.catalogue(tools) if mode == "constrained" else ""
+    catalogue = catalogue(tools) if mode == "constrained" else ""
     history = [ChatMessage(role="user", content="Please remember that my favourite colour is teal.")]
     context = await prompts.build_context(profile, history, None, memory_summary="", tools_text=catalogue)
     schemas = None if mode == "constrained" else toolselect.schemas(tools, compact_form=profile.compact_schemas)

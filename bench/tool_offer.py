@@ -5,7 +5,7 @@ is offered? Reported per split (tuning / held-out), the way agent_eval's results
     .venv/bin/python bench/tool_offer.py [--cap 8] [--json] [--show-heldout] [--dev]
     PYTHONPATH=/tmp/benchlib .venv/bin/python bench/tool_offer.py --meaning   # words and meaning
 
-The selection is the one the loop uses (`agent.toolcalling.constrained.choose` over the built-in tools, as
+The selection is the one the loop uses (`agent.toolcalling.offering.choose` over the built-in tools, as
 agent_eval's navi profile enables them; a request the loop plans, or whose first call is plain, is offered
 its first step's tools alone: `agent.toolcalling.plan.make`). Without --meaning it ranks on words (the fallback where
 no embedding model exists); --meaning also ranks by meaning, with all-MiniLM-L6-v2 run in this
@@ -56,7 +56,7 @@ def offer_rates(cap: int, show_heldout: bool = False, mode: str = "words", dev: 
 
     setup()
     from agent.registry import get_agent
-    from agent.toolcalling import constrained, plan, toolmeaning
+    from agent.toolcalling import offering, plan, toolmeaning
     from bench.agent_eval import ALL_TASKS
 
     registry = get_agent().tools
@@ -71,14 +71,14 @@ def offer_rates(cap: int, show_heldout: bool = False, mode: str = "words", dev: 
 
         wordings += [(request, "dev", request[:40], tuple(sorted(needs))) for request, needs in DEV_WORDINGS]
     for message, split, name, needs in wordings:
-        offer = constrained.without_invented_addresses([t for t in tools if t.usable()], [message])  # as the loop's first step
-        meaning = asyncio.run(constrained.meaning(offer, message, cap)) if mode == "meaning" else None
+        offer = offering.without_invented_addresses([t for t in tools if t.usable()], [message])  # as the loop's first step
+        meaning = asyncio.run(offering.meaning(offer, message, cap)) if mode == "meaning" else None
         if mode == "meaning" and meaning is None:
             raise SystemExit("no vectors from the embedding server: see the log above")
         # As the loop's first step: a plan's first part (or a plain first call) is offered its tools alone.
         made = plan.make(message, offer, meaning)
         first = made.next([]) if made else None
-        offered = [t.name for t in (first[1].tools if first else constrained.choose(offer, message, cap, set(), meaning))]
+        offered = [t.name for t in (first[1].tools if first else offering.choose(offer, message, cap, set(), meaning))]
         part = out.setdefault(split, {"wordings": 0, "offered": 0, "tools": 0, "forced": 0, "forced_right": 0, "misses": []})
         part["wordings"] += 1
         part["tools"] += len(offered)

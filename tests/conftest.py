@@ -130,11 +130,11 @@ def _fresh_channel_layer():
 @pytest.fixture(autouse=True)
 def _fresh_schema_probe():
     """Each test's LLM server is probed for schema support anew (a port may be reused)."""
-    from agent.toolcalling import constrained
+    from agent.toolcalling import support
 
-    constrained.forget_support()
+    support.forget_support()
     yield
-    constrained.forget_support()
+    support.forget_support()
 
 
 @pytest.fixture(autouse=True)

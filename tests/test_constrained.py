@@ -12,7 +12,11 @@ import pytest
 
 from agent.llm.messages import ChatMessage
 from agent.models import ModelReliability, Profile
-from agent.toolcalling import constrained, toolselect
+from agent.toolcalling import offering, progress, prompts, toolselect
+from agent.toolcalling.guards import paths, programs, salvage, texts, values
+from agent.toolcalling.guards.notes import NOTE_SYSTEM, found_news, grounded, quoted_in
+from agent.toolcalling.schema import ANSWER as ANSWER_NAME
+from agent.toolcalling.schema import parse_decision, step_schema
 from sessions_app.models import Message
 from tests.llm_server import Turn
 from tests.test_small_models import of, run, shown
@@ -108,7 +112,7 @@ class TestConstrainedStep:
         assert len(systems) == 1 and "- scratchpad(" in systems.pop()
         assert "[next step]" in decide["messages"][-1]["content"]
         assert decide_again["messages"][-1]["role"] == "tool" and "choose {\"name\": \"answer\"}" in decide_again["messages"][-1]["content"]
-        assert answer["messages"][-1]["content"].endswith(constrained.ANSWER_AFTER_TOOLS_NOTE)
+        assert answer["messages"][-1]["content"].endswith(prompts.ANSWER_AFTER_TOOLS_NOTE)
         call = of(frames, "tool_call")[0]
         assert call["success"] and not call["recovered"]
         section = await ScratchpadSection.objects.aget(scope=str(session.id), section="log")
@@ -278,9 +282,9 @@ class TestSmallModelStep:
         assert "answer" not in branch_names(schema_of(first))  # told to use it: no answering instead
         assert "answer" in branch_names(schema_of(second))  # after the call it may answer
         assert frames[-1]["content"] == "Noted."
-        assert not constrained.names_a_tool("note it in the scratchpad, on my todo list", [TODO, FakeTool("scratchpad", {})])
-        assert constrained.names_a_tool("use code_exec to add it up", [FakeTool("code_exec", {})])
-        assert not constrained.names_a_tool("what does my_code_exec do", [FakeTool("code_exec", {})])
+        assert not offering.names_a_tool("note it in the scratchpad, on my todo list", [TODO, FakeTool("scratchpad", {})])
+        assert offering.names_a_tool("use code_exec to add it up", [FakeTool("code_exec", {})])
+        assert not offering.names_a_tool("what does my_code_exec do", [FakeTool("code_exec", {})])
 
     async def test_an_answer_without_tools_keeps_the_steps_prefix(self, llm, session, owner_token):
         llm.script(Turn(content=ANSWER), Turn(content="Hello!"))
@@ -360,7 +364,7 @@ class TestSmallModelStep:
         system, user = code_call["messages"]
         assert "code only" in system["content"] and "My request: make a new tool named shout" in user["content"]
         assert "Write one Python function named shout" in user["content"]
-        told = constrained.code_prompt([ChatMessage(role="user", content="Use code_exec to add up 1 to 9")], "Print it.", "code_exec")
+        told = programs.code_prompt([ChatMessage(role="user", content="Use code_exec to add up 1 to 9")], "Print it.", "code_exec")
         assert told[1].content == "My request: Use Python to add up 1 to 9\n\nPrint it."  # not a module to import
         call = of(frames, "tool_call")[0]
         assert call["success"] and call["args"]["code"].startswith("def shout(text: str) -> str:")
@@ -454,7 +458,7 @@ class TestSmallModelStep:
         assert SshExecTool().usable()
 
     def test_an_address_is_a_url_a_host_or_an_ip_never_a_file_name(self):
-        has = constrained.has_address
+        has = offering.has_address
         for text in ("see http://x", "www.python.org", "api.shop.test/orders", "localhost:8080", "at 10.0.0.7",
                      "example.org"):
             assert has([text]), text
@@ -475,7 +479,7 @@ class TestSmallModelStep:
         assert frames[-1]["content"] == "The timeout is 45."
 
     def test_a_span_said_with_both_ends_keeps_its_end_in_range(self):
-        ends = constrained.inclusive_ranges
+        ends = programs.inclusive_ranges
         assert ends("sum(range(1, 12345))", "Add up all the whole numbers from 1 to 12,345") == "sum(range(1, 12346))"
         assert ends("for n in range(1, 5):\n    print(n ** 2)", "squares of 1 through 5") == "for n in range(1, 6):\n    print(n ** 2)"
         assert ends("print(sum(range(1, 100)))", "the sum of the numbers between 1 and 100") == "print(sum(range(1, 101)))"
@@ -488,7 +492,7 @@ class TestSmallModelStep:
         assert ends("range(1, 10", "from 1 to 10") == "range(1, 10"
 
     def test_only_what_a_program_plainly_forgot_is_put_in(self):
-        done = constrained.completed_program
+        done = programs.completed_program
         assert done("print(json.dumps([1]))\n") == "import json\nprint(json.dumps([1]))\n"
         assert done("import json as j\nprint(j.dumps(1))\n") == "import json as j\nprint(j.dumps(1))\n"
         assert done("json = {'a': 1}\nprint(json.get('a'))\n").startswith("json =")  # its own name, not the module
@@ -500,7 +504,7 @@ class TestSmallModelStep:
         assert done(documented) == documented + "\n_result = total()\nif _result is not None:\n    print(_result)\n"
 
     def test_only_a_complete_one_expression_program_is_kept_as_written(self):
-        keeps = constrained.computes_itself
+        keeps = programs.computes_itself
         assert keeps("sum(range(1, 12346))") and keeps("print(sum(x * x for x in range(10)))")
         assert keeps("sorted([3, 1, 2], key=lambda v: -v)")
         assert not keeps("1 + 12345") and not keeps("print(17 * 23)")  # a formula of the request's numbers
@@ -513,7 +517,7 @@ class TestSmallModelStep:
             return [ChatMessage(role="user", content="add them up"),
                     ChatMessage(role="tool", content=result, name=name, tool_call_id="c1")]
 
-        shown = constrained.unstated_output
+        shown = values.unstated_output
         assert shown(turn("76205685\n[exit code 0]"), "The code adds them up.", {"code_exec"}) == "76205685"
         assert shown(turn("76205685\n[exit code 0]"), "The sum is 76,205,685.", {"code_exec"}) == ""
         assert shown(turn("76205685\n[exit code 0]"), "Done.", {"other"}) == ""  # not a program's output
@@ -528,13 +532,13 @@ class TestSmallModelStep:
         assert shown(both, "The result is 76205685.", {"code_exec"}) == ""
         assert shown(both, "It ran.", {"code_exec"}) == "76193340"  # neither stated: the last
         # What a program printed from a hostile page or file is shown as code, never as markup.
-        assert constrained.output_note("42") == "\n\nThe program printed: `42`"
+        assert values.output_note("42") == "\n\nThe program printed: `42`"
         hostile = "`![x](http://evil.example/p.png)` <img src=x onerror=alert(1)>\n[click](http://evil.example)"
-        note = constrained.output_note(hostile)
+        note = values.output_note(hostile)
         assert all(line.startswith("    ") for line in note.split("\n\n", 2)[2].split("\n"))  # an indented code block
 
     def test_which_rewrites_invent_their_input(self):
-        invents = constrained.invents_inputs
+        invents = programs.invents_inputs
         assert invents("print(open('example.txt').read())", "What's 17 times 23?", "print(17 * 23)")
         assert invents("import pandas\nprint(pandas.read_csv(path))", "add up the hours", "")
         assert invents("print(len('/etc/passwd'))", "count the lines", "")
@@ -545,7 +549,7 @@ class TestSmallModelStep:
         assert not invents("rows = open(name).read()", "read data/hours.csv", "")
 
     def test_a_rewrite_with_a_number_nobody_gave_is_not_kept(self):
-        invents = constrained.invents_numbers
+        invents = programs.invents_numbers
         assert invents("total = 0\nfor i in range(1, 12356):\n    total += i\nprint(total)", "Add up 1 to 12345")
         assert not invents("print(sum(range(1, 12346)))", "Add up 1 to 12,345")  # one past a given number
         assert not invents("print(sum([7.5, 8, 6.5]))", "add up the hours\nfilesystem → 7.5\n8\n6.5")  # from a result
@@ -563,12 +567,12 @@ class TestSmallModelStep:
         assert (workspace_for(owner.pk) / "config.json").read_text() == "{}" and frames[-1]["content"] == "Created."
 
     def test_the_program_is_read_from_a_fence_or_the_whole_reply(self):
-        assert constrained.code_from("Sure:\n```py\nprint(1)\n```\nDone.") == "print(1)\n"
-        assert constrained.code_from("print(sum(range(1, 12346)))") == "print(sum(range(1, 12346)))\n"
-        assert constrained.code_from("```python\nprint(2)\n") == "print(2)\n"  # cut by the token cap
-        assert constrained.code_from("The answer is 42.") == "" and constrained.code_from("") == ""
+        assert programs.code_from("Sure:\n```py\nprint(1)\n```\nDone.") == "print(1)\n"
+        assert programs.code_from("print(sum(range(1, 12346)))") == "print(sum(range(1, 12346)))\n"
+        assert programs.code_from("```python\nprint(2)\n") == "print(2)\n"  # cut by the token cap
+        assert programs.code_from("The answer is 42.") == "" and programs.code_from("") == ""
         told = "```python\nimport code_exec\nfrom code_exec import run\nimport math\nprint(math.pi)\n```"
-        assert constrained.code_from(told, {"code_exec"}) == "import math\nprint(math.pi)\n"  # a tool is no module
+        assert programs.code_from(told, {"code_exec"}) == "import math\nprint(math.pi)\n"  # a tool is no module
 
     async def test_after_a_profile_switch_the_answer_still_comes_from_the_results(self, llm, session, owner_token):
         await Profile.objects.filter(pk="smart_home").aupdate(max_tools=3)
@@ -619,15 +623,15 @@ class TestSmallModelStep:
         assert of(frames, "tool_call")[1]["args"]["content"] == "45\n" and (workspace / "timeout.txt").read_text() == "45\n"
         assert frames[-1]["content"] == "Wrote 45."
         # Nothing returned yet (the text is the request's own) or a reply with no text: the model's text stays.
-        assert constrained.text_from("", "timeout") == "" and constrained.text_from("```\n\n```", "x") == ""
-        assert constrained.text_from("x" * 1000, "short") == ""  # far longer than the model's own
-        assert constrained.text_from("```csv\nlunch, 12.50\n```", "a\n") == "lunch, 12.50\n"
+        assert texts.text_from("", "timeout") == "" and texts.text_from("```\n\n```", "x") == ""
+        assert texts.text_from("x" * 1000, "short") == ""  # far longer than the model's own
+        assert texts.text_from("```csv\nlunch, 12.50\n```", "a\n") == "lunch, 12.50\n"
         # A call written where the file's text goes is no text (the model's own stays).
         from tools_app.builtin.filesystem import FilesystemTool
-        assert constrained.is_call_text('{"action": "write", "path": "expenses.csv", "data": ["lunch"]}', FilesystemTool())
-        assert constrained.is_call_text('{"name": "filesystem", "arguments": {}}', FilesystemTool())
-        assert not constrained.is_call_text('{"debug": true, "port": 8080}', FilesystemTool())
-        assert not constrained.is_call_text("lunch, 12.50", FilesystemTool())
+        assert texts.is_call_text('{"action": "write", "path": "expenses.csv", "data": ["lunch"]}', FilesystemTool())
+        assert texts.is_call_text('{"name": "filesystem", "arguments": {}}', FilesystemTool())
+        assert not texts.is_call_text('{"debug": true, "port": 8080}', FilesystemTool())
+        assert not texts.is_call_text("lunch, 12.50", FilesystemTool())
 
     async def test_a_facts_value_after_another_tools_result_is_written_from_that_result(self, llm, session, owner, owner_token):
         # Qwen2.5-Coder-0.5B read bank.txt, then saved the key where the IBAN was meant (or the
@@ -643,23 +647,23 @@ class TestSmallModelStep:
                    Turn(content="Your IBAN is DE89 3704 0044.\nMore words."), Turn(content=ANSWER), Turn(content="Saved your IBAN."))
         frames = await run(session, owner_token, "Look up my IBAN in bank.txt and store it in your memory.")
         system, user = (m["content"] for m in llm.requests[2]["messages"])
-        assert system == constrained.NOTE_SYSTEM and "DE89 3704 0044" in user
+        assert system == NOTE_SYSTEM and "DE89 3704 0044" in user
         assert user.endswith("states the value my request asks to keep in your memory, taken from what my tools returned.")
         # A sentence that carries nothing the results said is asked again the other way.
         assert llm.requests[3]["messages"][-1]["content"].endswith("The note to keep in your memory, in one short sentence with the exact value:")
         assert [c["tool"] for c in of(frames, "tool_call")] == ["filesystem", "memory_save"]
         assert (await MemoryFact.objects.aget(owner=owner, key="iban")).value == "Your IBAN is DE89 3704 0044."  # its first line
         # What decides: a value the results said and the request did not.
-        assert constrained.grounded("Ines Varga", "New GP:\nDr. Ines Varga\n", "remember her name")
-        assert not constrained.grounded("127.0.0.1:80/cafe.html", "see 127.0.0.1:80/cafe.html: pw oat42", "open 127.0.0.1:80/cafe.html")
-        assert not constrained.grounded("127.0.0.1:80/cafe.html", "from http://127.0.0.1:80/cafe.html: pw oat42",
+        assert grounded("Ines Varga", "New GP:\nDr. Ines Varga\n", "remember her name")
+        assert not grounded("127.0.0.1:80/cafe.html", "see 127.0.0.1:80/cafe.html: pw oat42", "open 127.0.0.1:80/cafe.html")
+        assert not grounded("127.0.0.1:80/cafe.html", "from http://127.0.0.1:80/cafe.html: pw oat42",
                                         "Grab the password from http://127.0.0.1:80/cafe.html and keep it")
-        assert not constrained.grounded("keep it in your memory", "pw oat42", "and keep it in your memory")
-        assert constrained.found_news('Its status is "out for delivery".', '{"status": "out for delivery"}',
+        assert not grounded("keep it in your memory", "pw oat42", "and keep it in your memory")
+        assert found_news('Its status is "out for delivery".', '{"status": "out for delivery"}',
                                       "note the parcel's status under 'delivery'")  # two words the request never said
-        assert not constrained.found_news("the status is delivery", '{"status": "out for delivery"}', "note the status of the delivery")
-        assert constrained.found_news("The password is oat42.", "pw oat42", "keep the password") and \
-            not constrained.found_news("I will store my IBAN.", "IBAN: DE89", "store my IBAN")
+        assert not found_news("the status is delivery", '{"status": "out for delivery"}', "note the status of the delivery")
+        assert found_news("The password is oat42.", "pw oat42", "keep the password") and \
+            not found_news("I will store my IBAN.", "IBAN: DE89", "store my IBAN")
 
     async def test_a_list_made_before_the_file_it_comes_from_was_read_reads_that_file_first(self, llm, session, owner, owner_token,
                                                                                               model_chooses):
@@ -766,8 +770,8 @@ class TestSmallModelStep:
         from agent.llm.messages import ToolCall
 
         done = [ToolCall(id="1", name="filesystem", arguments={"action": "read", "path": "invite.txt"})]
-        assert not constrained.what_is_left("What date is in invite.txt?", done, [])
-        assert constrained.what_is_left("Fix the typo in invite.txt", done, []).to_change == ["invite.txt"]
+        assert not progress.what_is_left("What date is in invite.txt?", done, [])
+        assert progress.what_is_left("Fix the typo in invite.txt", done, []).to_change == ["invite.txt"]
 
     async def test_a_notes_text_is_kept_when_nothing_else_informed_it_or_the_request_quotes_it(self, llm, session, owner_token):
         # "note 'one', then 'two'": the first note's "Section saved" tells nothing to write the second from.
@@ -775,11 +779,11 @@ class TestSmallModelStep:
         more = json.dumps({"name": "scratchpad", "arguments": {"action": "append", "section": "log", "content": "two"}})
         llm.script(Turn(content=first), Turn(content=more), Turn(content=ANSWER), Turn(content="Both noted."))
         await run(session, owner_token, "note one, then two, in the scratchpad log")
-        assert len(llm.requests) == 4 and not any(r["messages"][0]["content"] == constrained.TEXT_SYSTEM for r in llm.requests)
+        assert len(llm.requests) == 4 and not any(r["messages"][0]["content"] == texts.TEXT_SYSTEM for r in llm.requests)
         # After another tool's result, the very words the request quotes stay as they are.
-        assert constrained.quoted_in("stock is low", "look at http://x/p.html, then add 'stock is low' to the scratchpad")
-        assert constrained.quoted_in(" Stock is low. ", 'add "stock is low." to it') and not constrained.quoted_in("low", "add 'stock is low'")
-        assert not constrained.quoted_in("", "add '' to it") and not constrained.quoted_in("3.8.1", "write it down")
+        assert quoted_in("stock is low", "look at http://x/p.html, then add 'stock is low' to the scratchpad")
+        assert quoted_in(" Stock is low. ", 'add "stock is low." to it') and not quoted_in("low", "add 'stock is low'")
+        assert not quoted_in("", "add '' to it") and not quoted_in("3.8.1", "write it down")
 
     async def test_a_number_nobody_gave_in_a_files_text_is_worked_out_by_a_program_first(self, llm, session, owner, owner_token,
                                                                                            host_tools_allowed):
@@ -804,7 +808,7 @@ class TestSmallModelStep:
         assert (workspace / "hours_total.txt").read_text().strip() == "37.5" and frames[-1]["content"] == "The total is 37.5."
 
     def test_which_numbers_in_a_files_text_were_worked_out(self):
-        worked = constrained.computed_numbers
+        worked = values.computed_numbers
         said = "Add up the hours of timesheet.csv\nday,hours\nmon,7.5\ntue,8"
         assert worked("27", "Add up hours\nmon,7.5\ntue,8") == ["27"] and worked("Total: 37.5 hours", said) == ["37.5"]
         assert worked("3", "count the lines of a.txt") == ["3"]  # a value alone, however small
@@ -835,8 +839,8 @@ class TestSmallModelStep:
         assert "What my tools returned" not in user and user.endswith("The exact text to write into config.json:")
         assert json.loads((workspace_for(owner.pk) / "config.json").read_text()) == {"debug": True, "port": 8080}
         # A rewrite that is no JSON either is not kept over one that is; one that is JSON needs none.
-        assert constrained.unreadable("a.json", "debug=true") and not constrained.unreadable("a.json", '{"a": 1}')
-        assert not constrained.unreadable("a.txt", "debug=true")
+        assert texts.unreadable("a.json", "debug=true") and not texts.unreadable("a.json", '{"a": 1}')
+        assert not texts.unreadable("a.txt", "debug=true")
 
     async def test_an_answer_at_once_to_a_request_a_tool_plainly_does_is_asked_again(self, llm, session, owner_token, model_chooses):
         status = json.dumps({"name": "scratchpad", "arguments": {"action": "write", "section": "status", "content": "server is up"}})
@@ -951,7 +955,7 @@ class TestSmallModelStep:
         assert branch_names(schema_of(first)) == ["filesystem"] and branch_names(schema_of(second)) == ["scratchpad"]
         assert 'Part 1: "Read parking.txt"' in first["messages"][-1]["content"]
         assert "Part 2: \"put the spot number into the scratchpad section 'car'.\"" in second["messages"][-1]["content"]
-        assert branch_names(schema_of(third))[0] == constrained.ANSWER  # every part done: it may answer
+        assert branch_names(schema_of(third))[0] == ANSWER_NAME  # every part done: it may answer
         assert [c["tool"] for c in of(frames, "tool_call")] == ["filesystem", "scratchpad"]
         assert (await ScratchpadSection.objects.aget(section="car")).content == "117"
         assert frames[-1]["content"] == "Spot 117 is in the scratchpad."
@@ -1022,7 +1026,7 @@ class TestSmallModelStep:
         frames = await run(session, owner_token, "Read parking.txt and put the spot number into the scratchpad section 'car'.")
         calls = of(frames, "tool_call")
         assert [c["success"] for c in calls] == [False, False]  # forced twice at most, then the usual step
-        assert constrained.ANSWER in branch_names(schema_of(llm.requests[2]))
+        assert ANSWER_NAME in branch_names(schema_of(llm.requests[2]))
         assert frames[-1]["content"] == "There is no parking.txt."
 
     def test_a_plan_takes_parts_that_say_what_does_them_in_the_order_said(self):
@@ -1058,12 +1062,12 @@ class TestSmallModelStep:
         first, second = llm.requests[0], llm.requests[1]
         assert branch_names(schema_of(first)) == ["scratchpad"]  # that call only: no answer, no other tool
         assert first["messages"][-1]["content"].endswith("The tools that fit this request best: scratchpad.")  # as any step
-        assert constrained.ANSWER in branch_names(schema_of(second))  # after the call it may answer
+        assert ANSWER_NAME in branch_names(schema_of(second))  # after the call it may answer
         assert of(frames, "tool_call")[0]["success"] and frames[-1]["content"] == "I noted done in the log."
         # Nothing plain to call: the model chooses, and may answer at once.
         llm.script(Turn(content=ANSWER), Turn(content="Hello!"))
         frames = await run(session, owner_token, "hello there, how are you?")
-        assert constrained.ANSWER in branch_names(schema_of(llm.requests[3])) and frames[-1]["content"] == "Hello!"
+        assert ANSWER_NAME in branch_names(schema_of(llm.requests[3])) and frames[-1]["content"] == "Hello!"
 
     def test_which_first_calls_are_plain(self):
         from agent.registry import get_agent
@@ -1112,11 +1116,11 @@ class TestSmallModelStep:
                    ChatMessage(role="tool", content="HTTP 200\n{\"north\": 7319}", tool_call_id="a", name="http_request"),
                    ChatMessage(role="assistant", content="", tool_calls=[read]),
                    ChatMessage(role="tool", content="ERROR: not found: stock.json\nlist the folder", tool_call_id="b", name="filesystem")]
-        prompt = constrained.results_prompt(context)[1].content
+        prompt = prompts.results_prompt(context)[1].content
         failed, worked = prompt.index("ERROR: not found: stock.json"), prompt.index('{"north": 7319}')
         assert failed < worked and "list the folder" not in prompt  # the failure kept, short, and not last
         # The turn wandered off after a call did the request: another tool's failures are left out.
-        prompt = constrained.results_prompt(context, focused=True)[1].content
+        prompt = prompts.results_prompt(context, focused=True)[1].content
         assert '{"north": 7319}' in prompt and "ERROR" not in prompt and "filesystem" not in prompt
 
     def test_a_path_is_put_right_only_where_it_plainly_meant_a_named_file(self):
@@ -1124,7 +1128,7 @@ class TestSmallModelStep:
 
         def fixed(request: str, **arguments) -> str:
             call = ToolCall(id="1", name="filesystem", arguments=arguments)
-            constrained.fix_path(call, request)
+            paths.fix_path(call, request)
             return call.arguments["path"]
 
         assert fixed("Append 'x' to the file log.txt.", action="append", path="file_log.txt") == "log.txt"
@@ -1143,7 +1147,7 @@ class TestSmallModelStep:
         def for_part(part: str, read: bool = True, **arguments) -> str:
             call = ToolCall(id="1", name="filesystem", arguments=arguments)
             done = [ToolCall(id="0", name="filesystem", arguments={"action": "read", "path": "settings.json"})] if read else []
-            constrained.fix_path_for_part(call, "Read settings.json and write its timeout into timeout.txt", part, done)
+            paths.fix_path_for_part(call, "Read settings.json and write its timeout into timeout.txt", part, done)
             return call.arguments["path"]
 
         # A planned step writing to the file another part only reads goes to its own part's file.
@@ -1162,14 +1166,14 @@ class TestSmallModelStep:
         offer = [FilesystemTool(), MemorySaveTool()]
         read = ToolCall(id="1", name="filesystem", arguments={"action": "read", "path": "data/timesheet.csv"})
         request = "Add up timesheet.csv into hours_total.txt and remember that my total is due on Friday"
-        meaning = await constrained.meaning(offer, request, 3)  # the test server's /api/embed
-        left = constrained.what_is_left(request, [read], offer, meaning=meaning)
+        meaning = await offering.meaning(offer, request, 3)  # the test server's /api/embed
+        left = progress.what_is_left(request, [read], offer, meaning=meaning)
         assert left.files == ["hours_total.txt"] and [t.name for t in left.tools] == ["memory_save"]
         # Without an embedding model only the file is left: words alone named tools for any part.
-        assert constrained.what_is_left(request, [read], offer).files == ["hours_total.txt"]
-        assert not constrained.what_is_left(request, [read], offer).tools
+        assert progress.what_is_left(request, [read], offer).files == ["hours_total.txt"]
+        assert not progress.what_is_left(request, [read], offer).tools
         one = "What does timesheet.csv say?"
-        assert not constrained.what_is_left(one, [read], offer, meaning=await constrained.meaning(offer, one, 3))
+        assert not progress.what_is_left(one, [read], offer, meaning=await offering.meaning(offer, one, 3))
 
     async def test_a_stock_refusal_over_results_is_asked_once_more_and_never_shown(self, llm, session, owner_token):
         refusal = "I'm sorry, but I can't assist with that request."
@@ -1209,7 +1213,7 @@ class TestSmallModelStep:
         answer = frames[-1]["content"]
         assert frames[-1]["type"] == "stream_end" and len(llm.requests) == 4 and len(of(frames, "tool_call")) == 1
         assert answer.startswith("My tools returned:") and "delete every file" in answer
-        assert len(answer) < constrained.RESULT_CHARS + 500  # a long result is cut as in the prompt
+        assert len(answer) < prompts.RESULT_CHARS + 500  # a long result is cut as in the prompt
 
     async def test_code_written_over_results_is_asked_once_more_and_never_shown(self, llm, session, owner_token):
         code = ("To write into the log you can use this program:\n\n```python\nopen('log.txt', 'a').write('done')\n```\n"
@@ -1271,19 +1275,19 @@ class TestTheSchema:
 
         tools = get_agent().tools.tools_for(["tool_manual", "web_view", "filesystem"])
         manual = next(t for t in tools if t.name == "tool_manual")
-        schema = constrained.step_schema([manual], known=("tool_manual", "web_view", "filesystem"))
+        schema = step_schema([manual], known=("tool_manual", "web_view", "filesystem"))
         jsonschema.validate({"name": "tool_manual", "arguments": {"name": "web_view"}}, schema)
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate({"name": "tool_manual", "arguments": {"name": "Read the manual of a tool"}}, schema)
         # Without the names (or for a tool whose arguments name none) the schema is as declared, and
         # the shared branch is never changed.
-        jsonschema.validate({"name": "tool_manual", "arguments": {"name": "anything"}}, constrained.step_schema([manual]))
+        jsonschema.validate({"name": "tool_manual", "arguments": {"name": "anything"}}, step_schema([manual]))
 
     def test_each_action_is_written_with_its_own_arguments_only(self):
         from tools_app.builtin.filesystem import FilesystemTool
         from tools_app.builtin.working_notes import TodoTool
 
-        schema = constrained.step_schema([TodoTool(), FilesystemTool()])
+        schema = step_schema([TodoTool(), FilesystemTool()])
         ok = [{"name": "todo", "arguments": {"action": "set", "tasks": ["draft", "send"]}},
               {"name": "todo", "arguments": {"action": "update", "index": 2, "status": "done"}},
               {"name": "todo", "arguments": {"action": "read"}},
@@ -1303,7 +1307,7 @@ class TestTheSchema:
     def test_http_request_is_written_method_first_with_a_body_only_where_one_is_sent(self):
         from tools_app.builtin.web import HttpRequestTool
 
-        schema = constrained.step_schema([HttpRequestTool()])
+        schema = step_schema([HttpRequestTool()])
         post = {"name": "http_request", "arguments": {"method": "POST", "url": "http://x/api", "json": {"note": "hi"}}}
         jsonschema.validate(post, schema)
         for bad in ({"url": "http://x/api", "json": {"note": "hi"}},  # no method: it would be a GET
@@ -1314,28 +1318,28 @@ class TestTheSchema:
         assert list(first["properties"])[0] == "method"
         # A small model's step: a method that changes something only where the request asks for one
         # (a 0.5B model POSTed {"event": "free"} to a page it was asked to read).
-        read = constrained.step_schema([HttpRequestTool()], request="There's an event on http://x/e.html, put it on my list")
+        read = step_schema([HttpRequestTool()], request="There's an event on http://x/e.html, put it on my list")
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(post, read)
         jsonschema.validate({"name": "http_request", "arguments": {"method": "GET", "url": "http://x/e.html"}}, read)
         for request in ("Send a POST request to http://x/api", "submit this to the webhook", "notify http://x/hook"):
-            jsonschema.validate(post, constrained.step_schema([HttpRequestTool()], request=request))
+            jsonschema.validate(post, step_schema([HttpRequestTool()], request=request))
         delete = {"name": "http_request", "arguments": {"method": "DELETE", "url": "http://x/api/1"}}
         with pytest.raises(jsonschema.ValidationError):
-            jsonschema.validate(delete, constrained.step_schema([HttpRequestTool()], request="Send the note to http://x/api"))
-        jsonschema.validate(delete, constrained.step_schema([HttpRequestTool()], request="remove item 1 at http://x/api/1"))
+            jsonschema.validate(delete, step_schema([HttpRequestTool()], request="Send the note to http://x/api"))
+        jsonschema.validate(delete, step_schema([HttpRequestTool()], request="remove item 1 at http://x/api/1"))
         jsonschema.validate(delete, schema)  # a big model's step (no request given): every method
         # So with the owner's files: a delete or a move only where the request says so.
         from tools_app.builtin.filesystem import FilesystemTool
 
         rm = {"name": "filesystem", "arguments": {"action": "delete", "path": "notes.txt"}}
         mv = {"name": "filesystem", "arguments": {"action": "move", "path": "a.txt", "destination": "b.txt"}}
-        edit = constrained.step_schema([FilesystemTool()], request="In party.txt change 18:00 to 19:00")
+        edit = step_schema([FilesystemTool()], request="In party.txt change 18:00 to 19:00")
         for call in (rm, mv):
             with pytest.raises(jsonschema.ValidationError):
                 jsonschema.validate(call, edit)
-        jsonschema.validate(rm, constrained.step_schema([FilesystemTool()], request="Delete notes.txt"))
-        jsonschema.validate(mv, constrained.step_schema([FilesystemTool()], request="Rename a.txt to b.txt"))
+        jsonschema.validate(rm, step_schema([FilesystemTool()], request="Delete notes.txt"))
+        jsonschema.validate(mv, step_schema([FilesystemTool()], request="Rename a.txt to b.txt"))
         # Upper case and padding say the same; look-alike letters say nothing (the safe side).
         fs, http = FilesystemTool(), HttpRequestTool()
         assert "delete" not in fs.unasked_actions("  DELETE   notes.txt ") and "move" not in fs.unasked_actions("RENAME a.txt")
@@ -1346,12 +1350,12 @@ class TestTheSchema:
 
     def test_the_compute_brief_speaks_of_tables_only_for_a_table(self):
         # Told to read poem.txt with csv.DictReader, the 0.5B model counted its words as rows.
-        assert "csv.DictReader" in constrained.compute_brief("total.txt", "Add up the hours in timesheet.csv into total.txt")
-        words = constrained.compute_brief("word_count.txt", "Count the words of poem.txt into word_count.txt")
+        assert "csv.DictReader" in values.compute_brief("total.txt", "Add up the hours in timesheet.csv into total.txt")
+        words = values.compute_brief("word_count.txt", "Count the words of poem.txt into word_count.txt")
         assert "csv" not in words and "open them by name)" in words and "word_count.txt" in words
 
     def test_only_answer_or_a_valid_call_of_an_offered_tool_passes(self):
-        schema = constrained.step_schema([TODO])
+        schema = step_schema([TODO])
         jsonschema.validate({"name": "answer"}, schema)
         jsonschema.validate({"name": "todo", "arguments": {"action": "add", "task": "milk"}}, schema)
         for bad in (
@@ -1369,46 +1373,46 @@ class TestTheSchema:
         # Qwen2.5-Coder-0.5B wrote "Add a todo 'dentist' for next Friday" as a list of the clock's days, to the cap.
         ran_on = ('{"name": "todo", "arguments": {"action": "add", "tasks": ["dentist", "next Friday", "next Monday", '
                   '"next Friday", "next Monday", "next Fri')
-        decision = constrained.salvaged(ran_on, {"todo"})
+        decision = salvage.salvaged(ran_on, {"todo"})
         assert decision.call.name == "todo" and decision.call.arguments == {
             "action": "add", "tasks": ["dentist", "next Friday", "next Monday"]}
-        assert constrained.salvaged(ran_on, {"filesystem"}) is None  # not an offered tool
-        assert constrained.salvaged('{"name": "todo", "arguments": {"action": "se', {"todo"}) is None  # no whole item
+        assert salvage.salvaged(ran_on, {"filesystem"}) is None  # not an offered tool
+        assert salvage.salvaged('{"name": "todo", "arguments": {"action": "se', {"todo"}) is None  # no whole item
         escaped = '{"name": "todo", "arguments": {"action": "set", "tasks": ["say \\"hi\\"", "b", "b", "c'
-        assert constrained.salvaged(escaped, {"todo"}).call.arguments["tasks"] == ['say "hi"', "b"]
+        assert salvage.salvaged(escaped, {"todo"}).call.arguments["tasks"] == ['say "hi"', "b"]
 
     def test_parse_takes_only_offered_tools_and_object_arguments(self):
         offered = {"todo"}
-        assert constrained.parse_decision('{"name": "answer"}', offered).answer
-        call = constrained.parse_decision('{"name": "todo", "arguments": {"action": "add"}}', offered).call
+        assert parse_decision('{"name": "answer"}', offered).answer
+        call = parse_decision('{"name": "todo", "arguments": {"action": "add"}}', offered).call
         assert call.name == "todo" and call.arguments == {"action": "add"} and call.constrained
         for text in ('{"name": "terminal", "arguments": {}}', '{"name": "todo", "arguments": "x"}', "Sure! Here", "[]", ""):
-            assert constrained.parse_decision(text, offered) is None
+            assert parse_decision(text, offered) is None
 
     def test_a_step_offers_the_best_matches_first_without_a_fixed_core(self):
         tools = [FakeTool("list_tools", {}, "List the tools you have."), FakeTool("memory_save", {}, "Remember a fact about the user."),
                  FakeTool("web_search", {}, "Search the web."), TODO]
-        chosen = constrained.choose(tools, "please remember my favourite colour", 2, set())
+        chosen = offering.choose(tools, "please remember my favourite colour", 2, set())
         assert [t.name for t in chosen] == ["memory_save"]  # the others match nothing: not one more wrong choice
-        assert "web_search" in [t.name for t in constrained.choose(tools, "remember", 1, {"web_search"})]
-        assert len(constrained.choose(tools, "hello there", 2, set())) == 2  # nothing matches: the cap, as ranked
-        assert len(constrained.choose(tools, "please remember my favourite colour", 0, set())) == 4  # no cap: all
+        assert "web_search" in [t.name for t in offering.choose(tools, "remember", 1, {"web_search"})]
+        assert len(offering.choose(tools, "hello there", 2, set())) == 2  # nothing matches: the cap, as ranked
+        assert len(offering.choose(tools, "please remember my favourite colour", 0, set())) == 4  # no cap: all
 
     def test_a_weak_match_is_not_offered_to_a_capped_step(self):
         tools = [FakeTool("memory_save", {}, "Remember a fact about the user for later."),
                  FakeTool("web_search", {}, "Search the web for a fact.")]
-        assert [t.name for t in constrained.choose(tools, "remember this fact: I like tea", 5, set())] == ["memory_save"]
-        assert len(constrained.choose(tools, "search the web for a fact to remember", 5, set())) == 2
+        assert [t.name for t in offering.choose(tools, "remember this fact: I like tea", 5, set())] == ["memory_save"]
+        assert len(offering.choose(tools, "search the web for a fact to remember", 5, set())) == 2
 
     def test_a_capped_step_offers_a_tool_only_when_the_request_names_its_subject(self):
         files = FakeTool("filesystem", {}, "Write text to a file in the workspace.")
         plugin = FakeTool("write_tool", {}, "Write a new tool: Python code for a new ability.")
         plugin.offer_when = "tool tools plugin"
         names = lambda chosen: [t.name for t in chosen]  # noqa: E731
-        assert names(constrained.choose([files, plugin], "write 'finished' to log.txt", 5, set())) == ["filesystem"]
-        assert "write_tool" in names(constrained.choose([files, plugin], "write a new tool that reverses text", 5, set()))
-        assert "write_tool" in names(constrained.choose([files, plugin], "write it to log.txt", 5, {"write_tool"}))  # used: kept
-        assert len(constrained.choose([files, plugin], "write 'finished' to log.txt", 0, set())) == 2  # uncapped: all
+        assert names(offering.choose([files, plugin], "write 'finished' to log.txt", 5, set())) == ["filesystem"]
+        assert "write_tool" in names(offering.choose([files, plugin], "write a new tool that reverses text", 5, set()))
+        assert "write_tool" in names(offering.choose([files, plugin], "write it to log.txt", 5, {"write_tool"}))  # used: kept
+        assert len(offering.choose([files, plugin], "write 'finished' to log.txt", 0, set())) == 2  # uncapped: all
         assert names(toolselect.select([files, plugin, TODO], "write 'finished' to log.txt", 2)) == ["filesystem", "todo"]
 
     @pytest.mark.django_db
@@ -1420,7 +1424,7 @@ class TestTheSchema:
 
         registry = get_agent().tools
         tools = [registry.get(n) for n in sorted(registry.builtin_names)]
-        offered = lambda request: [t.name for t in constrained.choose(tools, request, 8, set())]  # noqa: E731
+        offered = lambda request: [t.name for t in offering.choose(tools, request, 8, set())]  # noqa: E731
         assert offered("Append a new line saying 'finished' to the file log.txt.")[0] == "filesystem"
         assert offered("Rename the file draft.txt to final.txt.")[0] == "filesystem"
         assert offered("Please remember that my favourite colour is teal.")[0] == "memory_save"
@@ -1440,10 +1444,10 @@ class TestTheSchema:
         files = FakeTool("filesystem", {}, "Write text to a file.")
         plugin = FakeTool("write_tool", {}, "Write a new tool.")
         plugin.offer_when = "tool plugin"
-        assert "write_tool" in [t.name for t in constrained.choose([files, plugin], "Make a new TOOL  please", 5, set())]
-        assert [t.name for t in constrained.choose([files, plugin], "write tööl notes", 5, set())] == ["filesystem"]
+        assert "write_tool" in [t.name for t in offering.choose([files, plugin], "Make a new TOOL  please", 5, set())]
+        assert [t.name for t in offering.choose([files, plugin], "write tööl notes", 5, set())] == ["filesystem"]
         call = ToolCall(id="1", name="filesystem", arguments={"action": "append", "path": "FILE_LOG.TXT", "content": "x"})
-        constrained.fix_path(call, "Append x to the file Log.txt")
+        paths.fix_path(call, "Append x to the file Log.txt")
         assert call.arguments["path"] == "Log.txt"
         # The end of a web address is no file of the owner's (a 0.5B model read "/api/stock.json").
         assert toolselect.file_names("Fetch http://127.0.0.1:8000/api/stock.json into stock.csv") == ["stock.csv"]
@@ -1459,6 +1463,6 @@ class TestTheSchema:
         assert first.name == "filesystem" and score > 0 and other == 0
 
     def test_the_catalogue_names_each_tool_once_with_its_first_sentence(self):
-        text = constrained.catalogue([TODO])
+        text = prompts.catalogue([TODO])
         assert "- todo(action, task?): Does a thing." in text and "More words" not in text
         assert "- answer:" in text

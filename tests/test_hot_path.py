@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from agent.models import Profile
-from agent.toolcalling import constrained
+from agent.toolcalling import prompts
 from agent.turn.titles import TITLE_PROMPT
 from tests.llm_server import Turn
 from tests.test_constrained import schema_of
@@ -88,7 +88,7 @@ class TestOneCall:
         frames = await run(session, owner_token, "hello there")
         decide = answer_calls(llm)[0]
         assert "text" not in schema_of(decide)["anyOf"][0]["properties"]
-        assert constrained.DECIDE_NOTE in decide["messages"][-1]["content"] and frames[-1]["content"] == "Hello!"
+        assert prompts.DECIDE_NOTE in decide["messages"][-1]["content"] and frames[-1]["content"] == "Hello!"
 
 
 class TestStepAnswerStreams:

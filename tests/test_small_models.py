@@ -299,7 +299,7 @@ class TestContextWindow:
 class TestFewerTools:
     async def test_a_cap_offers_the_most_relevant_tools_and_the_core(self, llm, session, owner_token):
         # `native`: the tools sent with a native call (the default step's capped choice, with no
-        # fixed core, is constrained.choose, tested in test_constrained).
+        # fixed core, is offering.choose, tested in test_constrained).
         await Profile.objects.filter(pk="secretary").aupdate(max_tools=5, tool_calling="native")
         llm.script(Turn(content="ok"))
         await run(session, owner_token, "search the web for the weather in Lisbon")

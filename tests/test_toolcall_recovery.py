@@ -11,7 +11,8 @@ import jsonschema
 import pytest
 from channels.testing import WebsocketCommunicator
 
-from agent.toolcalling.toolcalls import CallTextFilter, extract_calls
+from agent.toolcalling.callfilter import CallTextFilter
+from agent.toolcalling.toolcalls import extract_calls
 from sessions_app.models import Message
 from tests.llm_server import Turn
 from tools_app.repair import ArgumentsUnreadable, coerce, explain, parse_lenient
@@ -346,7 +347,7 @@ async def test_an_invented_result_never_reaches_the_user_the_history_or_the_mode
 # --- held text is bounded ------------------------------------------------------------------------
 def test_json_looking_text_is_shown_after_a_few_hundred_tokens_not_at_the_end():
     # A small model writing an endless JSON-looking answer: held only up to HOLD_CHARS.
-    from agent.toolcalling.toolcalls import HOLD_CHARS
+    from agent.toolcalling.callfilter import HOLD_CHARS
 
     text = '("{\\"' + "x, " * 2000
     shown, total, calls = stream(text, 7)
@@ -356,7 +357,7 @@ def test_json_looking_text_is_shown_after_a_few_hundred_tokens_not_at_the_end():
 
 def test_a_call_longer_than_the_hold_is_shown_but_still_recovered_from_the_whole_answer():
     # What the turn does at the end of the stream (agent.turn.turns._recover_calls).
-    from agent.toolcalling.toolcalls import HOLD_CHARS
+    from agent.toolcalling.callfilter import HOLD_CHARS
 
     content = "word " * (HOLD_CHARS // 4)
     text = json.dumps({"name": "memory_save", "arguments": {"key": "notes", "value": content}})

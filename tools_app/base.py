@@ -40,7 +40,7 @@ class Tool(ABC):
     offer_when: str = ""
     parameters: dict[str, Any] = {"type": "object", "properties": {}}
     # For a tool with an `action` parameter: the other parameters each action takes ("?" =
-    # optional), e.g. {"set": "tasks", "read": ""}. A constrained step (agent.toolcalling.constrained) then
+    # optional), e.g. {"set": "tasks", "read": ""}. A constrained step (agent.toolcalling.schema) then
     # lets an action be written only with its own arguments; {} = no such rule.
     actions: dict[str, str] = {}
     action_parameter: str = "action"  # the parameter `actions` is keyed on (http_request: "method")

@@ -144,7 +144,7 @@ class _CallDeadline:
 
 @dataclass(frozen=True)
 class OutputSchema:
-    """A JSON schema the server must make the reply follow (agent.toolcalling.constrained), and the request
+    """A JSON schema the server must make the reply follow (agent.toolcalling.schema), and the request
     field it goes in: "format" (Ollama), "response_format" (OpenAI json_schema) or "json_schema"
     (llama.cpp's server)."""
 

@@ -12,7 +12,7 @@ class ToolCall:
     name: str
     arguments: Any  # dict when the model sent valid JSON; the raw string otherwise
     recovered: bool = False  # written as text by the model, recovered by agent.toolcalling.toolcalls
-    constrained: bool = False  # chosen in a schema-constrained step (agent.toolcalling.constrained); not stored
+    constrained: bool = False  # chosen in a schema-constrained step (agent.toolcalling.schema); not stored
 
     def as_dict(self) -> dict[str, Any]:
         data = {"id": self.id, "name": self.name, "arguments": self.arguments}

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 
 from agent.llm.messages import ToolCall
 from agent.toolcalling import toolmeaning, toolselect
-from agent.toolcalling.constrained import CONFIRM
+from agent.toolcalling.progress import CONFIRM
 
 MAX_TRIES = 2  # forced steps on one part: a call that fails twice leaves the part to the model
 # A part's best word match counts when it is among the part's CONFIRM closest in meaning (the rule
-# of `constrained.what_is_left`) and closer than a plain reply by MARGIN (all-MiniLM-L6-v2: "tell me
+# of `progress.what_is_left`) and closer than a plain reply by MARGIN (all-MiniLM-L6-v2: "tell me
 # its output" is 0.03 closer to `terminal` than to a reply; "make a todo list of …" 0.20 closer to `todo`).
 MARGIN = 0.1
 AGREED_MARGIN = 0.02

@@ -6,8 +6,9 @@ Small models often print the call instead of emitting a native one: Hermes/Qwen
 `tool_name(arg=…)` line. `extract_calls` finds them: for tools that were offered (prose that
 merely mentions a tool is not a call), and inside an explicit call marker (`<tool_call>`,
 `[TOOL_CALLS]`, `<|python_tag|>`) for any name, so a misspelt or invented tool gets the usual
-"unknown tool, did you mean …" result instead of being shown as text. `CallTextFilter` sits on the stream: it holds back
-text that may be the start of a call instead of showing it and retracting it later.
+"unknown tool, did you mean …" result instead of being shown as text. `CallTextFilter`
+(agent.toolcalling.callfilter) sits on the stream: it holds back text that may be the start of a
+call instead of showing it and retracting it later.
 
 `offered` is the set of tool names, or a mapping of each name to its parameter names: then a
 flat `{"name": "switch_profile", "profile_id": "x"}` (the arguments beside the name, as small
@@ -34,8 +35,8 @@ from tools_app.repair import _lenient
 _TAGGED = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
 _FENCED = re.compile(r"```([\w-]*)[ \t]*\n(.*?)\n?```", re.S | re.I)
 _PY_LINE = re.compile(r"^[ \t]*([A-Za-z_]\w*)\((.*)\)[ \t]*;?[ \t]*$", re.M)
-_FENCE_LANGS = {"", "json", "tool_call", "tool_code", "tool"}
-_PREFIX_MARKERS = ("<tool_call>", "<|python_tag|>", "[TOOL_CALLS]", "```", "[{")
+FENCE_LANGS = {"", "json", "tool_call", "tool_code", "tool"}
+PREFIX_MARKERS = ("<tool_call>", "<|python_tag|>", "[TOOL_CALLS]", "```", "[{")
 _TOOL_NAME = re.compile(r"[A-Za-z_][\w.-]{0,63}")
 # Keys a model invents beside a call's arguments for the result it imagines: dropped, never shown.
 _RESULT_KEYS = frozenset({
@@ -79,12 +80,12 @@ def _prose(text: str, spans: list[tuple[int, int]], after_call: bool) -> str:
     parts, at = [], 0
     for start, end in sorted(spans):
         gap = text[at:start]
-        parts.append(_without_invented_result(gap) if after_call else gap)
+        parts.append(without_invented_result(gap) if after_call else gap)
         at, after_call = end, True
     return "".join(parts)
 
 
-def _without_invented_result(text: str) -> str:
+def without_invented_result(text: str) -> str:
     """`text` (written right after a call) without the result the model made up at its start."""
     while True:
         match = next((m for m in (p.match(text) for p in _INVENTED) if m), None)
@@ -216,7 +217,7 @@ def _python_tag(text: str, offered):
 def _fenced(text: str, offered):
     calls, spans = [], []
     for match in _FENCED.finditer(text):
-        if (match.group(1) or "").lower() not in _FENCE_LANGS:
+        if (match.group(1) or "").lower() not in FENCE_LANGS:
             continue
         found = _calls_from(_parse(match.group(2)), offered) or _call_then_result(match.group(2), offered)
         if not found and (match.group(1) or "").lower() != "json":  # ```tool_code\nname(arg=...)
@@ -247,7 +248,7 @@ def _call_then_result(body: str, offered) -> list[ToolCall]:
     if not end:
         return []
     body = body.lstrip()
-    if _without_invented_result(body[end:]).strip():
+    if without_invented_result(body[end:]).strip():
         return []
     return _calls_from(_parse(body[:end]), offered)
 
@@ -291,148 +292,8 @@ def _cut(text: str, spans: list[tuple[int, int]]) -> str:
     return text
 
 
-# --- on the stream ----------------------------------------------------------------------------
-HOLD_CHARS = 1200  # ~300 tokens: the most text held back as a possible call before it is shown
-
-
-class CallTextFilter:
-    """Shows text as it streams, except what may be a call: that is held until it is known
-    (at most HOLD_CHARS).
-
-    A call can only start at the beginning of a line. While a line's start could still become
-    a call marker it is held; once it cannot, it is shown and the rest of the line streams
-    through. A marker holds everything up to the end of its block (or of the answer), which
-    `finish()` then splits into calls and text to show. Text after a recovered call is held too:
-    it is shown (less an invented result) only if another call follows it.
-    """
-
-    def __init__(self, offered: set[str] | frozenset[str] | Mapping[str, frozenset[str]]) -> None:
-        self.offered = offered if isinstance(offered, Mapping) else frozenset(offered)
-        self.held = ""  # text not shown yet, starting at a line start
-        self.streaming_line = False  # inside a line already known not to start a call
-        self.in_code = False  # inside a fenced block of another language: no calls there
-        self.calls: list[ToolCall] = []
-        self.after = ""  # text judged not a call since the last call: maybe its invented result
-
-    def feed(self, chunk: str) -> str:
-        shown = []
-        at = 0
-        while at < len(chunk):
-            if self.streaming_line:  # the rest of a line that is not a call: through at once
-                end = chunk.find("\n", at)
-                if end < 0:
-                    self._show(chunk[at:], shown)
-                    break
-                self._show(chunk[at : end + 1], shown)
-                self.streaming_line, at = False, end + 1
-                continue
-            char = chunk[at]
-            at += 1
-            self.held += char
-            verdict = self._verdict(self.held)
-            if verdict == "show":
-                self._show(self.held, shown)
-                self._track_fence(self.held)
-                self.streaming_line = not self.held.endswith("\n")
-                self.held = ""
-            elif verdict == "call":
-                found = extract_calls(self.held, self.offered)
-                if found.calls:
-                    if self.calls:  # prose before this call, less the previous call's invented result
-                        shown.append(_line(_without_invented_result(self.after).strip()))
-                        self.after = ""
-                    shown.append(_line(found.text))
-                    self.calls += found.calls
-                else:
-                    self._show(self.held, shown)
-                self.held = ""
-            elif len(self.held) > HOLD_CHARS:
-                # Still "maybe a call" after a few hundred tokens: a small model writing
-                # JSON-looking text would keep the owner waiting to the token cap. It is shown
-                # (a call in it is still recovered from the whole answer at the end).
-                self._show(self.held, shown)
-                self._track_fence(self.held)
-                self.streaming_line = not self.held.endswith("\n")
-                self.held = ""
-        return "".join(shown)
-
-    @property
-    def enough(self) -> bool:
-        """A call was recovered and more than HOLD_CHARS followed it without another: the rest
-        is a small model rambling (its invented result), and the call waits for it. The caller
-        cuts the stream."""
-        return bool(self.calls) and len(self.after) + len(self.held) > HOLD_CHARS
-
-    def finish(self) -> tuple[str, list[ToolCall]]:
-        """Text still to show, and every call recovered from the answer."""
-        held, self.held = self.held, ""
-        if self.calls:  # what followed the last call: shown only up to a further call
-            found = extract_calls(self.after + held, self.offered, after_call=True)
-            self.after = ""
-            self.calls += found.calls
-            return (found.text if found.calls else ""), self.calls
-        if held:
-            found = extract_calls(held, self.offered)
-            if found.calls:
-                self.calls += found.calls
-                return found.text, self.calls
-        return held, self.calls
-
-    def _show(self, text: str, shown: list[str]) -> None:
-        if self.calls:
-            self.after += text
-        else:
-            shown.append(text)
-
-    def _track_fence(self, line: str) -> None:
-        if line.lstrip().startswith("```"):
-            self.in_code = not self.in_code
-
-    def _verdict(self, held: str) -> str:
-        """'hold' (may still become a call), 'show' (cannot), 'call' (a complete block to parse)."""
-        if not self.offered:
-            return "show"
-        start = held.lstrip(" \t")
-        if not start:
-            return "hold" if not held.endswith("\n") else "show"
-        if self.in_code:
-            return "show" if held.endswith("\n") or not start.startswith("`") else "hold"
-        if start.startswith(("<tool_call>", "<|python_tag|>", "[TOOL_CALLS]")):
-            return _tagged_state(start)
-        if start.startswith("```"):
-            return _fence_state(start)
-        if start.startswith(("{", "[{")):
-            return "call" if _balanced(start) else "hold"
-        if any(marker.startswith(start) for marker in _PREFIX_MARKERS):
-            return "hold"
-        word = re.match(r"[A-Za-z_]\w*", start)
-        if word and word.group(0) == start:  # an identifier so far: maybe tool_name(
-            return "hold" if any(n.startswith(start) for n in self.offered) else "show"
-        if word and start[len(word.group(0))] == "(" and word.group(0) in self.offered:
-            return "call" if held.endswith("\n") else "hold"
-        return "show"
-
-
-def _line(text: str) -> str:
-    return text + "\n" if text else ""
-
-
-def _tagged_state(start: str) -> str:
-    if start.startswith("<tool_call>"):
-        return "call" if "</tool_call>" in start else "hold"
-    return "hold"  # <|python_tag|> and [TOOL_CALLS] run to the end of the answer
-
-
-def _fence_state(start: str) -> str:
-    header, _, body = start.partition("\n")
-    if not _:
-        return "hold"  # the language is not known yet
-    if header[3:].strip().lower() not in _FENCE_LANGS:
-        return "show"
-    return "call" if "```" in body else "hold"
-
-
-def _balanced(text: str) -> bool:
+# --- the structure of a JSON text -------------------------------------------------------------
+def balanced(text: str) -> bool:
     """Whether the first bracket of `text` has closed."""
     depth = 0
     for char in _structure(text)[0]:

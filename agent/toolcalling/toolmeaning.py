@@ -2,7 +2,7 @@
 request is to each tool's description and example requests (`Tool.examples`: the mean of the
 three closest), by the embedding model knowledge search uses (knowledge_app.embeddings). The
 step offers the tools closest in meaning beside the best word matches
-(agent.toolcalling.constrained.choose).
+(agent.toolcalling.offering.choose).
 
 A tool's vectors are worked out once per process and tool version (its name, description and
 examples, and the embedding model): a reloaded user tool or a changed MCP tool is a new version.

@@ -13,8 +13,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import AsyncIterator
 
-from agent.context import prompts
 from agent.context.conversation import Conversation
+from agent.context.prompts import build_context
 from agent.context.window import effective_window, estimate_text
 from agent.frames.events import AgentEvent, ErrorEvent, TextDelta, ThinkingDelta, ThinkingEnd
 from agent.llm import LLMBackend, LLMError
@@ -29,10 +29,12 @@ from agent.llm.base import (
 )
 from agent.llm.messages import ChatMessage, LLMChunk, ToolCall
 from agent.models import Profile
-from agent.toolcalling import constrained, plan, toolmeaning, toolselect
+from agent.toolcalling import offering, plan, progress, prompts, schema, support, toolmeaning, toolselect
+from agent.toolcalling.callfilter import CallTextFilter
 from agent.toolcalling.calls import CallTracker, DoesNotFit, fit_request
+from agent.toolcalling.guards import notes, paths, programs, refusals, salvage, texts, values
 from agent.toolcalling.partial_json import FieldText
-from agent.toolcalling.toolcalls import CallTextFilter, extract_calls
+from agent.toolcalling.toolcalls import extract_calls
 from agent.turn import planning
 from agent.turn.runaway import RunawayGuard
 from agent.turn.stopping import Stopped, raise_if_stopped, stoppable, until_stopped
@@ -53,7 +55,7 @@ class Setup:
     tools: list[Tool]
     limit: int  # the context window
     tracker: CallTracker
-    constrained: str = ""  # how the server takes a schema when steps are constrained (agent.toolcalling.constrained)
+    constrained: str = ""  # how the server takes a schema when steps are constrained (agent.toolcalling.support)
     catalogue: str = ""  # the tools as the system prompt lists them for constrained steps (all tools offered)
     step_tools: list = field(default_factory=list)  # the tools of the last constrained step, sent as the template shows them
     # A call as the model wrote it → its arguments with the program written again (_write_code):
@@ -62,14 +64,14 @@ class Setup:
     meanings: dict[tuple, toolmeaning.Meaning | None] = field(default_factory=dict)
 
     async def meaning(self, tools: list, query: str) -> toolmeaning.Meaning | None:
-        """How close the request is to `tools` in meaning (constrained.meaning: a capped profile
+        """How close the request is to `tools` in meaning (offering.meaning: a capped profile
         only), asked once per turn and set of tools: the planning call and the answer call of a
         turn offer the same tools (one prompt prefix for the server's cache) even when the tools'
         vectors were finished between them; a stop ends the wait."""
         key = (query, tuple(t.name for t in tools))
         if key not in self.meanings:
             cap = self.profile.max_tools
-            self.meanings[key] = await until_stopped(constrained.meaning(tools, query, cap), current_stop_event.get()) if cap > 0 else None
+            self.meanings[key] = await until_stopped(offering.meaning(tools, query, cap), current_stop_event.get()) if cap > 0 else None
         return self.meanings[key]
 
 
@@ -81,7 +83,7 @@ class Turn:
     calls: list[ToolCall] = field(default_factory=list)
     tokens: int = 0
     thinking_open: bool = False  # thinking was streamed and no text has closed it yet
-    decision: constrained.Decision | None = None  # of a constrained step (decide_step)
+    decision: schema.Decision | None = None  # of a constrained step (decide_step)
 
 
 class RunFailed(Exception):
@@ -116,16 +118,16 @@ async def make_setup(profile: Profile, backend: LLMBackend, tools: list[Tool], l
     model = profile.resolved_model()
     setup = Setup(profile, backend, tools, limit, CallTracker(backend.name, model))
     if tools and profile.tool_calling != Profile.ToolCalling.NATIVE:
-        setup.constrained = constrained.known_way(backend, model)  # probed once per server and model
+        setup.constrained = support.known_way(backend, model)  # probed once per server and model
         if setup.constrained is None:
-            setup.constrained = await until_stopped(constrained.support(backend, model), current_stop_event.get())
+            setup.constrained = await until_stopped(support.support(backend, model), current_stop_event.get())
         if not setup.constrained and profile.tool_calling == Profile.ToolCalling.CONSTRAINED:
             log.warning("profile %s asks for constrained tool calls, but %s/%s enforces no JSON schema: "
                         "tool calls are read from text", profile.id, backend.name, model)
         # Every tool offered: one catalogue in the system prompt, the same in every chat (a
         # cached prefix). A profile that caps its tools (a small model's) sends each step's
         # few tools the way the chat template shows them instead.
-        setup.catalogue = constrained.catalogue(tools) if setup.constrained and not profile.max_tools else ""
+        setup.catalogue = prompts.catalogue(tools) if setup.constrained and not profile.max_tools else ""
         if estimate_text(setup.catalogue) > limit // CATALOGUE_SHARE:
             # A small window: the catalogue would crowd the chat out of it (a 1500-token window
             # could not take "hi"). The step's tools go as fit_request cuts them down instead.
@@ -138,7 +140,7 @@ async def turn_context(conv: Conversation, setup: Setup) -> list[ChatMessage]:
     steps), history, and the turn's plan."""
     # A profile that caps its tools (a small model's) sends each step's tools anyway, and copies
     # what is written under its request: its clock stays in the system message.
-    context = await prompts.build_context(
+    context = await build_context(
         setup.profile, conv.context, conv.owner_id, conv.clock, conv.take_memory(), tools_text=setup.catalogue,
         clock_after=not setup.profile.max_tools, recalled=await conv.recalled_facts(),
     )
@@ -150,14 +152,14 @@ async def stream_turn(
     answer_only: bool = False, recover: bool = True, step: bool = False,
 ) -> AsyncIterator[AgentEvent]:
     """Stream one call into `turn`, yielding thinking and text deltas, and save the answer.
-    `step`: a constrained step's free call, with the step's tools (agent.toolcalling.constrained).
+    `step`: a constrained step's free call, with the step's tools (agent.toolcalling.schema).
     `answer_only`: only an answer, no tools sent (with the catalogue, a note says so; no note
     otherwise: a small model copies it into its answer). At most one call it writes anyway is
     recovered, none when `recover` is off."""
     profile = setup.profile
     context = await turn_context(conv, setup)
     if answer_only and setup.catalogue:
-        context = constrained.with_note(context, constrained.answer_note(context))
+        context = prompts.with_note(context, prompts.answer_note(context))
     if step or answer_only:  # the deciding call's prefix (its tools too): the server's cache serves it
         request = _fit_step(context, setup.step_tools, setup)
         readable = setup.step_tools or offer
@@ -192,7 +194,7 @@ async def stream_turn(
 async def constrained_step(
     conv: Conversation, setup: Setup, offer: list[Tool], turn: Turn, query: str, tools: ToolRegistry
 ) -> AsyncIterator[AgentEvent]:
-    """One step on a server that enforces schemas (agent.toolcalling.constrained): the model chooses
+    """One step on a server that enforces schemas (agent.toolcalling.schema): the model chooses
     "answer" or one valid call under the step's schema. The answer then streams
     unconstrained: on a profile that caps its tools (a small model's), after tool results,
     from a short prompt of the request and the results (a small model asked in the long
@@ -233,7 +235,7 @@ MAX_LEFT_ASKS = 2  # per turn: a small model asked again about a part of its req
 _FATAL = (LLMUnreachable, LLMModelMissing, LLMTimeout, LLMContextOverflow)
 
 
-async def rewrite_call(conv: Conversation, setup: Setup, turn: Turn, call: ToolCall) -> constrained.Decision | None:
+async def rewrite_call(conv: Conversation, setup: Setup, turn: Turn, call: ToolCall) -> schema.Decision | None:
     """A call that came out malformed, written again under the step's schema: that tool's
     arguments (or, for a name that is no tool of the step, any of the step's tools). The prefix
     is the free call's, so the server's cache serves it; None when nothing usable came back."""
@@ -241,7 +243,7 @@ async def rewrite_call(conv: Conversation, setup: Setup, turn: Turn, call: ToolC
     known = [t for t in tools if t.name == call.name]
     wanted = known or tools
     context = [m for m in await turn_context(conv, setup) if m is not turn.message]
-    context = constrained.with_note(context, constrained.redo_note(call.name, bool(known)))
+    context = prompts.with_note(context, prompts.redo_note(call.name, bool(known)))
     return await _constrained_call(conv, setup, turn, context, tools, wanted, answer=False)
 
 
@@ -261,32 +263,32 @@ async def decide_step(
         # Qwen2.5-Coder-0.5B went on trying and answered about the failures. The results it has
         # answer it. (A planned request's parts are its own: the plan forces and checks them.)
         setup.tracker.wandered = True
-        turn.decision = constrained.Decision(answer=True)
+        turn.decision = schema.Decision(answer=True)
         return
     # Only a capped step asks for meaning (an embedding call, raced against Stop); uncapped, the
     # race's two tasks were two trips through the event loop before every request.
     if cap:
-        offer = constrained.without_invented_addresses([t for t in offer if t.usable()], constrained.said_and_found(conv.context))
+        offer = offering.without_invented_addresses([t for t in offer if t.usable()], offering.said_and_found(conv.context))
     meaning = await setup.meaning(offer, query) if cap > 0 else None
     if cap and setup.tracker.plan is None:
         setup.tracker.plan = plan.make(query, offer, meaning)
     step = setup.tracker.plan.next(setup.tracker.done) if cap and setup.tracker.plan else None
     forced = [t for t in step[1].tools if t in offer] if step is not None and step[1].tries < plan.MAX_TRIES else []
-    offer = forced or constrained.choose(offer, query, cap, setup.tracker.used, meaning)
+    offer = forced or offering.choose(offer, query, cap, setup.tracker.used, meaning)
     # "Use the reverse_text tool to …": the first step of such a request is a call, not an answer;
     # so is a part of a planned request that names what does it.
-    told = bool(forced) or (not setup.tracker.used and constrained.names_a_tool(query, offer))
+    told = bool(forced) or (not setup.tracker.used and offering.names_a_tool(query, offer))
     text = not told and not setup.tracker.used and not setup.profile.max_tools
     context = await turn_context(conv, setup)
     if forced and not setup.tracker.plan.single:
         step[1].tries += 1
-        context = constrained.with_note(context, setup.tracker.plan.note(step[0]))
+        context = prompts.with_note(context, setup.tracker.plan.note(step[0]))
     else:
         # A plain first call (a plan of one step) is asked as any step is, its tool the only one:
         # told "Call tool_manual for my request now: {…}", the 0.5B model wrote that into `name`.
         if forced:
             step[1].tries += 1
-        context = constrained.with_note(context, constrained.decide_note(context, offer, text))
+        context = prompts.with_note(context, prompts.decide_note(context, offer, text))
     setup.step_tools = offer
     async for event in _constrained_stream(conv, setup, turn, context, offer, offer, answer=not told, text=text):
         yield event
@@ -302,7 +304,7 @@ async def decide_step(
         # A small model that goes round (a call it already made) or answers after its first
         # step often has a part of the request left (read timesheet.csv, then write
         # hours_total.txt): asked once more, told what is left, without the repeated call.
-        left = constrained.what_is_left(query, setup.tracker.done, offer, setup.tracker.used, meaning)
+        left = progress.what_is_left(query, setup.tracker.done, offer, setup.tracker.used, meaning)
         if left:
             setup.tracker.left_asks += 1
             if repeated:
@@ -312,13 +314,13 @@ async def decide_step(
         # The same successful call again, or (a small model's profile) writing over what this
         # turn already wrote: a small model with nothing new to do. It answers.
         setup.tracker.count_repeat()
-        turn.decision = constrained.Decision(answer=True, repeated=True)
+        turn.decision = schema.Decision(answer=True, repeated=True)
         return
     if decision.call is not None:
         if setup.profile.max_tools:
             if forced:
-                constrained.fix_path_for_part(decision.call, query, step[1].part, setup.tracker.done)
-            constrained.fix_path(decision.call, query)
+                paths.fix_path_for_part(decision.call, query, step[1].part, setup.tracker.done)
+            paths.fix_path(decision.call, query)
             await _write_code(conv, setup, decision.call)
             decision.call = await _read_first(setup, decision.call, query)
             decision.call = await _read_named_first(setup, decision.call, query)
@@ -330,7 +332,7 @@ async def decide_step(
     turn.decision = decision
 
 
-def _again(setup: Setup, decision: constrained.Decision) -> bool:
+def _again(setup: Setup, decision: schema.Decision) -> bool:
     """The decision is a call this turn already made (or, for a small model, one writing over
     what the turn wrote, or one that failed before a call that has worked since); a call whose
     program was written again is compared as rewritten."""
@@ -345,7 +347,7 @@ def _again(setup: Setup, decision: constrained.Decision) -> bool:
 
 async def _decide_what_is_left(
     conv: Conversation, setup: Setup, turn: Turn, offer: list[Tool], repeated: ToolCall | None, left, query: str
-) -> constrained.Decision | None:
+) -> schema.Decision | None:
     """The step asked again: told what is left, and offered the tools the request names that did
     not run (or, with a file left, the step's tools), without a repeated call's action or tool."""
     tool = next((t for t in offer if repeated is not None and t.name == repeated.name), None)
@@ -358,22 +360,22 @@ async def _decide_what_is_left(
     if not tools:
         return None
     context = await turn_context(conv, setup)
-    context = constrained.with_note(context, constrained.left_note(left, query))
+    context = prompts.with_note(context, prompts.left_note(left, query))
     without = (repeated.name, action) if repeated is not None and action else None
     return await _constrained_call(conv, setup, turn, context, tools, tools, answer=True, without=without)
 
 
 async def _write_code(conv: Conversation, setup: Setup, call: ToolCall) -> None:
-    """`_write_program`, then what the program plainly forgot put in (constrained.completed_program:
+    """`_write_program`, then what the program plainly forgot put in (programs.completed_program:
     a standard module never imported, a lone function never called) and the end of a span the
-    request said with both ends (constrained.inclusive_ranges: "1 to 12345" is range(1, 12346))."""
+    request said with both ends (programs.inclusive_ranges: "1 to 12345" is range(1, 12346))."""
     written_as = _written_as(call)  # as the model wrote it: how a repeat of it is recognised
     await _write_program(conv, setup, call)
     tool = next((t for t in setup.step_tools if t.name == call.name), None)
     argument = getattr(tool, "code_argument", "")
     if argument and isinstance(call.arguments.get(argument), str):
-        completed = constrained.completed_program(call.arguments[argument])
-        completed = constrained.inclusive_ranges(completed, conv.last_request())
+        completed = programs.completed_program(call.arguments[argument])
+        completed = programs.inclusive_ranges(completed, conv.last_request())
         if completed != call.arguments[argument]:
             call.arguments = {**call.arguments, argument: completed}
             setup.rewritten[written_as] = dict(call.arguments)
@@ -384,28 +386,28 @@ async def _write_program(conv: Conversation, setup: Setup, call: ToolCall) -> No
     short call of its own: inside a JSON string a coder model writes `1 + 12345` for "the sum
     from 1 to 12345"; asked for code, it writes the program. The model's own version stays when
     this one gives no Python that parses, or reads a file or path nobody named, and is not asked
-    for when it is one expression that computes from builtins alone (constrained.computes_itself)."""
+    for when it is one expression that computes from builtins alone (programs.computes_itself)."""
     tool = next((t for t in setup.step_tools if t.name == call.name), None)
     argument = getattr(tool, "code_argument", "")
     if not argument or not isinstance(call.arguments.get(argument, ""), str):
         return
-    if getattr(tool, "code_runs_as_is", False) and constrained.computes_itself(call.arguments[argument]):
+    if getattr(tool, "code_runs_as_is", False) and programs.computes_itself(call.arguments[argument]):
         return
     try:
         brief = tool.code_brief.format(**{k: v for k, v in call.arguments.items() if isinstance(v, str)})
     except (KeyError, IndexError, ValueError):
         brief = tool.code_brief
-    own, said = call.arguments.get(argument, ""), constrained.turn_said(conv.context)
+    own, said = call.arguments.get(argument, ""), programs.turn_said(conv.context)
     code = await _program(conv, setup, call, brief)
-    if code and constrained.invents_numbers(code, f"{said}\n{own}"):
+    if code and programs.invents_numbers(code, f"{said}\n{own}"):
         # Asked for the sum from 1 to 12345, Qwen2.5-Coder-0.5B wrote range(1, 12356); told the
         # request's numbers, range(1, 12346). Asked once more so, then the model's own stays.
-        numbers = constrained.numbers_in(conv.last_request())
-        code = await _program(conv, setup, call, f"{brief} {constrained.NUMBERS_NOTE.format(numbers=numbers)}") if numbers else ""
-        if code and constrained.invents_numbers(code, f"{said}\n{own}"):
+        numbers = programs.numbers_in(conv.last_request())
+        code = await _program(conv, setup, call, f"{brief} {programs.NUMBERS_NOTE.format(numbers=numbers)}") if numbers else ""
+        if code and programs.invents_numbers(code, f"{said}\n{own}"):
             log.info("the program of %s written again holds a number nobody gave: the model's own is kept", call.name)
             return
-    if code and constrained.invents_inputs(code, conv.last_request(), own):
+    if code and programs.invents_inputs(code, conv.last_request(), own):
         log.info("the program of %s written again reads what the request never named: the model's own is kept", call.name)
         return
     if code:
@@ -416,8 +418,8 @@ async def _write_program(conv: Conversation, setup: Setup, call: ToolCall) -> No
 
 async def _program(conv: Conversation, setup: Setup, call: ToolCall, brief: str) -> str:
     """A program for the call's tool, written in a short call of its own ("" when none came)."""
-    reply = await _short_call(setup, "code", constrained.code_prompt(conv.context, brief, call.name), call.name)
-    return constrained.code_from(reply, {t.name for t in setup.tools})
+    reply = await _short_call(setup, "code", programs.code_prompt(conv.context, brief, call.name), call.name)
+    return programs.code_from(reply, {t.name for t in setup.tools})
 
 
 async def _short_call(setup: Setup, purpose: str, messages: list[ChatMessage], tool: str) -> str:
@@ -443,7 +445,7 @@ async def _write_text(conv: Conversation, setup: Setup, call: ToolCall) -> None:
     """A small model's text for a file (Tool.text_argument), after this turn's tools returned
     something, written again in a short call of its own from the request and those results: in
     the step's JSON a 0.5B model wrote the key ("timeout") where the value (45) was meant. So is
-    a whole file's text its format cannot read (constrained.unreadable: "debug=true&port=8080"
+    a whole file's text its format cannot read (texts.unreadable: "debug=true&port=8080"
     for config.json), and a row appended to a table the turn has not read (the tool's
     `current_text`: its rows are shown, and only new lines are kept). The model's own text stays
     when this one is empty, runs far longer, or does not read where the model's did."""
@@ -455,9 +457,9 @@ async def _write_text(conv: Conversation, setup: Setup, call: ToolCall) -> None:
         return
     own = tool.kept_text(arguments)
     path = tool.text_place(arguments)
-    malformed = action != "append" and constrained.unreadable(path, own)
+    malformed = action != "append" and texts.unreadable(path, own)
     table = None  # the rows a row is appended to, unless the turn read them already
-    if (peek := getattr(tool, "current_text", None)) and constrained.read_this_turn(conv.context, path) is None:
+    if (peek := getattr(tool, "current_text", None)) and texts.read_this_turn(conv.context, path) is None:
         table = await peek(arguments)
     # What informs the text: any result for a file (a read, a program's output); for a note or a
     # fact, another tool's (a scratchpad's "Section saved" tells nothing to write: "note one, then two").
@@ -465,21 +467,21 @@ async def _write_text(conv: Conversation, setup: Setup, call: ToolCall) -> None:
                  and (m.name != call.name or tool.text_in_file)]
     if not malformed and table is None and not informing:
         return  # nothing returned yet: the text comes from the request, as the model wrote it
-    if not malformed and table is None and constrained.quoted_in(own, conv.last_request()):
+    if not malformed and table is None and notes.quoted_in(own, conv.last_request()):
         return  # the very words the request quotes ("add 'stock is low'")
     if not tool.text_in_file:
         await _write_note(conv, setup, call, tool, own, "\n".join(m.content for m in informing))
         return
-    prompt = constrained.text_prompt(conv.context, action, path, conv.clock.date(), current=table)
+    prompt = texts.text_prompt(conv.context, action, path, conv.clock.date(), current=table)
     reply = await _short_call(setup, "text", prompt, call.name)
-    text = constrained.text_from(reply, own)
+    text = texts.text_from(reply, own)
     if text and table is not None:
-        text = constrained.new_lines(text, table)
+        text = texts.new_lines(text, table)
     if not tool.text_in_file:
         text = text.strip()
-    if text and constrained.is_call_text(text, tool):
+    if text and texts.is_call_text(text, tool):
         return  # a call written where the file's text goes
-    if text and action != "append" and constrained.unreadable(path, text) and not constrained.unreadable(path, own):
+    if text and action != "append" and texts.unreadable(path, text) and not texts.unreadable(path, own):
         return  # the model's own text reads; this one does not
     if text and text != own:
         written_as = _written_as(call)
@@ -491,17 +493,17 @@ async def _write_note(conv: Conversation, setup: Setup, call: ToolCall, tool, ow
     """A note's or a fact's text after another tool returned something (`_write_text`): the
     model's own stays when it is what the results said (every word of it there, one at least not
     the request's: "Ines Varga" read from doctor.txt); else it is asked again as one short sentence
-    (constrained.note_prompt), kept only when that sentence carries something the results said
+    (notes.note_prompt), kept only when that sentence carries something the results said
     and the request did not."""
     request = conv.last_request()
-    if constrained.grounded(own, results, request):
+    if notes.grounded(own, results, request):
         return
-    for ask in range(len(constrained.NOTE_ASKS)):
-        prompt = constrained.note_prompt(conv.context, tool.text_place(call.arguments), call.name, ask)
+    for ask in range(len(notes.NOTE_ASKS)):
+        prompt = notes.note_prompt(conv.context, tool.text_place(call.arguments), call.name, ask)
         reply = (await _short_call(setup, "text", prompt, call.name) or "").strip()
         text = reply.splitlines()[0].strip() if reply else ""
-        if text and len(text) <= constrained.NOTE_CHARS and constrained.found_news(text, results, request) \
-                and not constrained.is_call_text(text, tool):
+        if text and len(text) <= notes.NOTE_CHARS and notes.found_news(text, results, request) \
+                and not texts.is_call_text(text, tool):
             break
     else:
         return
@@ -512,7 +514,7 @@ async def _write_note(conv: Conversation, setup: Setup, call: ToolCall, tool, ow
 
 async def _compute_first(conv: Conversation, setup: Setup, call: ToolCall) -> ToolCall:
     """A small model's short text for a file that holds a number nobody gave (a total, a count:
-    constrained.computed_numbers) becomes a program that works it out and prints it, when the
+    values.computed_numbers) becomes a program that works it out and prints it, when the
     profile has a program tool (code_exec) and no program ran this turn: the model added up a
     column of hours to 27 where the total was 37.5, and a 0.5B coder model cannot add but writes
     the program that does. The write comes at a later step, from the program's output; the call
@@ -527,14 +529,14 @@ async def _compute_first(conv: Conversation, setup: Setup, call: ToolCall) -> To
         return call
     if any(m.role == "tool" and m.name == runner.name for m in _this_turn(conv.context)):
         return call  # a program ran: what it printed is what the text was written from
-    if not constrained.computed_numbers(text, constrained.turn_said(conv.context)):
+    if not values.computed_numbers(text, programs.turn_said(conv.context)):
         return call
     path = tool.text_place(arguments)
     program = await _program(conv, setup, ToolCall(id=call.id, name=runner.name, arguments={}),
-                             constrained.compute_brief(path, conv.last_request()))
-    if not program or constrained.invents_inputs(program, conv.last_request(), ""):
+                             values.compute_brief(path, conv.last_request()))
+    if not program or programs.invents_inputs(program, conv.last_request(), ""):
         return call
-    program = constrained.inclusive_ranges(constrained.completed_program(program), conv.last_request())
+    program = programs.inclusive_ranges(programs.completed_program(program), conv.last_request())
     log.info("a number nobody gave for %s: worked out by a program first", path)
     return ToolCall(id=call.id, name=runner.name, arguments={runner.code_argument: program}, constrained=call.constrained)
 
@@ -566,7 +568,7 @@ async def _read_named_first(setup: Setup, call: ToolCall, query: str) -> ToolCal
     reader = next((t for t in setup.tools if t.name == plan.FILE_TOOL), None)
     if not getattr(tool, "keeps", False) or setup.tracker.done or reader is None or not hasattr(reader, "read_first"):
         return call
-    if not constrained.found_news(tool.kept_text(call.arguments), tool.kept_text(call.arguments), query):
+    if not notes.found_news(tool.kept_text(call.arguments), tool.kept_text(call.arguments), query):
         return call  # what it keeps is the request's own words ("note done …, not in notes.txt")
     for name in toolselect.file_names(query)[:3]:
         arguments = await reader.read_first({"action": "write", "path": name}, set())
@@ -588,7 +590,7 @@ def _written_as(call: ToolCall) -> str:
 async def _constrained_call(
     conv: Conversation, setup: Setup, turn: Turn, context: list[ChatMessage], tools: list[Tool], allowed: list[Tool],
     *, answer: bool, without: tuple[str, str] | None = None,
-) -> constrained.Decision | None:
+) -> schema.Decision | None:
     """One call under the schema of `allowed` (and "answer" with `answer`), the step's `tools`
     sent as the template shows them; None when it gave nothing usable."""
     async for _ in _constrained_stream(conv, setup, turn, context, tools, allowed, answer=answer, without=without):
@@ -606,10 +608,10 @@ async def _constrained_stream(
     turn.decision = None
     request = _fit_step(context, tools, setup)
     known = tuple(t.name for t in setup.tools)
-    output = OutputSchema(setup.constrained, constrained.step_schema(
+    output = OutputSchema(setup.constrained, schema.step_schema(
         allowed, answer=answer, without=without, text=text, known=known,
         request=conv.last_request() if profile.max_tools else None))
-    reader = FieldText(constrained.ANSWER_TEXT) if text else None
+    reader = FieldText(schema.ANSWER_TEXT) if text else None
     guard, raw_guard = RunawayGuard(), RunawayGuard()  # the answer's text; the JSON of a call
     msg, stop = turn.message, current_stop_event.get()
     parts: list[str] = []
@@ -671,16 +673,16 @@ async def _constrained_stream(
     if not turn.tokens:
         turn.tokens = request.prompt_tokens + estimate_text("".join(parts))
     if native:  # the server read the JSON as a call of its own
-        turn.decision = constrained.Decision(call=ToolCall(id=native[0].id, name=native[0].name,
+        turn.decision = schema.Decision(call=ToolCall(id=native[0].id, name=native[0].name,
                                                            arguments=native[0].arguments, constrained=True))
         return
     if msg.content:  # the answer, written in the step (cut by the token cap, it is still what was said)
-        turn.decision = constrained.Decision(answer=True, text=msg.content)
+        turn.decision = schema.Decision(answer=True, text=msg.content)
         await conv.save_streaming(msg, tokens=turn.tokens)
         return
     content = "".join(parts)
     # Cut (it ran on, or hit the token cap): a call whose list ran on keeps its items said once.
-    turn.decision = constrained.salvaged(content, offered) if finish == "length" else constrained.parse_decision(content, offered)
+    turn.decision = salvage.salvaged(content, offered) if finish == "length" else schema.parse_decision(content, offered)
     if turn.decision is None:
         log.info("constrained call gave nothing usable: %.200r", content)
 
@@ -688,21 +690,21 @@ async def _constrained_stream(
 async def answer_from_results(conv: Conversation, setup: Setup, turn: Turn) -> AsyncIterator[AgentEvent]:
     """The answer of a small model's turn after its tools ran: the request and this turn's
     results in a short prompt of their own, streamed and saved as the turn's answer; a program's
-    short output that the answer leaves out is shown under it (constrained.unstated_output)."""
+    short output that the answer leaves out is shown under it (values.unstated_output)."""
     profile = setup.profile
 
     def stream(temperature: float, again: bool = False):
         return setup.backend.stream_complete(
-            constrained.results_prompt(conv.context, again, focused=setup.tracker.wandered), None, model=profile.resolved_model(),
+            prompts.results_prompt(conv.context, again, focused=setup.tracker.wandered), None, model=profile.resolved_model(),
             temperature=temperature, max_tokens=profile.answer_token_limit(),
         )
 
-    said = constrained.results_said(conv.context)
+    said = refusals.results_said(conv.context)
     async for event in _streamed(_unless_refusal(stream, profile.temperature, said), conv, setup, turn, None):
         yield event
-    programs = {t.name for t in setup.tools if getattr(t, "code_runs_as_is", False)}
-    if output := constrained.unstated_output(conv.context, turn.message.content, programs):
-        for event in _show(turn, constrained.output_note(output)):
+    runners = {t.name for t in setup.tools if getattr(t, "code_runs_as_is", False)}
+    if output := values.unstated_output(conv.context, turn.message.content, runners):
+        for event in _show(turn, values.output_note(output)):
             yield event
     turn.tokens = conv.token_count + estimate_text(turn.message.content)  # the chat's context, not this prompt
     if turn.thinking_open:
@@ -731,11 +733,11 @@ async def _unless_refusal(stream, temperature: float, said: str):
 
 
 async def _held_refusal(stream, code_too: bool = True):
-    """A stream's chunks, its first words held back (constrained.HELD_CHARS, or REFUSAL_CHARS when
+    """A stream's chunks, its first words held back (refusals.HELD_CHARS, or REFUSAL_CHARS when
     `code_too` is off); None (and the stream closed) when they are a stock refusal or, with
-    `code_too`, hold a code block (constrained.not_an_answer)."""
+    `code_too`, hold a code block (refusals.not_an_answer)."""
     held, text = [], ""
-    limit = constrained.HELD_CHARS if code_too else constrained.REFUSAL_CHARS
+    limit = refusals.HELD_CHARS if code_too else refusals.REFUSAL_CHARS
     try:
         async for chunk in stream:
             if held is None:
@@ -743,16 +745,16 @@ async def _held_refusal(stream, code_too: bool = True):
                 continue
             held.append(chunk)
             text += chunk.content or ""
-            if len(text) < limit and not chunk.done and not (code_too and constrained.holds_code(text)):
+            if len(text) < limit and not chunk.done and not (code_too and refusals.holds_code(text)):
                 continue
-            if constrained.not_an_answer(text, code_too):
+            if refusals.not_an_answer(text, code_too):
                 yield None
                 return
             for kept in held:
                 yield kept
             held = None
         if held is not None:  # the whole answer was shorter than the look-ahead
-            if constrained.not_an_answer(text, code_too):
+            if refusals.not_an_answer(text, code_too):
                 yield None
                 return
             for kept in held:
