@@ -105,7 +105,7 @@ class CallTracker:
     left_asks: int = 0  # times a small model was asked again about a part of the request left
     plan: Any = None  # a small model's multi-part request as steps (agent.toolcalling.plan), made at its first step
     # Calls of tools that had not worked this turn that failed after another tool's call worked:
-    # a small model wandering off a request a call already did (see turns.decide_step).
+    # a small model wandering off a request a call already did (see agent.turn.constrained.decide_step).
     strays: int = 0
     wandered: bool = False  # the turn was answered because of them (its answer leaves them out)
     _failed: dict[tuple[str, str], int] = field(default_factory=dict)  # a failed call → calls done before it

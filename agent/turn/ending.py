@@ -10,7 +10,8 @@ from agent.context.conversation import Conversation
 from agent.frames.events import AgentEvent, CitedStreamEnd, StreamEnd, TextDelta, TurnThinking
 from agent.llm.messages import ChatMessage
 from agent.turn import workers
-from agent.turn.turns import Setup, Turn
+from agent.turn.setup import Setup
+from agent.turn.turns import Turn
 
 
 async def answer(conv: Conversation, setup: Setup, turn: Turn, is_subagent: bool) -> AsyncIterator[AgentEvent]:

@@ -20,10 +20,11 @@ from agent.llm.messages import ChatMessage
 from agent.models import Profile
 from agent.toolcalling.tool_step import run_tool
 from agent.trust.approvals import RunGuard, current_guard, offered_tools
-from agent.turn import ending, subagent, turns, workers
+from agent.turn import constrained, ending, subagent, turns, workers
 from agent.turn.planning import plan_turn, should_plan
+from agent.turn.setup import Setup, make_setup
 from agent.turn.stopping import Stopped, raise_if_stopped, until_stopped
-from agent.turn.turns import RunFailed, Setup, Turn, TurnFailed
+from agent.turn.turns import RunFailed, Turn, TurnFailed
 from memory_app.services import get_summary, has_facts
 from navi_project.hop import db_hop
 from tools_app.context import (
@@ -155,7 +156,7 @@ class Agent:
             raise_if_stopped(stop)
             turn, offer = Turn(), setup.tracker.offer(setup.tools)
             if setup.constrained and offer:
-                async for event in turns.constrained_step(conv, setup, offer, turn, query, self.tools):
+                async for event in constrained.constrained_step(conv, setup, offer, turn, query, self.tools):
                     yield event
             else:
                 async for event in turns.stream_turn(conv, setup, offer, turn, query):
@@ -198,4 +199,4 @@ class Agent:
     async def _setup(self, profile: Profile, backend=None, limit: int = 0) -> Setup:
         """What the turn's calls use of `profile` (switch_profile may change it mid-run)."""
         backend = backend or self.backends.get(profile.llm_backend)
-        return await turns.make_setup(profile, backend, offered_tools(self.tools, profile), limit)
+        return await make_setup(profile, backend, offered_tools(self.tools, profile), limit)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings
 
@@ -23,11 +23,9 @@ from agent.llm import LLMBackend, LLMError, oneshot
 from agent.llm.messages import ChatMessage
 from agent.models import Profile
 from agent.toolcalling.calls import DoesNotFit, fit_request
+from agent.turn.setup import Setup
 from agent.turn.stopping import Stopped, until_stopped
 from tools_app.context import current_stop_event
-
-if TYPE_CHECKING:
-    from agent.turn.turns import Setup  # turns reads the plan (with_plan): no import back at run time
 
 log = logging.getLogger(__name__)
 

@@ -6,10 +6,14 @@ again, the results themselves are the answer (`results_said`).
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import re
 
-from agent.llm.messages import ChatMessage
+from agent.llm.messages import ChatMessage, LLMChunk
 from agent.toolcalling.prompts import request_and_results
+
+log = logging.getLogger(__name__)
 
 REFUSAL_CHARS = 60  # of an answer read before it is shown: enough to tell a stock refusal
 _REFUSAL = re.compile(
@@ -44,3 +48,55 @@ def results_said(context: list[ChatMessage]) -> str:
     if not results:
         return "I could not write an answer to that. Ask me again, or in other words."
     return f"My tools returned:\n\n{results}"
+
+
+async def unless_refusal(stream, temperature: float, said: str):
+    """The answer's chunks, its first words held back until they show it is an answer: a small
+    model writes a stock refusal ("I'm sorry, but I can't assist with that") now and then over
+    results its tools just returned, or code that would fetch what its tool already fetched
+    ("To fetch the stock data you can use requests: ```python …"). Such a start is dropped and
+    the answer asked once more, at temperature 0, as a report of what was done; refused again,
+    the answer is `said` (what the tools returned)."""
+    for again in (False, True):
+        refused = False
+        async for chunk in held_refusal(stream(0.0 if again else temperature, again), code_too=not again):
+            if chunk is None:  # it ends after a None
+                refused = True
+            else:
+                yield chunk
+        if not refused:
+            return
+        log.info("a small model refused to answer from its results, or wrote code instead")
+    yield LLMChunk(content=said, done=True, finish_reason="stop")
+
+
+async def held_refusal(stream, code_too: bool = True):
+    """A stream's chunks, its first words held back (HELD_CHARS, or REFUSAL_CHARS when
+    `code_too` is off); None (and the stream closed) when they are a stock refusal or, with
+    `code_too`, hold a code block (not_an_answer)."""
+    held, text = [], ""
+    limit = HELD_CHARS if code_too else REFUSAL_CHARS
+    try:
+        async for chunk in stream:
+            if held is None:
+                yield chunk
+                continue
+            held.append(chunk)
+            text += chunk.content or ""
+            if len(text) < limit and not chunk.done and not (code_too and holds_code(text)):
+                continue
+            if not_an_answer(text, code_too):
+                yield None
+                return
+            for kept in held:
+                yield kept
+            held = None
+        if held is not None:  # the whole answer was shorter than the look-ahead
+            if not_an_answer(text, code_too):
+                yield None
+                return
+            for kept in held:
+                yield kept
+    finally:
+        with contextlib.suppress(Exception):
+            await stream.aclose()

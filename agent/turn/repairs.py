@@ -1,0 +1,244 @@
+"""The small-model repairs of a constrained step's call that take a model call of their own or a
+tool's help: a program or a file's text written again, a number worked out by a program first, a
+write over an unseen file made a read (agent.toolcalling.guards says which slip each answers).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from agent.context.conversation import Conversation
+from agent.llm import LLMError
+from agent.llm.base import LLMIncomplete
+from agent.llm.messages import ChatMessage, ToolCall
+from agent.toolcalling import plan, toolselect
+from agent.toolcalling.guards import notes, programs, texts, values
+from agent.turn.setup import Setup
+from agent.turn.stopping import Stopped, until_stopped
+from navi_project.llm_purpose import llm_purpose
+from tools_app.context import current_stop_event
+
+log = logging.getLogger(__name__)
+
+
+async def write_code(conv: Conversation, setup: Setup, call: ToolCall) -> None:
+    """`write_program`, then what the program plainly forgot put in (programs.completed_program:
+    a standard module never imported, a lone function never called) and the end of a span the
+    request said with both ends (programs.inclusive_ranges: "1 to 12345" is range(1, 12346))."""
+    key = written_as(call)  # as the model wrote it: how a repeat of it is recognised
+    await write_program(conv, setup, call)
+    tool = next((t for t in setup.step_tools if t.name == call.name), None)
+    argument = getattr(tool, "code_argument", "")
+    if argument and isinstance(call.arguments.get(argument), str):
+        completed = programs.completed_program(call.arguments[argument])
+        completed = programs.inclusive_ranges(completed, conv.last_request())
+        if completed != call.arguments[argument]:
+            call.arguments = {**call.arguments, argument: completed}
+            setup.rewritten[key] = dict(call.arguments)
+
+
+async def write_program(conv: Conversation, setup: Setup, call: ToolCall) -> None:
+    """A small model's program argument (Tool.code_argument), written again as plain code in a
+    short call of its own: inside a JSON string a coder model writes `1 + 12345` for "the sum
+    from 1 to 12345"; asked for code, it writes the program. The model's own version stays when
+    this one gives no Python that parses, or reads a file or path nobody named, and is not asked
+    for when it is one expression that computes from builtins alone (programs.computes_itself)."""
+    tool = next((t for t in setup.step_tools if t.name == call.name), None)
+    argument = getattr(tool, "code_argument", "")
+    if not argument or not isinstance(call.arguments.get(argument, ""), str):
+        return
+    if getattr(tool, "code_runs_as_is", False) and programs.computes_itself(call.arguments[argument]):
+        return
+    try:
+        brief = tool.code_brief.format(**{k: v for k, v in call.arguments.items() if isinstance(v, str)})
+    except (KeyError, IndexError, ValueError):
+        brief = tool.code_brief
+    own, said = call.arguments.get(argument, ""), programs.turn_said(conv.context)
+    code = await ask_program(conv, setup, call, brief)
+    if code and programs.invents_numbers(code, f"{said}\n{own}"):
+        # Asked for the sum from 1 to 12345, Qwen2.5-Coder-0.5B wrote range(1, 12356); told the
+        # request's numbers, range(1, 12346). Asked once more so, then the model's own stays.
+        numbers = programs.numbers_in(conv.last_request())
+        code = await ask_program(conv, setup, call, f"{brief} {programs.NUMBERS_NOTE.format(numbers=numbers)}") if numbers else ""
+        if code and programs.invents_numbers(code, f"{said}\n{own}"):
+            log.info("the program of %s written again holds a number nobody gave: the model's own is kept", call.name)
+            return
+    if code and programs.invents_inputs(code, conv.last_request(), own):
+        log.info("the program of %s written again reads what the request never named: the model's own is kept", call.name)
+        return
+    if code:
+        key = written_as(call)
+        call.arguments = {**call.arguments, argument: code}
+        setup.rewritten[key] = dict(call.arguments)
+
+
+async def ask_program(conv: Conversation, setup: Setup, call: ToolCall, brief: str) -> str:
+    """A program for the call's tool, written in a short call of its own ("" when none came)."""
+    reply = await short_call(setup, "code", programs.code_prompt(conv.context, brief, call.name), call.name)
+    return programs.code_from(reply, {t.name for t in setup.tools})
+
+
+async def short_call(setup: Setup, purpose: str, messages: list[ChatMessage], tool: str) -> str:
+    """One small unconstrained call at temperature 0 (the likeliest program or text), raced
+    against Stop; "" when it failed."""
+    profile = setup.profile
+    try:
+        with llm_purpose(purpose):
+            response = await until_stopped(
+                setup.backend.complete(messages, None, model=profile.resolved_model(), temperature=0.0, think=False,
+                                       max_tokens=profile.answer_token_limit()),
+                current_stop_event.get(),
+            )
+    except Stopped:
+        raise
+    except (LLMError, LLMIncomplete) as exc:
+        log.info("the %s of %s was not written again: %s", purpose, tool, exc)
+        return ""
+    return response.content
+
+
+async def write_text(conv: Conversation, setup: Setup, call: ToolCall) -> None:
+    """A small model's text for a file (Tool.text_argument), after this turn's tools returned
+    something, written again in a short call of its own from the request and those results: in
+    the step's JSON a 0.5B model wrote the key ("timeout") where the value (45) was meant. So is
+    a whole file's text its format cannot read (texts.unreadable: "debug=true&port=8080"
+    for config.json), and a row appended to a table the turn has not read (the tool's
+    `current_text`: its rows are shown, and only new lines are kept). The model's own text stays
+    when this one is empty, runs far longer, or does not read where the model's did."""
+    tool = next((t for t in setup.step_tools if t.name == call.name), None)
+    argument = getattr(tool, "text_argument", "")
+    arguments = call.arguments if isinstance(call.arguments, dict) else {}
+    action = arguments.get(getattr(tool, "action_parameter", "action")) or "write"
+    if not hasattr(tool, "takes_text") or not tool.takes_text(arguments):
+        return
+    own = tool.kept_text(arguments)
+    path = tool.text_place(arguments)
+    malformed = action != "append" and texts.unreadable(path, own)
+    table = None  # the rows a row is appended to, unless the turn read them already
+    if (peek := getattr(tool, "current_text", None)) and texts.read_this_turn(conv.context, path) is None:
+        table = await peek(arguments)
+    # What informs the text: any result for a file (a read, a program's output); for a note or a
+    # fact, another tool's (a scratchpad's "Section saved" tells nothing to write: "note one, then two").
+    informing = [m for m in this_turn(conv.context) if m.role == "tool" and not m.content.startswith("ERROR")
+                 and (m.name != call.name or tool.text_in_file)]
+    if not malformed and table is None and not informing:
+        return  # nothing returned yet: the text comes from the request, as the model wrote it
+    if not malformed and table is None and notes.quoted_in(own, conv.last_request()):
+        return  # the very words the request quotes ("add 'stock is low'")
+    if not tool.text_in_file:
+        await write_note(conv, setup, call, tool, own, "\n".join(m.content for m in informing))
+        return
+    prompt = texts.text_prompt(conv.context, action, path, conv.clock.date(), current=table)
+    reply = await short_call(setup, "text", prompt, call.name)
+    text = texts.text_from(reply, own)
+    if text and table is not None:
+        text = texts.new_lines(text, table)
+    if not tool.text_in_file:
+        text = text.strip()
+    if text and texts.is_call_text(text, tool):
+        return  # a call written where the file's text goes
+    if text and action != "append" and texts.unreadable(path, text) and not texts.unreadable(path, own):
+        return  # the model's own text reads; this one does not
+    if text and text != own:
+        key = written_as(call)
+        call.arguments = {**arguments, argument: text}
+        setup.rewritten[key] = dict(call.arguments)
+
+
+async def write_note(conv: Conversation, setup: Setup, call: ToolCall, tool, own: str, results: str) -> None:
+    """A note's or a fact's text after another tool returned something (`write_text`): the
+    model's own stays when it is what the results said (every word of it there, one at least not
+    the request's: "Ines Varga" read from doctor.txt); else it is asked again as one short sentence
+    (notes.note_prompt), kept only when that sentence carries something the results said
+    and the request did not."""
+    request = conv.last_request()
+    if notes.grounded(own, results, request):
+        return
+    for ask in range(len(notes.NOTE_ASKS)):
+        prompt = notes.note_prompt(conv.context, tool.text_place(call.arguments), call.name, ask)
+        reply = (await short_call(setup, "text", prompt, call.name) or "").strip()
+        text = reply.splitlines()[0].strip() if reply else ""
+        if text and len(text) <= notes.NOTE_CHARS and notes.found_news(text, results, request) \
+                and not texts.is_call_text(text, tool):
+            break
+    else:
+        return
+    key = written_as(call)
+    call.arguments = tool.with_kept_text(call.arguments, text)
+    setup.rewritten[key] = dict(call.arguments)
+
+
+async def compute_first(conv: Conversation, setup: Setup, call: ToolCall) -> ToolCall:
+    """A small model's short text for a file that holds a number nobody gave (a total, a count:
+    values.computed_numbers) becomes a program that works it out and prints it, when the
+    profile has a program tool (code_exec) and no program ran this turn: the model added up a
+    column of hours to 27 where the total was 37.5, and a 0.5B coder model cannot add but writes
+    the program that does. The write comes at a later step, from the program's output; the call
+    goes through the same policy as any call of that tool. The model's own call stays when no
+    program comes, or the program reads what the request never named."""
+    tool = next((t for t in setup.step_tools if t.name == call.name), None)
+    arguments = call.arguments if isinstance(call.arguments, dict) else {}
+    argument = getattr(tool, "text_argument", "")
+    text = arguments.get(argument)
+    runner = next((t for t in setup.tools if getattr(t, "code_runs_as_is", False) and t.code_argument), None)
+    if not hasattr(tool, "takes_text") or not tool.takes_text(arguments) or not isinstance(text, str) or runner is None:
+        return call
+    if any(m.role == "tool" and m.name == runner.name for m in this_turn(conv.context)):
+        return call  # a program ran: what it printed is what the text was written from
+    if not values.computed_numbers(text, programs.turn_said(conv.context)):
+        return call
+    path = tool.text_place(arguments)
+    program = await ask_program(conv, setup, ToolCall(id=call.id, name=runner.name, arguments={}),
+                             values.compute_brief(path, conv.last_request()))
+    if not program or programs.invents_inputs(program, conv.last_request(), ""):
+        return call
+    program = programs.inclusive_ranges(programs.completed_program(program), conv.last_request())
+    log.info("a number nobody gave for %s: worked out by a program first", path)
+    return ToolCall(id=call.id, name=runner.name, arguments={runner.code_argument: program}, constrained=call.constrained)
+
+
+async def read_first(setup: Setup, call: ToolCall, request: str) -> ToolCall:
+    """A small model's write over an existing file this turn has not touched becomes a read of
+    that file (the tool's `read_first`): the model decides again with the content in front of it,
+    and what it writes then is written from it (`write_text`). The owner's file is never replaced
+    by a model that never saw it."""
+    tool = next((t for t in setup.step_tools if t.name == call.name), None)
+    read_first = getattr(tool, "read_first", None)
+    if read_first is None or not isinstance(call.arguments, dict):
+        return call
+    touched = {str(c.arguments.get(k)).strip().strip("/").lower() for c in setup.tracker.done
+               if isinstance(c.arguments, dict) for k in ("path", "destination") if c.arguments.get(k)}
+    arguments = await read_first(call.arguments, touched, request)
+    if arguments is None:
+        return call
+    return ToolCall(id=call.id, name=call.name, arguments=arguments, constrained=call.constrained)
+
+
+async def read_named_first(setup: Setup, call: ToolCall, query: str) -> ToolCall:
+    """A small model's call of a tool that keeps what it is given (`Tool.keeps`: a list, a note,
+    a fact) before any call of the turn worked, keeping words the request never said, for a
+    request that names a file that exists, becomes a read of that file: what is kept is then
+    written from its content, not invented.
+    The read is a call like any other (the filesystem tool's policy and folders)."""
+    tool = next((t for t in setup.step_tools if t.name == call.name), None)
+    reader = next((t for t in setup.tools if t.name == plan.FILE_TOOL), None)
+    if not getattr(tool, "keeps", False) or setup.tracker.done or reader is None or not hasattr(reader, "read_first"):
+        return call
+    if not notes.found_news(tool.kept_text(call.arguments), tool.kept_text(call.arguments), query):
+        return call  # what it keeps is the request's own words ("note done …, not in notes.txt")
+    for name in toolselect.file_names(query)[:3]:
+        arguments = await reader.read_first({"action": "write", "path": name}, set())
+        if arguments is not None:
+            log.info("a call of %s before %s was read: the file is read first", call.name, name)
+            return ToolCall(id=call.id, name=reader.name, arguments=arguments, constrained=call.constrained)
+    return call
+
+
+def this_turn(context: list[ChatMessage]) -> list[ChatMessage]:
+    start = max((i for i, m in enumerate(context) if m.role == "user" and not m.is_summary), default=-1)
+    return context[start + 1:]
+
+
+def written_as(call: ToolCall) -> str:
+    return json.dumps([call.name, call.arguments], sort_keys=True, default=str)
