@@ -12,6 +12,7 @@ class AgentConfig(AppConfig):
         # Imported here, not at the top: these modules import models (Django's app-loading rule).
         from agent.memory import tasks as memory_tasks
         from agent.runs import startup
+        from agent.toolcalling.guards import ledger
         from agent.turn import compression, titles
         from agent.web import model_choice
         from agent.web.health import register_check
@@ -19,6 +20,7 @@ class AgentConfig(AppConfig):
         from knowledge_app.search import status as knowledge_status
         from sessions_app.model_choice import register_model_lister
 
+        ledger.switched_off()  # a NAVI_GUARDS_OFF naming no repair group stops the server here, not in a turn
         compression.register_workers()  # context compression before and after a turn
         titles.register_workers()  # a generated title after the first answer
         register_model_lister(model_choice.names_for_profile)  # PATCH /sessions/<id> {"model"}

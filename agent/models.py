@@ -117,6 +117,12 @@ class Profile(models.Model):
         }
 
     @property
+    def is_small_model(self) -> bool:
+        """A small model's profile: one that caps the tools it is offered (`max_tools`). Only such a
+        profile runs the repairs of agent/toolcalling/guards (the ledger); a big model's runs none."""
+        return self.max_tools > 0
+
+    @property
     def planning_mode(self) -> str:
         """always | auto | never: `planning_enabled` is the switch, `planning` the mode."""
         return self.planning if self.planning_enabled else self.Planning.NEVER

@@ -361,6 +361,9 @@ LLM_CALL_MAX_S = env.float("LLM_CALL_MAX_S", default=600.0)
 # the context window is full. Answers can be capped per profile (Profile.max_answer_tokens).
 LLM_MAX_ANSWER_TOKENS = env.int("LLM_MAX_ANSWER_TOKENS", default=4096)
 LLM_MAX_ANSWER_TOKENS_SMALL = env.int("LLM_MAX_ANSWER_TOKENS_SMALL", default=1024)  # profiles that cap their tools (small models)
+# Groups of small-model repairs switched off ("programs,paths"), to measure what each buys; default none
+# (agent/toolcalling/guards/ledger.py; bench/agent_eval.py --guards-off).
+NAVI_GUARDS_OFF = env.list("NAVI_GUARDS_OFF", default=[])
 LLM_MAX_PLAN_TOKENS = env.int("LLM_MAX_PLAN_TOKENS", default=200)
 LLM_MAX_SUMMARY_TOKENS = env.int("LLM_MAX_SUMMARY_TOKENS", default=1024)  # compression, memory summary, reflect
 LLM_MAX_EXTRACTION_TOKENS = env.int("LLM_MAX_EXTRACTION_TOKENS", default=512)

@@ -29,8 +29,17 @@ current_taint: ContextVar[str] = ContextVar("current_taint", default="")
 # What the run's own instruction came from when that was not the owner (a routine made in a
 # chat after it read untrusted content): such a run starts tainted.
 current_run_taint: ContextVar[str] = ContextVar("current_run_taint", default="")
+# The small-model repair groups in force for the run's profile (agent.toolcalling.guards.ledger):
+# empty for a big model's profile; None outside an agent's turn (a tool called over MCP): all on.
+current_repairs: ContextVar[frozenset[str] | None] = ContextVar("current_repairs", default=None)
 # The real chat session id (a sub-agent keeps its parent's here), for session files.
 current_chat_session_id: ContextVar[str | None] = ContextVar("current_chat_session_id", default=None)
+
+
+def repair_on(group: str) -> bool:
+    """Whether a small-model repair group runs for the tool call in flight (see current_repairs)."""
+    repairs = current_repairs.get()
+    return repairs is None or group in repairs
 
 
 def emit(event) -> None:

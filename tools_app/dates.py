@@ -91,11 +91,14 @@ def alone(item: str) -> bool:
     return bool(match) or (not rest and bool(_ISO.search(item or "")))
 
 
-def with_dates(items: list[str], day: date | None = None) -> list[str]:
+def with_dates(items: list[str], day: date | None = None, join: bool = True) -> list[str]:
     """Todo items with their relative dates pinned, an item that is only a date joined to the
     item before it ("dentist", "next Friday" → "dentist, next Friday (2026-12-04)"); more dates
     right after it are dropped (a 0.5B model went on with "next Monday", "next Tuesday", … the
-    clock's days)."""
+    clock's days). Without `join` (a big model's profile: the "dates" repair group) each item is
+    only pinned."""
+    if not join:
+        return [pin(item, day) for item in items]
     joined: list[str] = []
     after_date = False  # the item before was a date joined to its task
     for item in items:

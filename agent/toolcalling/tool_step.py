@@ -13,6 +13,7 @@ from agent.frames.events import AgentEvent, ApprovalRequired, ApprovalResolved, 
 from agent.llm.messages import ChatMessage, ToolCall
 from agent.models import Profile
 from agent.toolcalling.calls import CallTracker
+from agent.toolcalling.guards import ledger
 from agent.toolcalling.tool_trace import ToolTrace
 from agent.trust import policy
 from agent.trust.approvals import FRAME_DECISION, RunGuard, Verdict, current_guard
@@ -20,7 +21,13 @@ from navi_project import metrics
 from sessions_app.services import session_files_dir
 from tools_app import egress
 from tools_app.base import ToolResult
-from tools_app.context import current_chat_session_id, current_event_sink, current_stop_event, current_taint
+from tools_app.context import (
+    current_chat_session_id,
+    current_event_sink,
+    current_repairs,
+    current_stop_event,
+    current_taint,
+)
 from tools_app.registry import PreparedCall, ToolRegistry
 from tools_app.workspace import workspace_for
 
@@ -71,6 +78,7 @@ async def run_tool(
     taint_before = guard.run_taint if guard is not None else ""
     if result is None:
         taint = current_taint.set(guard.tainted_by if guard is not None else "")  # stored with what the tool writes
+        repairs = current_repairs.set(ledger.active(profile))  # a tool's own small-model repairs (dates)
         try:
             async for item in _execute(tools, prepared, allowed):
                 if isinstance(item, ToolResult):
@@ -81,6 +89,8 @@ async def run_tool(
         finally:
             with contextlib.suppress(ValueError):  # closed from another task's context: nothing to undo
                 current_taint.reset(taint)
+            with contextlib.suppress(ValueError):
+                current_repairs.reset(repairs)
     content = _content(call, prepared, result, conv, guard, taint_before) + tracker.after(call, result)
     trace.note_result(result)
     yield ToolEvent(tool=call.name, args=call.arguments, result=content, success=result.success, recovered=call.recovered)

@@ -115,7 +115,8 @@ async def decide_step(
     grows and saved, and the turn needs no second call (a message that needs no tool is one
     call). None when the step gave nothing usable (the caller then makes an unconstrained call)."""
     cap = setup.profile.max_tools
-    if cap and not (setup.tracker.plan and not setup.tracker.plan.single) and setup.tracker.strays >= STRAYS:
+    if "repeats" in setup.guards and not (setup.tracker.plan and not setup.tracker.plan.single) \
+            and setup.tracker.strays >= STRAYS:
         # A request that a call already did ("fetch <url> and tell me how many widgets are in
         # stock"), then other tools tried and failed (reading a stock.json that is no file):
         # Qwen2.5-Coder-0.5B went on trying and answered about the failures. The results it has
@@ -158,7 +159,7 @@ async def decide_step(
     # file the request names ("Create a file config.json …"), or a part its words and meaning
     # give a tool ("Write 'server is up' into the scratchpad section named status").
     stopping = decision.answer
-    if (repeated or stopping) and setup.profile.max_tools and setup.tracker.left_asks < MAX_LEFT_ASKS:
+    if (repeated or stopping) and "left" in setup.guards and setup.tracker.left_asks < MAX_LEFT_ASKS:
         # A small model that goes round (a call it already made) or answers after its first
         # step often has a part of the request left (read timesheet.csv, then write
         # hours_total.txt): asked once more, told what is left, without the repeated call.
@@ -175,15 +176,7 @@ async def decide_step(
         turn.decision = schema.Decision(answer=True, repeated=True)
         return
     if decision.call is not None:
-        if setup.profile.max_tools:
-            if forced:
-                paths.fix_path_for_part(decision.call, query, step[1].part, setup.tracker.done)
-            paths.fix_path(decision.call, query)
-            await write_code(conv, setup, decision.call)
-            decision.call = await read_first(setup, decision.call, query)
-            decision.call = await read_named_first(setup, decision.call, query)
-            await write_text(conv, setup, decision.call)
-            decision.call = await compute_first(conv, setup, decision.call)
+        decision.call = await _repaired(conv, setup, decision.call, query, step[1].part if forced else None)
         turn.calls = [decision.call]
         turn.message.tool_calls = [decision.call]
         await conv.save_streaming(turn.message, tokens=turn.tokens)
@@ -199,8 +192,28 @@ def _again(setup: Setup, decision: schema.Decision) -> bool:
         return False
     if (known := setup.rewritten.get(written_as(call))) is not None:
         call.arguments = dict(known)
-    return setup.tracker.succeeded(call) or bool(setup.profile.max_tools and (
+    return setup.tracker.succeeded(call) or bool("repeats" in setup.guards and (
         setup.tracker.replaces_again(call) or setup.tracker.failed_before_a_success(call)))
+
+
+async def _repaired(conv: Conversation, setup: Setup, call: ToolCall, query: str, part: str | None) -> ToolCall:
+    """The step's call after the repairs of its groups that are on (none for a big model's
+    profile: agent.toolcalling.guards.ledger); `part`: the planned step's part, when forced."""
+    on = setup.guards
+    if "paths" in on:
+        if part is not None:
+            paths.fix_path_for_part(call, query, part, setup.tracker.done)
+        paths.fix_path(call, query)
+    if "programs" in on:
+        await write_code(conv, setup, call)
+    if "reads" in on:
+        call = await read_first(setup, call, query)
+        call = await read_named_first(setup, call, query)
+    if on & {"texts", "notes"}:
+        await write_text(conv, setup, call)
+    if "values" in on:
+        call = await compute_first(conv, setup, call)
+    return call
 
 
 async def _decide_what_is_left(
@@ -318,7 +331,8 @@ async def _constrained_stream(
         return
     content = "".join(parts)
     # Cut (it ran on, or hit the token cap): a call whose list ran on keeps its items said once.
-    turn.decision = salvage.salvaged(content, offered) if finish == "length" else schema.parse_decision(content, offered)
+    salvaging = finish == "length" and "salvage" in setup.guards
+    turn.decision = salvage.salvaged(content, offered) if salvaging else schema.parse_decision(content, offered)
     if turn.decision is None:
         log.info("constrained call gave nothing usable: %.200r", content)
 
@@ -336,10 +350,11 @@ async def answer_from_results(conv: Conversation, setup: Setup, turn: Turn) -> A
         )
 
     said = refusals.results_said(conv.context)
-    async for event in streamed(unless_refusal(stream, profile.temperature, said), conv, setup, turn, None):
+    chunks = unless_refusal(stream, profile.temperature, said) if "refusals" in setup.guards else stream(profile.temperature)
+    async for event in streamed(chunks, conv, setup, turn, None):
         yield event
     runners = {t.name for t in setup.tools if getattr(t, "code_runs_as_is", False)}
-    if output := values.unstated_output(conv.context, turn.message.content, runners):
+    if "values" in setup.guards and (output := values.unstated_output(conv.context, turn.message.content, runners)):
         for event in show(turn, values.output_note(output)):
             yield event
     turn.tokens = conv.token_count + estimate_text(turn.message.content)  # the chat's context, not this prompt

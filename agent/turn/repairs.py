@@ -112,6 +112,8 @@ async def write_text(conv: Conversation, setup: Setup, call: ToolCall) -> None:
     action = arguments.get(getattr(tool, "action_parameter", "action")) or "write"
     if not hasattr(tool, "takes_text") or not tool.takes_text(arguments):
         return
+    if ("texts" if tool.text_in_file else "notes") not in setup.guards:
+        return  # a big model's profile, or the group switched off (agent.toolcalling.guards.ledger)
     own = tool.kept_text(arguments)
     path = tool.text_place(arguments)
     malformed = action != "append" and texts.unreadable(path, own)

@@ -12,6 +12,7 @@ from agent.llm import LLMBackend
 from agent.models import Profile
 from agent.toolcalling import offering, prompts, support, toolmeaning
 from agent.toolcalling.calls import CallTracker
+from agent.toolcalling.guards import ledger
 from agent.turn.stopping import until_stopped
 from tools_app.base import Tool
 from tools_app.context import current_stop_event
@@ -35,6 +36,8 @@ class Setup:
     # the same call chosen again is then seen as the repeat it is, and costs no second rewrite.
     rewritten: dict[str, dict] = field(default_factory=dict)
     meanings: dict[tuple, toolmeaning.Meaning | None] = field(default_factory=dict)
+    # The repair groups that run for this profile (agent.toolcalling.guards.ledger): none for a big model's.
+    guards: frozenset[str] = frozenset()
 
     async def meaning(self, tools: list, query: str) -> toolmeaning.Meaning | None:
         """How close the request is to `tools` in meaning (offering.meaning: a capped profile
@@ -56,7 +59,7 @@ async def make_setup(profile: Profile, backend: LLMBackend, tools: list[Tool], l
     how the server takes a schema when the steps are constrained (probed once per server and model)."""
     limit = limit or await effective_window(backend, profile)
     model = profile.resolved_model()
-    setup = Setup(profile, backend, tools, limit, CallTracker(backend.name, model))
+    setup = Setup(profile, backend, tools, limit, CallTracker(backend.name, model), guards=ledger.active(profile))
     if tools and profile.tool_calling != Profile.ToolCalling.NATIVE:
         setup.constrained = support.known_way(backend, model)  # probed once per server and model
         if setup.constrained is None:

@@ -7,7 +7,7 @@ from typing import Any
 
 from tools_app import dates
 from tools_app.base import Tool, ToolResult
-from tools_app.context import current_session_id, current_taint
+from tools_app.context import current_session_id, current_taint, repair_on
 from tools_app.models import ScratchpadSection, TodoList
 
 MAX_ITEMS = 200  # tasks on one list (action=add stops there)
@@ -86,7 +86,8 @@ class TodoTool(Tool):
         action = params["action"]
         todo, _ = await TodoList.objects.aget_or_create(scope=scope)
         if action in ("set", "add"):
-            tasks = dates.with_dates([str(t).strip() for t in params.get("tasks") or [] if str(t).strip()])
+            tasks = [str(t).strip() for t in params.get("tasks") or [] if str(t).strip()]
+            tasks = dates.with_dates(tasks, join=repair_on("dates"))  # a small model's item split from its date
             if not tasks:
                 return ToolResult(False, error=f"action={action} needs a non-empty `tasks` list of strings")
             new = [{"task": t, "status": "pending"} for t in tasks]

@@ -1,0 +1,80 @@
+"""The ledger of repairs: every guard that rewrites or second-guesses what a model wrote, in one
+place, by group — what slip it answers, where it lives, which profiles it runs for.
+
+A guard runs only for a small model's profile (`Profile.is_small_model`: one that caps its tools,
+`max_tools` > 0, in a constrained step) and only while its group is not switched off by the
+NAVI_GUARDS_OFF setting ("programs,paths"; for measuring what a group buys, bench/agent_eval.py
+--guards-off). A big-model profile (`max_tools` 0, or native tool calling) runs none of them.
+README.md beside this room keeps each group's measured effect.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+
+@dataclass(frozen=True)
+class Group:
+    name: str
+    guards: tuple[str, ...]  # where each guard lives (module.function)
+    slip: str  # what the small model gets wrong that the group puts right
+
+
+GROUPS: tuple[Group, ...] = (
+    Group("programs", ("turn.repairs.write_code", "guards.programs.completed_program", "guards.programs.inclusive_ranges",
+                       "guards.programs.invents_numbers", "guards.programs.invents_inputs",
+                       "guards.programs.computes_itself"),
+          "a program argument that does not do what the request says (`1 + 12345` for a sum, range() without "
+          "its end, a module never imported, a function never called): written again in a call of its own"),
+    Group("values", ("turn.repairs.compute_first", "guards.values.computed_numbers", "guards.values.unstated_output"),
+          "a number worked out in the model's head written into a file (a program computes it first), or a "
+          "program's printed value left out of the answer (shown under it)"),
+    Group("paths", ("guards.paths.fix_path", "guards.paths.fix_path_for_part"),
+          "a file path beside the one the request names (`file_log.txt`, `/path/to/config.json`), or a planned "
+          "write into the file an earlier step only read"),
+    Group("reads", ("turn.repairs.read_first", "turn.repairs.read_named_first"),
+          "a write over a file the model never saw, or a list/note filled before the file the request names "
+          "was read: made a read first"),
+    Group("texts", ("turn.repairs.write_text", "guards.texts.text_from", "guards.texts.unreadable",
+                    "guards.texts.is_call_text", "guards.texts.new_lines"),
+          "a file's text written from the request when a tool had returned the value (the key for the value), "
+          "unreadable in its format, a call written as the text, a table's rows written again"),
+    Group("notes", ("turn.repairs.write_note", "guards.notes.grounded", "guards.notes.found_news"),
+          "a note or fact that carries the request's words instead of the value a tool returned"),
+    Group("dates", ("tools_app.dates.with_dates",),
+          "a todo list split into an item and its date, then the clock's days listed as items"),
+    Group("salvage", ("guards.salvage.salvaged",),
+          "a call cut by the token cap while a list ran on: closed after the last whole item, repeats cut"),
+    Group("refusals", ("guards.refusals.unless_refusal", "guards.refusals.results_said"),
+          "an answer over the tools' results that is a stock refusal, or code to do what a tool already did: "
+          "asked again as a report, then the results themselves"),
+    Group("left", ("turn.constrained.decide_step (progress.what_is_left)",),
+          "an answer (or a repeated call) while a part of the request is plainly left: asked once more, told "
+          "what is left"),
+    Group("repeats", ("turn.constrained.decide_step (strays)", "turn.constrained._again (replaces_again, "
+                      "failed_before_a_success)"),
+          "going round: writing over what the turn wrote, going back to a call that failed before one that "
+          "worked, or trying other tools after a call did the request: the turn is answered"),
+)
+NAMES = tuple(g.name for g in GROUPS)
+RUNS_FOR = "small-model profiles (max_tools > 0); never a big-model profile"
+
+
+def switched_off() -> frozenset[str]:
+    """The groups NAVI_GUARDS_OFF switches off; a name that is no group stops the server."""
+    off = frozenset(name.strip() for name in getattr(settings, "NAVI_GUARDS_OFF", ()) if name.strip())
+    if unknown := sorted(off - set(NAMES)):
+        raise ImproperlyConfigured(f"NAVI_GUARDS_OFF names no guard group: {', '.join(unknown)}; "
+                                   f"the groups are {', '.join(NAMES)}")
+    return off
+
+
+def active(profile) -> frozenset[str]:
+    """The guard groups that run for `profile`'s turns: none for a big model's, else every group
+    not switched off."""
+    if not profile.is_small_model:
+        return frozenset()
+    return frozenset(NAMES) - switched_off()
