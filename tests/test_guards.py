@@ -1,5 +1,6 @@
 """The ledger of repairs (agent/toolcalling/guards/ledger.py): a small model's profile gets them, a
-big model's runs none, and each group can be switched off for a bench run."""
+big model's runs none, each group can be switched off for a bench run, and the groups that fired
+in a turn are kept with its last assistant message (`meta["guards"]`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from agent.models import Profile
 from agent.toolcalling.guards import ledger
+from sessions_app.models import Message
 from tests.llm_server import Turn
 from tests.test_small_models import of, run, todo_items
 
@@ -69,6 +71,12 @@ async def _refusal(llm, session, owner_token) -> str:
     llm.script(Turn(content=call), Turn(content=ANSWER), Turn(content=refusal), Turn(content="I put buy milk on your list."))
     frames = await run(session, owner_token, "Put buy milk on my todo list.")
     return frames[-1]["content"]
+
+
+async def _fired(session) -> dict | None:
+    """meta["guards"] of the session's last assistant message (None when absent)."""
+    last = await Message.objects.filter(session=session, role="assistant").order_by("-seq").afirst()
+    return last.meta.get("guards")
 
 
 class TestABigModelsProfile:
@@ -129,6 +137,66 @@ class TestASmallModelsProfile:
         assert (await _range_program(llm, session, owner_token))[0] == "sum(range(1, 12346))"  # programs: still on
         items = await _lone_dates(llm, session, owner_token)
         assert [item.split(" (")[0] for item in items] == ["dentist", "next Friday", "next Monday"]
+
+
+class TestWhatFiredIsKept:
+    """A guard that acted is counted for the turn and kept with its last assistant message."""
+
+    async def test_a_fixed_path_is_kept_with_the_answer(self, llm, session, owner, owner_token):
+        await _profile(SMALL)
+        await _grown_path(llm, session, owner, owner_token)
+        assert await _fired(session) == {"paths": 1}
+
+    async def test_a_big_models_identical_turn_keeps_none(self, llm, session, owner, owner_token, host_tools_allowed):
+        await _profile(BIG)
+        await _grown_path(llm, session, owner, owner_token)
+        await _range_program(llm, session, owner_token)
+        assert await Message.objects.filter(session=session, meta__has_key="guards").acount() == 0
+
+    async def test_each_turn_keeps_its_own_groups(self, llm, session, owner, owner_token, host_tools_allowed):
+        await _profile(SMALL)
+        await _range_program(llm, session, owner_token)  # the range's end put in, the printed value shown
+        assert await _fired(session) == {"programs": 1, "values": 1}
+        await _refusal(llm, session, owner_token)
+        assert await _fired(session) == {"refusals": 1}  # counted from none again
+
+    async def test_the_dates_guard_inside_the_todo_tool_is_kept(self, llm, session, owner_token):
+        await _profile(SMALL)
+        await _lone_dates(llm, session, owner_token)
+        assert await _fired(session) == {"dates": 1}
+
+    async def test_a_group_switched_off_neither_fires_nor_is_kept(self, llm, session, owner, owner_token, settings):
+        await _profile(SMALL)
+        settings.NAVI_GUARDS_OFF = ["paths", "dates"]
+        await _grown_path(llm, session, owner, owner_token)
+        assert await _fired(session) is None
+        await _lone_dates(llm, session, owner_token)
+        assert await _fired(session) is None
+
+    async def test_a_failed_turn_keeps_them_on_its_last_saved_assistant_message(self, llm, session, owner, owner_token):
+        from tools_app.workspace import workspace_for
+
+        await _profile(SMALL)
+        (workspace_for(owner.pk) / "log.txt").write_text("started\n")
+        grown = json.dumps({"name": "filesystem", "arguments": {"action": "append", "path": "file_log.txt",
+                                                               "content": "finished\n"}})
+        llm.script(Turn(content=grown), Turn(status=404, error='model "x" not found'))
+        frames = await run(session, owner_token, "Append a line saying 'finished' to the file log.txt.")
+        assert frames[-1]["type"] == "error"
+        last = await Message.objects.filter(session=session, role="assistant").order_by("-seq").afirst()
+        assert last.tool_calls and last.meta["guards"] == {"paths": 1}  # the call the path was fixed in
+
+    def test_a_count_outside_a_turn_goes_nowhere_and_a_turn_counts_from_none(self):
+        ledger.fired("paths")  # no turn: nothing counts, nothing raises
+        assert ledger.tally() == {}
+        with ledger.counting():
+            ledger.fired("paths")
+            ledger.fired("dates")
+            ledger.fired("paths")
+            assert ledger.tally() == {"paths": 2, "dates": 1}
+            with ledger.counting():
+                assert ledger.tally() == {}
+        assert ledger.tally() == {}
 
 
 class TestTheLedger:

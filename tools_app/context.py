@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from contextvars import ContextVar
+from typing import Callable
 
 # Session id for per-session tool state (scratchpad, todo, SSH pool); "subagent_<uuid12>" in
 # sub-agents so their state is isolated from the parent's.
@@ -32,6 +33,8 @@ current_run_taint: ContextVar[str] = ContextVar("current_run_taint", default="")
 # The small-model repair groups in force for the run's profile (agent.toolcalling.guards.ledger):
 # empty for a big model's profile; None outside an agent's turn (a tool called over MCP): all on.
 current_repairs: ContextVar[frozenset[str] | None] = ContextVar("current_repairs", default=None)
+# Where a tool's own repair says it acted (the agent sets its ledger's `fired`); None: nobody counts.
+current_repair_fired: ContextVar[Callable[[str], None] | None] = ContextVar("current_repair_fired", default=None)
 # The real chat session id (a sub-agent keeps its parent's here), for session files.
 current_chat_session_id: ContextVar[str | None] = ContextVar("current_chat_session_id", default=None)
 
@@ -40,6 +43,17 @@ def repair_on(group: str) -> bool:
     """Whether a small-model repair group runs for the tool call in flight (see current_repairs)."""
     repairs = current_repairs.get()
     return repairs is None or group in repairs
+
+
+def repair_fired(group: str) -> None:
+    """A tool's own small-model repair of `group` changed what the model wrote: counted for the
+    turn (agent.toolcalling.guards.ledger.fired); never raises."""
+    record = current_repair_fired.get()
+    if record is not None:
+        try:
+            record(group)
+        except Exception:  # a count is not worth a tool call
+            pass
 
 
 def emit(event) -> None:

@@ -15,6 +15,8 @@ from datetime import date, timedelta
 
 from django.utils import timezone
 
+from tools_app.context import repair_fired
+
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _DAY = r"(?:mon|tues|wednes|thurs|fri|satur|sun)day"  # written out: "sat" and "sun" are words too
 _COUNT = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
@@ -109,4 +111,6 @@ def with_dates(items: list[str], day: date | None = None, join: bool = True) -> 
         else:
             joined.append(item)
             after_date = False
+    if len(joined) < len(items):  # an item joined to its date, or the clock's days dropped
+        repair_fired("dates")
     return [pin(item, day) for item in joined]

@@ -24,6 +24,7 @@ from tools_app.base import ToolResult
 from tools_app.context import (
     current_chat_session_id,
     current_event_sink,
+    current_repair_fired,
     current_repairs,
     current_stop_event,
     current_taint,
@@ -79,6 +80,7 @@ async def run_tool(
     if result is None:
         taint = current_taint.set(guard.tainted_by if guard is not None else "")  # stored with what the tool writes
         repairs = current_repairs.set(ledger.active(profile))  # a tool's own small-model repairs (dates)
+        counted = current_repair_fired.set(ledger.fired)  # and where they say they acted
         try:
             async for item in _execute(tools, prepared, allowed):
                 if isinstance(item, ToolResult):
@@ -91,6 +93,8 @@ async def run_tool(
                 current_taint.reset(taint)
             with contextlib.suppress(ValueError):
                 current_repairs.reset(repairs)
+            with contextlib.suppress(ValueError):
+                current_repair_fired.reset(counted)
     content = _content(call, prepared, result, conv, guard, taint_before) + tracker.after(call, result)
     trace.note_result(result)
     yield ToolEvent(tool=call.name, args=call.arguments, result=content, success=result.success, recovered=call.recovered)

@@ -23,7 +23,7 @@ from agent.llm.base import (
 )
 from agent.llm.messages import ChatMessage, ToolCall
 from agent.toolcalling import offering, plan, progress, prompts, schema
-from agent.toolcalling.guards import paths, refusals, salvage, values
+from agent.toolcalling.guards import ledger, paths, refusals, salvage, values
 from agent.toolcalling.guards.refusals import unless_refusal
 from agent.toolcalling.partial_json import FieldText
 from agent.turn.repairs import compute_first, read_first, read_named_first, write_code, write_text, written_as
@@ -122,6 +122,7 @@ async def decide_step(
         # Qwen2.5-Coder-0.5B went on trying and answered about the failures. The results it has
         # answer it. (A planned request's parts are its own: the plan forces and checks them.)
         setup.tracker.wandered = True
+        ledger.fired("repeats")
         turn.decision = schema.Decision(answer=True)
         return
     # Only a capped step asks for meaning (an embedding call, raced against Stop); uncapped, the
@@ -165,13 +166,16 @@ async def decide_step(
         # hours_total.txt): asked once more, told what is left, without the repeated call.
         left = progress.what_is_left(query, setup.tracker.done, offer, setup.tracker.used, meaning)
         if left:
+            ledger.fired("left")
             setup.tracker.left_asks += 1
             if repeated:
                 setup.tracker.count_repeat()
             decision = await _decide_what_is_left(conv, setup, turn, offer, decision.call, left, query) or decision
-    if _again(setup, decision):
+    if again := _again(setup, decision):
         # The same successful call again, or (a small model's profile) writing over what this
         # turn already wrote: a small model with nothing new to do. It answers.
+        if again == "repeats":  # the guard's own judgement, not the same call made twice
+            ledger.fired("repeats")
         setup.tracker.count_repeat()
         turn.decision = schema.Decision(answer=True, repeated=True)
         return
@@ -183,17 +187,20 @@ async def decide_step(
     turn.decision = decision
 
 
-def _again(setup: Setup, decision: schema.Decision) -> bool:
-    """The decision is a call this turn already made (or, for a small model, one writing over
-    what the turn wrote, or one that failed before a call that has worked since); a call whose
-    program was written again is compared as rewritten."""
+def _again(setup: Setup, decision: schema.Decision) -> str:
+    """Whether the decision goes round: "same" for a call this turn already made, "repeats" (a
+    small model's guard) for one writing over what the turn wrote or one that failed before a call
+    that has worked since, else ""; a call whose program was written again is compared as rewritten."""
     call = decision.call
     if call is None:
-        return False
+        return ""
     if (known := setup.rewritten.get(written_as(call))) is not None:
         call.arguments = dict(known)
-    return setup.tracker.succeeded(call) or bool("repeats" in setup.guards and (
-        setup.tracker.replaces_again(call) or setup.tracker.failed_before_a_success(call)))
+    if setup.tracker.succeeded(call):
+        return "same"
+    guarded = "repeats" in setup.guards and (
+        setup.tracker.replaces_again(call) or setup.tracker.failed_before_a_success(call))
+    return "repeats" if guarded else ""
 
 
 async def _repaired(conv: Conversation, setup: Setup, call: ToolCall, query: str, part: str | None) -> ToolCall:
@@ -201,9 +208,9 @@ async def _repaired(conv: Conversation, setup: Setup, call: ToolCall, query: str
     profile: agent.toolcalling.guards.ledger); `part`: the planned step's part, when forced."""
     on = setup.guards
     if "paths" in on:
-        if part is not None:
-            paths.fix_path_for_part(call, query, part, setup.tracker.done)
-        paths.fix_path(call, query)
+        fixed = part is not None and paths.fix_path_for_part(call, query, part, setup.tracker.done)
+        if paths.fix_path(call, query) or fixed:
+            ledger.fired("paths")
     if "programs" in on:
         await write_code(conv, setup, call)
     if "reads" in on:
@@ -331,8 +338,13 @@ async def _constrained_stream(
         return
     content = "".join(parts)
     # Cut (it ran on, or hit the token cap): a call whose list ran on keeps its items said once.
-    salvaging = finish == "length" and "salvage" in setup.guards
-    turn.decision = salvage.salvaged(content, offered) if salvaging else schema.parse_decision(content, offered)
+    turn.decision = schema.parse_decision(content, offered)
+    if finish == "length" and "salvage" in setup.guards:
+        saved = salvage.salvaged(content, offered)
+        if saved is not None and (turn.decision is None or turn.decision.call is None
+                                  or turn.decision.call.arguments != saved.call.arguments):
+            ledger.fired("salvage")
+        turn.decision = saved
     if turn.decision is None:
         log.info("constrained call gave nothing usable: %.200r", content)
 
@@ -355,6 +367,7 @@ async def answer_from_results(conv: Conversation, setup: Setup, turn: Turn) -> A
         yield event
     runners = {t.name for t in setup.tools if getattr(t, "code_runs_as_is", False)}
     if "values" in setup.guards and (output := values.unstated_output(conv.context, turn.message.content, runners)):
+        ledger.fired("values")
         for event in show(turn, values.output_note(output)):
             yield event
     turn.tokens = conv.token_count + estimate_text(turn.message.content)  # the chat's context, not this prompt

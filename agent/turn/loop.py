@@ -18,6 +18,7 @@ from agent.llm import BackendRegistry
 from agent.llm.choice import choose_model
 from agent.llm.messages import ChatMessage
 from agent.models import Profile
+from agent.toolcalling.guards import ledger
 from agent.toolcalling.tool_step import run_tool
 from agent.trust.approvals import RunGuard, current_guard, offered_tools
 from agent.turn import constrained, ending, subagent, turns, workers
@@ -139,15 +140,22 @@ class Agent:
         self, conv: Conversation, profile: Profile, backend, *, is_subagent: bool = False, limit: int = 0,
         setup: Setup | None = None,
     ) -> AsyncIterator[AgentEvent]:
-        """The steps of one turn; a stop or a failed LLM call ends it with its frame."""
-        try:
-            setup = setup or await self._setup(profile, backend, limit)
-            async for event in self._steps(conv, setup, is_subagent):
-                yield event
-        except Stopped:
-            yield StreamStopped()
-        except TurnFailed as exc:
-            yield exc.event
+        """The steps of one turn; a stop or a failed LLM call ends it with its frame. The repair
+        groups that fire are counted for the turn (a sub-agent's for its parent's turn) and kept
+        with its last assistant message (turn.ending)."""
+        with contextlib.nullcontext() if is_subagent else ledger.counting():
+            try:
+                setup = setup or await self._setup(profile, backend, limit)
+                async for event in self._steps(conv, setup, is_subagent):
+                    yield event
+            except Stopped:
+                if not is_subagent:
+                    await ending.keep_guards(conv)
+                yield StreamStopped()
+            except TurnFailed as exc:
+                if not is_subagent:
+                    await ending.keep_guards(conv)
+                yield exc.event
 
     async def _steps(self, conv: Conversation, setup: Setup, is_subagent: bool) -> AsyncIterator[AgentEvent]:
         stop = current_stop_event.get()

@@ -13,7 +13,7 @@ from agent.llm import LLMError
 from agent.llm.base import LLMIncomplete
 from agent.llm.messages import ChatMessage, ToolCall
 from agent.toolcalling import plan, toolselect
-from agent.toolcalling.guards import notes, programs, texts, values
+from agent.toolcalling.guards import ledger, notes, programs, texts, values
 from agent.turn.setup import Setup
 from agent.turn.stopping import Stopped, until_stopped
 from navi_project.llm_purpose import llm_purpose
@@ -27,15 +27,18 @@ async def write_code(conv: Conversation, setup: Setup, call: ToolCall) -> None:
     a standard module never imported, a lone function never called) and the end of a span the
     request said with both ends (programs.inclusive_ranges: "1 to 12345" is range(1, 12346))."""
     key = written_as(call)  # as the model wrote it: how a repeat of it is recognised
-    await write_program(conv, setup, call)
     tool = next((t for t in setup.step_tools if t.name == call.name), None)
     argument = getattr(tool, "code_argument", "")
+    own = call.arguments.get(argument) if argument and isinstance(call.arguments, dict) else None
+    await write_program(conv, setup, call)
     if argument and isinstance(call.arguments.get(argument), str):
         completed = programs.completed_program(call.arguments[argument])
         completed = programs.inclusive_ranges(completed, conv.last_request())
         if completed != call.arguments[argument]:
             call.arguments = {**call.arguments, argument: completed}
             setup.rewritten[key] = dict(call.arguments)
+        if not isinstance(own, str) or completed.strip() != own.strip():
+            ledger.fired("programs")
 
 
 async def write_program(conv: Conversation, setup: Setup, call: ToolCall) -> None:
@@ -146,6 +149,7 @@ async def write_text(conv: Conversation, setup: Setup, call: ToolCall) -> None:
         key = written_as(call)
         call.arguments = {**arguments, argument: text}
         setup.rewritten[key] = dict(call.arguments)
+        ledger.fired("texts")
 
 
 async def write_note(conv: Conversation, setup: Setup, call: ToolCall, tool, own: str, results: str) -> None:
@@ -169,6 +173,7 @@ async def write_note(conv: Conversation, setup: Setup, call: ToolCall, tool, own
     key = written_as(call)
     call.arguments = tool.with_kept_text(call.arguments, text)
     setup.rewritten[key] = dict(call.arguments)
+    ledger.fired("notes")
 
 
 async def compute_first(conv: Conversation, setup: Setup, call: ToolCall) -> ToolCall:
@@ -197,6 +202,7 @@ async def compute_first(conv: Conversation, setup: Setup, call: ToolCall) -> Too
         return call
     program = programs.inclusive_ranges(programs.completed_program(program), conv.last_request())
     log.info("a number nobody gave for %s: worked out by a program first", path)
+    ledger.fired("values")
     return ToolCall(id=call.id, name=runner.name, arguments={runner.code_argument: program}, constrained=call.constrained)
 
 
@@ -214,6 +220,7 @@ async def read_first(setup: Setup, call: ToolCall, request: str) -> ToolCall:
     arguments = await read_first(call.arguments, touched, request)
     if arguments is None:
         return call
+    ledger.fired("reads")
     return ToolCall(id=call.id, name=call.name, arguments=arguments, constrained=call.constrained)
 
 
@@ -233,6 +240,7 @@ async def read_named_first(setup: Setup, call: ToolCall, query: str) -> ToolCall
         arguments = await reader.read_first({"action": "write", "path": name}, set())
         if arguments is not None:
             log.info("a call of %s before %s was read: the file is read first", call.name, name)
+            ledger.fired("reads")
             return ToolCall(id=call.id, name=reader.name, arguments=arguments, constrained=call.constrained)
     return call
 

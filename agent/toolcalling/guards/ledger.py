@@ -6,11 +6,19 @@ A guard runs only for a small model's profile (`Profile.is_small_model`: one tha
 NAVI_GUARDS_OFF setting ("programs,paths"; for measuring what a group buys, bench/agent_eval.py
 --guards-off). A big-model profile (`max_tools` 0, or native tool calling) runs none of them.
 README.md beside this room keeps each group's measured effect.
+
+Every place where a guard acts (changes a call, its arguments or the answer, asks again, puts a
+step first) says so through `fired(group)`; a check that finds nothing to change does not. The
+turn's counts (`counting`, `tally`) are kept with its last assistant message (`meta["guards"]`),
+which bench/agent_eval.py reads to re-run only the tasks where a group fired.
 """
 
 from __future__ import annotations
 
+import contextlib
+from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Iterator
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -78,3 +86,34 @@ def active(profile) -> frozenset[str]:
     if not profile.is_small_model:
         return frozenset()
     return frozenset(NAMES) - switched_off()
+
+
+# The groups that fired in the turn in flight, by count; one dict per turn, shared by the tasks it
+# starts (a tool runs in a task of its own: a copy of the context holds the same dict).
+_fired: ContextVar[dict[str, int] | None] = ContextVar("guards_fired", default=None)
+
+
+def fired(group: str) -> None:
+    """A guard of `group` acted on what the model wrote: counted for the turn in flight (nothing
+    outside one). Never raises: a count is not worth a turn."""
+    with contextlib.suppress(Exception):
+        counts = _fired.get()
+        if counts is not None:
+            counts[group] = counts.get(group, 0) + 1
+
+
+@contextlib.contextmanager
+def counting() -> Iterator[None]:
+    """Count the guards that fire from here to the end of the block (one turn), from none."""
+    token = _fired.set({})
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):  # closed from another task's context: nothing to undo
+            _fired.reset(token)
+
+
+def tally() -> dict[str, int]:
+    """The counts of the turn in flight so far: only groups that fired, in the ledger's order."""
+    counts = _fired.get() or {}
+    return {name: counts[name] for name in NAMES if counts.get(name)}

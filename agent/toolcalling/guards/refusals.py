@@ -11,6 +11,7 @@ import logging
 import re
 
 from agent.llm.messages import ChatMessage, LLMChunk
+from agent.toolcalling.guards import ledger
 from agent.toolcalling.prompts import request_and_results
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,7 @@ async def unless_refusal(stream, temperature: float, said: str):
                 yield chunk
         if not refused:
             return
+        ledger.fired("refusals")
         log.info("a small model refused to answer from its results, or wrote code instead")
     yield LLMChunk(content=said, done=True, finish_reason="stop")
 
