@@ -4,6 +4,7 @@
     .venv/bin/python bench/agent_eval.py --openai http://127.0.0.1:8095/v1 --model M [--api-key K]
         [--tasks N | --only todo_create,file_write] [--modes navi,plain] [--timeout 300] [--out results.json]
         [--label "llama-server --jinja"] [--guards-off programs,paths]
+        [--only-from base.json --fired paths]   (the tasks of a report where a repair group fired)
 
 A real Navi server (daphne, temp dir, `tests.live_server.LiveNavi`) talks to the model through a
 counting proxy (`bench/_llm_proxy.py`); the bench is the user: for each task and mode it opens a
@@ -22,6 +23,13 @@ by a frozen rule, plus paraphrase pairs written for it). Every report gives each
 figures (`summary.<mode>.tuning` / `.heldout`, and `.two_step`) and the offered-tool rate at the
 first step (`offer_at_step1`, bench/tool_offer.py); a held-out run's reasons and texts are left
 out of the report unless --show-heldout (an audit, never while tuning).
+
+Each run also says which small-model repair groups fired (`guards_fired`, from Navi's messages;
+bench/_eval_guards.py), the summary lists per mode and split where each fired (held-out: counts
+only), and the table marks such runs (gN). To measure a group cheaply, run once with every guard
+on, then only the tasks where it fired, with it off:
+    agent_eval.py ... --out base.json
+    agent_eval.py ... --only-from base.json --fired paths --guards-off paths --out paths-off.json
 
 Per task and mode it reports success (and success_old), valid-call rate (calls that ran without
 an unknown-tool or argument error ÷ all calls, from the audit table and the tool results), LLM
@@ -58,6 +66,7 @@ if str(ROOT) not in sys.path:
 
 from agent.toolcalling.guards.ledger import NAMES as GUARD_GROUPS  # noqa: E402
 from bench._eval_dev import DEV_TASKS  # noqa: E402
+from bench._eval_guards import cell_mark, fired_by_split, fired_lines, fired_tasks, guards_fired  # noqa: E402
 from bench._eval_heldout import is_two_step, prepare  # noqa: E402
 from bench._eval_tasks import SHOUT_TOOL, TASKS, Run, Task, WebFixture, answer_problem  # noqa: E402
 from bench._llm_proxy import LLMProxy  # noqa: E402
@@ -360,6 +369,7 @@ class Evaluation:
             "constrained_calls": reliability["constrained_calls"],
             "answers": run.answers,
             "reliability": reliability,
+            "guards_fired": guards_fired(self.db, run.session_id),  # {group: count}, the turns' meta["guards"]
             "llm_outputs": [{"content": r.content, "tool_calls": r.tool_calls, "constrained": r.constrained}
                             for r in records],
             "llm_requests": [r.request for r in records] if self.opt.llm_log else [],
@@ -490,7 +500,7 @@ def _part(rows: list[dict]) -> dict[str, Any]:
     }
 
 
-def summarise(results: list[dict], modes: tuple[str, ...]) -> dict[str, dict]:
+def summarise(results: list[dict], modes: tuple[str, ...], show_heldout: bool = False) -> dict[str, dict]:
     summary = {}
     for mode in modes:
         rows = [r for r in results if r["mode"] == mode]
@@ -541,6 +551,7 @@ def summarise(results: list[dict], modes: tuple[str, ...]) -> dict[str, dict]:
             "reliability": {k: sum(r["reliability"][k] for r in rows) for k in RELIABILITY},
             "llm_purposes": {p: sum(r.get("llm_purposes", {}).get(p, 0) for r in rows)
                              for p in sorted({p for r in rows for p in r.get("llm_purposes", {})})},
+            "guards_fired": fired_by_split(rows, (*SPLITS, "dev"), show_heldout),
         }
     return summary
 
@@ -590,7 +601,8 @@ def table(summary: dict[str, dict], results: list[dict]) -> str:
     for name, per_mode in by_task.items():
         lines.append(f"{name:30}" + "".join(f"{_cell(per_mode.get(m)):>22}" for m in modes))
     lines.append("ok = end state and answer right; 'answer' = end state right, the answer is not one; "
-                 "dN = N approvals denied")
+                 "dN = N approvals denied; gN = N repair groups fired")
+    lines.extend(fired_lines(summary))
     if any(_mark(s) for s in summary.values()):
         lines.append("* the server did not report usage for every call; ~ counted with the server's tokenizer")
     return "\n".join(lines)
@@ -600,7 +612,7 @@ def _cell(result: dict | None) -> str:
     if result is None:
         return ""
     verdict = "ok" if result["success"] else "answer" if result["success_old"] else "-"
-    return verdict + (f" d{result['denied_approvals']}" if result["denied_approvals"] else "")
+    return verdict + (f" d{result['denied_approvals']}" if result["denied_approvals"] else "") + cell_mark(result)
 
 
 def _progress_line(r: dict) -> str:
@@ -714,7 +726,7 @@ def report(options: Options, results: list[dict], started: float, offer: dict | 
         "date": date.today().isoformat(),
         "total_s": round(time.monotonic() - started, 1),
         "settings": settings,
-        "summary": summarise(results, options.modes),
+        "summary": summarise(results, options.modes, options.show_heldout),
         "offer_at_step1": offer or {},
         "results": results if options.show_heldout else redact_heldout(results),
     }
@@ -749,6 +761,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--api-key", default="")
     ap.add_argument("--tasks", type=int, help="only the first N tasks")
     ap.add_argument("--only", help="comma-separated task names")
+    ap.add_argument("--only-from", metavar="REPORT", help="with --fired: the tasks of this report where a group fired")
+    ap.add_argument("--fired", metavar="GROUPS", help="with --only-from: the repair group(s) that fired (any of them)")
     ap.add_argument("--split", default="all", choices=("all", "tuning", "heldout", "dev"),
                     help="run one split only (bench/_eval_heldout.py); held-out runs are counted, not read")
     ap.add_argument("--show-heldout", action="store_true",
@@ -814,7 +828,13 @@ def main(argv: list[str] | None = None) -> None:
                       max_tokens=args.max_tokens, llm_log=args.llm_log, server_parses_hermes=args.server_parses_hermes,
                       label=args.label, planning=args.planning, show_heldout=args.show_heldout,
                       embed_minilm=args.embed_minilm, guards_off=",".join(guards_off))
-    tasks = select_tasks(args.tasks, args.only, args.split)
+    only = args.only
+    if args.only_from or args.fired:
+        only = _only_fired(ap, args)
+        if not only:
+            print(f"agent_eval: no task of {args.only_from} fired {args.fired} in {', '.join(modes)}: nothing to run")
+            return
+    tasks = select_tasks(args.tasks, only, args.split)
     print(f"agent_eval: {len(tasks)} tasks x {len(modes)} modes, {backend} {url} model {model}", flush=True)
     result = evaluate(options, tasks, args.out)
     print()
@@ -825,6 +845,21 @@ def main(argv: list[str] | None = None) -> None:
     print(f"\ntotal {result['total_s']:.0f} s")
     if args.out:
         print(f"report written to {args.out}")
+
+
+def _only_fired(ap: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """--only-from REPORT --fired GROUPS as --only's names (within --only's, when given too)."""
+    if not (args.only_from and args.fired):
+        ap.error("--only-from and --fired go together: --only-from base.json --fired paths")
+    groups = [g.strip() for g in args.fired.split(",") if g.strip()]
+    if unknown := sorted(set(groups) - set(GUARD_GROUPS)):
+        ap.error(f"--fired: no such group: {', '.join(unknown)} (the groups: {', '.join(GUARD_GROUPS)})")
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    names = fired_tasks(json.loads(Path(args.only_from).read_text(encoding="utf-8")), groups, modes)
+    if args.only:
+        named = {n.strip() for n in args.only.split(",")}
+        names = [n for n in names if n in named]
+    return ",".join(names)
 
 
 def _first_model(url: str, api_key: str) -> str:

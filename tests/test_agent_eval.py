@@ -96,6 +96,7 @@ def test_it_checks_end_states_answers_approvals_and_counts_calls():
     assert web["llm_calls"] == 4 and web["prompt_tokens"] == 3 * 10 + 100
     assert web["valid_call_rate"] == round(1 / 3, 3) and web["constrained_requests"] == 0
     assert by_task["todo_next_friday"]["success"], by_task["todo_next_friday"]
+    assert all(r["guards_fired"] == {} for r in report["results"])  # plain mode: a big model's way, no repair
 
     # The end state is right, the answer is not an answer: the old verdict passes, the new fails.
     for name, why in (("memory_save_editor", "give-up notice"), ("memory_recall", "tool-call JSON"),
@@ -512,3 +513,83 @@ def test_the_offer_rate_counts_every_wording_and_hides_heldout_misses():
     from bench._offer_dev import DEV_WORDINGS
     assert rates["dev"]["wordings"] == len(DEV_WORDINGS) and rates["dev"]["forced_right"] <= rates["dev"]["forced"]
     assert all({"task", "needs", "offered", "forced"} <= set(m) for m in rates["dev"].get("misses", []))
+
+
+def _fired_row(task: str, split: str, fired: dict, mode: str = "navi") -> dict:
+    return {**_row(task, split, True), "mode": mode, "guards_fired": fired,
+            "reliability": {k: 0 for k in ("native_calls", "recovered_calls", "repaired_arguments", "refused_calls",
+                                           "unknown_tools", "broken_loops", "repeated_calls", "constrained_calls")}}
+
+
+def test_the_groups_that_fired_are_read_from_the_sessions_messages(tmp_path):
+    import sqlite3
+
+    from bench._eval_guards import guards_fired
+
+    db = tmp_path / "navi.sqlite3"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE sessions_app_message (session_id TEXT, role TEXT, meta TEXT)")
+        conn.executemany("INSERT INTO sessions_app_message VALUES (?, ?, ?)", [
+            ("ab12", "assistant", json.dumps({"guards": {"paths": 1, "dates": 1}})),  # turn one
+            ("ab12", "tool", json.dumps({"guards": {"paths": 9}})),  # not an assistant's
+            ("ab12", "assistant", json.dumps({})),
+            ("ab12", "assistant", json.dumps({"guards": {"paths": 2}})),  # turn two
+            ("cd34", "assistant", json.dumps({"guards": {"left": 1}})),  # another session
+        ])
+    assert guards_fired(db, "ab-12") == {"paths": 3, "dates": 1}
+
+
+def test_where_each_group_fired_is_summed_per_split_and_heldout_names_are_not_shown():
+    tuning, heldout = [t.name for t in ALL_TASKS if t.split == "tuning"][:2], [t.name for t in ALL_TASKS if t.split == "heldout"][:1]
+    rows = [_fired_row(tuning[0], "tuning", {"paths": 2}), _fired_row(tuning[1], "tuning", {}),
+            _fired_row(heldout[0], "heldout", {"paths": 1, "dates": 1})]
+    fired = summarise(rows, ("navi",))["navi"]["guards_fired"]
+    assert fired["tuning"] == {"paths": {"tasks": 1, "fired": 2, "names": [tuning[0]]}}
+    assert fired["heldout"] == {"paths": {"tasks": 1, "fired": 1}, "dates": {"tasks": 1, "fired": 1}}
+    assert summarise(rows, ("navi",), show_heldout=True)["navi"]["guards_fired"]["heldout"]["dates"]["names"] == heldout
+    options = Options(backend="ollama", url="http://x", model="m", modes=("navi",))
+    written = report(options, rows, 0.0)
+    printed = table(written["summary"], written["results"])
+    assert f"guard paths fired (navi, tuning): 1 tasks, 2 times: {tuning[0]}" in printed
+    assert "guard dates fired (navi, heldout): 1 tasks, 1 times: (held out: counted, not read)" in printed
+    assert "ok g1" in printed.split(tuning[0], 1)[1].splitlines()[0]
+    assert "g2" not in printed.split(heldout[0], 1)[1].splitlines()[0]  # a held-out run: counted, not read
+    assert written["results"][2]["guards_fired"] == {"paths": 1, "dates": 1}  # kept: --only-from re-runs it
+
+
+def test_only_from_a_report_reruns_the_tasks_where_a_group_fired(tmp_path, monkeypatch, capsys):
+    import bench.agent_eval as agent_eval
+    from bench._eval_guards import fired_tasks
+
+    tuning = [t.name for t in ALL_TASKS if t.split == "tuning"][:3]
+    heldout = [t.name for t in ALL_TASKS if t.split == "heldout"][0]
+    base = {"results": [_fired_row(tuning[0], "tuning", {"paths": 1}), _fired_row(tuning[1], "tuning", {"dates": 2}),
+                        _fired_row(tuning[2], "tuning", {}), _fired_row(heldout, "heldout", {"paths": 1}),
+                        _fired_row(tuning[1], "tuning", {"paths": 1}, mode="plain")]}
+    assert fired_tasks(base, ["paths"]) == [tuning[0], heldout, tuning[1]]
+    assert fired_tasks(base, ["paths"], ["navi"]) == [tuning[0], heldout]
+    assert fired_tasks(base, ["paths", "dates"], ["navi"]) == [tuning[0], tuning[1], heldout]
+    path = tmp_path / "base.json"
+    path.write_text(json.dumps(base))
+    ran: list = []
+
+    def evaluate(options, tasks, out=""):
+        ran.append((options, [t.name for t in tasks]))
+        return {"summary": {}, "results": [], "offer_at_step1": {}, "total_s": 0.0}
+
+    monkeypatch.setattr(agent_eval, "evaluate", evaluate)
+    common = ["--ollama", "http://127.0.0.1:9", "--model", "m", "--modes", "navi", "--only-from", str(path)]
+    agent_eval.main([*common, "--fired", "paths", "--guards-off", "paths"])
+    options, names = ran.pop()
+    assert options.guards_off == "paths" and sorted(names) == sorted([tuning[0], heldout])
+    agent_eval.main([*common, "--fired", "paths", "--guards-off", "paths", "--split", "tuning"])
+    assert ran.pop()[1] == [tuning[0]]  # the split keeps its own
+    agent_eval.main([*common, "--fired", "paths,dates", "--only", f"{tuning[1]},{heldout}"])
+    assert sorted(ran.pop()[1]) == sorted([tuning[1], heldout])  # --only narrows them
+    agent_eval.main([*common, "--fired", "salvage"])
+    printed = capsys.readouterr().out
+    assert not ran and "nothing to run" in printed and heldout not in printed  # held-out names never printed
+    with pytest.raises(SystemExit):
+        agent_eval.main([*common, "--fired", "pathz"])
+    with pytest.raises(SystemExit):
+        agent_eval.main([*common])  # --only-from without --fired
