@@ -58,6 +58,11 @@ def _key() -> tuple:
     return (connections.embedding_model(), settings.EMBEDDING_BASE_URL, connections.ollama_url())
 
 
+def model_key() -> tuple:
+    """Which model on which server embeds now: what a vector made from it is kept under."""
+    return _key()
+
+
 def state() -> State:
     """What the last call to the current server and model found ("unknown" if none yet)."""
     with _lock:

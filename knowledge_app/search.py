@@ -12,17 +12,17 @@ shaped like one, a quoted phrase): embeddings blur "invoice 4711" into
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass
 
 from navi_project import connections
 
-from . import embeddings, indexer, vectors, words
+from . import embeddings, indexer, relatedness, vectors, words
 from .models import Document, Passage, VectorSpace
 
 RRF_K = 60
 CANDIDATES = 50  # from each list before fusing
 MAX_K = 50
-FACT_MIN_SIMILARITY = 0.5  # a fact found only by meaning must be at least this close
 
 
 _QUOTED = re.compile(r'"([^"]{2,200})"')
@@ -120,8 +120,35 @@ def search(owner_id: int, query: str, k: int = 5, *, mode: str = "hybrid") -> li
 
 
 def facts_by_meaning(owner_id: int, query: str, limit: int) -> list[int]:
-    """memory_app's hook: the owner's fact ids close in meaning to the query, nearest first."""
-    return [i for i, similarity in meaning(owner_id, "fact", query, limit) if similarity >= FACT_MIN_SIMILARITY]
+    """memory_app's hook: the owner's fact ids related in meaning to the query, nearest first
+    (relatedness: read against the model's own similarities to unrelated text)."""
+    found = meaning(owner_id, "fact", query, limit)
+    vector = embeddings.embed_query(query) if found else None  # known by now: meaning() asked for it
+    references = _references(len(vector)) if vector is not None else None
+    return relatedness.related(found, vector, references) if references else []
+
+
+_reference_lock = threading.Lock()
+_reference_vectors: dict[tuple, list[list[float]]] = {}
+
+
+def _references(dim: int) -> list[list[float]] | None:
+    """relatedness.REFERENCE_TEXTS embedded by the current model, once per process and model
+    (one request of short texts), or None while embeddings cannot be had."""
+    key = embeddings.model_key()
+    with _reference_lock:
+        known = _reference_vectors.get(key)
+    if known is not None and len(known[0]) == dim:
+        return known
+    try:
+        made = embeddings.embed(list(relatedness.REFERENCE_TEXTS), timeout=embeddings.QUERY_TIMEOUT_S)
+    except embeddings.EmbeddingError:
+        return None
+    if len(made[0]) != dim:
+        return None  # the model changed between the query and now: next time
+    with _reference_lock:
+        _reference_vectors[key] = made
+    return made
 
 
 def status() -> str | None:
