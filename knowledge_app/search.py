@@ -39,7 +39,7 @@ WEIGHTS = {
     "keywords": (1.0, 1.0, 1.0),  # a few words, no sentence
     "question": (0.25, 1.0, 1.0),  # a sentence: its common words match everywhere, its meaning is the vectors'
 }
-KEYWORDS_MAX = 3  # words in a query of keywords; more (or a "?") make a question
+KEYWORDS_MAX = 4  # words in a query of keywords; more (or a "?") make a question
 LITERAL_MAX = 6  # words in a literal query (one with exact tokens); more make a question
 
 

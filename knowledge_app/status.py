@@ -37,10 +37,10 @@ def embedding() -> dict:
     return {"status": current.status, **found, "detail": current.detail, "hint": hint}
 
 
-def problem() -> str | None:
+def problem(state: dict | None = None) -> str | None:
     """/health's `embeddings` line: None when search by meaning works, else what is missing and
-    what to do. Search by words goes on either way."""
-    state = embedding()
+    what to do (from `state`, an `embedding()` just made, if given). Search by words goes on either way."""
+    state = state or embedding()
     if state["status"] == "ok":
         return None
     if state["status"] == "no_vector_index":

@@ -107,7 +107,7 @@ def _embedding_note() -> dict:
     embeddings can be made, `notice` what to do otherwise (which `ollama pull` to run), and the
     embedding server's and (when set) the reranker's state."""
     embedding = status.embedding()
-    problem = status.problem() if embedding["status"] != "ok" else None
+    problem = status.problem(embedding)
     note = {"search": "hybrid" if problem is None else "words", "notice": problem or "", "embedding": embedding}
     if (reranker := status.reranker()) is not None:
         note["rerank"] = reranker

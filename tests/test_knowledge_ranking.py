@@ -14,7 +14,8 @@ from knowledge_app import search
     ('"spare key" flowerpot', "literal"),
     ("logging.basicConfig level DEBUG", "literal"),
     ("boiler pressure", "keywords"),
-    ("where is the passport", "question"),
+    ("where do I keep the passport", "question"),
+    ("passport renewal office hours", "keywords"),
     ("Why does adding 0.1 and 0.2 not give exactly 0.3?", "question"),  # exact tokens, but asked
     ("passport?", "question"),
     ("what was the total of the invoice 4711 from last spring", "question"),
