@@ -154,8 +154,8 @@ def search(owner_id: int, query: str, k: int = 5, *, mode: str = "hybrid") -> li
         hits.append(Hit(str(passage.document_id), passage.document.name, passage.text, score, passage.location, passage.pk))
         if len(hits) == (max(k, settings.RERANK_CANDIDATES) if reranking else k):
             break
-    if reranking:
-        hits = _reranked(query, hits)
+    if reranking:  # the best RERANK_CANDIDATES re-ordered, any more asked for after them
+        hits = _reranked(query, hits[:settings.RERANK_CANDIDATES]) + hits[settings.RERANK_CANDIDATES:]
     return hits[:k]
 
 

@@ -178,3 +178,13 @@ def test_anonymous_health_shows_only_the_status(library, reranker, settings, ano
     use(settings, reranker)
     assert library.get("/health").json()["status"] == "degraded"
     assert anon_client.get("/health").json() == {"status": "degraded"}
+
+
+def test_only_rerank_candidates_are_sent_and_the_rest_follow(library, reranker, settings):
+    fused = names(library)
+    reranker.scores = {"tyre": 0.9, "garden hose": 0.5}
+    score = {"car.txt": 0.9, "garden.txt": 0.5}
+    use(settings, reranker)
+    settings.RERANK_CANDIDATES = 2  # the first two fused passages only
+    assert names(library) == [*sorted(fused[:2], key=lambda n: -score.get(n, 0.01)), fused[2]]
+    assert len(reranker.seen()[-1]["body"]["documents"]) == 2
