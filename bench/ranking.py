@@ -49,7 +49,6 @@ def collect() -> list[tuple]:
     """Each question's (query, relevant, kind, word list, vector list, exact list, passage -> file)."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from _minilm import MiniLM
-
     from knowledge import django_setup, serve
 
     model = MiniLM()

@@ -26,7 +26,7 @@ from django.conf import settings
 from navi_project import connections
 
 from . import embeddings, indexer, relatedness, rerank, vectors, words
-from .models import Document, Passage, VectorSpace
+from .models import Passage, VectorSpace
 
 RRF_K = 60
 CANDIDATES = 50  # from each list before fusing
