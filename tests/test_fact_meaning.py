@@ -83,3 +83,13 @@ def test_another_users_facts_are_never_found(owner, other_user, real_model):
     assert drain(WAIT_S)
     assert keys(owner.id, "coffee") == []  # the owner has no facts: none of mallory's
     assert keys(other_user.id, "coffee") == ["morning drink"]
+
+
+def test_the_reference_texts_are_embedded_once_per_model(owner, real_model, embed):
+    from knowledge_app.relatedness import REFERENCE_TEXTS
+
+    save_facts(owner.id)
+    keys(owner.id, "coffee")
+    keys(owner.id, "food intolerance")
+    batches = [e for e in embed.embeds if e["inputs"] == len(REFERENCE_TEXTS)]
+    assert len(batches) == 1 and batches[0]["model"] == real_model
