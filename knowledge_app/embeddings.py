@@ -58,6 +58,11 @@ def _key() -> tuple:
     return (connections.embedding_model(), settings.EMBEDDING_BASE_URL, connections.ollama_url())
 
 
+def model_key() -> tuple:
+    """Which model on which server embeds now: what a vector made from it is kept under."""
+    return _key()
+
+
 def state() -> State:
     """What the last call to the current server and model found ("unknown" if none yet)."""
     with _lock:
@@ -100,16 +105,23 @@ def embed(texts: list[str], *, timeout: float | None = None) -> list[list[float]
     return vectors
 
 
-def _call(texts: list[str], timeout: float) -> list[list[float]]:
-    model = connections.embedding_model()
+def server_url() -> str:
+    """Where embeddings are asked for: the OpenAI-compatible `…/v1/embeddings` or Ollama's `/api/embed`."""
     if settings.EMBEDDING_BASE_URL:
         base = settings.EMBEDDING_BASE_URL.rstrip("/")
-        url = f"{base}/embeddings" if base.endswith("/v1") else f"{base}/v1/embeddings"
+        return f"{base}/embeddings" if base.endswith("/v1") else f"{base}/v1/embeddings"
+    return f"{connections.ollama_url().rstrip('/')}/api/embed"
+
+
+def _call(texts: list[str], timeout: float) -> list[list[float]]:
+    model = connections.embedding_model()
+    url = server_url()
+    if settings.EMBEDDING_BASE_URL:
         key = settings.EMBEDDING_API_KEY or settings.OPENAI_API_KEY
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         body = {"model": model, "input": texts}
     else:
-        url, headers = f"{connections.ollama_url().rstrip('/')}/api/embed", {}
+        headers = {}
         body = {"model": model, "input": texts, "truncate": True}
     try:
         response = _http().post(url, json=body, headers=headers, timeout=timeout)

@@ -1,28 +1,46 @@
-"""Hybrid search: the words (FTS5 / tsvector) and the meaning (vectors), fused by reciprocal
-rank fusion, so a passage that says it differently is found and an exact name or number that
-the words match still comes first.
+"""Hybrid search: the words (FTS5 / tsvector) and the meaning (vectors), fused by weighted
+reciprocal rank fusion, so a passage that says it differently is found and an exact name or
+number that the words match still comes first; then, when one is set, a reranker re-orders the
+best few (rerank.py).
 
-RRF: each list gives a passage 1 / (RRF_K + rank); the sums order the result. It needs no
+RRF: each list gives a passage weight / (RRF_K + rank); the sums order the result. It needs no
 calibration between bm25 scores and cosine distances, which are not comparable. A third list
 holds the word matches that contain every exact token of the query (a number, a code, a name
-shaped like one, a quoted phrase): embeddings blur "invoice 4711" into
-"an invoice", and among near-identical passages their order would otherwise outvote the words.
+shaped like one, a quoted phrase): embeddings blur "invoice 4711" into "an invoice", and among
+near-identical passages their order would otherwise outvote the words.
+
+The weights depend on the query (`weights`, constants below): a question in plain words is the
+vectors' to answer — the words then match its common words everywhere, and an equal vote costs
+paraphrased questions their page — while a query of names, codes or a few keywords is the
+words'. bench/ranking.py measures them.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass
+
+from django.conf import settings
 
 from navi_project import connections
 
-from . import embeddings, indexer, vectors, words
-from .models import Document, Passage, VectorSpace
+from . import embeddings, indexer, relatedness, rerank, vectors, words
+from .models import Passage, VectorSpace
 
 RRF_K = 60
 CANDIDATES = 50  # from each list before fusing
 MAX_K = 50
-FACT_MIN_SIMILARITY = 0.5  # a fact found only by meaning must be at least this close
+# Fusion weights (words, vectors, exact tokens) by the kind of query (`query_kind`), measured with
+# bench/ranking.py (python3-doc, all-MiniLM-L6-v2; paraphrased questions' file r@1 0.721 with equal
+# weights, 0.767 with the words at 0.25-0.5, literal ones unchanged at 0.875; bench/README "Ranking").
+WEIGHTS = {
+    "literal": (1.0, 1.0, 1.0),  # names, codes, a quoted phrase: the words and exact tokens count fully
+    "keywords": (1.0, 1.0, 1.0),  # a few words, no sentence
+    "question": (0.25, 1.0, 1.0),  # a sentence: its common words match everywhere, its meaning is the vectors'
+}
+KEYWORDS_MAX = 4  # words in a query of keywords; more (or a "?") make a question
+LITERAL_MAX = 6  # words in a literal query (one with exact tokens); more make a question
 
 
 _QUOTED = re.compile(r'"([^"]{2,200})"')
@@ -62,13 +80,30 @@ class Hit:
                 "score": round(self.score, 6), "location": self.location, "passage_id": self.passage_id}
 
 
-def fuse(*ranked: list[int]) -> list[tuple[int, float]]:
-    """Reciprocal rank fusion of id lists (best first each): (id, score), best first."""
+def fuse(*ranked: list[int], weights: tuple[float, ...] = ()) -> list[tuple[int, float]]:
+    """Reciprocal rank fusion of id lists (best first each), each list's votes times its weight
+    (1 when not given): (id, score), best first."""
     scores: dict[int, float] = {}
-    for ids in ranked:
+    for n, ids in enumerate(ranked):
+        weight = weights[n] if n < len(weights) else 1.0
         for rank, item in enumerate(ids, start=1):
-            scores[item] = scores.get(item, 0.0) + 1.0 / (RRF_K + rank)
+            scores[item] = scores.get(item, 0.0) + weight / (RRF_K + rank)
     return sorted(scores.items(), key=lambda pair: (-pair[1], pair[0]))
+
+
+def query_kind(query: str) -> str:
+    """"literal" (a few words with exact tokens or a quoted phrase), "keywords" (a few words) or
+    "question" (a sentence, or anything asked with "?": its exact tokens still get their own list)."""
+    count, asked = len(_TOKEN.findall(query)), query.rstrip().endswith("?")
+    if not asked and count <= LITERAL_MAX and exact_tokens(query):
+        return "literal"
+    return "keywords" if not asked and count <= KEYWORDS_MAX else "question"
+
+
+def weighted_fuse(query: str, by_words: list[tuple[int, float]], by_meaning: list[tuple[int, float]],
+                  exact: list[int]) -> list[tuple[int, float]]:
+    """The three lists ((id, score) best first; exact: ids) fused with the query kind's weights."""
+    return fuse([i for i, _ in by_words], [i for i, _ in by_meaning], exact, weights=WEIGHTS[query_kind(query)])
 
 
 def _space(dim: int) -> VectorSpace | None:
@@ -90,22 +125,25 @@ def meaning(owner_id: int, kind: str, query: str, limit: int) -> list[tuple[int,
 
 
 def search(owner_id: int, query: str, k: int = 5, *, mode: str = "hybrid") -> list[Hit]:
-    """The owner's best `k` passages for `query` (mode: hybrid, words or vectors)."""
+    """The owner's best `k` passages for `query` (mode: hybrid, words or vectors), re-ordered by
+    the reranker when one is set."""
     query = query.strip()
     k = max(1, min(int(k), MAX_K))
     if not query:
         return []
     indexer.queue_backfill_if_needed()
-    by_words = [i for i, _ in words.ranked(owner_id, query, CANDIDATES)] if mode != "vectors" else []
-    by_meaning = [i for i, _ in meaning(owner_id, "passage", query, CANDIDATES)] if mode != "words" else []
+    by_words = words.ranked(owner_id, query, CANDIDATES) if mode != "vectors" else []
+    by_meaning = meaning(owner_id, "passage", query, CANDIDATES) if mode != "words" else []
     exact: list[int] = []
     if mode == "hybrid" and by_words and by_meaning and (tokens := exact_tokens(query)):
-        texts = dict(Passage.objects.filter(pk__in=by_words).values_list("pk", "text"))
-        exact = [i for i in by_words if _has_all(texts.get(i, ""), tokens)]
-    fused = fuse(by_words, by_meaning, exact)
+        texts = dict(Passage.objects.filter(pk__in=[i for i, _ in by_words]).values_list("pk", "text"))
+        exact = [i for i, _ in by_words if _has_all(texts.get(i, ""), tokens)]
+    fused = weighted_fuse(query, by_words, by_meaning, exact)
+    reranking = rerank.usable()
+    wanted = max(k * 3, settings.RERANK_CANDIDATES) if reranking else k * 3
     rows = {
         p.pk: p for p in Passage.objects.filter(
-            pk__in=[i for i, _ in fused[: k * 3]], owner_id=owner_id, document__status="ready"
+            pk__in=[i for i, _ in fused[:wanted]], owner_id=owner_id, document__status="ready"
         ).select_related("document")
     }
     hits = []
@@ -114,31 +152,55 @@ def search(owner_id: int, query: str, k: int = 5, *, mode: str = "hybrid") -> li
         if passage is None:
             continue  # a vector of a passage that is gone, or of a document still indexing
         hits.append(Hit(str(passage.document_id), passage.document.name, passage.text, score, passage.location, passage.pk))
-        if len(hits) == k:
+        if len(hits) == (max(k, settings.RERANK_CANDIDATES) if reranking else k):
             break
-    return hits
+    if reranking:  # the best RERANK_CANDIDATES re-ordered, any more asked for after them
+        hits = _reranked(query, hits[:settings.RERANK_CANDIDATES]) + hits[settings.RERANK_CANDIDATES:]
+    return hits[:k]
+
+
+def _reranked(query: str, hits: list[Hit]) -> list[Hit]:
+    """The hits (only the caller's, already) in the reranker's order, scored by it; as they are
+    when it fails. Those it gave no score keep their place after the scored ones."""
+    order = rerank.order(query, [hit.text for hit in hits])
+    if order is None:
+        return hits
+    reordered = []
+    for index, score in order:
+        hit = hits[index]
+        if score != float("-inf"):
+            hit.score = score
+        reordered.append(hit)
+    return reordered
 
 
 def facts_by_meaning(owner_id: int, query: str, limit: int) -> list[int]:
-    """memory_app's hook: the owner's fact ids close in meaning to the query, nearest first."""
-    return [i for i, similarity in meaning(owner_id, "fact", query, limit) if similarity >= FACT_MIN_SIMILARITY]
+    """memory_app's hook: the owner's fact ids related in meaning to the query, nearest first
+    (relatedness: read against the model's own similarities to unrelated text)."""
+    found = meaning(owner_id, "fact", query, limit)
+    vector = embeddings.embed_query(query) if found else None  # known by now: meaning() asked for it
+    references = _references(len(vector)) if vector is not None else None
+    return relatedness.related(found, vector, references) if references else []
 
 
-def status() -> str | None:
-    """/health's line: None when search by meaning works (or nothing needs it yet), else what
-    is missing and what to do. Search by words goes on either way."""
-    store = vectors.available()
-    if store != "ok":
-        return f"degraded: no vector index, search uses words only — {store}"
-    current = embeddings.state()
-    if current.status == "unknown" or (current.status != "ok" and embeddings.usable()):
-        try:  # never asked, or a failure old enough to ask again
-            embeddings.embed(["health"], timeout=embeddings.QUERY_TIMEOUT_S)
-        except embeddings.EmbeddingError:
-            pass
-        current = embeddings.state()
-    if current.status == "missing":
-        return f"degraded: no embedding model, search uses words only — {embeddings.pull_hint()}"
-    if current.status in ("unreachable", "error") and Document.objects.exists():
-        return f"degraded: no embedding model reachable ({current.detail}), search uses words only"
-    return None
+_reference_lock = threading.Lock()
+_reference_vectors: dict[tuple, list[list[float]]] = {}
+
+
+def _references(dim: int) -> list[list[float]] | None:
+    """relatedness.REFERENCE_TEXTS embedded by the current model, once per process and model
+    (one request of short texts), or None while embeddings cannot be had."""
+    key = embeddings.model_key()
+    with _reference_lock:
+        known = _reference_vectors.get(key)
+    if known is not None and len(known[0]) == dim:
+        return known
+    try:
+        made = embeddings.embed(list(relatedness.REFERENCE_TEXTS), timeout=embeddings.QUERY_TIMEOUT_S)
+    except embeddings.EmbeddingError:
+        return None
+    if len(made[0]) != dim:
+        return None  # the model changed between the query and now: next time
+    with _reference_lock:
+        _reference_vectors[key] = made
+    return made

@@ -29,7 +29,7 @@ from navi_project.http import ApiError, json_view
 from sessions_app.auth import api_login_required
 from sessions_app.files import sanitize_filename
 
-from . import embeddings, extract, indexer, search, tasks, vectors
+from . import embeddings, extract, indexer, search, status, tasks, vectors
 from .models import Document, Passage
 from .tools import describe
 
@@ -103,9 +103,15 @@ def documents(request: HttpRequest) -> JsonResponse:
 
 
 def _embedding_note() -> dict:
-    """What the page says when search by meaning is off (which `ollama pull` to run)."""
-    problem = search.status()
-    return {"search": "hybrid" if problem is None else "words", "notice": problem or ""}
+    """What search can do now, from the start (no document needed): `search` "hybrid" only while
+    embeddings can be made, `notice` what to do otherwise (which `ollama pull` to run), and the
+    embedding server's and (when set) the reranker's state."""
+    embedding = status.embedding()
+    problem = status.problem(embedding)
+    note = {"search": "hybrid" if problem is None else "words", "notice": problem or "", "embedding": embedding}
+    if (reranker := status.reranker()) is not None:
+        note["rerank"] = reranker
+    return note
 
 
 @csrf_protect

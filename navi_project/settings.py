@@ -458,6 +458,14 @@ EMBEDDING_BASE_URL = env.str("EMBEDDING_BASE_URL", default="")
 EMBEDDING_API_KEY = env.str("EMBEDDING_API_KEY", default="")
 EMBEDDING_BATCH = env.int("EMBEDDING_BATCH", default=32)  # passages per embedding request
 EMBEDDING_TIMEOUT_S = env.float("EMBEDDING_TIMEOUT_S", default=60.0)
+# An optional reranker (a cross-encoder behind `/v1/rerank`: llama.cpp's `llama-server --reranking`,
+# vLLM, or Hugging Face TEI's `/rerank`) re-orders search's best RERANK_CANDIDATES passages. Unset:
+# none. When it fails or is slow, search keeps its own order and the status says why.
+RERANK_BASE_URL = env.str("RERANK_BASE_URL", default="")
+RERANK_MODEL = env.str("RERANK_MODEL", default="")
+RERANK_API_KEY = env.str("RERANK_API_KEY", default="")
+RERANK_CANDIDATES = env.int("RERANK_CANDIDATES", default=20)  # passages sent per query: its latency grows with them
+RERANK_TIMEOUT_S = env.float("RERANK_TIMEOUT_S", default=10.0)
 KNOWLEDGE_DIR = _path(env.str("KNOWLEDGE_DIR", default="knowledge_files"))  # the uploads (a document's download)
 KNOWLEDGE_MAX_FILE_MB = env.int("KNOWLEDGE_MAX_FILE_MB", default=200)
 KNOWLEDGE_MAX_PASSAGES = env.int("KNOWLEDGE_MAX_PASSAGES", default=50_000)  # per document

@@ -179,6 +179,9 @@ class LLMServer:
         # Set to an Event to hold every embedding answer until the test sets it (a slow model).
         self.embed_gate: threading.Event | None = None
         self.embed_delay = 0.0  # seconds each embedding answer takes (a model that is slow, steadily)
+        # text -> vector: answer with these (a real model's vectors, precomputed) instead of
+        # `embed_text`; a text not in it is a 400 naming it, so a test sees what it lacks.
+        self.embed_table: dict[str, list[float]] | None = None
         self._embeds: list[dict] = []
         self._probes: list[dict] = []
         self._addr = (host, port)
@@ -661,7 +664,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(400, "input must be a string or a list of strings")
         if not fake.embed_known(model):
             return self._error(404, f'model "{model}" not found, try pulling it first')
-        vectors = [embed_text(t) for t in texts]
+        if fake.embed_table is not None and (unknown := [t for t in texts if t not in fake.embed_table]):
+            return self._error(400, f"no precomputed vector for {unknown[0][:200]!r}")
+        vectors = [fake.embed_table[t] if fake.embed_table is not None else embed_text(t) for t in texts]
         if fake.embed_gate is not None:
             fake.embed_gate.wait(timeout=60)
         if fake.embed_delay:
