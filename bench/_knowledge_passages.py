@@ -10,6 +10,8 @@ import hashlib
 import json
 import os
 import sqlite3
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -107,6 +109,21 @@ def _reranker_url() -> str | None:
     return os.environ.get("RERANK_BASE_URL") or None
 
 
+def _openwebui_itself(python: str, url: str, which: str, embedder: Embedder) -> dict:
+    """Open WebUI's own functions in its own venv (bench/_openwebui_real.py), on this bench's /api/embed."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        embedder.caching = True  # its chunks are mostly the reproduction's: their vectors are kept
+        done = subprocess.run([python, str(HERE / "_openwebui_real.py"), "--embed-url", url, "--set", which,
+                               "--out", f.name], stdout=sys.stderr)
+        embedder.caching = False
+        if done.returncode:
+            print(f"Open WebUI itself: failed (exit {done.returncode})")
+            return {}
+        result = json.loads(Path(f.name).read_text())
+    print(f"Open WebUI {result['version']} itself: {result.get('chunks')} chunks; its configuration: {result['config']}")
+    return {f"Open WebUI {result['version']} (its defaults: vector)": result["figures"]}
+
+
 def _ask(questions: list[dict], search) -> Scores:
     scores = Scores()
     for q in questions:
@@ -122,7 +139,9 @@ def run(argv: list[str]) -> None:
     parser.add_argument("--db", default=os.environ.get("KNOWLEDGE_BENCH_DB"),
                         help="an SQLite file: indexed into when new, asked again when it holds the corpus")
     parser.add_argument("--json", dest="json_out")
-    parser.add_argument("--no-openwebui", action="store_true")
+    parser.add_argument("--no-openwebui", action="store_true", help="leave out the reproduced Open WebUI")
+    parser.add_argument("--openwebui-python", default=os.environ.get("OPENWEBUI_PYTHON"),
+                        help="the Python of a venv with open-webui installed: Open WebUI itself as a row")
     parser.add_argument("--no-cache", action="store_true", help="embed every passage with the model")
     parser.add_argument("--index-only", action="store_true", help="index (and embed Open WebUI's chunks), ask nothing")
     args = parser.parse_args(argv)
@@ -141,7 +160,7 @@ def run(argv: list[str]) -> None:
     from django.conf import settings
     from django.contrib.auth import get_user_model
 
-    from knowledge_app import search
+    from knowledge_app import embeddings, search
 
     settings.OLLAMA_HOST, settings.EMBEDDING_MODEL = url, "all-minilm-l6-v2"
     settings.EMBEDDING_TIMEOUT_S = 900
@@ -159,12 +178,14 @@ def run(argv: list[str]) -> None:
               f"{stats['passages_per_s']:.1f} passages/s, {stats['files_per_s']:.2f} files/s; failed: {stats['failed']}")
     rows = [("Navi words", "words"), ("Navi vectors", "vectors"), ("Navi hybrid (default)", "hybrid")]
     for label, mode in rows if questions else []:
+        getattr(embeddings, "_queries", {}).clear()  # each mode's first pass: no query vector kept from another
         scores = _ask(questions, lambda q, mode=mode: [Hit(h.name, h.text) for h in search.search(user.pk, q, 5, mode=mode)])
         out["rows"][label] = scores.figures()
     rerank = _reranker_url() if questions else None
     if rerank:
         settings.RERANK_BASE_URL = rerank
         settings.RERANK_MODEL = os.environ.get("RERANK_MODEL", "bench-cross-encoder")
+        getattr(embeddings, "_queries", {}).clear()
         scores = _ask(questions, lambda q: [Hit(h.name, h.text) for h in search.search(user.pk, q, 5, mode="hybrid")])
         out["rows"]["Navi hybrid + reranker"] = scores.figures()
         settings.RERANK_BASE_URL = ""
@@ -181,6 +202,8 @@ def run(argv: list[str]) -> None:
         if questions:
             scores = _ask(questions, lambda q: [Hit(n, t) for n, t in index.search(q, 5)])
             out["rows"]["Open WebUI defaults (vector), reproduced"] = scores.figures()
+    if args.openwebui_python and questions:
+        out["rows"].update(_openwebui_itself(args.openwebui_python, url, args.which, embedder))
     if not questions:
         return
     print(f"\n{args.which} set: {len(questions)} questions "

