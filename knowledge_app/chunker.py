@@ -1,0 +1,215 @@
+"""Blocks to passages: a document read as blocks (a heading, a paragraph, a code block, a table
+row), each under its heading path, is cut into passages that follow the sections.
+
+A passage starts with its section's heading and holds whole blocks up to PASSAGE_CHARS; a longer
+section goes on in the next passage, which repeats the last sentences of the one before (at
+most OVERLAP characters, whole sentences), so a sentence is never cut and an answer that spans a
+boundary is whole in one of the two. A code block stays whole up to PASSAGE_MAX. A passage under
+MIN_CHARS (a heading with nothing under it, a two-word section) joins the next one under the
+same parent, or else the one before. Memory is bounded by a section's open passage, whatever
+the file. No Django: this runs in the parser child.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Iterator
+
+PASSAGE_CHARS = 1000  # a passage ends at the block that would take it past this (measured: see bench notes)
+PASSAGE_MAX = 1600  # a block longer than this is cut at sentences (code: at lines, then spaces)
+OVERLAP = 200  # characters of whole sentences a section's next passage repeats
+MIN_CHARS = 60  # a smaller passage joins its neighbour
+SEPARATOR = " › "  # between the headings of a section path
+_SENTENCE_END = re.compile(r"(?<=[.!?:;])\s+")
+
+
+@dataclass(slots=True)
+class Block:
+    """A unit of text read from a document: `path` is its section's heading path; a heading
+    block starts that section; a code block is kept whole and cut only at lines."""
+
+    text: str
+    location: dict = field(default_factory=dict)  # {"line": N} or {"page": N}
+    path: tuple[str, ...] = ()
+    heading: bool = False
+    code: bool = False
+
+
+@dataclass(slots=True)
+class _Passage:
+    text: str
+    location: dict
+    path: tuple[str, ...]
+
+
+def section_location(location: dict, path: tuple[str, ...]) -> dict:
+    """`location` with the section path (and its last heading, as before) when there is one."""
+    found = {k: v for k, v in location.items() if v not in ("", None)}
+    if path:
+        found["heading"] = path[-1]
+        found["section"] = SEPARATOR.join(path)
+    return found
+
+
+def _sentences(text: str) -> list[str]:
+    return [s for s in _SENTENCE_END.split(text) if s]
+
+
+def _cut(text: str, limit: int, code: bool) -> list[str]:
+    """A block longer than `limit` as pieces of at most `limit`: at sentences (code: lines),
+    and a sentence or line longer still at spaces."""
+    if len(text) <= limit:
+        return [text]
+    units = text.split("\n") if code else _sentences(text)
+    joiner = "\n" if code else " "
+    pieces, current = [], ""
+    for unit in units:
+        while len(unit) > limit:  # one sentence longer than a passage: cut at a space
+            at = unit.rfind(" ", limit // 2, limit)
+            at = at if at > 0 else limit
+            if current:
+                pieces.append(current)
+                current = ""
+            pieces.append(unit[:at])
+            unit = unit[at:].lstrip()
+        if current and len(current) + len(joiner) + len(unit) > limit:
+            pieces.append(current)
+            current = unit
+        else:
+            current = f"{current}{joiner}{unit}" if current else unit
+    if current:
+        pieces.append(current)
+    return pieces
+
+
+class _Section:
+    """The open passage of one section, handed out as it fills."""
+
+    def __init__(self, head: Block | None, path: tuple[str, ...], location: dict) -> None:
+        self.head = head.text if head else ""
+        self.path = path
+        self.location = location  # the heading's, for a passage of the heading alone
+        self.items: list[tuple[str, dict, bool]] = []  # (text, location, code)
+        self.size = len(self.head)
+        self.fresh = 0  # items not repeated from the passage before
+        self.emitted = False
+
+    def add(self, block: Block) -> Iterator[_Passage]:
+        for piece in _cut(block.text, PASSAGE_MAX, block.code):
+            if self.fresh and self.size + len(piece) > PASSAGE_CHARS:
+                yield self._passage()
+                self._start_after()
+            self.items.append((piece, block.location, block.code))
+            self.size += len(piece) + 1
+            self.fresh += 1
+
+    def close(self) -> Iterator[_Passage]:
+        if self.fresh or (self.head and not self.emitted):
+            yield self._passage()
+
+    def _passage(self) -> _Passage:
+        lines = ([self.head] if self.head else []) + [text for text, _, _ in self.items]
+        location = self.location if not self.emitted or not self.items else self.items[0][1]
+        self.emitted = True
+        return _Passage("\n".join(lines), location, self.path)
+
+    def _start_after(self) -> None:
+        """The next passage of this section, starting with the last sentences of this one."""
+        text, location, code = self.items[-1]
+        self.items, self.size, self.fresh = [], len(self.head), 0
+        if code:
+            return
+        tail: list[str] = []
+        for sentence in reversed(_sentences(text)):
+            if sum(len(s) + 1 for s in tail) + len(sentence) > OVERLAP:
+                break
+            tail.insert(0, sentence)
+        if tail:
+            overlap = " ".join(tail)
+            self.items.append((overlap, location, False))
+            self.size += len(overlap) + 1
+
+
+def _raw_passages(blocks: Iterator[Block]) -> Iterator[_Passage]:
+    section: _Section | None = None
+    for block in blocks:
+        page = block.location.get("page")
+        if block.heading or section is None or block.path != section.path or page != section.location.get("page"):
+            if section is not None:
+                yield from section.close()
+            section = _Section(block if block.heading else None, block.path, block.location)
+            if block.heading:
+                continue
+        if block.text:
+            yield from section.add(block)
+    if section is not None:
+        yield from section.close()
+
+
+def _common(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return a[:n]
+
+
+def _join(first: _Passage, then: _Passage) -> _Passage:
+    """Two neighbours as one passage: where the first starts, under the deeper path when the
+    second is inside the first's section, else under what they share."""
+    path = then.path if then.path[: len(first.path)] == first.path else _common(first.path, then.path)
+    return _Passage(f"{first.text}\n{then.text}", first.location, path)
+
+
+def _same_page(a: _Passage | None, b: _Passage) -> bool:
+    return a is not None and a.location.get("page") == b.location.get("page")
+
+
+def _merged_small(raw: Iterator[_Passage]) -> Iterator[_Passage]:
+    """Passages under MIN_CHARS joined with the next under the same parent (else the one before)."""
+    previous: _Passage | None = None  # held back: a small one after it may join it
+    small: _Passage | None = None
+    for passage in raw:
+        if small is not None:
+            same_parent = passage.path[: max(0, len(small.path) - 1)] == small.path[:-1]
+            if (same_parent or not _same_page(previous, small)) and _same_page(small, passage):
+                passage = _join(small, passage)
+            elif _same_page(previous, small):
+                previous = _join(previous, small)
+            else:  # a page of its own (a PDF's cover): never cited as another page
+                if previous is not None:
+                    yield previous
+                previous = small
+            small = None
+        if len(passage.text) < MIN_CHARS:
+            small = passage
+            continue
+        if previous is not None:
+            yield previous
+        previous = passage
+    if small is not None:
+        if _same_page(previous, small):
+            previous = _join(previous, small)
+        else:
+            if previous is not None:
+                yield previous
+            previous = small
+    if previous is not None:
+        yield previous
+
+
+def passages(blocks: Iterator[Block]) -> Iterator[tuple[str, dict]]:
+    """The document's passages in order: (text, location with its section)."""
+    for passage in _merged_small(_raw_passages(blocks)):
+        yield passage.text, section_location(passage.location, passage.path)
+
+
+def embedding_text(name: str, location: dict, text: str) -> str:
+    """What a passage's vector is made from: its document's title and section path, then its
+    text ("flask › Tutorial › Blog Blueprint\\n\\n…"), so the vector knows where it sits."""
+    title = re.sub(r"[_-]+", " ", name.rsplit(".", 1)[0]).strip()
+    section = str(location.get("section") or "")
+    if title and section.casefold().startswith(title.casefold()):
+        title = ""  # the document's own title heads its sections already
+    where = SEPARATOR.join(part for part in (title, section) if part)
+    return f"{where}\n\n{text}" if where else text
