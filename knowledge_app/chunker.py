@@ -21,7 +21,7 @@ PASSAGE_MAX = 1600  # a block longer than this is cut at sentences (code: at lin
 OVERLAP = 200  # characters of whole sentences a section's next passage repeats
 MIN_CHARS = 60  # a smaller passage joins its neighbour
 SEPARATOR = " › "  # between the headings of a section path
-_SENTENCE_END = re.compile(r"(?<=[.!?:;])\s+")
+_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+")
 
 
 @dataclass(slots=True)
@@ -84,24 +84,32 @@ def _cut(text: str, limit: int, code: bool) -> list[str]:
 
 
 class _Section:
-    """The open passage of one section, handed out as it fills."""
+    """The open passage of one section, handed out as it fills. A block too long for the room
+    left goes in sentence by sentence (a code block whole, up to PASSAGE_MAX)."""
 
     def __init__(self, head: Block | None, path: tuple[str, ...], location: dict) -> None:
         self.head = head.text if head else ""
         self.path = path
         self.location = location  # the heading's, for a passage of the heading alone
-        self.items: list[tuple[str, dict, bool]] = []  # (text, location, code)
+        self.items: list[tuple[str, dict, int]] = []  # (text, location, block number; -1: code)
         self.size = len(self.head)
         self.fresh = 0  # items not repeated from the passage before
         self.emitted = False
+        self.blocks = 0
 
     def add(self, block: Block) -> Iterator[_Passage]:
-        for piece in _cut(block.text, PASSAGE_MAX, block.code):
-            if self.fresh and self.size + len(piece) > PASSAGE_CHARS:
+        self.blocks += 1
+        number = -1 if block.code else self.blocks
+        if block.code or self.size + len(block.text) <= PASSAGE_CHARS:
+            units = _cut(block.text, PASSAGE_MAX, block.code)
+        else:
+            units = [s for unit in _cut(block.text, PASSAGE_CHARS, False) for s in _sentences(unit)]
+        for unit in units:
+            if self.fresh and self.size + len(unit) > PASSAGE_CHARS:
                 yield self._passage()
                 self._start_after()
-            self.items.append((piece, block.location, block.code))
-            self.size += len(piece) + 1
+            self.items.append((unit, block.location, number))
+            self.size += len(unit) + 1
             self.fresh += 1
 
     def close(self) -> Iterator[_Passage]:
@@ -109,26 +117,33 @@ class _Section:
             yield self._passage()
 
     def _passage(self) -> _Passage:
-        lines = ([self.head] if self.head else []) + [text for text, _, _ in self.items]
+        parts = [self.head] if self.head else []
+        last = None
+        for text, _, number in self.items:  # sentences of one block go on one line
+            if parts and number == last and number != -1:
+                parts[-1] += " " + text
+            else:
+                parts.append(text)
+            last = number
         location = self.location if not self.emitted or not self.items else self.items[0][1]
         self.emitted = True
-        return _Passage("\n".join(lines), location, self.path)
+        return _Passage("\n".join(parts), location, self.path)
 
     def _start_after(self) -> None:
-        """The next passage of this section, starting with the last sentences of this one."""
-        text, location, code = self.items[-1]
+        """The next passage of this section, starting with the last whole sentences of this one."""
+        items = self.items
         self.items, self.size, self.fresh = [], len(self.head), 0
-        if code:
-            return
-        tail: list[str] = []
-        for sentence in reversed(_sentences(text)):
-            if sum(len(s) + 1 for s in tail) + len(sentence) > OVERLAP:
+        tail: list[tuple[str, dict, int]] = []
+        for text, location, number in reversed(items):
+            if number == -1:
+                break  # code is not repeated
+            sentences = _sentences(text)
+            while sentences and sum(len(t) + 1 for t, _, _ in tail) + len(sentences[-1]) <= OVERLAP:
+                tail.insert(0, (sentences.pop(), location, number))
+            if sentences:
                 break
-            tail.insert(0, sentence)
-        if tail:
-            overlap = " ".join(tail)
-            self.items.append((overlap, location, False))
-            self.size += len(overlap) + 1
+        self.items = tail
+        self.size += sum(len(t) + 1 for t, _, _ in tail)
 
 
 def _raw_passages(blocks: Iterator[Block]) -> Iterator[_Passage]:

@@ -19,7 +19,7 @@ W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 P, T, TAB, STYLE, VAL = f"{W}p", f"{W}t", f"{W}tab", f"{W}pStyle", f"{W}val"
 TABLE, ROW, CELL = f"{W}tbl", f"{W}tr", f"{W}tc"
 CELL_MAX = 1000  # characters of one cell kept
-HEADER_CELLS = 64  # column names remembered
+HEADER_CELLS = 256  # column names remembered (a wider table names the first ones)
 ROW_MAX = PASSAGE_MAX * 2  # a longer row is handed on in pieces
 _HEADING_STYLE = re.compile(r"heading\s*([1-9])")
 
