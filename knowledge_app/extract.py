@@ -16,6 +16,7 @@ from typing import Iterator
 
 from . import chunker
 from .chunker import Block
+from .formats import docx, html, pdf, rst, text  # stdlib only at import: lxml and pypdf come when a file needs them
 from .formats.common import ExtractError, Progress, clean  # noqa: F401 - the names callers use
 
 SPLITTER_VERSION = 2  # passages cut by this code; a document cut by an older one is split again
@@ -37,8 +38,6 @@ def kind_of(name: str) -> str | None:
 
 def pieces(path: Path, kind: str, progress: Progress) -> Iterator[Block]:
     """The document's blocks, as its format lays them out (a .txt written in reST is read as reST)."""
-    from .formats import docx, html, pdf, rst, text  # noqa: PLC0415 - each format's module when it is needed
-
     if kind == "text" and rst.looks_like_rst(path):
         kind = "rst"
     if kind == "text":
