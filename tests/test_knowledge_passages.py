@@ -322,3 +322,11 @@ class TestIndexed:
         assert refused.status == "ready" and refused.splitter == extract.SPLITTER_VERSION
         assert list(Passage.objects.filter(document=refused).values_list("text", flat=True)) == before_broken
         assert tasks.queue_resplits() == 0
+
+    def test_a_binary_file_named_rst_is_refused_and_nothing_is_saved(self, owner_client):
+        from knowledge_app.models import Document
+        from tests.test_knowledge import upload
+
+        response = upload(owner_client, "page.rst", b"Title\n=====\n\x00\x01\x02\xff binary")
+        assert response.status_code == 400 and "is not text" in response.json()["error"]
+        assert not Document.objects.exists()
