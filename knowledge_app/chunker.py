@@ -13,7 +13,6 @@ the file. No Django: this runs in the parser child.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Iterator
 
 PASSAGE_CHARS = 1000  # a passage ends at the block that would take it past this (measured: see bench notes)
@@ -24,23 +23,26 @@ SEPARATOR = " › "  # between the headings of a section path
 _SENTENCE_END = re.compile(r"(?<=[.!?;])\s+")
 
 
-@dataclass(slots=True)
 class Block:
     """A unit of text read from a document: `path` is its section's heading path; a heading
-    block starts that section; a code block is kept whole and cut only at lines."""
+    block starts that section; a code block is kept whole and cut only at lines. (A plain class:
+    the parser child makes one per paragraph and starts once per document, so it stays cheap.)"""
 
-    text: str
-    location: dict = field(default_factory=dict)  # {"line": N} or {"page": N}
-    path: tuple[str, ...] = ()
-    heading: bool = False
-    code: bool = False
+    __slots__ = ("text", "location", "path", "heading", "code")
+
+    def __init__(self, text: str, location: dict | None = None, path: tuple[str, ...] = (), heading: bool = False,
+                 code: bool = False) -> None:
+        self.text, self.location, self.path, self.heading, self.code = text, location or {}, path, heading, code
+
+    def __repr__(self) -> str:
+        return f"Block({self.text[:40]!r}, {self.location}, {self.path}, heading={self.heading}, code={self.code})"
 
 
-@dataclass(slots=True)
 class _Passage:
-    text: str
-    location: dict
-    path: tuple[str, ...]
+    __slots__ = ("text", "location", "path")
+
+    def __init__(self, text: str, location: dict, path: tuple[str, ...]) -> None:
+        self.text, self.location, self.path = text, location, path
 
 
 def section_location(location: dict, path: tuple[str, ...]) -> dict:

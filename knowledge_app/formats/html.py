@@ -48,9 +48,11 @@ class _Target:
 
     def start(self, tag, attrib) -> None:
         tag = tag.lower() if isinstance(tag, str) else ""
-        classes = set((attrib.get("class") or "").split()) if attrib else set()
-        skipped = (tag in SKIPPED or (attrib is not None and attrib.get("role") in SKIPPED_ROLES)
-                   or bool(classes & SKIPPED_CLASSES) or (attrib is not None and "hidden" in attrib))
+        skipped = tag in SKIPPED
+        if attrib and not skipped:
+            classes = attrib.get("class")
+            skipped = (attrib.get("role") in SKIPPED_ROLES or "hidden" in attrib
+                       or bool(classes and not SKIPPED_CLASSES.isdisjoint(classes.split())))
         if tag not in VOID:
             if len(self.stack) >= DEPTH_MAX:
                 self.overflow += 1
@@ -75,13 +77,16 @@ class _Target:
         if self.overflow:
             self.overflow -= 1
             return
-        if all(t != tag for t, _ in self.stack[-LOOKBACK:]):
+        if self.stack[-1][0] == tag:
+            self.skipping -= self.stack.pop()[1]
+        elif all(t != tag for t, _ in self.stack[-LOOKBACK:]):
             return  # a stray end tag (libxml2 mends most of them before they come here)
-        while self.stack:
-            opened, skipped = self.stack.pop()
-            self.skipping -= skipped
-            if opened == tag:
-                break
+        else:
+            while self.stack:
+                opened, skipped = self.stack.pop()
+                self.skipping -= skipped
+                if opened == tag:
+                    break
         if self.skipping:
             return
         if tag in HEADINGS and self.level == HEADINGS[tag]:
