@@ -19,6 +19,7 @@ PASSAGE_CHARS = 1000  # a passage ends at the block that would take it past this
 PASSAGE_MAX = 1600  # a block longer than this is cut at sentences (code: at lines, then spaces)
 OVERLAP = 200  # characters of whole sentences a section's next passage repeats
 MIN_CHARS = 60  # a smaller passage joins its neighbour
+PIECE_MIN = 200  # a run without sentence ends is cut to fill a passage, in pieces of at least this
 SEPARATOR = " › "  # between the headings of a section path
 _SENTENCE_END = re.compile(r"(?<=[.!?;])\s+")
 
@@ -103,16 +104,29 @@ class _Section:
         self.blocks += 1
         number = -1 if block.code else self.blocks
         if block.code or self.size + len(block.text) <= PASSAGE_CHARS:
-            units = _cut(block.text, PASSAGE_MAX, block.code)
-        else:
-            units = [s for unit in _cut(block.text, PASSAGE_CHARS, False) for s in _sentences(unit)]
-        for unit in units:
-            if self.fresh and self.size + len(unit) > PASSAGE_CHARS:
-                yield self._passage()
-                self._start_after()
-            self.items.append((unit, block.location, number))
-            self.size += len(unit) + 1
-            self.fresh += 1
+            for unit in _cut(block.text, PASSAGE_MAX, block.code):
+                yield from self._put(unit, block.location, number)
+            return
+        for sentence in _sentences(block.text):
+            while len(sentence) > PASSAGE_CHARS - len(self.head):  # no sentence end in sight: cut to fill the passage
+                if self.fresh and PASSAGE_CHARS - self.size < PIECE_MIN:
+                    yield self._passage()
+                    self._start_after()
+                room = max(PASSAGE_CHARS - self.size, PIECE_MIN)
+                at = max(sentence.rfind(" ", room // 2, room), sentence.rfind("\n", room // 2, room))
+                at = at if at > 0 else room
+                yield from self._put(sentence[:at], block.location, number)
+                sentence = sentence[at:].lstrip()
+            if sentence:
+                yield from self._put(sentence, block.location, number)
+
+    def _put(self, unit: str, location: dict, number: int) -> Iterator[_Passage]:
+        if self.fresh and self.size + len(unit) > PASSAGE_CHARS:
+            yield self._passage()
+            self._start_after()
+        self.items.append((unit, location, number))
+        self.size += len(unit) + 1
+        self.fresh += 1
 
     def close(self) -> Iterator[_Passage]:
         if self.fresh or (self.head and not self.emitted):

@@ -200,6 +200,14 @@ class TestFormats:
         sizes = [len(passage) for passage, _ in found]
         assert max(sizes) <= chunker.PASSAGE_MAX and min(sizes) >= chunker.MIN_CHARS
 
+    def test_text_without_sentence_ends_fills_its_passages(self, tmp_path):
+        paragraphs = ["\n".join(f"2026-12-0{p} 10:{i:02d} worker{p} took job {i} from the queue" for i in range(25))
+                      for p in range(1, 9)]
+        found = cut(tmp_path, "worker.log", "\n\n".join(paragraphs))
+        sizes = [len(text) for text, _ in found]
+        assert all(chunker.PIECE_MIN <= size <= chunker.PASSAGE_CHARS for size in sizes[:-1]), sizes
+        assert [w for text, _ in found for w in text.split()] == "\n".join(paragraphs).split()  # every word, in order
+
     def test_small_sections_join_a_neighbour_under_the_same_parent(self, tmp_path):
         text = ("# Kitchen\n\nThe kitchen was redone in 2019 with an induction hob and a long oak counter.\n\n"
                 "## Oven\n\nBake at 180.\n\n## Fridge\n\nThe fridge filter is changed every six months, "
