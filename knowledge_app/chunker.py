@@ -15,8 +15,12 @@ from __future__ import annotations
 import re
 from typing import Iterator
 
-PASSAGE_CHARS = 1000  # a passage ends at the block that would take it past this (measured: see bench notes)
-PASSAGE_MAX = 1600  # a block longer than this is cut at sentences (code: at lines, then spaces)
+# Chosen by bench/passage_split.py (answer-holding passage recall, 30 questions): 700 characters
+# found fewer answers; 1 000 and 1 200, with an overlap of 0, 100 or 200, were within a question or
+# two of each other. 1 000 fits all-MiniLM-L6-v2's 256 tokens (a longer passage's end is never
+# seen by its vector), and 200 holds a sentence or two (with 100 most sentences do not fit: no overlap).
+PASSAGE_CHARS = 1000  # a passage ends at the block (or sentence) that would take it past this
+PASSAGE_MAX = 1600  # a code block longer than this is cut at lines
 OVERLAP = 200  # characters of whole sentences a section's next passage repeats
 MIN_CHARS = 60  # a smaller passage joins its neighbour
 PIECE_MIN = 200  # a run without sentence ends is cut to fill a passage, in pieces of at least this
