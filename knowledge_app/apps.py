@@ -37,6 +37,7 @@ class KnowledgeConfig(AppConfig):
             indexer.backfill_queuers.append(tasks.queue_backfill)
         queue.on_give_up(tasks.index_document, tasks.on_gave_up)
         schedule.every(5, "knowledge: documents without a live job", tasks.sweep_documents)
+        schedule.every(300, "knowledge: documents cut by an older splitter", tasks.queue_resplits)
         schedule.every(60, "knowledge: passages and facts without a vector", lambda: indexer.queue_backfill_if_needed(True))
         schedule.every(3600, "knowledge: lost vector tables", indexer.remake_lost_vector_tables)
         # Settings → embedding model: what lacks a vector of the new model is embedded again by a job.

@@ -16,7 +16,7 @@ from .models import Document
 from .tools import describe
 
 MAX_SHOWN = 2000  # passages on one page (a document may have up to KNOWLEDGE_MAX_PASSAGES)
-TYPES = {"text": "Plain text", "markdown": "Markdown", "html": "HTML", "pdf": "PDF", "docx": "Word (.docx)"}
+TYPES = {"text": "Plain text", "markdown": "Markdown", "rst": "reStructuredText", "html": "HTML", "pdf": "PDF", "docx": "Word (.docx)"}
 
 
 def _mine(request: HttpRequest, document_id: str) -> Document:

@@ -20,45 +20,34 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import sys
 import time
-from pathlib import Path
 from typing import Callable, Iterator
 
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from jobs_app import child, runtime
+from jobs_app import runtime
 from memory_app.models import MemoryFact
 from navi_project import connections
 
-from . import embeddings, extract, vectors, words
+from . import chunker, embeddings, extract, vectors, words
 from .models import Document, FactVector, Passage, VectorSpace
+from .parsing import (  # noqa: F401 - the names the jobs and views use from here
+    CHECK_EVERY_S,
+    NO_TEXT,
+    PARSE_SHARE,
+    STOPPED,
+    Cancelled,
+    Interrupted,
+    file_path,
+    parse_in_child,
+    spool_path,
+)
 
 log = logging.getLogger(__name__)
 WRITE_BATCH = 64  # passages written (and embedded) together, in one transaction
-PARSE_SHARE = 40  # percent of the progress bar that reading the file takes; writing takes the rest
-PROGRESS_EVERY_S = 0.5
-CHECK_EVERY_S = 0.25  # while the parser runs: has the document been deleted, is the worker stopping?
-STOPPED = "the upload is gone (the server stopped before it was indexed); upload it again"
-NO_TEXT = "no text found in it (a scanned PDF needs OCR first; an empty file has none)"
 
-
-class Cancelled(Exception):
-    """The document was deleted (or its job superseded) while this slice ran."""
-
-
-class Interrupted(Exception):
-    """The worker is stopping: the job goes on in its next slice (another worker, or after the restart)."""
-
-
-def file_path(document: Document) -> Path:
-    return Path(settings.KNOWLEDGE_DIR) / str(document.owner_id) / str(document.id)
-
-
-def spool_path(document: Document) -> Path:
-    return file_path(document).with_name(f"{document.id}.passages")
 
 
 def remove_files(document: Document, *, keep_upload: bool = False) -> None:
@@ -101,73 +90,14 @@ def index_slice(document_id: str, job_id: str) -> str:
         return "failed"
 
 
-def _still_mine(document: Document, job_id: str) -> bool:
-    return Document.objects.filter(pk=document.pk, job_id=job_id).exists()
-
-
 def parse_to_spool(document: Document, job_id: str) -> int:
-    """Read the upload into passages in a child process with the KNOWLEDGE_PARSE_* limits; the
-    child is killed within CHECK_EVERY_S of the document's deletion or the worker's stop."""
-    path, spool = file_path(document), spool_path(document)
-    if not path.is_file():
-        raise extract.ExtractError(STOPPED)
-    spool.unlink(missing_ok=True)
-    limits = child.Limits(settings.KNOWLEDGE_PARSE_MEMORY_MB, settings.KNOWLEDGE_PARSE_CPU_S,
-                          settings.KNOWLEDGE_PARSE_TIMEOUT_S)
-    state = {"checked": 0.0, "saved": 0.0}
-
-    def check() -> str | None:
-        if runtime.should_stop():
-            return "stopping"
-        now = time.monotonic()
-        if now - state["checked"] < CHECK_EVERY_S:
-            return None
-        state["checked"] = now
-        return None if _still_mine(document, job_id) else "cancelled"
-
-    def progress(fraction: float) -> None:
-        now = time.monotonic()
-        if now - state["saved"] >= PROGRESS_EVERY_S:
-            state["saved"] = now
-            Document.objects.filter(pk=document.pk, job_id=job_id).update(
-                progress=min(PARSE_SHARE, int(fraction * PARSE_SHARE)), updated_at=timezone.now())
-
-    argv = [sys.executable, "-m", "knowledge_app.parse_child", str(path), document.kind, str(spool),
-            str(settings.KNOWLEDGE_MAX_PASSAGES), str(settings.KNOWLEDGE_DOCX_XML_MAX_MB)]
-    try:
-        outcome = child.run(argv, limits, check=check, on_progress=progress, cwd=str(settings.BASE_DIR))
-    except child.Cancelled as exc:
-        spool.with_name(spool.name + ".part").unlink(missing_ok=True)
-        raise (Interrupted if str(exc) == "stopping" else Cancelled)() from None
-    total = _parsed(outcome, limits)
+    """Read the upload into passages (`parse_in_child`) and have the document write them next."""
+    total = parse_in_child(document, job_id)
     if not Document.objects.filter(pk=document.pk, job_id=job_id).update(
-            spooled=total, spool_offset=0, chunks=0, progress=PARSE_SHARE, updated_at=timezone.now()):
+            spooled=total, spool_offset=0, chunks=0, progress=PARSE_SHARE, splitter=extract.SPLITTER_VERSION,
+            updated_at=timezone.now()):
         raise Cancelled()
     return total
-
-
-def _parsed(outcome: child.Outcome, limits: child.Limits) -> int:
-    """The passage count of a parse that succeeded, else ExtractError saying what to do."""
-    split = "split the document into smaller files"
-    if outcome.status == "ok" and outcome.lines and outcome.lines[-1].startswith("done "):
-        total = int(outcome.lines[-1].split()[1])
-        if total == 0:
-            raise extract.ExtractError(NO_TEXT)
-        return total
-    if outcome.status == "error":
-        raise extract.ExtractError(json.loads(outcome.lines[-1][len("error "):]))
-    if outcome.status == "memory":
-        raise extract.ExtractError(f"reading it needs more than {limits.memory_mb} MiB of memory "
-                                   f"(KNOWLEDGE_PARSE_MEMORY_MB); {split}, or raise that limit")
-    if outcome.status in ("cpu", "killed"):
-        raise extract.ExtractError(f"reading it took more than {limits.cpu_s} s of CPU time (KNOWLEDGE_PARSE_CPU_S) "
-                                   f"or more memory than allowed (KNOWLEDGE_PARSE_MEMORY_MB); {split}, or raise the limit")
-    if outcome.status == "timeout":
-        raise extract.ExtractError(f"reading it took longer than {limits.wall_s:.0f} s (KNOWLEDGE_PARSE_TIMEOUT_S); "
-                                   f"{split}, or raise that limit")
-    log.warning("the document parser exited with %s: %s", outcome.returncode, outcome.stderr[-2000:])
-    raise extract.ExtractError(f"the document parser stopped unexpectedly (exit code {outcome.returncode}); "
-                               "save the document again (or as PDF) and upload the copy")
 
 
 def write_slice(document: Document, job_id: str) -> str:
@@ -188,10 +118,10 @@ def write_slice(document: Document, job_id: str) -> str:
                 return finish(document, job_id, written)
             rows = [json.loads(line) for line in lines]
             offset += sum(len(line) for line in lines)
-            batch = [Passage(document=document, owner_id=document.owner_id, seq=written + i, text=text, location=loc)
-                     for i, (text, loc, _) in enumerate(rows)]
+            batch = [Passage(document=document, owner_id=document.owner_id, seq=written + i, text=text, location=loc,
+                             section=str(loc.get("section") or "")) for i, (text, loc, _) in enumerate(rows)]
             fresh = [p for p, (_, _, repeated) in zip(batch, rows) if not repeated]
-            found = _embed([p.text for p in fresh])  # outside the transaction: a slow server holds no lock
+            found = _embed([embedding_text(document.name, p) for p in fresh])  # outside the transaction: a slow server holds no lock
             progress = PARSE_SHARE + int((100 - PARSE_SHARE - 1) * (written + len(batch)) / total)
             with transaction.atomic():
                 # The document's row first: a delete waits for this batch (or this batch finds it gone).
@@ -235,6 +165,11 @@ def discard_passages(document_id) -> None:
     ids = list(Passage.objects.filter(document_id=document_id).values_list("pk", flat=True))
     vectors.delete("passage", ids)
     Passage.objects.filter(pk__in=ids).delete()
+
+
+def embedding_text(name: str, passage: Passage) -> str:
+    """A passage as its vector is made: the document's title and section path, then the text."""
+    return chunker.embedding_text(name, passage.location or {}, passage.text)
 
 
 def _embed(texts: list[str]) -> tuple[VectorSpace, list[list[float]]] | None:
@@ -342,8 +277,8 @@ def backfill(progress: Callable[[int, int], None] | None = None, *, everything: 
     def out_of_time() -> bool:
         return runtime.should_stop() or (deadline is not None and time.monotonic() > deadline)
 
-    for batch in _in_batches(passages, WRITE_BATCH * 4):
-        space = _embed_rows("passage", [(p.pk, p.owner_id, p.text) for p in batch])
+    for batch in _in_batches(passages.select_related("document"), WRITE_BATCH * 4):
+        space = _embed_rows("passage", [(p.pk, p.owner_id, embedding_text(p.document.name, p)) for p in batch])
         if space is None:
             return done, total  # the server or the model is missing: later
         Passage.objects.filter(pk__in=[p.pk for p in batch]).update(space=space)

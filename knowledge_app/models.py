@@ -47,6 +47,8 @@ class Document(models.Model):
     job_id = models.CharField(max_length=64, blank=True)
     spooled = models.PositiveIntegerField(null=True, blank=True)  # passages the parser found; null: not parsed yet
     spool_offset = models.BigIntegerField(default=0)  # bytes of the parsed passages already written
+    # The passage splitter (extract.SPLITTER_VERSION) that cut it: one cut by an older one is split again.
+    splitter = models.PositiveSmallIntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 
@@ -59,13 +61,16 @@ class Document(models.Model):
 
 
 class Passage(models.Model):
-    """A piece of a document with where it came from (page, heading, line)."""
+    """A piece of a document with where it came from (page, line, section)."""
 
     document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="passages")
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     seq = models.PositiveIntegerField()
     text = models.TextField()
     location = models.JSONField(default=dict)
+    # Its heading path ("Models › Field options › null", also location["section"]): the words'
+    # index reads it beside the text, so a search finds a passage by its sections' names too.
+    section = models.TextField(blank=True, default="")
     # The space its vector is in (null: not embedded yet, or embedded by a model no longer used).
     space = models.ForeignKey(VectorSpace, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
 

@@ -16,7 +16,7 @@ from django_tasks import task
 
 from jobs_app import queue
 
-from . import embeddings, indexer
+from . import embeddings, indexer, resplit
 from .models import Document
 
 log = logging.getLogger(__name__)
@@ -37,6 +37,33 @@ def index_document(context, document_id: str, owner_id: int) -> str:
             transaction.set_rollback(True)  # deleted meanwhile: no next slice
             return "cancelled"
     return "continued"
+
+
+@task(takes_context=True)
+def resplit_document(context, document_id: str, owner_id: int) -> str:
+    """A document cut by an older splitter parsed again (resplit.py); its new passages are then
+    written by index_document jobs, as an upload's."""
+    job_id = str(context.task_result.id)
+    outcome = resplit.resplit_slice(document_id, job_id)
+    if outcome == "more":
+        queue.enqueue(resplit_document, document_id=document_id, owner_id=owner_id)
+        return "continued"
+    if outcome != "split":
+        return outcome
+    with transaction.atomic():
+        following = queue.enqueue(index_document, document_id=document_id, owner_id=owner_id)
+        if not Document.objects.filter(pk=document_id, job_id=job_id).update(job_id=following.id):
+            transaction.set_rollback(True)  # deleted meanwhile
+            return "cancelled"
+    return "continued"
+
+
+def queue_resplits() -> int:
+    """Documents cut by an older splitter get a job each (a batch at a time); how many."""
+    found = resplit.wanted()
+    for document in found:
+        queue.enqueue_once(resplit_document, document_id=str(document.pk), owner_id=document.owner_id)
+    return len(found)
 
 
 @task()
@@ -79,6 +106,7 @@ def on_document_deleting(sender, instance: Document, **kwargs) -> None:
     Document.objects.filter(pk=instance.pk).update(job_id="deleted")  # the UPDATE takes the row lock
     indexer.discard_passages(instance.pk)
     queue.cancel_waiting(index_document, document_id=str(instance.pk))
+    queue.cancel_waiting(resplit_document, document_id=str(instance.pk))
     transaction.on_commit(lambda: indexer.remove_files(instance))
 
 

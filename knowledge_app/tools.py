@@ -19,23 +19,39 @@ from tools_app.toolset import register_app_tools
 from . import search
 
 TEXT_MAX = 1200  # characters of each passage shown
+QUERY_MAX = 200  # characters of the query kept with each source (the passage dialog marks its words)
 # Read by the model after the passages, outside their untrusted block (it names no document:
 # an uploaded file's name is not the owner speaking).
 CITE_NOTE = (
-    "When you use one of these passages, name its source in parentheses after the sentence: the "
-    "document's name and where in it, e.g. (notes.md, section “Travel”) or (report.pdf, page 3)."
+    "When you use one of these passages, name its source in parentheses after the sentence as it is "
+    "cited above, e.g. (models.txt › Field options › null) or (report.pdf, page 3)."
 )
 
 
 def describe(location: dict) -> str:
+    """Where a passage is in its document: "Field options › null (line 120)", "page 4",
+    "line 12" (a passage indexed before sections were kept: "section “Travel”")."""
+    section = str(location.get("section") or "")
+    line = location.get("line") if not location.get("page") else None
+    if section:
+        where = section + (f" (line {line})" if line else "")
+        return f"page {location['page']}, {where}" if location.get("page") else where
     parts = []
     if location.get("page"):
         parts.append(f"page {location['page']}")
     if location.get("heading"):
         parts.append(f"section “{location['heading']}”")
-    if location.get("line") and not location.get("page"):
-        parts.append(f"line {location['line']}")
+    if line:
+        parts.append(f"line {line}")
     return ", ".join(parts)
+
+
+def cite(name: str, location: dict) -> str:
+    """A passage's citation: "models.txt › Field options › null (line 120)", "report.pdf, page 4"."""
+    where = describe(location)
+    if not where:
+        return name
+    return f"{name} › {where}" if location.get("section") and not location.get("page") else f"{name}, {where}"
 
 
 class KnowledgeSearchTool(Tool):
@@ -49,7 +65,7 @@ class KnowledgeSearchTool(Tool):
     )
     description = (
         "Search the documents the user uploaded to Navi's Knowledge page (by meaning and by words). "
-        "Returns passages with their document name and location; name the document and page or section "
+        "Returns passages, each with its citation (document name and section, or page); give that citation "
         "when you use one in an answer."
     )
     parameters = {
@@ -75,11 +91,11 @@ class KnowledgeSearchTool(Tool):
             return ToolResult(True, f"No passage in the uploaded documents matches {query[:200]!r}.")
         lines = []
         for number, hit in enumerate(hits, start=1):
-            where = describe(hit.location)
-            lines.append(f"[{number}] {hit.name}" + (f" ({where})" if where else "") + f":\n{hit.text[:TEXT_MAX]}")
-        # What the answer drew on, kept with it so the page shows chips that open each passage.
+            lines.append(f"[{number}] {cite(hit.name, hit.location)}:\n{hit.text[:TEXT_MAX]}")
+        # What the answer drew on, kept with it so the page shows chips that open each passage
+        # (and the words the search matched marked in it).
         sources = [{"passage_id": h.passage_id, "document_id": h.document_id, "name": h.name,
-                    "location": h.location, "where": describe(h.location)} for h in hits]
+                    "location": h.location, "where": describe(h.location), "query": query[:QUERY_MAX]} for h in hits]
         return ToolResult(True, "\n\n".join(lines), metadata={"sources": sources, "cite_note": CITE_NOTE})
 
 

@@ -130,7 +130,7 @@ def _receive(request: HttpRequest, handler: _Limited) -> JsonResponse:
             raise ApiError(f"'{name}' is empty; upload a file with text in it", 400)
         upload.seek(0)
         head = upload.read(SNIFF)
-        if kind in ("text", "markdown", "html") and _binary(head):
+        if kind in ("text", "markdown", "rst", "html") and _binary(head):
             raise ApiError(f"'{name}' is not text (it has binary bytes); upload {extract.SUPPORTED}", 400)
         if Document.objects.filter(owner=request.user).count() >= settings.KNOWLEDGE_MAX_DOCUMENTS:
             raise ApiError(f"you already have {settings.KNOWLEDGE_MAX_DOCUMENTS} documents; delete some first", 400)

@@ -1,8 +1,9 @@
 """Passages found by their words: SQLite FTS5 (bm25), PostgreSQL full text (ts_rank).
 
-The FTS5 table is an external-content index of knowledge_app_passage kept in sync by
-triggers; on PostgreSQL a stored `tsv` column (`to_tsvector('english', text)`) with a GIN index
-(migration 0001).
+The FTS5 table is an external-content index of knowledge_app_passage's text and section (its
+heading path: a passage is found by its sections' names too) kept in sync by triggers; on
+PostgreSQL a stored `tsv` column (`to_tsvector('english', section || ' ' || text)`) with a GIN
+index (migrations 0001, 0005).
 Terms are OR-ed, each quoted: the query's syntax is never interpreted.
 
 Bounded cost: ranking costs per matching passage, and a common word matches most of them
@@ -28,20 +29,20 @@ PASSAGE_TABLE = "knowledge_app_passage"
 DOCUMENT_TABLE = "knowledge_app_document"
 _TRIGGERS = {
     "passage_fts_ai": f"""CREATE TRIGGER IF NOT EXISTS passage_fts_ai AFTER INSERT ON {PASSAGE_TABLE} BEGIN
-        INSERT INTO {FTS_TABLE}(rowid, text) VALUES (new.id, new.text);
+        INSERT INTO {FTS_TABLE}(rowid, text, section) VALUES (new.id, new.text, new.section);
     END""",
     "passage_fts_ad": f"""CREATE TRIGGER IF NOT EXISTS passage_fts_ad AFTER DELETE ON {PASSAGE_TABLE} BEGIN
-        INSERT INTO {FTS_TABLE}({FTS_TABLE}, rowid, text) VALUES ('delete', old.id, old.text);
+        INSERT INTO {FTS_TABLE}({FTS_TABLE}, rowid, text, section) VALUES ('delete', old.id, old.text, old.section);
     END""",
-    "passage_fts_au": f"""CREATE TRIGGER IF NOT EXISTS passage_fts_au AFTER UPDATE OF text ON {PASSAGE_TABLE} BEGIN
-        INSERT INTO {FTS_TABLE}({FTS_TABLE}, rowid, text) VALUES ('delete', old.id, old.text);
-        INSERT INTO {FTS_TABLE}(rowid, text) VALUES (new.id, new.text);
+    "passage_fts_au": f"""CREATE TRIGGER IF NOT EXISTS passage_fts_au AFTER UPDATE OF text, section ON {PASSAGE_TABLE} BEGIN
+        INSERT INTO {FTS_TABLE}({FTS_TABLE}, rowid, text, section) VALUES ('delete', old.id, old.text, old.section);
+        INSERT INTO {FTS_TABLE}(rowid, text, section) VALUES (new.id, new.text, new.section);
     END""",
 }
 MAX_TERMS = 32
 # Matching passages ranked at most: ranking costs ~1 µs a passage on SQLite, ~6 on PostgreSQL.
 BUDGET = {"sqlite": 2000, "postgresql": 1000}
-PG_DOCUMENT = "p.tsv"  # a stored generated column: to_tsvector('english', text)
+PG_DOCUMENT = "p.tsv"  # a stored generated column: to_tsvector('english', section || ' ' || text)
 
 
 def ensure_fts(conn=connection) -> None:
@@ -49,8 +50,11 @@ def ensure_fts(conn=connection) -> None:
     if conn.vendor != "sqlite":
         return
     with conn.cursor() as cur:
+        cur.execute(f"SELECT 1 FROM pragma_table_info('{PASSAGE_TABLE}') WHERE name = 'section'")
+        if cur.fetchone() is None:
+            return  # migrating, before 0005 gave passages their section: that migration makes the index
         cur.execute(
-            f"CREATE VIRTUAL TABLE IF NOT EXISTS {FTS_TABLE} USING fts5(text, content='{PASSAGE_TABLE}', "
+            f"CREATE VIRTUAL TABLE IF NOT EXISTS {FTS_TABLE} USING fts5(text, section, content='{PASSAGE_TABLE}', "
             "content_rowid='id', tokenize='porter unicode61 remove_diacritics 2')"
         )
         if install_missing_triggers(cur, [PASSAGE_TABLE], _TRIGGERS):

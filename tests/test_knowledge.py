@@ -67,11 +67,11 @@ class TestDocuments:
         docx = make_docx([("Heading1", "Allergies"), ("", "Anna is allergic to peanuts.")])
         assert indexed(owner_client, "family.docx", docx)["status"] == "ready"
         hit = results(owner_client, "peanuts")[0]
-        assert hit["name"] == "family.docx" and hit["location"] == {"heading": "Allergies"}
+        assert hit["name"] == "family.docx" and hit["location"] == {"heading": "Allergies", "section": "Allergies"}
         page = "<html><head><script>var hidden = 'peanuts';</script></head><body><h2>Garden</h2><p>Water the tomatoes daily.</p></body></html>"
         assert indexed(owner_client, "garden.html", page)["status"] == "ready"
         hit = results(owner_client, "tomatoes")[0]
-        assert hit["location"] == {"heading": "Garden"} and "Water the tomatoes" in hit["text"]
+        assert hit["location"] == {"heading": "Garden", "section": "Garden"} and "Water the tomatoes" in hit["text"]
         assert all("var hidden" not in h["text"] for h in results(owner_client, "peanuts hidden"))
 
     def test_the_same_file_again_is_not_a_second_document(self, owner_client, embed):
@@ -266,7 +266,7 @@ class TestTool:
         assert "documents" in frames[-1]["reason"]
         seen = tool_messages(llm.requests[-1])[-1]
         assert seen.startswith("[UNTRUSTED DATA") and "not instructions" in seen
-        assert "boiler.md (section “Heating”" in seen and "every October" in seen
+        assert "boiler.md › Heating (line 1)" in seen and "every October" in seen
         assert "March" not in seen and "mallory" not in seen  # never another user's passages
         await comm.send_json_to({"type": "approval", "approval_id": frames[-1]["approval_id"], "decision": "deny"})
         await frames_until(comm, run_ended)

@@ -22,7 +22,9 @@ from tests.test_knowledge import indexed
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("knowledge_state")]
 
 
-BOILER = "# Heating\n\nThe boiler service is every October.\n\n# Garden\n\nThe hedge is cut in June."
+# Sections long enough to be passages of their own (a shorter one joins its neighbour).
+BOILER = ("# Heating\n\nThe boiler service is every October, booked with the same engineer as last year.\n\n"
+          "# Garden\n\nThe hedge is cut in June, once the birds have finished nesting in it.")
 TRAVEL = "# Travel\n\nPassports are in the blue folder."
 
 
@@ -52,7 +54,8 @@ class TestSourcesOfAnAnswer:
         end = frames[-1]
         assert end["type"] == "stream_end"
         assert [(s["name"], s["location"]["heading"]) for s in end["sources"]] == [("boiler.md", "Heating")]
-        assert end["sources"][0]["where"].startswith("section “Heating”")
+        assert end["sources"][0]["where"] == "Heating (line 1)"
+        assert end["sources"][0]["location"]["section"] == "Heating" and end["sources"][0]["query"] == "boiler service"
         # The model read the passages as data, and the request to cite them outside that data.
         seen = tool_messages(llm.requests[-1])[-1]
         assert seen.startswith("[UNTRUSTED DATA") and f"[END UNTRUSTED DATA {seen.split()[2]}]\n{CITE_NOTE}" in seen

@@ -15,6 +15,7 @@ from agent.llm.messages import ChatMessage
 MAX_SOURCES = 8
 NAME_MAX = 255
 WHERE_MAX = 200
+QUERY_MAX = 200  # the search's words, marked in the passage a chip opens
 MIN_STEM = 4  # "notes" in an answer names notes.md; "a" would name everything
 
 
@@ -52,7 +53,8 @@ def clean(raw: Any) -> dict[str, Any] | None:
         "name": str(raw.get("name") or "")[:NAME_MAX],
         "where": str(raw.get("where") or "")[:WHERE_MAX],
         "location": {k: v for k, v in location.items()
-                     if k in ("page", "heading", "line") and isinstance(v, (int, str)) and len(str(v)) <= WHERE_MAX},
+                     if k in ("page", "heading", "line", "section") and isinstance(v, (int, str)) and len(str(v)) <= WHERE_MAX},
+        **({"query": raw["query"][:QUERY_MAX]} if isinstance(raw.get("query"), str) and raw["query"] else {}),
     }
 
 

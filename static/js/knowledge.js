@@ -23,6 +23,10 @@ async function call(method, path) {
 }
 
 function describe(location) {
+  if (location.section) {
+    const where = location.line && !location.page ? `${location.section} (line ${location.line})` : location.section;
+    return location.page ? `page ${location.page}, ${where}` : where;
+  }
   const parts = [];
   if (location.page) parts.push(`page ${location.page}`);
   if (location.heading) parts.push(`“${location.heading}”`);

@@ -1,14 +1,17 @@
 // An answer's sources (the passages its knowledge_search returned, narrowed to those it names):
 // chips under the answer, each a button that opens the passage in a dialog
 // (GET /knowledge/passages/<id>) with its document's name, where it is, and a link to the
-// document on the Knowledge page. A passage is an uploaded document speaking, not the owner:
-// its text and names are only ever set as textContent.
+// document on the Knowledge page, the words the search matched marked in it. A passage is an
+// uploaded document speaking, not the owner: its text and names are only ever set as text.
 import { api } from "./api.js";
 import { el, fileIcon } from "./cards.js";
+import { marked } from "./knowledge-marks.js";
 
-/** "notes.md, section “Travel”": how a chip and the dialog name a source. */
+/** "models.txt › Field options › null (line 120)", "report.pdf, page 4": how a chip and the dialog name a source. */
 function label(source) {
-  return source.where ? `${source.name}, ${source.where}` : source.name;
+  if (!source.where) return source.name;
+  const inSection = source.location && source.location.section && !source.location.page;
+  return inSection ? `${source.name} › ${source.where}` : `${source.name}, ${source.where}`;
 }
 
 /** The chips under an answer (a labelled group of buttons); an empty fragment when none is well-formed. */
@@ -20,7 +23,13 @@ export function sourceChips(sources) {
   // An imported chat's sources are whatever its file said: only well-formed ones become chips.
   for (const raw of sources) {
     if (!raw || typeof raw !== "object" || !raw.passage_id) continue;
-    const source = { ...raw, name: String(raw.name || "document"), where: raw.where ? String(raw.where) : "" };
+    const source = {
+      ...raw,
+      name: String(raw.name || "document"),
+      where: raw.where ? String(raw.where) : "",
+      query: typeof raw.query === "string" ? raw.query : "",
+      location: raw.location && typeof raw.location === "object" ? raw.location : {},
+    };
     const chip = el("button", "chip source");
     chip.type = "button";
     chip.dataset.passageId = String(source.passage_id);
@@ -80,7 +89,9 @@ async function openPassage(source, opener) {
     title.textContent = passage.name;
     where.textContent = passage.where || "";
     where.hidden = !passage.where;
-    text.textContent = passage.text;
+    // The words of the search that found it, marked (as text nodes and <mark>s: never HTML).
+    text.replaceChildren(marked(String(passage.text), source.query));
+    text.setAttribute("aria-label", source.query ? `Passage text, the words of “${source.query}” marked` : "Passage text");
   } catch (err) {
     text.textContent = `This passage cannot be shown: ${err.message}`;
     text.classList.add("gone");

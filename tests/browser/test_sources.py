@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(not shutil.which(CHROMIUM), reason="needs Debian
 
 # The passage tries markup: it must show as the characters it is.
 BOILER = ("# Heating\n\nThe boiler service is every October. <img src=x onerror=\"document.title='pwned'\">"
-          "<b>not bold</b>\n\n# Garden\n\nThe hedge is cut in June.")
+          "<b>not bold</b>\n\n# Garden\n\nThe hedge is cut in June, once the birds have finished nesting in it.")
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +66,8 @@ def test_source_chips_open_the_passage_by_keyboard_in_both_themes(browser, login
         chip = page.locator(".group.turn .sources button.chip.source")
         expect(chip).to_have_count(1)
         expect(chip).to_contain_text("boiler.md")
-        expect(chip).to_contain_text("section “Heating”")
+        expect(chip).to_contain_text("Heating (line 1)")  # the section, named as the tool cites it
+        assert chip.get_attribute("title") == "Open the passage from boiler.md › Heating (line 1)"
         expect(page.locator(".sources")).to_have_attribute("aria-label", "Sources of this answer")
         screenshot(page, f"sources-1-chips-{scheme}-{width}")
         # Keyboard: focus the chip, Enter opens the passage; its focus ring is drawn.
@@ -76,9 +77,10 @@ def test_source_chips_open_the_passage_by_keyboard_in_both_themes(browser, login
         dialog = page.locator("dialog.passage-dialog")
         expect(dialog).to_be_visible()
         expect(dialog.locator("h2")).to_have_text("boiler.md")
-        expect(dialog.locator(".passage-where")).to_contain_text("section “Heating”")
+        expect(dialog.locator(".passage-where")).to_have_text("Heating (line 1)")
         text = dialog.locator(".passage-text")
         expect(text).to_contain_text("The boiler service is every October.")
+        expect(text.locator("mark")).to_have_text(["boiler", "service"])  # the search's words, marked
         expect(text).to_contain_text("<img src=x")  # markup shown as text
         assert text.locator("img, b").count() == 0 and page.title() != "pwned"
         expect(text).not_to_contain_text("hedge")  # that passage only
@@ -197,7 +199,7 @@ def test_a_document_opens_with_its_file_and_a_search_marks_the_words_and_the_sco
         looks(page, "08-knowledge-search", axe_serious, "#results")
         first.get_by_role("link", name="boiler.md").click()
         page.wait_for_selector("body[data-ready='1']")
-        expect(page.locator(".doc-passage.cited")).to_contain_text("The hedge is cut in June.")
+        expect(page.locator(".doc-passage.cited")).to_contain_text("The hedge is cut in June,")
         looks(page, "09-knowledge-document", axe_serious, ".doc-passage.cited")
     finally:
         context.close()
