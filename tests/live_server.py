@@ -92,6 +92,7 @@ class LiveNavi:
             "NAVI_WORKSPACE": str(self.data_dir / "workspace"),
             "MCP_DATA_DIR": str(self.data_dir / "mcp_data"),  # not the checkout's mcp_data/
             "SESSION_FILES_DIR": str(self.data_dir / "session_files"),
+            "KNOWLEDGE_DIR": str(self.data_dir / "knowledge_files"),  # not the checkout's knowledge_files/
             "TOOLS_DIR": str(self.data_dir / "user_tools"),
             "SECRET_KEY": "live-test-secret",
             "ALLOWED_HOSTS": "127.0.0.1,localhost",
