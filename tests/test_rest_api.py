@@ -38,6 +38,7 @@ class TestHealth:
 
         Profile.objects.update(llm_backend="openai")
         settings.OLLAMA_HOST = "http://127.0.0.1:9"  # unused by every profile: not checked
+        settings.EMBEDDING_BASE_URL = llm.openai_url  # the embeddings from the same server, not Ollama
         body = _json(owner_client.get("/health"))
         assert body["llm"] == "ok" and body["status"] == "ok"
         settings.OPENAI_BASE_URL = "http://127.0.0.1:9/v1"
