@@ -77,20 +77,6 @@ def _signature(call: ToolCall) -> tuple[str, str]:
     return call.name, json.dumps(call.arguments, sort_keys=True, default=str)
 
 
-# Actions that replace what is there (a todo list, a file, a scratchpad section) rather than add.
-REPLACING = ("set", "write")
-
-
-def _replaced(call: ToolCall) -> tuple[str, str] | None:
-    """What a replacing call replaces: the tool and its target (path, section; "" for a tool's
-    one list), or None for a call that adds, reads or changes one item."""
-    args = call.arguments if isinstance(call.arguments, dict) else {}
-    if args.get("action") not in REPLACING:
-        return None
-    target = args.get("path") or args.get("section") or ""
-    return call.name, str(target).strip().strip("/").lower()
-
-
 @dataclass
 class CallTracker:
     backend: str
@@ -100,15 +86,9 @@ class CallTracker:
     counts: dict[str, int] = field(default_factory=dict)
     _last_failure: tuple[str, str] | None = None
     _succeeded: set[tuple[str, str]] = field(default_factory=set)  # this turn's successful calls
-    _written: set[tuple[str, str]] = field(default_factory=set)  # what they replaced (see _replaced)
     done: list[ToolCall] = field(default_factory=list)  # this turn's successful calls, in order
     left_asks: int = 0  # times a small model was asked again about a part of the request left
     plan: Any = None  # a small model's multi-part request as steps (agent.toolcalling.plan), made at its first step
-    # Calls of tools that had not worked this turn that failed after another tool's call worked:
-    # a small model wandering off a request a call already did (see agent.turn.constrained.decide_step).
-    strays: int = 0
-    wandered: bool = False  # the turn was answered because of them (its answer leaves them out)
-    _failed: dict[tuple[str, str], int] = field(default_factory=dict)  # a failed call → calls done before it
 
     def _add(self, key: str, n: int = 1) -> None:
         self.counts[key] = self.counts.get(key, 0) + n
@@ -129,12 +109,7 @@ class CallTracker:
             self._last_failure = None
             self._succeeded.add(signature)
             self.done.append(call)
-            if (target := _replaced(call)) is not None:
-                self._written.add(target)
             return ""
-        self._failed[signature] = len(self.done)
-        if self.done and call.name not in {c.name for c in self.done}:
-            self.strays += 1
         repeated = signature == self._last_failure
         self._last_failure = signature
         if not repeated:
@@ -148,25 +123,11 @@ class CallTracker:
         wrote still counts."""
         self.used |= other.used
         self._succeeded |= other._succeeded
-        self._written |= other._written
         self.done = [*other.done, *self.done]
 
     def succeeded(self, call: ToolCall) -> bool:
         """This exact call already succeeded in this turn."""
         return _signature(call) in self._succeeded
-
-    def failed_before_a_success(self, call: ToolCall) -> bool:
-        """This exact call failed earlier in this turn, and a call has worked since: a small
-        model gone back to its first guess ("docs/kiwi.txt") after the search that found the
-        file; it will fail again."""
-        done_then = self._failed.get(_signature(call))
-        return done_then is not None and len(self.done) > done_then
-
-    def replaces_again(self, call: ToolCall) -> bool:
-        """The call would replace what an earlier call of this turn already wrote (a second
-        todo list, the same file written over): a small model going round, not a new step."""
-        target = _replaced(call)
-        return target is not None and target in self._written
 
     def count_repeat(self) -> None:
         self._add("repeated_calls")

@@ -137,12 +137,11 @@ AGAIN_SYSTEM = (
 )
 
 
-def results_prompt(context: list[ChatMessage], again: bool = False, focused: bool = False) -> list[ChatMessage]:
+def results_prompt(context: list[ChatMessage], again: bool = False) -> list[ChatMessage]:
     """The request and this turn's tool results (the latest RESULTS_KEPT, each cut to
     RESULT_CHARS), for a small model's answer; `again`: the same framed as a report of what was
-    done (after a stock refusal); `focused`: without the failures of tools that never worked
-    (the turn wandered off after a call did the request)."""
-    request, results = request_and_results(context, focused)
+    done (after a stock refusal)."""
+    request, results = request_and_results(context)
     if again:
         return [
             ChatMessage(role="system", content=AGAIN_SYSTEM),
@@ -155,13 +154,13 @@ def results_prompt(context: list[ChatMessage], again: bool = False, focused: boo
     ]
 
 
-def request_and_results(context: list[ChatMessage], focused: bool = False, without_read_of: str = "",
+def request_and_results(context: list[ChatMessage], without_read_of: str = "",
                          others_of: str = "") -> tuple[str, str]:
     """The turn's request and its tool results so far: the failed calls one line each, then the
     results that worked, closest to where the answer is written (RESULTS_KEPT of each, a result
     cut to RESULT_CHARS). A failure that a later call of the same tool made good is left out
     (the 0.5B model answered "kiwi.txt" from a failed guess when the search after it had found
-    b.txt). `focused`: only the failures of the tools that worked."""
+    b.txt)."""
     start = max((i for i, m in enumerate(context) if m.role == "user" and not m.is_summary), default=-1)
     request = context[start].content if start >= 0 else ""
     calls = {c.id: c for m in context[start + 1:] if m.role == "assistant" for c in m.tool_calls}
@@ -182,11 +181,6 @@ def request_and_results(context: list[ChatMessage], focused: bool = False, witho
         failed = [f for f in failed if f[0] != msg.name]  # made good by this one
         content = msg.content if len(msg.content) <= RESULT_CHARS else msg.content[:RESULT_CHARS] + " […]"
         succeeded.append((msg.name, f"{msg.name} {arguments} →\n{content}"))
-    if focused and succeeded:
-        # The failures of other tools tried after a call did the request are no part of the
-        # answer (a 0.5B model wrote about them instead of the result).
-        worked = {name for name, _ in succeeded}
-        failed = [f for f in failed if f[0] in worked]
     return request, "\n\n".join(line for _, line in failed[-RESULTS_KEPT:] + succeeded[-RESULTS_KEPT:])
 
 

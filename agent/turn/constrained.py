@@ -86,7 +86,6 @@ async def constrained_step(
         await conv.save_streaming(turn.message, tokens=turn.tokens)
 
 
-STRAYS = 2  # failed calls of other tools after a call did the request: the turn is answered
 MAX_LEFT_ASKS = 2  # per turn: a small model asked again about a part of its request left
 
 # Failures of a deciding call that end the turn; any other error falls back to an unconstrained call.
@@ -115,16 +114,6 @@ async def decide_step(
     grows and saved, and the turn needs no second call (a message that needs no tool is one
     call). None when the step gave nothing usable (the caller then makes an unconstrained call)."""
     cap = setup.profile.max_tools
-    if "repeats" in setup.guards and not (setup.tracker.plan and not setup.tracker.plan.single) \
-            and setup.tracker.strays >= STRAYS:
-        # A request that a call already did ("fetch <url> and tell me how many widgets are in
-        # stock"), then other tools tried and failed (reading a stock.json that is no file):
-        # Qwen2.5-Coder-0.5B went on trying and answered about the failures. The results it has
-        # answer it. (A planned request's parts are its own: the plan forces and checks them.)
-        setup.tracker.wandered = True
-        ledger.fired("repeats")
-        turn.decision = schema.Decision(answer=True)
-        return
     # Only a capped step asks for meaning (an embedding call, raced against Stop); uncapped, the
     # race's two tasks were two trips through the event loop before every request.
     if cap:
@@ -171,11 +160,8 @@ async def decide_step(
             if repeated:
                 setup.tracker.count_repeat()
             decision = await _decide_what_is_left(conv, setup, turn, offer, decision.call, left, query) or decision
-    if again := _again(setup, decision):
-        # The same successful call again, or (a small model's profile) writing over what this
-        # turn already wrote: a small model with nothing new to do. It answers.
-        if again == "repeats":  # the guard's own judgement, not the same call made twice
-            ledger.fired("repeats")
+    if _again(setup, decision):
+        # The same successful call again: a model with nothing new to do. It answers.
         setup.tracker.count_repeat()
         turn.decision = schema.Decision(answer=True, repeated=True)
         return
@@ -187,20 +173,15 @@ async def decide_step(
     turn.decision = decision
 
 
-def _again(setup: Setup, decision: schema.Decision) -> str:
-    """Whether the decision goes round: "same" for a call this turn already made, "repeats" (a
-    small model's guard) for one writing over what the turn wrote or one that failed before a call
-    that has worked since, else ""; a call whose program was written again is compared as rewritten."""
+def _again(setup: Setup, decision: schema.Decision) -> bool:
+    """Whether the decision is a call this turn already made with success; a call whose program
+    was written again is compared as rewritten."""
     call = decision.call
     if call is None:
-        return ""
+        return False
     if (known := setup.rewritten.get(written_as(call))) is not None:
         call.arguments = dict(known)
-    if setup.tracker.succeeded(call):
-        return "same"
-    guarded = "repeats" in setup.guards and (
-        setup.tracker.replaces_again(call) or setup.tracker.failed_before_a_success(call))
-    return "repeats" if guarded else ""
+    return setup.tracker.succeeded(call)
 
 
 async def _repaired(conv: Conversation, setup: Setup, call: ToolCall, query: str, part: str | None) -> ToolCall:
@@ -357,7 +338,7 @@ async def answer_from_results(conv: Conversation, setup: Setup, turn: Turn) -> A
 
     def stream(temperature: float, again: bool = False):
         return setup.backend.stream_complete(
-            prompts.results_prompt(conv.context, again, focused=setup.tracker.wandered), None, model=profile.resolved_model(),
+            prompts.results_prompt(conv.context, again), None, model=profile.resolved_model(),
             temperature=temperature, max_tokens=profile.answer_token_limit(),
         )
 

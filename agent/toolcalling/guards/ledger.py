@@ -62,10 +62,6 @@ GROUPS: tuple[Group, ...] = (
     Group("left", ("turn.constrained.decide_step (progress.what_is_left)",),
           "an answer (or a repeated call) while a part of the request is plainly left: asked once more, told "
           "what is left"),
-    Group("repeats", ("turn.constrained.decide_step (strays)", "turn.constrained._again (replaces_again, "
-                      "failed_before_a_success)"),
-          "going round: writing over what the turn wrote, going back to a call that failed before one that "
-          "worked, or trying other tools after a call did the request: the turn is answered"),
 )
 NAMES = tuple(g.name for g in GROUPS)
 RUNS_FOR = "small-model profiles (max_tools > 0); never a big-model profile"
