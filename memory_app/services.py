@@ -6,6 +6,7 @@ Async callers (tools, the prompt provider) wrap these with `sync_to_async`.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 
 from django.db import transaction
@@ -14,10 +15,12 @@ from django.utils import timezone
 from navi_project import hotsql
 
 from .models import CATEGORY_MAX, KEY_MAX, VALUE_MAX, MemoryFact, MemorySummary
+from .search import search_facts
 
 log = logging.getLogger(__name__)
 
 SUMMARY_FACTS_LIMIT = 400  # facts sent to the summary prompt (most recently updated first)
+CLOSEST_SEARCHED = 20  # facts found by words or meaning that a forget without an exact key chooses among
 
 
 class FactError(ValueError):
@@ -79,6 +82,33 @@ def forget_facts(owner_id: int, key: str, category: str | None = None, *, guesse
     deleted = list(rows)
     rows.delete()
     return deleted
+
+
+# Words that say which fact is meant no more than any other ("forget everything about my old …").
+_FILLER = frozenset("""a about all an and any anything as be everything fact facts for from i in info information is it
+its know me memory my of old on or stuff that the this to what you your""".split())
+
+
+def _subject_words(text: str) -> set[str]:
+    words = re.findall(r"[a-z0-9]+", normalise_label(text))
+    return {w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w for w in words} - _FILLER
+
+
+def closest_facts(owner_id: int, said: str, category: str | None = None) -> list[MemoryFact]:
+    """The facts a request to forget `said` most plausibly means when no key is spelled so
+    ("gym number" for the key "gym membership number"): among the owner's facts found by words or
+    meaning (`search_facts`), those sharing the most of its words (a key's word counts twice, a
+    value's once), in `category` when the owner has facts in it. Several tied: all of them (the
+    caller asks which); none sharing a word: none — "everything" or "all" names no fact."""
+    wanted = _subject_words(said)
+    if not wanted:
+        return []
+    found = search_facts(owner_id, " ".join(sorted(wanted)), limit=CLOSEST_SEARCHED)
+    if category and MemoryFact.objects.filter(owner_id=owner_id, category=normalise_label(category)).exists():
+        found = [f for f in found if f.category == normalise_label(category)]
+    scored = [(2 * len(wanted & _subject_words(f.key)) + len(wanted & _subject_words(f.value)), f) for f in found]
+    best = max((score for score, _ in scored), default=0)
+    return [f for score, f in scored if score == best] if best >= 2 else []
 
 
 def _spellings(key: str) -> set[str]:
