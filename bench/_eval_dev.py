@@ -11,8 +11,16 @@ from __future__ import annotations
 
 from typing import Callable
 
-from bench._eval_heldout import (all_of, fact_with, file_has, no_fact_with, number_in_file, seed_todo, todo_has,
-                                 unchanged)
+from bench._eval_heldout import (
+    all_of,
+    fact_with,
+    file_has,
+    no_fact_with,
+    number_in_file,
+    seed_todo,
+    todo_has,
+    unchanged,
+)
 from bench._eval_tasks import PAGES, Run, Task, answer_has, facts, section, seed_fact, seed_files, todo_items
 
 PAGES.update({

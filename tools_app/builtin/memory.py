@@ -44,6 +44,8 @@ class MemorySaveTool(Tool):
     )
     text_argument = "value"  # what was read or looked up, kept: written from the turn's results
     keeps = True
+    # What it keeps from the owner's words alone is what they said (agent.toolcalling.guards.facts).
+    as_said = True
 
     def text_place(self, arguments: dict[str, Any]) -> str:
         return "your memory"

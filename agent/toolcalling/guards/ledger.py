@@ -66,6 +66,9 @@ GROUPS: tuple[Group, ...] = (
                       "failed_before_a_success)"),
           "going round: writing over what the turn wrote, going back to a call that failed before one that "
           "worked, or trying other tools after a call did the request: the turn is answered"),
+    Group("facts", ("turn.repairs.keep_as_said", "guards.facts.said"),
+          "a fact kept from the owner's words alone that is not what they said (a word or number nobody said, "
+          "the key again as the value): asked again as the detail in the owner's words"),
 )
 NAMES = tuple(g.name for g in GROUPS)
 RUNS_FOR = "small-model profiles (max_tools > 0); never a big-model profile"
