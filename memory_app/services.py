@@ -68,6 +68,17 @@ def upsert_fact(owner_id: int, category: str, key: str, value: str, source_sessi
         return SavedFact(fact, changed)
 
 
+def category_kept_in(owner_id: int, category: str, key: str) -> str | None:
+    """The category the owner's one fact with `key` is in, when `category` is one they have no
+    fact in and no other fact has the key: a guessed category for a fact already kept (a model
+    saved "personal secretary: dentist" beside "health: dentist"). None otherwise."""
+    category = normalise_label(category)
+    if MemoryFact.objects.filter(owner_id=owner_id, category=category).exists():
+        return None
+    rows = list(MemoryFact.objects.filter(owner_id=owner_id, key__in=_spellings(normalise_label(key)))[:2])
+    return rows[0].category if len(rows) == 1 else None
+
+
 def forget_facts(owner_id: int, key: str, category: str | None = None, *, guessed_category: bool = False) -> list[MemoryFact]:
     """Delete the owner's facts with this key (in this category only, when given). Underscores,
     hyphens and spaces count as the same: a model asked to forget "dog name" writes dog_name.
@@ -96,19 +107,21 @@ def _subject_words(text: str) -> set[str]:
 
 def closest_facts(owner_id: int, said: str, category: str | None = None) -> list[MemoryFact]:
     """The facts a request to forget `said` most plausibly means when no key is spelled so
-    ("gym number" for the key "gym membership number"): among the owner's facts found by words or
-    meaning (`search_facts`), those sharing the most of its words (a key's word counts twice, a
-    value's once), in `category` when the owner has facts in it. Several tied: all of them (the
-    caller asks which); none sharing a word: none — "everything" or "all" names no fact."""
+    ("gym number" for the key "gym membership number", "88031" for its value): among the owner's
+    facts found by words or meaning (`search_facts`) that hold every word of it (in category, key
+    or value; "sister birthday" is not "sister name"), those sharing the most (a key's word counts
+    twice), in `category` when the owner has facts in it. Several tied: all of them (the caller
+    asks which); no word said: none — "everything" or "all" names no fact."""
     wanted = _subject_words(said)
     if not wanted:
         return []
     found = search_facts(owner_id, " ".join(sorted(wanted)), limit=CLOSEST_SEARCHED)
     if category and MemoryFact.objects.filter(owner_id=owner_id, category=normalise_label(category)).exists():
         found = [f for f in found if f.category == normalise_label(category)]
-    scored = [(2 * len(wanted & _subject_words(f.key)) + len(wanted & _subject_words(f.value)), f) for f in found]
+    covering = [f for f in found if wanted <= _subject_words(f"{f.category} {f.key} {f.value}")]
+    scored = [(2 * len(wanted & _subject_words(f.key)) + len(wanted & _subject_words(f.value)), f) for f in covering]
     best = max((score for score, _ in scored), default=0)
-    return [f for score, f in scored if score == best] if best >= 2 else []
+    return [f for score, f in scored if score == best]
 
 
 def _spellings(key: str) -> set[str]:

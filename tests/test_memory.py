@@ -347,6 +347,14 @@ class TestTools:
         keys = await sync_to_async(lambda: sorted(MemoryFact.objects.values_list("key", flat=True)))()
         assert keys == ["favourite flower", "phone number"]
 
+    async def test_forget_by_the_value_or_a_key_of_other_words_needs_every_word(self, owner):
+        await self._call(owner, "memory_save", {"category": "fitness", "key": "gym membership number", "value": "88031"})
+        await self._call(owner, "memory_save", {"category": "people", "key": "sister name", "value": "Anna"})
+        assert not (await self._call(owner, "memory_forget", {"key": "sister birthday"}))[0].success
+        result, _ = await self._call(owner, "memory_forget", {"key": "88031", "category": "gym"})
+        assert result.success and "fitness: gym membership number" in result.output
+        assert await sync_to_async(lambda: list(MemoryFact.objects.values_list("key", flat=True)))() == ["sister name"]
+
     async def test_forget_without_the_exact_key_never_guesses_between_equals(self, owner):
         for key, value in (("work phone", "0171"), ("home phone", "0172")):
             await self._call(owner, "memory_save", {"category": "contact", "key": key, "value": value})

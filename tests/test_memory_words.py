@@ -70,7 +70,8 @@ class TestASmallModelsFact:
     async def test_a_reply_that_is_not_said_either_leaves_the_models_own(self, llm, session, owner_token, settings):
         await _profile(SMALL)
         settings.NAVI_GUARDS_OFF = ["values"]  # its own repair of a number nobody gave (a program first) is not this one
-        llm.script(_save("4217"), Turn(content="Your locker is 4217."), Turn(content=ANSWER), Turn(content="Noted."))
+        llm.script(_save("4217"), Turn(content="Your locker is 4217."), Turn(content="My locker is 4217."),
+                   Turn(content=ANSWER), Turn(content="Noted."))
         await run(session, owner_token, LOCKER)
         assert await _values() == ["4217"] and await _fired(session) is None
 
@@ -84,6 +85,32 @@ class TestASmallModelsFact:
         await run(session, owner_token, "My dentist changed, it's now Dr. Haddad.")
         assert "Dr. Moreau" in llm.requests[0]["messages"][0]["content"]  # what the model saw, and copied
         assert await _values() == ["Dr. Haddad"]
+
+    async def test_the_second_ask_is_the_owners_message_copied_without_its_opening_cue(self, llm, session, owner_token):
+        await _profile(SMALL)
+        llm.script(_save("Veloria bicycle", "bike", "possessions"), Turn(content="My name is John."),
+                   Turn(content="fyi my bike is a green Veloria Strada."), Turn(content=ANSWER), Turn(content="Noted."))
+        await run(session, owner_token, "fyi my bike is a green Veloria Strada.")
+        assert await _values() == ["my bike is a green Veloria Strada"]
+        assert "word for word" in llm.requests[2]["messages"][-1]["content"]
+
+    async def test_a_fact_already_kept_saved_under_a_new_category_is_updated_where_it_is(
+            self, llm, session, owner, owner_token):
+        await _profile(SMALL)
+        await sync_to_async(upsert_fact)(owner.id, "health", "dentist", "Dr. Moreau")
+        await sync_to_async(upsert_fact)(owner.id, "people", "landlady", "Mrs Quist")
+        llm.script(_save("Dr. Haddad", " dentist", "personal secretary"), Turn(content=ANSWER), Turn(content="Updated."))
+        await run(session, owner_token, "My dentist changed, it's now Dr. Haddad.")
+        rows = await sync_to_async(lambda: sorted(MemoryFact.objects.values_list("category", "key", "value")))()
+        assert rows == [("health", "dentist", "Dr. Haddad"), ("people", "landlady", "Mrs Quist")]
+        assert await _fired(session) == {"facts": 1}
+
+    async def test_a_new_key_under_a_new_category_is_a_new_fact(self, llm, session, owner, owner_token):
+        await _profile(SMALL)
+        await sync_to_async(upsert_fact)(owner.id, "health", "dentist", "Dr. Moreau")
+        llm.script(_save("Dr. Lind", "doctor", "medical"), Turn(content=ANSWER), Turn(content="Noted."))
+        await run(session, owner_token, "Keep in mind my doctor is Dr. Lind.")
+        assert await _values() == ["Dr. Lind", "Dr. Moreau"] and await _fired(session) is None
 
     async def test_a_value_from_an_earlier_turn_counts_as_said(self, llm, session, owner_token):
         """"Keep that in mind" after an answer: the value is in the chat, not in this request."""
@@ -109,6 +136,14 @@ class TestABigModelsFact:
         await run(session, owner_token, LOCKER)
         assert await _values() == ["locker"] and len(llm.requests) == 3
         assert await _fired(session) is None
+
+
+    async def test_its_fact_under_a_new_category_is_kept_beside_the_old_one(self, llm, session, owner, owner_token):
+        await _profile(BIG)
+        await sync_to_async(upsert_fact)(owner.id, "health", "dentist", "Dr. Moreau")
+        llm.script(_save("Dr. Haddad", "dentist", "personal secretary"), Turn(content=ANSWER), Turn(content="Updated."))
+        await run(session, owner_token, "My dentist changed, it's now Dr. Haddad.")
+        assert await _values() == ["Dr. Haddad", "Dr. Moreau"]
 
 
 class TestWhatAPagePlants:

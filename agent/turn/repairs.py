@@ -177,26 +177,34 @@ async def write_note(conv: Conversation, setup: Setup, call: ToolCall, tool, own
 
 
 async def keep_as_said(conv: Conversation, setup: Setup, call: ToolCall) -> None:
-    """A small model's fact (a tool that keeps `as_said`: memory_save) kept from the owner's words
-    alone — no other tool returned anything this turn — that is not what they said
-    (facts.said), asked again in a short call as the detail in the owner's words; kept only
-    when that is said. What a tool returned is `write_note`'s to ground."""
+    """A small model's fact (a tool that keeps `as_said`: memory_save) under a category guessed
+    anew for a key already kept, saved where it is (the tool's `kept_category`); and one kept
+    from the owner's words alone (no other tool returned anything this turn) that is not what
+    they said (facts.said), asked again in a short call, kept only when that is said."""
     tool = next((t for t in setup.step_tools if t.name == call.name), None)
     if not getattr(tool, "as_said", False) or not isinstance(call.arguments, dict) or not tool.takes_text(call.arguments):
         return
+    as_written = written_as(call)
+    if hasattr(tool, "kept_category") and (category := await tool.kept_category(call.arguments)):
+        # "personal secretary" (the profile's name) for "my dentist changed": the old value stayed.
+        call.arguments = {**call.arguments, "category": category}
+        setup.rewritten[as_written] = dict(call.arguments)
+        ledger.fired("facts")
     if any(m.role == "tool" and m.name != call.name and not m.content.startswith("ERROR") for m in this_turn(conv.context)):
-        return
+        return  # what a tool returned is write_note's to ground
     own, key, heard = tool.kept_text(call.arguments), str(call.arguments.get("key") or ""), facts.heard(conv.context)
     if facts.said(own, heard, key):
         return
-    reply = await short_call(setup, "text", facts.fact_prompt(conv.last_request()), call.name)
-    text = facts.detail_from(reply)
-    if not text or len(text) > facts.FACT_CHARS or not facts.said(text, heard, key) or texts.is_call_text(text, tool):
+    for ask in range(len(facts.FACT_ASKS)):
+        reply = await short_call(setup, "text", facts.fact_prompt(conv.last_request(), ask), call.name)
+        text = facts.detail_from(reply)
+        if text and len(text) <= facts.FACT_CHARS and facts.said(text, heard, key) and not texts.is_call_text(text, tool):
+            break
+    else:
         log.info("a fact the owner did not say (%r) was not put right: the model's own stays", own)
         return
-    key_as_written = written_as(call)
     call.arguments = tool.with_kept_text(call.arguments, text)
-    setup.rewritten[key_as_written] = dict(call.arguments)
+    setup.rewritten[as_written] = dict(call.arguments)
     ledger.fired("facts")
 
 

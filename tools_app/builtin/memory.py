@@ -10,7 +10,14 @@ from typing import Any
 from asgiref.sync import sync_to_async
 
 from memory_app.search import search_facts
-from memory_app.services import FactError, closest_facts, forget_facts, refresh_summary, upsert_fact
+from memory_app.services import (
+    FactError,
+    category_kept_in,
+    closest_facts,
+    forget_facts,
+    refresh_summary,
+    upsert_fact,
+)
 from tools_app import dates
 from tools_app.base import Tool, ToolResult
 from tools_app.context import current_chat_session_id, current_taint, current_user_id, emit
@@ -49,6 +56,15 @@ class MemorySaveTool(Tool):
 
     def text_place(self, arguments: dict[str, Any]) -> str:
         return "your memory"
+
+    async def kept_category(self, arguments: dict[str, Any]) -> str | None:
+        """The category the owner already keeps this key in, when the call's is one they have no
+        fact in (memory_app.services.category_kept_in): saved there, the fact is updated, not
+        kept twice with the old value beside it."""
+        owner, category, key = current_user_id.get(), arguments.get("category"), arguments.get("key")
+        if owner is None or not isinstance(category, str) or not isinstance(key, str):
+            return None
+        return await sync_to_async(category_kept_in)(owner, category, key)
 
     description = (
         "Remember a fact about the user for future sessions (insert or update). Use short lowercase "

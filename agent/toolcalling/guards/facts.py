@@ -13,8 +13,17 @@ from agent.llm.messages import ChatMessage
 
 FACT_CHARS = 300  # a detail longer than this is the model rambling: its own value stays
 FACT_SYSTEM = "You copy details from the user's message exactly, in the user's own words."
-FACT_ASK = ("My message: {request}\n\nReply with only the detail from my message that I want you to keep in mind "
-            "(a name, a number, a date or a preference), in my own words, nothing else.")
+# Asked in turn until a reply is said: Qwen2.5-Coder-0.5B gave "Dr. Haddad" and "Number 214" to
+# the first, and "My name is John." for "fyi my bike is a green Veloria Strada"; to the second,
+# the message itself (its opening cue taken off by `detail_from`).
+FACT_ASKS = (
+    "My message: {request}\n\nReply with only the detail from my message that I want you to keep in mind "
+    "(a name, a number, a date or a preference), in my own words, nothing else.",
+    "My message: {request}\n\nCopy the part of my message that states the fact about me, word for word:",
+)
+# How a message to keep something opens, not the fact itself ("fyi", "don't forget:").
+_CUE = re.compile(r"^(?:(?:fyi|btw|just so you know|please|don'?t forget|do not forget|remember|keep in mind|"
+                  r"note|for the record)\b(?: that)?[\s:,.-]*)+", re.I)
 _WORD = re.compile(r"\w+")
 # Words a value may hold that nobody needs to have said ("my locker is 214" kept as "is 214").
 _FILLER = frozenset("a an the is are was my his her their its of on in at to and or with for it".split())
@@ -22,8 +31,8 @@ _FILLER = frozenset("a an the is are was my his her their its of on in at to and
 
 def words(text: str) -> set[str]:
     """The words of `text` as compared here: lower case, a plural's "s" off."""
-    return {w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w
-            for w in _WORD.findall((text or "").lower())}
+    text = re.sub(r"['’]s\b", "", (text or "").lower())  # "Odile's" is Odile
+    return {w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w for w in _WORD.findall(text)}
 
 
 def said(value: str, heard: str, key: str = "") -> bool:
@@ -43,14 +52,15 @@ def heard(context: list[ChatMessage]) -> str:
                      and (i <= start or m.role == "user"))
 
 
-def fact_prompt(request: str) -> list[ChatMessage]:
-    """What the detail is asked from: the owner's message alone, for the detail in their words."""
+def fact_prompt(request: str, ask: int = 0) -> list[ChatMessage]:
+    """What the detail is asked from: the owner's message alone, for the detail in their words
+    (FACT_ASKS[ask])."""
     return [ChatMessage(role="system", content=FACT_SYSTEM),
-            ChatMessage(role="user", content=FACT_ASK.format(request=request))]
+            ChatMessage(role="user", content=FACT_ASKS[ask].format(request=request))]
 
 
 def detail_from(reply: str) -> str:
     """The detail in a short call's reply: its first line, without quotes or a closing full stop."""
     line = (reply or "").strip().splitlines()[0].strip() if (reply or "").strip() else ""
-    line = line.strip("'\"“”‘’`").strip()
+    line = _CUE.sub("", line.strip("'\"“”‘’`").strip()).strip("'\"“”‘’`").strip()
     return line[:-1].rstrip() if line.endswith(".") and not line.endswith("..") else line
