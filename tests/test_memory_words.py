@@ -54,6 +54,16 @@ class TestASmallModelsFact:
         assert LOCKER in asked[-1]["content"] and "own words" in asked[-1]["content"] and not asked[-1].get("tools")
         assert await _fired(session) == {"facts": 1}
 
+    async def test_a_refusal_kept_as_the_value_under_the_whole_statement_as_key_is_asked_again(
+            self, llm, session, owner_token):
+        """Seen on Qwen2.5-Coder-0.5B: the statement as the key, a stock refusal as the value."""
+        await _profile(SMALL)
+        llm.script(_save("I am sorry, but I do not have any information about the locker at the pool.",
+                         "locker at the pool is number 214"), Turn(content="Number 214"), Turn(content=ANSWER),
+                   Turn(content="Noted."))
+        await run(session, owner_token, LOCKER)
+        assert await _values() == ["Number 214"]
+
     async def test_a_number_nobody_said_is_asked_again(self, llm, session, owner_token):
         await _profile(SMALL)
         llm.script(_save("4217"), Turn(content="214"), Turn(content=ANSWER), Turn(content="Noted."))
@@ -162,3 +172,15 @@ class TestWhatAPagePlants:
         fact = await MemoryFact.objects.aget(key="password")
         assert page in fact.untrusted_source
         assert "facts" not in (await _fired(session) or {})
+
+
+class TestChoosingTheMemoryTool:
+    def test_dont_forget_is_ranked_as_remember_by_words(self):
+        from agent.registry import get_agent
+        from agent.toolcalling import toolselect
+
+        tools = get_agent().tools.tools_for(["memory_save", "memory_forget", "memory_search", "todo", "scratchpad"])
+        for request in ("Don't forget: my niece Odile turns nine on 2 February.", "do not forget my PIN is 4411",
+                        "Never forget that I hate olives."):
+            assert toolselect.ranked(tools, request)[0].name == "memory_save", request
+        assert toolselect.ranked(tools, "Forget my PIN, it changed.")[0].name == "memory_forget"

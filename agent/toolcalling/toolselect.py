@@ -64,8 +64,14 @@ def subject_words(tool) -> set[str]:
     return set(_words(getattr(tool, "offer_when", "")))
 
 
+# "Don't forget: …" asks to remember, not to forget (a 0.5B model was offered memory_forget first).
+_KEEP = re.compile(r"\b(?:don'?t|do not|never)\s+forget\b", re.I)
+
+
 def query_words(query: str) -> str:
-    """The request as it is ranked on: with a file name in it, the word "file" weighs too."""
+    """The request as it is ranked on: "don't forget" as "remember", and with a file name in it,
+    the word "file" weighs too."""
+    query = _KEEP.sub("remember", query)
     return f"{query} {FILE_CUE}" if file_names(query) else query
 
 

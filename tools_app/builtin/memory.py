@@ -45,6 +45,9 @@ class MemorySaveTool(Tool):
         "store my locker number in your memory",
         "keep this in your memory for later: the spare key is with Tom",
         "fyi my partner's name is Sam",
+        "my brother's name is Karim, in case I mention him",
+        "my sister's name is Lotte, just so you know",
+        "my car is a blue Fiat Panda",
         "don't forget: the wifi at my parents' is called Linden",
         "my bank changed, it's now Sparda",
         "work out the total and keep that in mind",
@@ -110,7 +113,9 @@ class MemorySearchTool(Tool):
         "when is my mother's birthday?",
         "what did I tell you about my allergies?",
         "which bank am I with?",
-        "what's my locker code again?",
+        "what's my blood type again?",
+        "what was the PIN of my bank card again?",
+        "tell me my membership number",
         "remind me of my account number",
         "what was the name of my plumber?",
     )
@@ -158,8 +163,8 @@ class MemoryForgetTool(Tool):
         "delete what you know about my ex",
         "that fact about my job is outdated, remove it",
         "erase my address from what you know",
-        "remove my gym number from memory",
-        "you can forget my locker code, I moved out",
+        "remove my shoe size from memory",
+        "you can forget my old car, I sold it",
         "drop the note about my old car",
     )
     description = (
