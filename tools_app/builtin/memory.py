@@ -106,7 +106,7 @@ class MemorySaveTool(Tool):
 
 class MemorySearchTool(Tool):
     name = "memory_search"
-    keywords = "recall remember remind know memory check what my told"
+    keywords = "recall remember know memory check what my told"
     examples = (
         "what's my wife's name?",
         "do you remember where I parked?",
