@@ -184,3 +184,12 @@ class TestChoosingTheMemoryTool:
                         "Never forget that I hate olives."):
             assert toolselect.ranked(tools, request)[0].name == "memory_save", request
         assert toolselect.ranked(tools, "Forget my PIN, it changed.")[0].name == "memory_forget"
+
+    def test_remind_me_of_is_a_recall_and_in_case_it_comes_up_no_schedule(self):
+        from agent.registry import get_agent
+        from agent.toolcalling import toolselect
+
+        tools = get_agent().tools.tools_for(["memory_save", "memory_search", "schedule_routine", "todo"])
+        assert toolselect.ranked(tools, "Remind me of my locker number, please.")[0].name == "memory_search"
+        assert toolselect.ranked(tools, "Remind me at 6 pm to water the plants.")[0].name == "schedule_routine"
+        assert toolselect.ranked(tools, "My plumber is Jonas, in case it comes up later.")[0].name != "schedule_routine"
