@@ -193,3 +193,12 @@ class TestChoosingTheMemoryTool:
         assert toolselect.ranked(tools, "Remind me of my locker number, please.")[0].name == "memory_search"
         assert toolselect.ranked(tools, "Remind me at 6 pm to water the plants.")[0].name == "schedule_routine"
         assert toolselect.ranked(tools, "My plumber is Jonas, in case it comes up later.")[0].name != "schedule_routine"
+
+    def test_the_to_do_list_is_the_todo_tools_subject(self):
+        from agent.registry import get_agent
+        from agent.toolcalling import toolselect
+
+        tools = get_agent().tools.tools_for(["todo", "schedule_routine", "scratchpad"])
+        for request in ("add 'bake bread on my day off' with that day to my to-do list",
+                        "Put the collection date on my to do list."):
+            assert toolselect.ranked(tools, request)[0].name == "todo", request

@@ -71,12 +71,14 @@ def subject_words(tool) -> set[str]:
 _KEEP = re.compile(r"\b(?:(?:don'?t|do not|never)\s+forget|in case it comes up(?: later)?|for future reference|"
                    r"just so you know)\b", re.I)
 _RECALL = re.compile(r"\bremind me (?:of|what)\b", re.I)
+# "my to-do list" is the todo tool's subject, though "to" and "do" are filler words.
+_TODO = re.compile(r"\bto-do\b|\bto do(?= list)", re.I)
 
 
 def query_words(query: str) -> str:
     """The request as it is ranked on: everyday ways to keep or recall a fact as "remember" and
-    "recall", and with a file name in it, the word "file" weighs too."""
-    query = _RECALL.sub("recall", _KEEP.sub("remember", query))
+    "recall", "to-do" as "todo", and with a file name in it, the word "file" weighs too."""
+    query = _TODO.sub("todo", _RECALL.sub("recall", _KEEP.sub("remember", query)))
     return f"{query} {FILE_CUE}" if file_names(query) else query
 
 
