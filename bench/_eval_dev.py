@@ -80,6 +80,15 @@ def _kept(*others: str) -> Callable[[Run], str]:
     return check
 
 
+def _one_item_with(*words: str) -> Callable[[Run], str]:
+    """One to-do item holds them all: the item written with the value found, not the value beside it."""
+    def check(run: Run) -> str:
+        found = [i for i in todo_items(run) if all(w in i["task"].lower() for w in words)]
+        return "" if found else f"no todo item with {words}: {todo_items(run)}"
+
+    return check
+
+
 def answer_has_value(value: str) -> Callable[[Run], str]:
     """A recall's answer states the remembered value (from memory: no other source holds it)."""
     return lambda run: answer_has(run, value.lower())
@@ -140,7 +149,7 @@ TWO_PART_TASKS: list[Task] = [
     _d("two_split_bill_note", "Three of us shared a 96 euro dinner. Work out each person's share and jot it in the "
        "scratchpad section 'dinner'.", _scratch_has("dinner", "32"), needs=("code_exec", "scratchpad")),
     _d("two_off_day_todo", "Look in shifts.txt for my day off and add 'bake bread on my day off' with that day to my to-do "
-       "list.", all_of(todo_has("bread", "wed"), unchanged("shifts.txt", SHIFTS)), seed_files({"shifts.txt": SHIFTS}),
+       "list.", all_of(_one_item_with("bread", "wed"), unchanged("shifts.txt", SHIFTS)), seed_files({"shifts.txt": SHIFTS}),
        ("filesystem",)),
 ]
 
