@@ -364,7 +364,7 @@ class TestTools:
 
     async def test_forget_everything_forgets_nothing(self, owner):
         """No word of "everything", "all my facts" or "what you know" names a fact: nothing goes
-        (the tool forgets one fact at a time; wiping memory is the owner's, on the memory page)."""
+        (the tool forgets one fact at a time and never empties memory)."""
         for key in ("dog name", "car plate", "memory palace"):
             await self._call(owner, "memory_save", {"category": "personal", "key": key, "value": "x"})
         for said in ("everything", "all my facts", "what you know about me", "memory", "*"):
