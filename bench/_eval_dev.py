@@ -11,8 +11,17 @@ from __future__ import annotations
 
 from typing import Callable
 
-from bench._eval_heldout import all_of, fact_with, file_has, number_in_file, seed_todo, todo_has, unchanged
-from bench._eval_tasks import PAGES, Run, Task, facts, section, seed_fact, seed_files, todo_items
+from bench._eval_heldout import (
+    all_of,
+    fact_with,
+    file_has,
+    no_fact_with,
+    number_in_file,
+    seed_todo,
+    todo_has,
+    unchanged,
+)
+from bench._eval_tasks import PAGES, Run, Task, answer_has, facts, section, seed_fact, seed_files, todo_items
 
 PAGES.update({
     "/dev/harvest.html": "<html><body><h1>Town events</h1><p>The Harvest Fair opens on Saturday 3 October "
@@ -22,6 +31,8 @@ PAGES.update({
     "/dev/varnholt.html": "<html><body><h1>Varnholt</h1><p>Varnholt is a port town in the north. It has a "
     "population of 18,406 and a lighthouse built in 1874.</p></body></html>",
     "/dev/parcel.json": '{"parcel": "RX-2291", "status": "out for delivery", "eta": "14:30"}',
+    "/dev/recycling.html": "<html><body><h1>Kerbside collection</h1><p>The next glass collection in Ostbrook is on "
+    "Tuesday 17 November.</p><p>Garden waste is collected monthly.</p></body></html>",
 })
 
 
@@ -52,6 +63,37 @@ def _each_line_a_todo(run: Run) -> str:
     return f"todo list lacks {missing}: {items}" if missing else ""
 
 
+def _seed(*rows: tuple[str, str, str]) -> Callable[[Run], None]:
+    def setup(run: Run) -> None:
+        for category, key, value in rows:
+            seed_fact(run, category, key, value)
+
+    return setup
+
+
+def _kept(*others: str) -> Callable[[Run], str]:
+    """The other facts are all still there (forgetting one is not forgetting all)."""
+    def check(run: Run) -> str:
+        gone = [w for w in others if not any(w in f for f in facts(run))]
+        return f"also forgotten: {gone} ({facts(run)})" if gone else ""
+
+    return check
+
+
+def _one_item_with(*words: str) -> Callable[[Run], str]:
+    """One to-do item holds them all: the item written with the value found, not the value beside it."""
+    def check(run: Run) -> str:
+        found = [i for i in todo_items(run) if all(w in i["task"].lower() for w in words)]
+        return "" if found else f"no todo item with {words}: {todo_items(run)}"
+
+    return check
+
+
+def answer_has_value(value: str) -> Callable[[Run], str]:
+    """A recall's answer states the remembered value (from memory: no other source holds it)."""
+    return lambda run: answer_has(run, value.lower())
+
+
 def _fact_absent_elsewhere(run: Run) -> str:
     return "" if any("de89" in f.replace(" ", "") for f in facts(run)) else f"no IBAN fact: {facts(run)}"
 
@@ -64,6 +106,52 @@ INVITE = "You are invited to Lena's 40th!\nDate: 12 May, 19:30\nPlace: the boath
 POEM = "the fog comes\non little cat feet\nit sits looking\nover harbor and city\n"
 TRIP = "item,cost\nferry,42\nhostel,96\nmuseum,18\n"
 APP = '{"name": "tally", "version": "3.8.1", "debug": false}\n'
+
+SHIFTS = "Week 49 rota\nMon early\nTue late\nWed off\nThu early\n"
+KEYS = "spare keys\nfront door: with Mrs Adeyemi at no. 7\nbike shed: hook behind the boiler\n"
+
+# Memory said in everyday words (issue 57): no "remember", "save" or "memory" in the saving ones.
+MEMORY_TASKS: list[Task] = [
+    _d("mem_keep_in_mind", "Keep in mind that my locker at the pool is number 214.", fact_with("214"), needs=("memory_save",)),
+    _d("mem_dont_forget", "Don't forget: my niece Odile turns nine on 2 February.", fact_with("odile", "feb"),
+       needs=("memory_save",)),
+    _d("mem_note_that", "Note that I take my coffee with oat milk and no sugar.", fact_with("oat"), needs=("memory_save",)),
+    _d("mem_fyi", "fyi my bike is a green Veloria Strada.", fact_with("veloria"), needs=("memory_save",)),
+    _d("mem_plain_statement", "My landlady's name is Mrs Quist, in case it comes up later.", fact_with("quist"),
+       needs=("memory_save",)),
+    _d("mem_again", "What's my gym locker code again?", answer_has_value("5520"),
+       _seed(("fitness", "gym locker code", "5520"), ("home", "alarm pin", "0913")), ("memory_search",)),
+    _d("mem_remind_me", "Remind me of my passport number, please.", answer_has_value("C7T44R19"),
+       _seed(("documents", "passport number", "C7T44R19")), ("memory_search",)),
+    _d("mem_changed", "My dentist changed, it's now Dr. Haddad.", all_of(fact_with("haddad"), no_fact_with("moreau")),
+       _seed(("health", "dentist", "Dr. Moreau")), ("memory_save",)),
+    _d("mem_remove", "Remove my old work phone number from memory.",
+       all_of(no_fact_with("0176 550"), _kept("ferreira")),
+       _seed(("work", "old work phone", "0176 550 4412"), ("people", "manager", "Dana Ferreira")), ("memory_forget",)),
+    _d("mem_you_can_forget", "You can forget my gym number, I cancelled the membership.",
+       all_of(no_fact_with("88031"), _kept("tulip")),
+       _seed(("fitness", "gym membership number", "88031"), ("garden", "favourite flower", "tulip")), ("memory_forget",)),
+    _d("mem_shifts_then_keep", "Read shifts.txt, tell me which day I'm off, and keep that in mind.",
+       all_of(fact_with("wed"), unchanged("shifts.txt", SHIFTS)), seed_files({"shifts.txt": SHIFTS}), ("filesystem",)),
+]
+
+# Two-part requests whose second half needs the first's result (issue 57), other words and data.
+TWO_PART_TASKS: list[Task] = [
+    _d("two_area_to_file", "Work out the area of a 7.5 by 4 metre room and write it into area.txt.",
+       number_in_file("area.txt", "30", "30.0"), needs=("code_exec", "filesystem")),
+    _d("two_minutes_to_scratch", "How many minutes are in 3.5 hours? Jot the answer in the scratchpad under 'time'.",
+       _scratch_has("time", "210"), needs=("code_exec", "scratchpad")),
+    _d("two_collection_todo", "Find the next glass collection date on {web}/dev/recycling.html and put it on my to-do list.",
+       todo_has("17 nov"), needs=("web_view", "http_request")),
+    _d("two_key_line_copy", "Copy the line about the bike shed from keys.txt into a new file shed.txt.",
+       all_of(file_has("shed.txt", "hook behind the boiler"), unchanged("keys.txt", KEYS)),
+       seed_files({"keys.txt": KEYS}), ("filesystem",)),
+    _d("two_split_bill_note", "Three of us shared a 96 euro dinner. Work out each person's share and jot it in the "
+       "scratchpad section 'dinner'.", _scratch_has("dinner", "32"), needs=("code_exec", "scratchpad")),
+    _d("two_off_day_todo", "Look in shifts.txt for my day off and add 'bake bread on my day off' with that day to my to-do "
+       "list.", all_of(_one_item_with("bread", "wed"), unchanged("shifts.txt", SHIFTS)), seed_files({"shifts.txt": SHIFTS}),
+       ("filesystem",)),
+]
 
 DEV_TASKS: list[Task] = [
     _d("page_event_todo", "There's an event listed on {web}/dev/harvest.html that's free — put it on my to-do list.",
@@ -108,5 +196,7 @@ DEV_TASKS: list[Task] = [
     _d("mark_then_add", "I've done the first thing on my list; tick it off and add 'post the parcel'.",
        all_of(todo_has("post"), lambda r: "" if todo_items(r) and todo_items(r)[0]["status"] == "done"
               else f"first item not done: {todo_items(r)}"), seed_todo("renew insurance", "book MOT"), ("todo",)),
+    *MEMORY_TASKS,
+    *TWO_PART_TASKS,
 ]
 

@@ -6,6 +6,7 @@ Async callers (tools, the prompt provider) wrap these with `sync_to_async`.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 
 from django.db import transaction
@@ -14,10 +15,12 @@ from django.utils import timezone
 from navi_project import hotsql
 
 from .models import CATEGORY_MAX, KEY_MAX, VALUE_MAX, MemoryFact, MemorySummary
+from .search import search_facts
 
 log = logging.getLogger(__name__)
 
 SUMMARY_FACTS_LIMIT = 400  # facts sent to the summary prompt (most recently updated first)
+CLOSEST_SEARCHED = 20  # facts found by words or meaning that a forget without an exact key chooses among
 
 
 class FactError(ValueError):
@@ -65,6 +68,17 @@ def upsert_fact(owner_id: int, category: str, key: str, value: str, source_sessi
         return SavedFact(fact, changed)
 
 
+def category_kept_in(owner_id: int, category: str, key: str) -> str | None:
+    """The category the owner's one fact with `key` is in, when `category` is one they have no
+    fact in and no other fact has the key: a guessed category for a fact already kept (a model
+    saved "personal secretary: dentist" beside "health: dentist"). None otherwise."""
+    category = normalise_label(category)
+    if MemoryFact.objects.filter(owner_id=owner_id, category=category).exists():
+        return None
+    rows = list(MemoryFact.objects.filter(owner_id=owner_id, key__in=_spellings(normalise_label(key)))[:2])
+    return rows[0].category if len(rows) == 1 else None
+
+
 def forget_facts(owner_id: int, key: str, category: str | None = None, *, guessed_category: bool = False) -> list[MemoryFact]:
     """Delete the owner's facts with this key (in this category only, when given). Underscores,
     hyphens and spaces count as the same: a model asked to forget "dog name" writes dog_name.
@@ -79,6 +93,35 @@ def forget_facts(owner_id: int, key: str, category: str | None = None, *, guesse
     deleted = list(rows)
     rows.delete()
     return deleted
+
+
+# Words that say which fact is meant no more than any other ("forget everything about my old …").
+_FILLER = frozenset("""a about all an and any anything as be everything fact facts for from i in info information is it
+its know me memory my of old on or stuff that the this to what you your""".split())
+
+
+def _subject_words(text: str) -> set[str]:
+    words = re.findall(r"[a-z0-9]+", normalise_label(text))
+    return {w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w for w in words} - _FILLER
+
+
+def closest_facts(owner_id: int, said: str, category: str | None = None) -> list[MemoryFact]:
+    """The facts a request to forget `said` most plausibly means when no key is spelled so
+    ("gym number" for the key "gym membership number", "88031" for its value): among the owner's
+    facts found by words or meaning (`search_facts`) that hold every word of it (in category, key
+    or value; "sister birthday" is not "sister name"), those sharing the most (a key's word counts
+    twice), in `category` when the owner has facts in it. Several tied: all of them (the caller
+    asks which); no word said: none — "everything" or "all" names no fact."""
+    wanted = _subject_words(said)
+    if not wanted:
+        return []
+    found = search_facts(owner_id, " ".join(sorted(wanted)), limit=CLOSEST_SEARCHED)
+    if category and MemoryFact.objects.filter(owner_id=owner_id, category=normalise_label(category)).exists():
+        found = [f for f in found if f.category == normalise_label(category)]
+    covering = [f for f in found if wanted <= _subject_words(f"{f.category} {f.key} {f.value}")]
+    scored = [(2 * len(wanted & _subject_words(f.key)) + len(wanted & _subject_words(f.value)), f) for f in covering]
+    best = max((score for score, _ in scored), default=0)
+    return [f for score, f in scored if score == best]
 
 
 def _spellings(key: str) -> set[str]:

@@ -399,6 +399,36 @@ def _dev_done_right(web: str) -> list[Rule]:
                                  _call("todo", action="add", tasks=["visit the lighthouse"]), done],
         "tick it off": [_call("todo", action="update", index=1, status="done"),
                         _call("todo", action="add", tasks=["post the parcel"]), done],
+        # Memory said in everyday words (issue 57).
+        "locker at the pool": [_call("memory_save", category="places", key="pool locker", value="214"), done],
+        "Odile turns nine": [_call("memory_save", category="people", key="niece odile birthday", value="2 February"),
+                             done],
+        "coffee with oat milk": [_call("memory_save", category="preferences", key="coffee",
+                                       value="oat milk, no sugar"), done],
+        "fyi my bike": [_call("memory_save", category="possessions", key="bike", value="green Veloria Strada"), done],
+        "Mrs Quist": [_call("memory_save", category="people", key="landlady", value="Mrs Quist"), done],
+        "locker code again": [_call("memory_search", query="gym locker code"),
+                              Turn(content="Your gym locker code is 5520.")],
+        "passport number, please": [_call("memory_search", query="passport number"),
+                                    Turn(content="Your passport number is C7T44R19.")],
+        "dentist changed": [_call("memory_save", category="health", key="dentist", value="Dr. Haddad"), done],
+        "old work phone": [_call("memory_forget", key="old work phone"), done],
+        "forget my gym number": [_call("memory_forget", key="gym membership number"), done],
+        "which day I'm off": [fs(action="read", path="shifts.txt"),
+                              _call("memory_save", category="work", key="day off", value="Wednesday"),
+                              Turn(content="You are off on Wednesday; I'll keep that in mind.")],
+        "7.5 by 4 metre": [_call("code_exec", code="print(7.5 * 4)"), fs(action="write", path="area.txt", content="30"),
+                           done],
+        "minutes are in 3.5": [_call("code_exec", code="print(3.5 * 60)"),
+                               _call("scratchpad", action="write", section="time", content="210 minutes"), done],
+        "glass collection": [_call("web_view", url=f"{web}/dev/recycling.html"),
+                             _call("todo", action="add", tasks=["glass collection, Tuesday 17 November"]), done],
+        "bike shed": [fs(action="read", path="keys.txt"),
+                      fs(action="write", path="shed.txt", content="bike shed: hook behind the boiler\n"), done],
+        "96 euro dinner": [_call("code_exec", code="print(96 / 3)"),
+                           _call("scratchpad", action="write", section="dinner", content="32 euro each"), done],
+        "bake bread": [fs(action="read", path="shifts.txt"),
+                       _call("todo", action="add", tasks=["bake bread on my day off (Wednesday)"]), done],
     }
     return [Rule(match=match, turns=turns) for match, turns in steps.items()]
 
@@ -410,7 +440,7 @@ def test_every_dev_task_passes_when_the_model_does_it_right_and_none_is_a_report
 
     report = _done_right(DEV_TASKS, _dev_done_right)
     failed = {r["task"]: r["detail"] for r in report["results"] if not r["success"]}
-    assert failed == {} and len(report["results"]) == len(DEV_TASKS) >= 18
+    assert failed == {} and len(report["results"]) == len(DEV_TASKS) >= 35
     assert report["summary"]["plain"]["dev"]["succeeded"] == len(DEV_TASKS)
     assert report["summary"]["plain"]["tuning"]["tasks"] == report["summary"]["plain"]["heldout"]["tasks"] == 0
     # Never among the reported tasks, never run by --split all, and no request shares its opening

@@ -675,7 +675,8 @@ class TestSmallModelStep:
         # A file that does not exist, or one outside the workspace, is not read: the call goes as written.
         llm.script(Turn(content=json.dumps({"name": "todo", "arguments": {"action": "add", "tasks": ["water plants"]}})),
                    Turn(content=ANSWER), Turn(content="Added."))
-        frames = await run(session, owner_token, "Add water plants from plants.txt to ../../etc/passwd and my to-do list.")
+        # One part: "… and my to-do list" is a second part the todo tool plainly does (a plan, its file part first).
+        frames = await run(session, owner_token, "Add water plants from plants.txt to ../../etc/passwd on my to-do list.")
         assert [c["tool"] for c in of(frames, "tool_call")] == ["todo"]
 
     async def test_one_todo_item_after_a_page_is_written_from_the_page(self, llm, session, owner_token, model_chooses, settings):

@@ -337,6 +337,57 @@ class TestTools:
 
 
 
+    async def test_forget_without_the_exact_key_takes_the_one_closest_fact(self, owner):
+        """"Forget my gym number" (issue 57): a model writes the key as the owner said it."""
+        await self._call(owner, "memory_save", {"category": "fitness", "key": "gym membership number", "value": "88031"})
+        await self._call(owner, "memory_save", {"category": "home", "key": "phone number", "value": "0176 550"})
+        await self._call(owner, "memory_save", {"category": "garden", "key": "favourite flower", "value": "tulip"})
+        result, _ = await self._call(owner, "memory_forget", {"key": "gym number", "category": "personal"})
+        assert result.success and "fitness: gym membership number" in result.output and "Forgot 1 fact" in result.output
+        keys = await sync_to_async(lambda: sorted(MemoryFact.objects.values_list("key", flat=True)))()
+        assert keys == ["favourite flower", "phone number"]
+
+    async def test_forget_by_the_value_or_a_key_of_other_words_needs_every_word(self, owner):
+        await self._call(owner, "memory_save", {"category": "fitness", "key": "gym membership number", "value": "88031"})
+        await self._call(owner, "memory_save", {"category": "people", "key": "sister name", "value": "Anna"})
+        assert not (await self._call(owner, "memory_forget", {"key": "sister birthday"}))[0].success
+        result, _ = await self._call(owner, "memory_forget", {"key": "88031", "category": "gym"})
+        assert result.success and "fitness: gym membership number" in result.output
+        assert await sync_to_async(lambda: list(MemoryFact.objects.values_list("key", flat=True)))() == ["sister name"]
+
+    async def test_forget_without_the_exact_key_never_guesses_between_equals(self, owner):
+        for key, value in (("work phone", "0171"), ("home phone", "0172")):
+            await self._call(owner, "memory_save", {"category": "contact", "key": key, "value": value})
+        result, _ = await self._call(owner, "memory_forget", {"key": "phone"})
+        assert not result.success and "contact: home phone" in result.error and "contact: work phone" in result.error
+        assert await MemoryFact.objects.acount() == 2
+
+    async def test_forget_everything_forgets_nothing(self, owner):
+        """No word of "everything", "all my facts" or "what you know" names a fact: nothing goes
+        (the tool forgets one fact at a time and never empties memory)."""
+        for key in ("dog name", "car plate", "memory palace"):
+            await self._call(owner, "memory_save", {"category": "personal", "key": key, "value": "x"})
+        for said in ("everything", "all my facts", "what you know about me", "memory", "*"):
+            result, _ = await self._call(owner, "memory_forget", {"key": said})
+            assert not result.success, said
+        assert await MemoryFact.objects.acount() == 3
+
+    async def test_forget_without_the_exact_key_stays_in_a_category_the_owner_has(self, owner):
+        await self._call(owner, "memory_save", {"category": "work", "key": "laptop", "value": "thinkpad"})
+        await self._call(owner, "memory_save", {"category": "work", "key": "desk chair", "value": "aeron"})
+        await self._call(owner, "memory_save", {"category": "hobby", "key": "gaming laptop", "value": "rog"})
+        result, _ = await self._call(owner, "memory_forget", {"key": "my laptop", "category": "work"})
+        assert result.success and "work: laptop" in result.output
+        assert not (await self._call(owner, "memory_forget", {"key": "old laptop", "category": "work"}))[0].success
+        keys = await sync_to_async(lambda: sorted(MemoryFact.objects.values_list("key", flat=True)))()
+        assert keys == ["desk chair", "gaming laptop"]
+
+    async def test_forget_of_another_owners_fact_by_words_finds_nothing(self, owner, other_user):
+        await sync_to_async(upsert_fact)(other_user.id, "fitness", "gym membership number", "12345")
+        result, _ = await self._call(owner, "memory_forget", {"key": "gym number"})
+        assert not result.success
+        assert await MemoryFact.objects.acount() == 1
+
     async def test_the_summary_is_injected_in_run_stream_run_and_run_ephemeral(self, owner, session, llm, profiles):
         from agent.models import Profile
 

@@ -64,8 +64,21 @@ def subject_words(tool) -> set[str]:
     return set(_words(getattr(tool, "offer_when", "")))
 
 
+# Everyday ways to ask to keep or recall a fact, as the words that say so: "don't forget: …" asks
+# to remember, not to forget (a 0.5B model was offered memory_forget first); "in case it comes up
+# later" is no schedule, and "remind me of my passport number" no reminder (it was offered
+# schedule_routine first, and called it).
+_KEEP = re.compile(r"\b(?:(?:don'?t|do not|never)\s+forget|in case it comes up(?: later)?|for future reference|"
+                   r"just so you know)\b", re.I)
+_RECALL = re.compile(r"\bremind me (?:of|what)\b", re.I)
+# "my to-do list" is the todo tool's subject, though "to" and "do" are filler words.
+_TODO = re.compile(r"\bto-do\b|\bto do(?= list)", re.I)
+
+
 def query_words(query: str) -> str:
-    """The request as it is ranked on: with a file name in it, the word "file" weighs too."""
+    """The request as it is ranked on: everyday ways to keep or recall a fact as "remember" and
+    "recall", "to-do" as "todo", and with a file name in it, the word "file" weighs too."""
+    query = _TODO.sub("todo", _RECALL.sub("recall", _KEEP.sub("remember", query)))
     return f"{query} {FILE_CUE}" if file_names(query) else query
 
 

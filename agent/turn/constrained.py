@@ -26,7 +26,15 @@ from agent.toolcalling import offering, plan, progress, prompts, schema
 from agent.toolcalling.guards import ledger, paths, refusals, salvage, values
 from agent.toolcalling.guards.refusals import unless_refusal
 from agent.toolcalling.partial_json import FieldText
-from agent.turn.repairs import compute_first, read_first, read_named_first, write_code, write_text, written_as
+from agent.turn.repairs import (
+    compute_first,
+    keep_as_said,
+    read_first,
+    read_named_first,
+    write_code,
+    write_text,
+    written_as,
+)
 from agent.turn.runaway import RunawayGuard
 from agent.turn.setup import Setup
 from agent.turn.stopping import Stopped, raise_if_stopped, stoppable
@@ -199,6 +207,8 @@ async def _repaired(conv: Conversation, setup: Setup, call: ToolCall, query: str
         call = await read_named_first(setup, call, query)
     if on & {"texts", "notes"}:
         await write_text(conv, setup, call)
+    if "facts" in on:
+        await keep_as_said(conv, setup, call)
     if "values" in on:
         call = await compute_first(conv, setup, call)
     return call

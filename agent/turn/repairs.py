@@ -13,7 +13,7 @@ from agent.llm import LLMError
 from agent.llm.base import LLMIncomplete
 from agent.llm.messages import ChatMessage, ToolCall
 from agent.toolcalling import plan, toolselect
-from agent.toolcalling.guards import ledger, notes, programs, texts, values
+from agent.toolcalling.guards import facts, ledger, notes, programs, texts, values
 from agent.turn.setup import Setup
 from agent.turn.stopping import Stopped, until_stopped
 from navi_project.llm_purpose import llm_purpose
@@ -174,6 +174,40 @@ async def write_note(conv: Conversation, setup: Setup, call: ToolCall, tool, own
     call.arguments = tool.with_kept_text(call.arguments, text)
     setup.rewritten[key] = dict(call.arguments)
     ledger.fired("notes")
+
+
+async def keep_as_said(conv: Conversation, setup: Setup, call: ToolCall) -> None:
+    """A small model's fact (a tool that keeps `as_said`: memory_save) under a category guessed
+    anew for a key already kept, saved where it is (the tool's `kept_category`); and one kept
+    from the owner's words alone (no other tool returned anything this turn) that is not what
+    they said (facts.said), asked again in a short call, kept only when that is said."""
+    tool = next((t for t in setup.step_tools if t.name == call.name), None)
+    if not getattr(tool, "as_said", False) or not isinstance(call.arguments, dict) or not tool.takes_text(call.arguments):
+        return
+    as_written = written_as(call)
+    if hasattr(tool, "kept_category") and (category := await tool.kept_category(call.arguments)):
+        # "personal secretary" (the profile's name) for "my dentist changed": the old value stayed.
+        call.arguments = {**call.arguments, "category": category}
+        setup.rewritten[as_written] = dict(call.arguments)
+        ledger.fired("facts")
+    if any(m.role == "tool" and m.name != call.name and not m.content.startswith("ERROR") for m in this_turn(conv.context)):
+        return  # what a tool returned is write_note's to ground
+    own, key, heard = tool.kept_text(call.arguments), str(call.arguments.get("key") or ""), facts.heard(conv.context)
+    if facts.said(own, heard, key):
+        return
+    for ask in range(len(facts.FACT_ASKS)):
+        reply = await short_call(setup, "text", facts.fact_prompt(conv.last_request(), ask), call.name)
+        text = facts.detail_from(reply)
+        # Not held against the key: a model that wrote the whole statement as the key ("locker at the
+        # pool is number 214") then wrote a refusal as the value.
+        if text and len(text) <= facts.FACT_CHARS and facts.said(text, heard) and not texts.is_call_text(text, tool):
+            break
+    else:
+        log.info("a fact the owner did not say (%r) was not put right: the model's own stays", own)
+        return
+    call.arguments = tool.with_kept_text(call.arguments, text)
+    setup.rewritten[as_written] = dict(call.arguments)
+    ledger.fired("facts")
 
 
 async def compute_first(conv: Conversation, setup: Setup, call: ToolCall) -> ToolCall:

@@ -107,7 +107,8 @@ def _is_print(node: ast.AST) -> bool:
 
 class CodeExecTool(Tool):
     name = "code_exec"
-    keywords = "python code program script run execute compute calculate count sum total average math csv data"
+    keywords = ("python code program script run execute compute calculate count sum total average math csv data area "
+                "divide multiply split share percent convert")
     examples = (
         "what is 2 to the power of 100?",
         "calculate the average of these numbers: 4, 8, 15, 16",

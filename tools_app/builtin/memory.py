@@ -10,7 +10,14 @@ from typing import Any
 from asgiref.sync import sync_to_async
 
 from memory_app.search import search_facts
-from memory_app.services import FactError, forget_facts, refresh_summary, upsert_fact
+from memory_app.services import (
+    FactError,
+    category_kept_in,
+    closest_facts,
+    forget_facts,
+    refresh_summary,
+    upsert_fact,
+)
 from tools_app import dates
 from tools_app.base import Tool, ToolResult
 from tools_app.context import current_chat_session_id, current_taint, current_user_id, emit
@@ -26,7 +33,8 @@ def _owner() -> int:
 
 class MemorySaveTool(Tool):
     name = "memory_save"
-    keywords = "remember save store keep memory fact note favourite birthday preference update changed"
+    keywords = ("remember save store keep mind memory fact note fyi favourite birthday preference update changed now "
+                "later future")
     examples = (
         "remember that my dentist is Dr. Lopez",
         "my daughter's birthday is on the 3rd of May, don't forget it",
@@ -36,12 +44,30 @@ class MemorySaveTool(Tool):
         "I moved to Lisbon, update that",
         "store my locker number in your memory",
         "keep this in your memory for later: the spare key is with Tom",
+        "fyi my partner's name is Sam",
+        "my brother's name is Karim, in case I mention him",
+        "my sister's name is Lotte, just so you know",
+        "my car is a blue Fiat Panda",
+        "don't forget: the wifi at my parents' is called Linden",
+        "my bank changed, it's now Sparda",
+        "work out the total and keep that in mind",
     )
     text_argument = "value"  # what was read or looked up, kept: written from the turn's results
     keeps = True
+    # What it keeps from the owner's words alone is what they said (agent.toolcalling.guards.facts).
+    as_said = True
 
     def text_place(self, arguments: dict[str, Any]) -> str:
         return "your memory"
+
+    async def kept_category(self, arguments: dict[str, Any]) -> str | None:
+        """The category the owner already keeps this key in, when the call's is one they have no
+        fact in (memory_app.services.category_kept_in): saved there, the fact is updated, not
+        kept twice with the old value beside it."""
+        owner, category, key = current_user_id.get(), arguments.get("category"), arguments.get("key")
+        if owner is None or not isinstance(category, str) or not isinstance(key, str):
+            return None
+        return await sync_to_async(category_kept_in)(owner, category, key)
 
     description = (
         "Remember a fact about the user for future sessions (insert or update). Use short lowercase "
@@ -80,13 +106,18 @@ class MemorySaveTool(Tool):
 
 class MemorySearchTool(Tool):
     name = "memory_search"
-    keywords = "recall remember know memory check what my"
+    keywords = "recall remember know memory check what my told"
     examples = (
         "what's my wife's name?",
         "do you remember where I parked?",
         "when is my mother's birthday?",
         "what did I tell you about my allergies?",
         "which bank am I with?",
+        "what's my blood type again?",
+        "what was the PIN of my bank card again?",
+        "tell me my membership number",
+        "remind me of my account number",
+        "what was the name of my plumber?",
     )
     description = (
         "Search long-term memory facts about the user by keywords (any word matches, best matches first). "
@@ -113,18 +144,33 @@ class MemorySearchTool(Tool):
                           metadata={"untrusted_source": unverified} if unverified else {})
 
 
+def _forget_closest(owner: int, said: str, category: str | None) -> tuple[list, list]:
+    """(deleted, choices): the one fact closest to what the owner asked to forget when no key is
+    spelled so (a model writes "gym number" for "gym membership number"), deleted; several as
+    close, none deleted and returned to choose from. Never more than one fact goes this way."""
+    close = closest_facts(owner, said, category)
+    if len(close) != 1:
+        return [], close
+    close[0].delete()
+    return close, []
+
+
 class MemoryForgetTool(Tool):
     name = "memory_forget"
-    keywords = "forget remove delete erase memory fact outdated"
+    keywords = "forget remove delete erase drop memory fact outdated no longer"
     examples = (
         "forget my old phone number",
         "delete what you know about my ex",
         "that fact about my job is outdated, remove it",
         "erase my address from what you know",
+        "remove my shoe size from memory",
+        "you can forget my old car, I sold it",
+        "drop the note about my old car",
     )
     description = (
-        "Delete facts from long-term memory by key (optionally only in one category). Only when the user "
-        "explicitly asks to forget something or a stored fact is clearly wrong or outdated."
+        "Delete a fact from long-term memory by its key (optionally only in one category); a key not spelled "
+        "exactly forgets the one fact closest to it. Only when the user explicitly asks to forget something or a "
+        "stored fact is clearly wrong or outdated."
     )
     parameters = {
         "type": "object",
@@ -139,6 +185,12 @@ class MemoryForgetTool(Tool):
 
         owner = _owner()
         deleted = await sync_to_async(forget_facts)(owner, params["key"], params.get("category") or None, guessed_category=True)
+        if not deleted:
+            deleted, choices = await sync_to_async(_forget_closest)(owner, params["key"], params.get("category") or None)
+            if choices:
+                listed = "; ".join(f"{f.category}: {f.key}" for f in choices)
+                return ToolResult(False, error=f"no fact with key {params['key']!r}, and several come close ({listed}): "
+                                               "call memory_forget again with the exact key of the one meant")
         if deleted:
             await sync_to_async(refresh_summary)(owner)  # a forgotten fact leaves the injected summary
         if not deleted:

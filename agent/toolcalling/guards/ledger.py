@@ -62,6 +62,10 @@ GROUPS: tuple[Group, ...] = (
     Group("left", ("turn.constrained.decide_step (progress.what_is_left)",),
           "an answer (or a repeated call) while a part of the request is plainly left: asked once more, told "
           "what is left"),
+    Group("facts", ("turn.repairs.keep_as_said", "guards.facts.said"),
+          "a fact kept from the owner's words alone that is not what they said (a word or number nobody said, "
+          "the key again as the value): asked again as the detail in the owner's words; or a fact already kept "
+          "saved under a category guessed anew (the old value left beside it): saved where it is"),
 )
 NAMES = tuple(g.name for g in GROUPS)
 RUNS_FOR = "small-model profiles (max_tools > 0); never a big-model profile"
