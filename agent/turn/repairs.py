@@ -143,6 +143,8 @@ async def write_text(conv: Conversation, setup: Setup, call: ToolCall) -> None:
         text = text.strip()
     if text and texts.is_call_text(text, tool):
         return  # a call written where the file's text goes
+    if text and texts.echoes_prompt(text, own):
+        return  # the prompt written back around the text: the model's own stays
     if text and action != "append" and texts.unreadable(path, text) and not texts.unreadable(path, own):
         return  # the model's own text reads; this one does not
     if text and text != own:

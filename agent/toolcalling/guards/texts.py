@@ -1,7 +1,8 @@
 """Slip: a small model's text for a file written from the request when a tool had returned what it
 needed (the key "timeout" where the value 45 was meant), in a form its file cannot read, as a
 tool call, or with a table's rows written again. The text is written again from the results in a
-call of its own (`text_prompt`, `text_from`) and kept only when it reads.
+call of its own (`text_prompt`, `text_from`) and kept only when it reads and is not the prompt
+written back (`echoes_prompt`).
 """
 
 from __future__ import annotations
@@ -88,6 +89,18 @@ def unreadable(path: str, text: str) -> bool:
     except ValueError:
         return True
     return False
+
+
+# The lines `text_prompt` frames its parts with: a reply that holds one wrote the prompt back.
+_FRAMING = re.compile(r"^\s*(My request:|Today is \w+day, |What my tools returned so far:|The current text of |"
+                      r"The (exact |whole new )?text (to add at the end of|to write into|of) )", re.M)
+
+
+def echoes_prompt(text: str, own: str) -> bool:
+    """A rewritten text that carries the prompt's own framing ("Today is …", "What my tools
+    returned so far: …") which the model's text did not: the 0.5B model wrote the prompt back
+    around the line it was asked for, and that went into shed.txt."""
+    return bool(_FRAMING.search(text or "")) and not _FRAMING.search(own or "")
 
 
 def text_from(reply: str, own: str) -> str:
