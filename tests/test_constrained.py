@@ -591,21 +591,23 @@ class TestSmallModelStep:
         assert [c["args"]["action"] for c in of(frames, "tool_call")] == ["read", "write"]
         assert (workspace_for(owner.pk) / "b.txt").read_text() == "apple" and frames[-1]["content"] == "Copied."
 
-    async def test_a_rewritten_text_that_writes_the_prompt_back_is_not_kept(self, llm, session, owner, owner_token):
-        # Seen on Qwen2.5-Coder-0.5B: the text call's reply was the prompt ("Today is …", "What my
-        # tools returned so far: …") around the line, and all of it went into the new file.
+    async def test_a_rewritten_text_that_writes_the_prompt_back_keeps_only_the_text_after_it(self, llm, session, owner, owner_token):
+        # Seen on Qwen2.5-Coder-0.5B: its own text was the request; the text call's reply was the
+        # prompt ("Today is …", "What my tools returned so far: …") then the line, and all of it
+        # went into the new file.
         from tools_app.workspace import workspace_for
 
         await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"filesystem": "allow"})
         workspace = workspace_for(owner.pk)
         (workspace / "keys.txt").write_text("garage: 1187\nshed: 4471\n")
         read = json.dumps({"name": "filesystem", "arguments": {"action": "read", "path": "keys.txt"}})
-        write = json.dumps({"name": "filesystem", "arguments": {"action": "write", "path": "shed.txt", "content": "shed: 4471"}})
+        request = "Copy the shed line from keys.txt into a new file shed.txt."
+        write = json.dumps({"name": "filesystem", "arguments": {"action": "write", "path": "shed.txt", "content": request}})
         echoed = "Today is Monday, 07 December 2026.\n\nWhat my tools returned so far:\nshed: 4471\n\nThe exact text to write into shed.txt:\nshed: 4471"
         llm.script(Turn(content=read), Turn(content=write), Turn(content=echoed), Turn(content=ANSWER), Turn(content="Copied."))
-        frames = await run(session, owner_token, "Copy the shed line from keys.txt into a new file shed.txt.")
+        frames = await run(session, owner_token, request)
         assert schema_of(llm.requests[2]) is None  # the text was asked again ...
-        assert (workspace / "shed.txt").read_text() == "shed: 4471"  # ... and the model's own line kept
+        assert (workspace / "shed.txt").read_text() == "shed: 4471"  # ... and only what follows the prompt kept
         assert frames[-1]["content"] == "Copied."
 
     async def test_a_files_text_after_a_result_is_written_again_from_the_results(self, llm, session, owner, owner_token):
@@ -644,6 +646,9 @@ class TestSmallModelStep:
                   "filesystem {\"action\": \"read\"} →\nshed: 4471\n\nThe exact text to write into shed.txt:\nshed: 4471")
         assert texts.echoes_prompt(echoed, "shed key") and not texts.echoes_prompt("shed: 4471\n", "shed key")
         assert not texts.echoes_prompt("My request: none\n", "My request: none\n")  # the model's own says it too
+        assert texts.after_echo(echoed, "shed key") == "shed: 4471"  # the text after the prompt's last line
+        assert texts.after_echo("Today is Monday.\nThe exact text to write into shed.txt:\n", "x") == ""
+        assert texts.after_echo("shed: 4471\n", "x") == "shed: 4471\n"
 
     async def test_a_facts_value_after_another_tools_result_is_written_from_that_result(self, llm, session, owner, owner_token):
         # Qwen2.5-Coder-0.5B read bank.txt, then saved the key where the IBAN was meant (or the
@@ -1071,7 +1076,10 @@ class TestSmallModelStep:
         agreed = plan.make("put buy milk on my list of things to do", tools, meaning(todo=0.6, scratchpad=0.3))
         assert agreed.single and [t.name for t in agreed.steps[0].tools] == ["todo"]
         assert not plan.make("put buy milk on my list of things to do", tools, meaning(scratchpad=0.6, todo=0.5))  # they differ
-        assert not plan.make("put buy milk on my list of things to do", tools, meaning(todo=0.25))  # hardly closer than a reply
+        assert not plan.make("put buy milk on my list of things to do", tools, meaning(todo=0.21))  # hardly closer than a reply
+        # Words and meaning agreeing need the lead a part's tools need (AGREED_MARGIN), not MARGIN:
+        # "Keep in mind that my locker … is number 214" was 0.096 closer to memory_save than to a reply.
+        assert plan.make("put buy milk on my list of things to do", tools, meaning(todo=0.25)).single
         # A part whose words and meaning name the same tool first needs a smaller lead over a reply.
         tools = get_agent().tools.tools_for(["memory_save", "memory_search", "todo", "scratchpad"])
         parts = ["Remember that my flight is LX 318", "add 'check in online' to my to-do list"]

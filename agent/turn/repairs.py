@@ -143,8 +143,9 @@ async def write_text(conv: Conversation, setup: Setup, call: ToolCall) -> None:
         text = text.strip()
     if text and texts.is_call_text(text, tool):
         return  # a call written where the file's text goes
-    if text and texts.echoes_prompt(text, own):
-        return  # the prompt written back around the text: the model's own stays
+    text = texts.after_echo(text, own)  # the prompt written back before the text: the text after it
+    if not text:
+        return  # nothing but the prompt written back: the model's own stays
     if text and action != "append" and texts.unreadable(path, text) and not texts.unreadable(path, own):
         return  # the model's own text reads; this one does not
     if text and text != own:

@@ -96,11 +96,27 @@ _FRAMING = re.compile(r"^\s*(My request:|Today is \w+day, |What my tools returne
                       r"The (exact |whole new )?text (to add at the end of|to write into|of) )", re.M)
 
 
+_ASKED = re.compile(r"^\s*The (exact |whole new )?text (to add at the end of|to write into|of) [^\n]*:[ \t]*$", re.M)
+
+
 def echoes_prompt(text: str, own: str) -> bool:
     """A rewritten text that carries the prompt's own framing ("Today is …", "What my tools
     returned so far: …") which the model's text did not: the 0.5B model wrote the prompt back
     around the line it was asked for, and that went into shed.txt."""
     return bool(_FRAMING.search(text or "")) and not _FRAMING.search(own or "")
+
+
+def after_echo(text: str, own: str) -> str:
+    """The text without the prompt written back before it: what follows the prompt's last line
+    ("The exact text to write into shed.txt:"), when the reply echoed the prompt and then gave
+    the text; "" when it gave nothing after it, or what follows still echoes the prompt."""
+    if not echoes_prompt(text, own):
+        return text
+    asked = list(_ASKED.finditer(text))
+    if not asked:
+        return ""
+    rest = text[asked[-1].end():].strip("\n")
+    return "" if not rest.strip() or echoes_prompt(rest, own) else rest + ("\n" if text.endswith("\n") else "")
 
 
 def text_from(reply: str, own: str) -> str:
