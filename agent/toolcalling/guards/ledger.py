@@ -47,9 +47,10 @@ GROUPS: tuple[Group, ...] = (
           "a write over a file the model never saw, or a list/note filled before the file the request names "
           "was read: made a read first"),
     Group("texts", ("turn.repairs.write_text", "guards.texts.text_from", "guards.texts.unreadable",
-                    "guards.texts.is_call_text", "guards.texts.new_lines"),
+                    "guards.texts.is_call_text", "guards.texts.new_lines", "guards.texts.after_echo"),
           "a file's text written from the request when a tool had returned the value (the key for the value), "
-          "unreadable in its format, a call written as the text, a table's rows written again"),
+          "unreadable in its format, a call written as the text, a table's rows written again (its own rewrite kept "
+          "only when it is not the prompt written back)"),
     Group("notes", ("turn.repairs.write_note", "guards.notes.grounded", "guards.notes.found_news"),
           "a note or fact that carries the request's words instead of the value a tool returned"),
     Group("dates", ("tools_app.dates.with_dates",),
