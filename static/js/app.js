@@ -140,7 +140,8 @@ const chat = new ChatView($("#scroller"), {
       if (state.sessionId !== id) return;
       showSession(session);
       if (!chat.run || chat.run.done) chat.assignIds(session.messages, session.has_more);
-    }).catch(() => {});
+      else chat.idsSettled();
+    }).catch(() => chat.idsSettled());
     sidebar.refresh().then(() => sidebar.select(state.sessionId)).catch(() => {});
   },
 });

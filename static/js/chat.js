@@ -258,6 +258,8 @@ export class ChatView {
   // --- history -------------------------------------------------------------------------
   /** rows: the newest page of the chat; hasMore: older messages wait on the server. */
   loadHistory(rows, hasMore = false) {
+    this.idsPending = false; // a chat drawn whole: every row has its id (a Retry queued for another chat is dropped)
+    this.regenAfterIds = false;
     this.rows = rows;
     this.hasMore = hasMore;
     this.historyId = (this.historyId || 0) + 1; // an older page fetched for another chat is dropped
@@ -386,6 +388,13 @@ export class ChatView {
 
   regenerate() {
     if (this.run && !this.run.done) return;
+    if (this.idsPending) {
+      // Retry pressed before the re-fetch after the run: the turn it replaces has no ids yet, so
+      // history_rewound could not find it (its error box stayed beside the new answer). It goes
+      // once the ids are in (idsSettled).
+      this.regenAfterIds = true;
+      return;
+    }
     if (this.hooks.onRegenerate() !== false) {
       this.localStart = true;
       this.onRunState(true);
@@ -501,6 +510,7 @@ export class ChatView {
    * rows: the newest page of the chat. */
   assignIds(rows, hasMore = false) {
     this.mergeNewest(rows, hasMore);
+    queueMicrotask(() => this.idsSettled());
     const groups = this.grouped();
     const nodes = [...this.list.children].filter((n) => n.classList.contains("group"));
     let g = groups.length - 1;
@@ -522,6 +532,16 @@ export class ChatView {
     }
     this.groups = groups;
     this.firstRendered = Math.max(0, Math.min(this.firstRendered, groups.length - nodes.length));
+  }
+
+  /** The re-fetch after a run has landed (or failed, or was not needed): a Retry pressed
+   * meanwhile goes now. */
+  idsSettled() {
+    this.idsPending = false;
+    if (this.regenAfterIds) {
+      this.regenAfterIds = false;
+      this.regenerate();
+    }
   }
 
   /** history_rewound: drop the replaced messages; keep the user bubble to show it again. */
@@ -681,6 +701,7 @@ export class ChatView {
       this.run.tick();
       this.decorateTurn(this.run.el);
       this.onRunState(false);
+      this.idsPending = true; // until the re-fetch after the run (onRunEnd) names the rows it saved
       this.onRunEnd(this.run, f);
     } else if (!this.run.done) {
       this.run.tick();

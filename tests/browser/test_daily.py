@@ -97,6 +97,42 @@ def test_edit_replaces_the_message_and_its_answer(page, navi, live_llm):
     assert [m["content"] for m in api_session(navi, sid)["messages"] if m["role"] == "user"] == ["second question"]
 
 
+def test_retry_pressed_before_the_chat_is_fetched_again_replaces_the_failed_turn(page, navi, live_llm):
+    """Seen under load: Retry pressed while the re-fetch after the failed run (which names its
+    rows) was still on its way; history_rewound found no ids on the failed turn, and its error box
+    stayed beside the new answer. The re-fetch is held here until Retry was pressed."""
+    live_llm.add_rule(DIRECT)
+    live_llm.add_rule(Rule(match="tell a joke", turns=[Turn(content="Joke one.")]))
+    open_chat(page, navi)
+    send(page, "tell a joke")
+    expect(page.locator(".bubble.assistant")).to_have_text("Joke one.")
+    wait_idle_with_ids(page)
+    sid = page.evaluate("window.navi.socket.sessionId")
+    live_llm.reset()
+    live_llm.add_rule(DIRECT)
+    live_llm.add_rule(Rule(match="tell a joke", turns=[Turn(status=500, error="model exploded")]))
+    held = []
+    history = re.compile(rf"/sessions/{sid}$")
+    page.route(history, lambda route: held.append(route))
+    page.locator(".group.turn button.regen").click()
+    expect(page.locator(".error-box")).to_be_visible()
+    for _ in range(200):  # the route handler runs while Playwright processes events
+        if held:
+            break
+        page.wait_for_timeout(25)
+    assert held, "the re-fetch after the failed run was not made"
+    live_llm.reset()
+    live_llm.add_rule(DIRECT)
+    live_llm.add_rule(Rule(match="tell a joke", turns=[Turn(content="Joke three.")]))
+    page.locator(".group.turn button.retry").click()  # before the re-fetch has landed
+    response = held[0].fetch()
+    held[0].fulfill(response=response)
+    page.unroute(history)
+    expect(page.locator(".bubble.assistant")).to_have_text("Joke three.")
+    expect(page.locator(".error-box")).to_have_count(0)
+    expect(page.locator(".group.user")).to_have_count(1)
+
+
 def test_one_edit_form_at_a_time_and_esc_returns_to_edit(page, navi, live_llm):
     live_llm.add_rule(DIRECT)
     open_chat(page, navi)
