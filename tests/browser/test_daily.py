@@ -97,16 +97,21 @@ def test_edit_replaces_the_message_and_its_answer(page, navi, live_llm):
     assert [m["content"] for m in api_session(navi, sid)["messages"] if m["role"] == "user"] == ["second question"]
 
 
-def test_retry_pressed_before_the_chat_is_fetched_again_replaces_the_failed_turn(page, navi, live_llm):
-    """Seen under load: Retry pressed while the re-fetch after the failed run (which names its
-    rows) was still on its way; history_rewound found no ids on the failed turn, and its error box
-    stayed beside the new answer. The re-fetch is held here until Retry was pressed."""
+def _a_joke_answered(page, navi, live_llm) -> None:
+    """A chat with one message, "tell a joke", answered "Joke one.", its rows' ids on the page."""
     live_llm.add_rule(DIRECT)
     live_llm.add_rule(Rule(match="tell a joke", turns=[Turn(content="Joke one.")]))
     open_chat(page, navi)
     send(page, "tell a joke")
     expect(page.locator(".bubble.assistant")).to_have_text("Joke one.")
     wait_idle_with_ids(page)
+
+
+def test_retry_pressed_before_the_chat_is_fetched_again_replaces_the_failed_turn(page, navi, live_llm):
+    """Seen under load: Retry pressed while the re-fetch after the failed run (which names its
+    rows) was still on its way; history_rewound found no ids on the failed turn, and its error box
+    stayed beside the new answer. The re-fetch is held here until Retry was pressed."""
+    _a_joke_answered(page, navi, live_llm)
     sid = page.evaluate("window.navi.socket.sessionId")
     live_llm.reset()
     live_llm.add_rule(DIRECT)
@@ -152,12 +157,7 @@ def test_one_edit_form_at_a_time_and_esc_returns_to_edit(page, navi, live_llm):
 
 
 def test_regenerate_replaces_the_answer_and_retry_follows_an_error(page, navi, live_llm):
-    live_llm.add_rule(DIRECT)
-    live_llm.add_rule(Rule(match="tell a joke", turns=[Turn(content="Joke one.")]))
-    open_chat(page, navi)
-    send(page, "tell a joke")
-    expect(page.locator(".bubble.assistant")).to_have_text("Joke one.")
-    wait_idle_with_ids(page)
+    _a_joke_answered(page, navi, live_llm)
     live_llm.reset()
     live_llm.add_rule(DIRECT)
     live_llm.add_rule(Rule(match="tell a joke", turns=[Turn(content="Joke two.")]))
