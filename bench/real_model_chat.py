@@ -33,6 +33,7 @@ import httpx
 import websockets
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tests.live_server import LiveNavi  # noqa: E402
 
 QUESTION = "What is the capital of France? Answer in one short sentence."
@@ -133,6 +134,30 @@ def direct(upstream: str, body: dict) -> tuple[float, float]:
     return first or 0.0, time.monotonic() - start
 
 
+def direct_questions(upstream: str, model: str, asked: list[str]) -> None:
+    """The questions sent to the server directly, one chat (each with the answers before it), the
+    first from a cold cache (a tiny unrelated request evicts what Navi left): the model's own
+    first word, to set Navi's beside."""
+    evict(upstream, model)
+    messages, firsts = [], []
+    for number, question in enumerate(asked, 1):
+        messages.append({"role": "user", "content": question})
+        body = {"model": model, "messages": messages, "stream": True, "max_tokens": 256}
+        start, first, text = time.monotonic(), None, ""
+        with httpx.stream("POST", upstream.rstrip("/") + "/chat/completions", json=body, timeout=900) as response:
+            for line in response.iter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                delta = ((json.loads(line[6:]).get("choices") or [{}])[0].get("delta") or {}).get("content") or ""
+                if delta and first is None:
+                    first = time.monotonic() - start
+                text += delta
+        messages.append({"role": "assistant", "content": text})
+        firsts.append(first or 0.0)
+        print(f"{'direct':>7} {number:>2} {first or 0.0:>10.2f}s {time.monotonic() - start:>8.2f}s {1:>6} "
+              f"{'':>12} {'':>11}  {' '.join(text.split())[:60]!r}")
+
+
 def _purposes(navi: LiveNavi, session: str) -> list[str]:
     """The chat's LLM calls so far as Navi logged them (agent.models.LLMCall): purpose/outcome,
     in order (a chat's background calls, memory extraction or a title, are counted too)."""
@@ -179,11 +204,20 @@ async def main() -> None:
                     help="ask only the first N of the five questions (2: issue 57's France, then Italy)")
     ap.add_argument("--max-tools", type=int, default=None,
                     help="set every profile's max_tools (0: a big model's profile; default: as installed)")
+    ap.add_argument("--dump", default="", help="write every chat request Navi sent (JSON lines) to this file")
+    ap.add_argument("--embed-minilm", default="", metavar="PACKAGES",
+                    help="all-MiniLM-L6-v2 for meaning, as bench/agent_eval.py (the folder of its packages)")
+    ap.add_argument("--direct", action="store_true",
+                    help="after Navi, the same questions sent to the server directly (no tools, no system prompt)")
     args = ap.parse_args()
     proxy, bodies = capturing_proxy(args.openai)
     proxy_url = f"http://127.0.0.1:{proxy.server_address[1]}/v1"
     env = {"OPENAI_BASE_URL": proxy_url, "OPENAI_MODEL": args.model or "default", "CHAT_TITLES": "first_words",
            "MEMORY_EXTRACTION_IDLE_S": "3600"}
+    if args.embed_minilm:
+        from agent_eval import _minilm_server
+
+        env.update(_minilm_server(args.embed_minilm))
     rows = []
     with LiveNavi(env=env) as navi:
         navi._manage("shell", "-c", "from agent.models import Profile; Profile.objects.update(llm_backend='openai', "
@@ -193,6 +227,12 @@ async def main() -> None:
         if not args.replay:
             await questions(navi, bodies, args.modes.split(","), QUESTIONS[: args.questions])
             proxy.shutdown()
+            if args.dump:
+                Path(args.dump).write_text("".join(json.dumps(body) + "\n" for body in bodies))
+            if args.direct:
+                direct_questions(args.openai, args.model or "default", QUESTIONS[: args.questions])
+            if args.dump:
+                Path(args.dump).write_text("".join(json.dumps(b) + "\n" for b in bodies))
             return
         for _ in range(args.rounds):
             with navi.api() as client:

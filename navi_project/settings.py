@@ -361,6 +361,11 @@ LLM_CALL_MAX_S = env.float("LLM_CALL_MAX_S", default=600.0)
 # the context window is full. Answers can be capped per profile (Profile.max_answer_tokens).
 LLM_MAX_ANSWER_TOKENS = env.int("LLM_MAX_ANSWER_TOKENS", default=4096)
 LLM_MAX_ANSWER_TOKENS_SMALL = env.int("LLM_MAX_ANSWER_TOKENS_SMALL", default=1024)  # profiles that cap their tools (small models)
+# A profile that caps no tools (max_tools 0, as the default one) on a model its server says has at
+# most SMALL_MODEL_MAX_PARAMS parameters (Ollama's /api/show, llama.cpp's /v1/models) runs as a small
+# model's profile offered its SMALL_MODEL_MAX_TOOLS best tools (agent.turn.setup.fit_to_model); 0: never.
+SMALL_MODEL_MAX_PARAMS = env.int("SMALL_MODEL_MAX_PARAMS", default=2_000_000_000)
+SMALL_MODEL_MAX_TOOLS = env.int("SMALL_MODEL_MAX_TOOLS", default=8)
 # Groups of small-model repairs switched off ("programs,paths"), to measure what each buys; default none
 # (agent/toolcalling/guards/ledger.py; bench/agent_eval.py --guards-off).
 NAVI_GUARDS_OFF = env.list("NAVI_GUARDS_OFF", default=[])

@@ -350,7 +350,8 @@ class LLMServer:
             (self._conns.add if add else self._conns.discard)(sock)
 
     def show(self, model: str) -> dict:
-        """What /api/show reports: ``{"capabilities": [...], "context_length": int}``."""
+        """What /api/show reports: ``{"capabilities": [...], "context_length": int}`` (and
+        ``"parameter_count"`` when a test sets it: model_info's general.parameter_count)."""
         return {**DEFAULT_SHOW, **self.model_show.get(model.removesuffix(":latest"), {})}
 
     def add_model(self, name: str) -> None:
@@ -582,7 +583,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send_json(200, {"modelfile": f"FROM {model}", "parameters": "", "template": "{{ .Prompt }}",
                                          "details": _DETAILS, "modified_at": _now_iso(),
                                          "model_info": {"general.architecture": "llama",
-                                                        "llama.context_length": shown["context_length"]},
+                                                        "llama.context_length": shown["context_length"],
+                                                        **({"general.parameter_count": shown["parameter_count"]}
+                                                           if shown.get("parameter_count") else {})},
                                          "capabilities": shown["capabilities"]})
         if path == "/api/chat" and body.get("think") and "thinking" not in fake.show(model)["capabilities"]:
             return self._error(400, f'"{model}" does not support thinking')

@@ -287,11 +287,12 @@ class TestSmallModelStep:
         assert not offering.names_a_tool("what does my_code_exec do", [FakeTool("code_exec", {})])
 
     async def test_an_answer_without_tools_keeps_the_steps_prefix(self, llm, session, owner_token):
+        # (A plain "hello there" is answered without a step: tests/test_plain_questions.py.)
         llm.script(Turn(content=ANSWER), Turn(content="Hello!"))
-        frames = await run(session, owner_token, "hello there")
+        frames = await run(session, owner_token, "hello there, can you help me?")
         decide, answer = llm.requests
         assert answer["tools"] == decide["tools"] and answer["messages"][:-1] == decide["messages"][:-1]
-        assert answer["messages"][-1]["content"] == "hello there"  # no note a small model would copy
+        assert answer["messages"][-1]["content"] == "hello there, can you help me?"  # no note a small model would copy
         assert frames[-1]["content"] == "Hello!"
 
     async def test_a_malformed_call_written_in_the_answer_is_made_valid(self, llm, session, owner_token, model_chooses):

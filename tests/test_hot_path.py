@@ -85,7 +85,8 @@ class TestOneCall:
         await Profile.objects.filter(pk="secretary").aupdate(max_tools=3)
         llm.schemas = {"format"}
         llm.script(Turn(content='{"name": "answer"}'), Turn(content="Hello!"))
-        frames = await run(session, owner_token, "hello there")
+        # Not a plain question (those are one call: tests/test_plain_questions.py).
+        frames = await run(session, owner_token, "hello there, can you help me?")
         decide = answer_calls(llm)[0]
         assert "text" not in schema_of(decide)["anyOf"][0]["properties"]
         assert prompts.DECIDE_NOTE in decide["messages"][-1]["content"] and frames[-1]["content"] == "Hello!"

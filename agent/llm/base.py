@@ -289,6 +289,10 @@ class LLMBackend(ABC):
         """The context window the server runs `model` with, when it says (None otherwise)."""
         return None
 
+    async def model_parameters(self, model: str) -> int | None:
+        """How many parameters `model` has, when the server says (None otherwise)."""
+        return None
+
     def server_key(self) -> str:
         """Which server this backend talks to now (what a probe's answer is cached under)."""
         return ""

@@ -315,6 +315,7 @@ class ModelInfo:
 
     capabilities: list[str] | None = None
     context_length: int | None = None
+    parameters: int | None = None  # model_info's general.parameter_count
     fetched: float = 0.0
 
     def can(self, capability: str) -> bool:
@@ -373,6 +374,8 @@ class OllamaBackend(LLMBackend):
             if name.endswith(".context_length") and isinstance(value, int) and value > 0:
                 info.context_length = value
                 break
+        count = modelinfo.get("general.parameter_count")
+        info.parameters = count if type(count) is int and count > 0 else None
         self._model_info[key] = info
         return info
 
@@ -533,6 +536,9 @@ class OllamaBackend(LLMBackend):
         """What we ask Ollama for: OLLAMA_NUM_CTX, capped at the model's own context_length."""
         length = (await self.model_info(model)).context_length
         return min(settings.OLLAMA_NUM_CTX, length) if length else None
+
+    async def model_parameters(self, model: str) -> int | None:
+        return (await self.model_info(model)).parameters
 
     def health_probe(self) -> tuple[str, dict[str, str], str]:
         return f"{self.host}/api/version", {}, "is `ollama serve` running? Set OLLAMA_HOST if it runs elsewhere."

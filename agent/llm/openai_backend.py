@@ -62,6 +62,7 @@ class OpenAIBackend(LLMBackend):
         self._api_key = api_key
         self._clients = ClientCache()
         self._windows: dict[tuple[str, str], tuple[float, int | None]] = {}
+        self._entries: dict[tuple[str, str], tuple[float, dict]] = {}
 
     @property
     def base_url(self) -> str:
@@ -188,20 +189,37 @@ class OpenAIBackend(LLMBackend):
         return window
 
     async def _models_window(self, model: str) -> int | None:
+        entry = await self._model_entry(model)
+        meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
+        for value in (entry.get("max_model_len"), entry.get("context_length"), entry.get("context_window"),
+                      meta.get("n_ctx"), meta.get("n_ctx_train")):
+            if isinstance(value, int) and value > 0:
+                return value
+        return None
+
+    async def model_parameters(self, model: str) -> int | None:
+        """llama.cpp's `meta.n_params` in `/v1/models` (other servers do not say)."""
+        meta = (await self._model_entry(model)).get("meta")
+        count = meta.get("n_params") if isinstance(meta, dict) else None
+        return count if type(count) is int and count > 0 else None
+
+    async def _model_entry(self, model: str) -> dict:
+        """`model`'s entry in `/v1/models` (the only one when there is one), kept WINDOW_TTL_S; {} when
+        the server lists no such entry or does not answer (not kept)."""
+        key = (self.base_url, model)
+        cached = self._entries.get(key)
+        if cached is not None and time.monotonic() - cached[0] < WINDOW_TTL_S:
+            return cached[1]
         try:
             response = await self._client().get("/models", timeout=5.0)
             entries = response.json().get("data", []) if response.status_code == 200 else []
         except (httpx.HTTPError, ValueError, AttributeError):
-            return None
-        entries = [e for e in entries if isinstance(e, dict)]
+            return {}
+        entries = [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
         ranked = [e for e in entries if e.get("id") == model] or (entries if len(entries) == 1 else [])
-        for entry in ranked:
-            meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
-            for value in (entry.get("max_model_len"), entry.get("context_length"), entry.get("context_window"),
-                          meta.get("n_ctx"), meta.get("n_ctx_train")):
-                if isinstance(value, int) and value > 0:
-                    return value
-        return None
+        entry = ranked[0] if ranked else {}
+        self._entries[key] = (time.monotonic(), entry)
+        return entry
 
     async def _props_window(self) -> int | None:
         root = self.base_url.removesuffix("/v1")

@@ -23,7 +23,7 @@ from agent.llm.base import (
 )
 from agent.llm.messages import ChatMessage, ToolCall
 from agent.toolcalling import offering, plan, progress, prompts, schema
-from agent.toolcalling.guards import ledger, paths, refusals, salvage, values
+from agent.toolcalling.guards import ledger, paths, plain, refusals, salvage, values
 from agent.toolcalling.guards.refusals import unless_refusal
 from agent.toolcalling.partial_json import FieldText
 from agent.turn.repairs import (
@@ -66,7 +66,14 @@ async def constrained_step(
     from a short prompt of the request and the results (a small model asked in the long
     context writes the call again, or copies the instruction); otherwise in the step's own
     context. A call written in that answer anyway is written again under its schema when
-    it is not valid: what runs is never malformed."""
+    it is not valid: what runs is never malformed. A small model's plain question (nothing for
+    a tool to do: guards.plain) is answered at once, in one call with no tools."""
+    if "plain" in setup.guards and not setup.tracker.used and plain.asks_nothing(query, conv.context, offer):
+        ledger.fired("plain")
+        setup.step_tools = []
+        async for event in stream_turn(conv, setup, offer, turn, query, answer_only=True, recover=False):
+            yield event
+        return
     async for event in decide_step(conv, setup, offer, turn, query):
         yield event  # an answer written in the step itself: the turn's one call
     decision = turn.decision

@@ -7,8 +7,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from django.conf import settings
+
 from agent.context.window import effective_window, estimate_text
-from agent.llm import LLMBackend
+from agent.llm import LLMBackend, LLMError
 from agent.models import Profile
 from agent.toolcalling import offering, prompts, support, toolmeaning
 from agent.toolcalling.calls import CallTracker
@@ -57,6 +59,7 @@ CATALOGUE_SHARE = 4  # the catalogue takes at most this fraction of the window
 async def make_setup(profile: Profile, backend: LLMBackend, tools: list[Tool], limit: int = 0) -> Setup:
     """What the turn's calls use of `profile` offering `tools`: the window, a call tracker, and
     how the server takes a schema when the steps are constrained (probed once per server and model)."""
+    await fit_to_model(profile, backend)
     limit = limit or await effective_window(backend, profile)
     model = profile.resolved_model()
     setup = Setup(profile, backend, tools, limit, CallTracker(backend.name, model), guards=ledger.active(profile))
@@ -76,3 +79,22 @@ async def make_setup(profile: Profile, backend: LLMBackend, tools: list[Tool], l
             # could not take "hi"). The step's tools go as fit_request cuts them down instead.
             setup.catalogue = ""
     return setup
+
+
+async def fit_to_model(profile: Profile, backend: LLMBackend) -> None:
+    """A profile that caps no tools (`max_tools` 0: the default one, as installed) on a model its
+    server says is small (at most SMALL_MODEL_MAX_PARAMS parameters) runs this turn as a small
+    model's profile: offered its SMALL_MODEL_MAX_TOOLS best tools, with the small-model repairs
+    and the short answers that go with them. Shown every tool, Qwen2.5-Coder-0.5B called
+    knowledge_search for "What is the capital of France?" and then put "And Italy?" on the to-do
+    list (bench/README, issue 57). `profile` is the turn's own copy: nothing is saved. A native
+    profile keeps every tool (its tools go in the template's system prompt, the same bytes each
+    turn); a server that does not say the size changes nothing."""
+    if profile.max_tools or profile.tool_calling == Profile.ToolCalling.NATIVE or not settings.SMALL_MODEL_MAX_TOOLS:
+        return
+    try:
+        count = await backend.model_parameters(profile.resolved_model())
+    except LLMError:  # the turn's own call says what is wrong with the server
+        return
+    if count is not None and count <= settings.SMALL_MODEL_MAX_PARAMS:
+        profile.max_tools = settings.SMALL_MODEL_MAX_TOOLS

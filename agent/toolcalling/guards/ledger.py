@@ -67,6 +67,9 @@ GROUPS: tuple[Group, ...] = (
           "a fact kept from the owner's words alone that is not what they said (a word or number nobody said, "
           "the key again as the value): asked again as the detail in the owner's words; or a fact already kept "
           "saved under a category guessed anew (the old value left beside it): saved where it is"),
+    Group("plain", ("guards.plain.asks_nothing", "turn.constrained.constrained_step"),
+          "a tool called for a plain question (\"What is the capital of France?\" → knowledge_search, \"And "
+          "Italy?\" → the to-do list): a request that gives a tool nothing to do is answered in one call, no tools sent"),
 )
 NAMES = tuple(g.name for g in GROUPS)
 RUNS_FOR = "small-model profiles (max_tools > 0); never a big-model profile"
