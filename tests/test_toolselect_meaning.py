@@ -115,7 +115,7 @@ class TestTheVectors:
         add = json.dumps({"name": "todo", "arguments": {"action": "set", "tasks": ["eggs"]}})
         llm.script(Turn(content=ANSWER), Turn(content="Hi."), Turn(content=add), Turn(content=ANSWER),
                    Turn(content="Added eggs."))
-        await run(session, owner_token, "hello there")
+        await run(session, owner_token, "hello there, can you help me?")  # a step (a plain "hello" takes none)
         first = llm.embeds
         assert sum(e["inputs"] for e in first) > 10  # the request and every tool's texts
         frames = await run(session, owner_token, "put eggs on my todo list")
