@@ -207,12 +207,14 @@ async def main() -> None:
     ap.add_argument("--dump", default="", help="write every chat request Navi sent (JSON lines) to this file")
     ap.add_argument("--embed-minilm", default="", metavar="PACKAGES",
                     help="all-MiniLM-L6-v2 for meaning, as bench/agent_eval.py (the folder of its packages)")
+    ap.add_argument("--titles", default="first_words", choices=("first_words", "model"),
+                    help="CHAT_TITLES: model (an installed Navi's default: a title call after the first answer)")
     ap.add_argument("--direct", action="store_true",
                     help="after Navi, the same questions sent to the server directly (no tools, no system prompt)")
     args = ap.parse_args()
     proxy, bodies = capturing_proxy(args.openai)
     proxy_url = f"http://127.0.0.1:{proxy.server_address[1]}/v1"
-    env = {"OPENAI_BASE_URL": proxy_url, "OPENAI_MODEL": args.model or "default", "CHAT_TITLES": "first_words",
+    env = {"OPENAI_BASE_URL": proxy_url, "OPENAI_MODEL": args.model or "default", "CHAT_TITLES": args.titles,
            "MEMORY_EXTRACTION_IDLE_S": "3600"}
     if args.embed_minilm:
         from agent_eval import _minilm_server

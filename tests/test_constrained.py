@@ -1108,6 +1108,25 @@ class TestSmallModelStep:
         failed, worked = prompt.index("ERROR: not found: stock.json"), prompt.index('{"north": 7319}')
         assert failed < worked and "list the folder" not in prompt  # the failure kept, short, and not last
 
+    def test_the_answer_prompt_shows_a_successful_http_responses_body_without_its_headers(self):
+        from agent.llm.messages import ToolCall
+
+        get = ToolCall(id="a", name="http_request", arguments={"method": "GET", "url": "http://x/stock.json"})
+        response = ("HTTP 200  (http://x/stock.json)\nRedirected via: http://x/old → http://x/stock.json\n"
+                    "content-type: application/json\ndate: Mon, 07 Dec 2026 00:46:56 GMT\n\n{\"in_stock\": 7319}")
+
+        def prompt(result: str) -> str:
+            context = [ChatMessage(role="user", content="How many widgets are in stock?"),
+                       ChatMessage(role="assistant", content="", tool_calls=[get]),
+                       ChatMessage(role="tool", content=result, tool_call_id="a", name="http_request")]
+            return prompts.results_prompt(context)[1].content
+
+        shown = prompt(response)
+        # A 0.5B model wrote the whole response out as its answer: it sees the body only.
+        assert '{"in_stock": 7319}' in shown and "HTTP 200" not in shown and "content-type" not in shown
+        failed = prompt(response.replace("HTTP 200", "HTTP 503"))
+        assert "HTTP 503" in failed and "content-type" in failed  # not a success: all of it stays
+
     def test_a_path_is_put_right_only_where_it_plainly_meant_a_named_file(self):
         from agent.llm.messages import ToolCall
 

@@ -179,9 +179,21 @@ def request_and_results(context: list[ChatMessage], without_read_of: str = "",
             failed.append((msg.name, f"{msg.name} {arguments} → {msg.content.splitlines()[0][:200]}"))
             continue
         failed = [f for f in failed if f[0] != msg.name]  # made good by this one
-        content = msg.content if len(msg.content) <= RESULT_CHARS else msg.content[:RESULT_CHARS] + " […]"
+        content = body_only(msg.content)
+        content = content if len(content) <= RESULT_CHARS else content[:RESULT_CHARS] + " […]"
         succeeded.append((msg.name, f"{msg.name} {arguments} →\n{content}"))
     return request, "\n\n".join(line for _, line in failed[-RESULTS_KEPT:] + succeeded[-RESULTS_KEPT:])
+
+
+# A successful HTTP response as http_request returns it: "HTTP 200 (url)", its headers, a blank line.
+_HTTP_HEAD = re.compile(r"^HTTP(?:/\d(?:\.\d)?)? 2\d\d\b[^\n]*\n(?:[^\n:]+:[^\n]*\n)*\n", re.MULTILINE)
+
+
+def body_only(result: str) -> str:
+    """A successful HTTP response without its status line and headers: asked to answer from it,
+    Qwen2.5-Coder-0.5B wrote the response out whole ("HTTP 200 … content-type: … date: …") for
+    "how many widgets are in stock?" instead of the number in its body."""
+    return _HTTP_HEAD.sub("", result, count=1)
 
 
 def same_path(a: Any, b: Any) -> bool:
