@@ -9,6 +9,12 @@ question the first word and the whole answer, the LLM calls it made, and how man
 the server read against those its prompt cache served (llama-server's `timings`: prompt_n,
 cache_n), so a prefix that changed between turns shows as a cache miss.
 
+Issue 57's first word (bench/README "the first word sooner"): `--questions 2 --modes auto
+--embed-minilm DIR --titles model --direct` — France, then "And Italy?", through the default profile
+as installed (a title call after the first answer), then the same two questions sent to the server
+directly; `--guards-off plain` for the same without the small-model plain path, `--dump FILE` keeps
+every request Navi sent.
+
 `--replay`: one question through Navi and then directly with the very request Navi sent, back
 to back: how much time Navi adds. A capturing proxy between Navi and the server records Navi's
 request body; the direct call replays that body, so both sides make the server read the same
@@ -209,6 +215,8 @@ async def main() -> None:
                     help="all-MiniLM-L6-v2 for meaning, as bench/agent_eval.py (the folder of its packages)")
     ap.add_argument("--titles", default="first_words", choices=("first_words", "model"),
                     help="CHAT_TITLES: model (an installed Navi's default: a title call after the first answer)")
+    ap.add_argument("--guards-off", default="", metavar="GROUPS",
+                    help="NAVI_GUARDS_OFF: small-model repair groups switched off (plain: a plain question takes a step)")
     ap.add_argument("--direct", action="store_true",
                     help="after Navi, the same questions sent to the server directly (no tools, no system prompt)")
     args = ap.parse_args()
@@ -216,6 +224,8 @@ async def main() -> None:
     proxy_url = f"http://127.0.0.1:{proxy.server_address[1]}/v1"
     env = {"OPENAI_BASE_URL": proxy_url, "OPENAI_MODEL": args.model or "default", "CHAT_TITLES": args.titles,
            "MEMORY_EXTRACTION_IDLE_S": "3600"}
+    if args.guards_off:
+        env["NAVI_GUARDS_OFF"] = args.guards_off
     if args.embed_minilm:
         from agent_eval import _minilm_server
 
