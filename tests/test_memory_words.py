@@ -26,6 +26,9 @@ LOCKER = "Keep in mind that my locker at the pool is number 214."
 def _plain_secretary(profiles, settings):
     Profile.objects.update(planning_enabled=False)
     settings.HTTP_ALLOWED_HOSTS = ["127.0.0.1"]
+    # A saving request's one planned call is followed by the answer (group `done`): off, the model
+    # decides that step itself, as these scripts have it; TestARequestServedByItsOneCall has it on.
+    settings.NAVI_GUARDS_OFF = ["done"]
 
 
 async def _profile(max_tools: int, *tools: str) -> None:
@@ -79,7 +82,7 @@ class TestASmallModelsFact:
 
     async def test_a_reply_that_is_not_said_either_leaves_the_models_own(self, llm, session, owner_token, settings):
         await _profile(SMALL)
-        settings.NAVI_GUARDS_OFF = ["values"]  # its own repair of a number nobody gave (a program first) is not this one
+        settings.NAVI_GUARDS_OFF = ["values", "done"]  # its own repair of a number nobody gave (a program first) is not this one
         llm.script(_save("4217"), Turn(content="Your locker is 4217."), Turn(content="My locker is 4217."),
                    Turn(content=ANSWER), Turn(content="Noted."))
         await run(session, owner_token, LOCKER)
@@ -133,7 +136,7 @@ class TestASmallModelsFact:
 
     async def test_the_group_switched_off_keeps_the_models_own(self, llm, session, owner_token, settings):
         await _profile(SMALL)
-        settings.NAVI_GUARDS_OFF = ["facts"]
+        settings.NAVI_GUARDS_OFF = ["facts", "done"]
         llm.script(_save("locker"), Turn(content=ANSWER), Turn(content="Noted."))
         await run(session, owner_token, LOCKER)
         assert await _values() == ["locker"] and len(llm.requests) == 3
@@ -202,3 +205,83 @@ class TestChoosingTheMemoryTool:
         for request in ("add 'bake bread on my day off' with that day to my to-do list",
                         "Put the collection date on my to do list."):
             assert toolselect.ranked(tools, request)[0].name == "todo", request
+
+
+def _schema(request: dict) -> dict | None:
+    from tests.test_constrained import schema_of
+
+    return schema_of(request)
+
+
+PASSPORT = "Use memory_search to find my passport number, please."
+SEARCH = Turn(content=json.dumps({"name": "memory_search", "arguments": {"query": "passport number"}}))
+TODO = Turn(content=json.dumps({"name": "todo", "arguments": {"action": "add", "tasks": ["passport number"]}}))
+
+
+class TestARequestServedByItsOneCall:
+    async def test_a_small_models_recall_is_answered_once_its_one_planned_call_worked(
+            self, llm, session, owner, owner_token, settings):
+        """Told "remind me of my passport number", a 0.5B model found it, then made to-do items of it
+        and answered with the list: the request's one planned call worked, so what follows is the answer."""
+        await _profile(SMALL, "todo")
+        settings.NAVI_GUARDS_OFF = []
+        await sync_to_async(upsert_fact)(owner.id, "documents", "passport number", "C7T44R19")
+        llm.script(SEARCH, Turn(content="Your passport number is C7T44R19."), TODO, Turn(content=ANSWER), Turn(content="Done."))
+        frames = await run(session, owner_token, PASSPORT)
+        assert [c["tool"] for c in of(frames, "tool_call")] == ["memory_search"]
+        assert _schema(llm.requests[1]) is None  # the answer, not another step
+        assert frames[-1]["content"] == "Your passport number is C7T44R19."
+        assert await _fired(session) == {"done": 1}
+
+    async def test_the_group_switched_off_leaves_the_next_step_to_the_model(self, llm, session, owner, owner_token, settings):
+        await _profile(SMALL, "todo")
+        settings.NAVI_GUARDS_OFF = ["done"]
+        await sync_to_async(upsert_fact)(owner.id, "documents", "passport number", "C7T44R19")
+        llm.script(SEARCH, Turn(content=ANSWER), Turn(content="Done."))
+        frames = await run(session, owner_token, PASSPORT)
+        assert [c["tool"] for c in of(frames, "tool_call")] == ["memory_search"]
+        assert _schema(llm.requests[1]) is not None and frames[-1]["content"] == "Done."  # a step the model decides
+        assert await _fired(session) is None
+
+    async def test_a_request_of_two_parts_is_not_answered_after_the_first(self, llm, session, owner, owner_token):
+        from agent.toolcalling import plan
+
+        tools = [type("T", (), {"name": "memory_save", "one_call": True})()]
+        single = plan.Plan([plan.Step("Remember my PIN", tools)], single=True)
+        done = [__import__("agent.llm.messages", fromlist=["ToolCall"]).ToolCall(id="1", name="memory_save", arguments={})]
+        assert single.served("Remember my PIN", done) and not single.served("Remember my PIN", [])
+        assert not single.served("Remember my PIN and my locker number", done)  # the first of several parts
+        other = plan.Plan([plan.Step("Read a.txt", [type("T", (), {"name": "filesystem"})()])], single=True)
+        assert not other.served("Read a.txt", [done[0].__class__(id="2", name="filesystem", arguments={})])
+
+
+class TestEverydayWordsForMemory:
+    def test_note_that_about_me_is_a_fact_to_keep_not_a_working_note(self):
+        from agent.registry import get_agent
+        from agent.toolcalling import toolselect
+
+        tools = get_agent().tools.tools_for(["memory_save", "memory_search", "scratchpad", "todo"])
+        for request in ("Note that I take my coffee with oat milk and no sugar.", "Please note that my flat is on floor 4."):
+            assert toolselect.ranked(tools, request)[0].name == "memory_save", request
+        assert toolselect.ranked(tools, "Put a note in the scratchpad section draft.")[0].name == "scratchpad"
+
+    def test_whats_my_detail_again_is_a_recall_not_a_program(self):
+        from agent.registry import get_agent
+        from agent.toolcalling import toolselect
+
+        tools = get_agent().tools.tools_for(["memory_save", "memory_search", "code_exec", "todo"])
+        for request in ("What's my gym locker code again?", "What is my wife's name again?"):
+            assert toolselect.ranked(tools, request)[0].name == "memory_search", request
+        assert toolselect.ranked(tools, "Run this python code again: print(2 + 2)")[0].name == "code_exec"
+
+    def test_a_change_of_a_fact_is_no_switch_of_profile(self):
+        from agent.registry import get_agent
+        from agent.toolcalling import toolselect
+
+        tools = get_agent().tools.tools_for(["memory_save", "memory_search", "switch_profile", "list_profiles"])
+        assert "switch_profile" not in [t.name for t in toolselect.mentioned(tools, "My dentist changed, it's now Dr. Haddad.")]
+        changed = "My dentist changed, it's now Dr. Haddad."
+        assert toolselect.ranked(toolselect.mentioned(tools, changed), changed)[0].name == "memory_save"
+        for request in ("Switch to the coding profile.", "Change mode to the server admin assistant.",
+                        "Switch over to the coder persona."):
+            assert "switch_profile" in [t.name for t in toolselect.mentioned(tools, request)], request

@@ -64,6 +64,14 @@ class Plan:
             at = found + 1
         return None
 
+    def served(self, request: str, done: list[ToolCall]) -> bool:
+        """A request of one part planned to a tool whose one call is all it asks (`Tool.one_call`:
+        a fact kept, looked up or forgotten), and that call worked: what is left is the answer.
+        Told "Remind me of my passport number", a 0.5B model found it, then made to-do items of it
+        and answered with the list; "keep in mind …" was saved, then put on the to-do list twice."""
+        return (self.single and len(self.steps) == 1 and self.steps[0].part == request and bool(self.steps[0].tools)
+                and all(getattr(t, "one_call", False) for t in self.steps[0].tools) and self.next(done) is None)
+
     def note(self, index: int) -> str:
         step = self.steps[index]
         names = " or ".join(t.name for t in step.tools)

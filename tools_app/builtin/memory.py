@@ -56,6 +56,7 @@ class MemorySaveTool(Tool):
     keeps = True
     # What it keeps from the owner's words alone is what they said (agent.toolcalling.guards.facts).
     as_said = True
+    one_call = True
 
     def text_place(self, arguments: dict[str, Any]) -> str:
         return "your memory"
@@ -107,6 +108,7 @@ class MemorySaveTool(Tool):
 class MemorySearchTool(Tool):
     name = "memory_search"
     keywords = "recall remember know memory check what my told"
+    one_call = True
     examples = (
         "what's my wife's name?",
         "do you remember where I parked?",
@@ -158,6 +160,7 @@ def _forget_closest(owner: int, said: str, category: str | None) -> tuple[list, 
 class MemoryForgetTool(Tool):
     name = "memory_forget"
     keywords = "forget remove delete erase drop memory fact outdated no longer"
+    one_call = True
     examples = (
         "forget my old phone number",
         "delete what you know about my ex",

@@ -67,6 +67,9 @@ GROUPS: tuple[Group, ...] = (
           "a fact kept from the owner's words alone that is not what they said (a word or number nobody said, "
           "the key again as the value): asked again as the detail in the owner's words; or a fact already kept "
           "saved under a category guessed anew (the old value left beside it): saved where it is"),
+    Group("done", ("turn.constrained.decide_step (plan.Plan.served)",),
+          "a request of one part served by its one planned call (a fact kept, looked up or forgotten) followed by "
+          "calls nobody asked for (the fact put on the to-do list, a recall made a to-do item): answered then"),
 )
 NAMES = tuple(g.name for g in GROUPS)
 RUNS_FOR = "small-model profiles (max_tools > 0); never a big-model profile"
