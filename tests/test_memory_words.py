@@ -107,6 +107,28 @@ class TestASmallModelsFact:
         assert await _values() == ["my bike is a green Veloria Strada"]
         assert "word for word" in llm.requests[2]["messages"][-1]["content"]
 
+    async def test_an_update_written_as_the_old_value_under_the_new_one_as_key_updates_the_kept_fact(
+            self, llm, session, owner, owner_token):
+        """Seen on Qwen2.5-Coder-0.5B: "personal secretary: Dr. Haddad = Dr. Moreau" (the old value,
+        copied from the memory summary, under the new one as the key): the fact meant is health: dentist."""
+        await _profile(SMALL)
+        await sync_to_async(upsert_fact)(owner.id, "health", "dentist", "Dr. Moreau")
+        await sync_to_async(upsert_fact)(owner.id, "people", "landlady", "Mrs Quist")
+        await sync_to_async(refresh_summary)(owner.id)
+        llm.script(_save("Dr. Moreau", "Dr. Haddad", "personal secretary"), Turn(content="Dr. Haddad"), Turn(content=ANSWER),
+                   Turn(content="Updated."))
+        await run(session, owner_token, "My dentist changed, it's now Dr. Haddad.")
+        rows = await sync_to_async(lambda: sorted(MemoryFact.objects.values_list("category", "key", "value")))()
+        assert rows == [("health", "dentist", "Dr. Haddad"), ("people", "landlady", "Mrs Quist")]
+        assert await _fired(session) == {"facts": 2}
+
+    async def test_a_value_the_owner_said_that_another_fact_holds_is_a_fact_of_its_own(self, llm, session, owner, owner_token):
+        await _profile(SMALL)
+        await sync_to_async(upsert_fact)(owner.id, "family", "mother birthday", "3 May")
+        llm.script(_save("3 May", "wife birthday", "family"), Turn(content=ANSWER), Turn(content="Noted."))
+        await run(session, owner_token, "Keep in mind my wife's birthday is 3 May.")
+        assert await _values() == ["3 May", "3 May"] and await _fired(session) is None
+
     async def test_a_fact_already_kept_saved_under_a_new_category_is_updated_where_it_is(
             self, llm, session, owner, owner_token):
         await _profile(SMALL)

@@ -180,7 +180,9 @@ async def write_note(conv: Conversation, setup: Setup, call: ToolCall, tool, own
 
 
 async def keep_as_said(conv: Conversation, setup: Setup, call: ToolCall) -> None:
-    """A small model's fact (a tool that keeps `as_said`: memory_save) under a category guessed
+    """A small model's fact (a tool that keeps `as_said`: memory_save) whose value nobody said is
+    a kept fact's, under another key, saved as that fact (the tool's `kept_place`: an update
+    written as the old value under the new one as key); one under a category guessed
     anew for a key already kept, saved where it is (the tool's `kept_category`); and one kept
     from the owner's words alone (no other tool returned anything this turn) that is not what
     they said (facts.said), asked again in a short call, kept only when that is said."""
@@ -188,14 +190,24 @@ async def keep_as_said(conv: Conversation, setup: Setup, call: ToolCall) -> None
     if not getattr(tool, "as_said", False) or not isinstance(call.arguments, dict) or not tool.takes_text(call.arguments):
         return
     as_written = written_as(call)
+    heard = facts.heard(conv.context)
+    found = any(m.role == "tool" and m.name != call.name and not m.content.startswith("ERROR") for m in this_turn(conv.context))
+    if (not found and hasattr(tool, "kept_place") and not facts.said(tool.kept_text(call.arguments), heard)
+            and (place := await tool.kept_place(call.arguments))):
+        # A value nobody said that is a kept fact's (copied from the memory summary): that fact is
+        # the one meant. "My dentist changed, it's now Dr. Haddad" was saved as "Dr. Haddad" =
+        # "Dr. Moreau" beside "health: dentist" = "Dr. Moreau"; its value is then asked again below.
+        call.arguments = {**call.arguments, "category": place[0], "key": place[1]}
+        setup.rewritten[as_written] = dict(call.arguments)
+        ledger.fired("facts")
     if hasattr(tool, "kept_category") and (category := await tool.kept_category(call.arguments)):
         # "personal secretary" (the profile's name) for "my dentist changed": the old value stayed.
         call.arguments = {**call.arguments, "category": category}
         setup.rewritten[as_written] = dict(call.arguments)
         ledger.fired("facts")
-    if any(m.role == "tool" and m.name != call.name and not m.content.startswith("ERROR") for m in this_turn(conv.context)):
+    if found:
         return  # what a tool returned is write_note's to ground
-    own, key, heard = tool.kept_text(call.arguments), str(call.arguments.get("key") or ""), facts.heard(conv.context)
+    own, key = tool.kept_text(call.arguments), str(call.arguments.get("key") or "")
     if facts.said(own, heard, key):
         return
     for ask in range(len(facts.FACT_ASKS)):

@@ -13,6 +13,7 @@ from memory_app.search import search_facts
 from memory_app.services import (
     FactError,
     category_kept_in,
+    kept_with_value,
     closest_facts,
     forget_facts,
     refresh_summary,
@@ -69,6 +70,16 @@ class MemorySaveTool(Tool):
         if owner is None or not isinstance(category, str) or not isinstance(key, str):
             return None
         return await sync_to_async(category_kept_in)(owner, category, key)
+
+    async def kept_place(self, arguments: dict[str, Any]) -> tuple[str, str] | None:
+        """(category, key) of the fact already kept whose value the call's value is, under another
+        key (memory_app.services.kept_with_value): the fact the call means to update."""
+        owner, value = current_user_id.get(), arguments.get("value")
+        if owner is None or not isinstance(value, str):
+            return None
+        place = await sync_to_async(kept_with_value)(owner, value)
+        same = place is not None and (place[0], place[1]) == (arguments.get("category"), arguments.get("key"))
+        return None if same else place
 
     description = (
         "Remember a fact about the user for future sessions (insert or update). Use short lowercase "
