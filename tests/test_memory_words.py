@@ -307,3 +307,43 @@ class TestEverydayWordsForMemory:
         for request in ("Switch to the coding profile.", "Change mode to the server admin assistant.",
                         "Switch over to the coder persona."):
             assert "switch_profile" in [t.name for t in toolselect.mentioned(tools, request)], request
+
+
+SHIFTS = "Week 49 rota\nMon early\nTue late\nWed off\nThu early\n"
+OFF_DAY = "Read shifts.txt with filesystem, tell me which day I'm off, and keep that in mind with memory_save."
+
+
+class TestKeepingTheAnswerToAQuestion:
+    async def _run(self, llm, session, owner, owner_token, *turns: Turn) -> list[dict]:
+        from tools_app.workspace import workspace_for
+
+        await _profile(SMALL, "filesystem")
+        (workspace_for(owner.pk) / "shifts.txt").write_text(SHIFTS)
+        read = Turn(content=json.dumps({"name": "filesystem", "arguments": {"action": "read", "path": "shifts.txt"}}))
+        llm.script(read, _save("Tue late", "day off", "work"), *turns)
+        return await run(session, owner_token, OFF_DAY)
+
+    async def test_keep_that_after_a_question_keeps_the_line_that_answers_it(self, llm, session, owner, owner_token):
+        """Seen on Qwen2.5-Coder-0.5B: "Tue late" kept for "which day I'm off" (every word read, so
+        it passed as grounded); asked for the line that answers the question, it wrote "Wed off"."""
+        await self._run(llm, session, owner, owner_token, Turn(content="Wed off"), Turn(content=ANSWER),
+                        Turn(content="You're off on Wednesday."))
+        assert await _values() == ["Wed off"]
+        assert "Which day I'm off? Reply with the line" in llm.requests[2]["messages"][-1]["content"]
+        assert (await _fired(session) or {}).get("notes") == 1
+
+    async def test_an_answer_no_line_holds_leaves_the_models_own(self, llm, session, owner, owner_token):
+        await self._run(llm, session, owner, owner_token, Turn(content="Tue early"), Turn(content=ANSWER),
+                        Turn(content="Noted."))
+        assert await _values() == ["Tue late"]
+
+    def test_which_parts_ask_what_is_kept(self):
+        from agent.toolcalling import plan
+        from agent.toolcalling.guards import notes
+
+        read, keep = [type("T", (), {"name": "filesystem"})()], [type("T", (), {"name": "memory_save"})()]
+        asked = [plan.Step("Read shifts.txt, tell me which day I'm off", read), plan.Step("keep that in mind.", keep)]
+        assert notes.asked_before(asked, 1) == "which day I'm off"
+        assert notes.asked_before([plan.Step("Which day am I off", []), plan.Step("remember it", keep)], 1) == "Which day am I off"
+        assert not notes.asked_before([plan.Step("Read doctor.txt", read), plan.Step("remember it", keep)], 1)
+        assert not notes.asked_before([asked[0], plan.Step("save the rota in memory", keep)], 1)  # refers to nothing said

@@ -162,6 +162,8 @@ async def write_note(conv: Conversation, setup: Setup, call: ToolCall, tool, own
     (notes.note_prompt), kept only when that sentence carries something the results said
     and the request did not."""
     request = conv.last_request()
+    if await _answer_kept(conv, setup, call, tool, own, results):
+        return
     if notes.grounded(own, results, request):
         return
     for ask in range(len(notes.NOTE_ASKS)):
@@ -177,6 +179,29 @@ async def write_note(conv: Conversation, setup: Setup, call: ToolCall, tool, own
     call.arguments = tool.with_kept_text(call.arguments, text)
     setup.rewritten[key] = dict(call.arguments)
     ledger.fired("notes")
+
+
+async def _answer_kept(conv: Conversation, setup: Setup, call: ToolCall, tool, own: str, results: str) -> bool:
+    """A planned part that keeps "that" after a part that asks something of what was read ("Read
+    shifts.txt, tell me which day I'm off, and keep that in mind"): the note is the line of the
+    results that answers the question (notes.answer_prompt), when one line holds it; the model's
+    own stays when it is that line's already."""
+    steps = setup.tracker.plan.steps if setup.tracker.plan else []
+    at = setup.tracker.plan.next(setup.tracker.done) if steps else None
+    question = notes.asked_before(steps, at[0]) if at is not None and call.name in {t.name for t in at[1].tools} else ""
+    if not question:
+        return False
+    reply = (await short_call(setup, "text", notes.answer_prompt(conv.context, question, call.name), call.name) or "").strip()
+    text = reply.splitlines()[0].strip() if reply else ""
+    if not text or len(text) > notes.NOTE_CHARS or not notes.on_one_line(text, results) or texts.is_call_text(text, tool):
+        return False
+    if text.lower() == own.strip().lower():
+        return True
+    key = written_as(call)
+    call.arguments = tool.with_kept_text(call.arguments, text)
+    setup.rewritten[key] = dict(call.arguments)
+    ledger.fired("notes")
+    return True
 
 
 async def keep_as_said(conv: Conversation, setup: Setup, call: ToolCall) -> None:
