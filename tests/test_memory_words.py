@@ -265,6 +265,33 @@ class TestARequestServedByItsOneCall:
         assert _schema(llm.requests[1]) is not None and frames[-1]["content"] == "Done."  # a step the model decides
         assert await _fired(session) is None
 
+    async def test_a_recall_the_model_looked_up_itself_is_answered_then(self, llm, session, owner, owner_token, settings):
+        """Seen on Qwen2.5-Coder-0.5B: "What's my gym locker code again?" looked up (no step planned:
+        words and meaning did not agree), then kept as a new fact "gym locker code: 5520" = "My request
+        asks to keep …". The request's words rank memory_search first: its call that worked serves it."""
+        from agent.toolcalling import plan
+
+        await _profile(SMALL, "todo")
+        settings.NAVI_GUARDS_OFF = []
+        await sync_to_async(upsert_fact)(owner.id, "fitness", "gym locker code", "5520")
+        made = []
+        real = plan.make
+
+        def make(*args):
+            made.append(real(*args))
+            return made[-1]
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(plan, "make", make)
+            patch.setattr(plan, "_agreed", lambda *args: [])  # the two signals did not agree, as on the model
+            search = Turn(content=json.dumps({"name": "memory_search", "arguments": {"query": "gym locker code"}}))
+            llm.script(search, Turn(content="Your gym locker code is 5520."), _save("5520", "gym locker code", "fitness"),
+                       Turn(content=ANSWER), Turn(content="Done."))
+            frames = await run(session, owner_token, "What's my gym locker code again?")
+        assert not made[0] and made[0].named.name == "memory_search"
+        assert [c["tool"] for c in of(frames, "tool_call")] == ["memory_search"]
+        assert frames[-1]["content"] == "Your gym locker code is 5520." and await _fired(session) == {"done": 1}
+
     async def test_a_request_of_two_parts_is_not_answered_after_the_first(self, llm, session, owner, owner_token):
         from agent.toolcalling import plan
 

@@ -129,7 +129,7 @@ async def decide_step(
     meaning = await setup.meaning(offer, query) if cap > 0 else None
     if cap and setup.tracker.plan is None:
         setup.tracker.plan = plan.make(query, offer, meaning)
-    if cap and "done" in setup.guards and setup.tracker.plan and setup.tracker.plan.served(query, setup.tracker.done):
+    if cap and "done" in setup.guards and setup.tracker.plan is not None and setup.tracker.plan.served(query, setup.tracker.done):
         ledger.fired("done")  # the one call the request asked for worked: it is answered
         turn.decision = schema.Decision(answer=True)
         return
