@@ -129,6 +129,31 @@ class TestASmallModelsFact:
         await run(session, owner_token, "Keep in mind my wife's birthday is 3 May.")
         assert await _values() == ["3 May", "3 May"] and await _fired(session) is None
 
+    async def test_a_fact_that_leaves_out_a_name_said_is_asked_again(self, llm, session, owner_token):
+        """Seen on Qwen2.5-Coder-0.5B: "bike: color" = "green" for "fyi my bike is a green Veloria Strada"
+        (every word said, but not the bike's name)."""
+        await _profile(SMALL)
+        llm.script(_save("green", "color", "bike"), Turn(content="green Veloria Strada"), Turn(content=ANSWER),
+                   Turn(content="Noted."))
+        await run(session, owner_token, "fyi my bike is a green Veloria Strada.")
+        assert await _values() == ["green Veloria Strada"] and await _fired(session) == {"facts": 1}
+
+    async def test_an_update_kept_with_the_value_as_its_key_updates_the_fact_the_request_names(
+            self, llm, session, owner, owner_token):
+        """Seen on Qwen2.5-Coder-0.5B: "personal secretary: Dr. Haddad" = "Dr. Haddad" for "My dentist
+        changed, it's now Dr. Haddad." beside "health: dentist" = "Dr. Moreau"."""
+        await _profile(SMALL)
+        await sync_to_async(upsert_fact)(owner.id, "health", "dentist", "Dr. Moreau")
+        await sync_to_async(upsert_fact)(owner.id, "people", "landlady", "Mrs Quist")
+        llm.script(_save("Dr. Haddad", "Dr. Haddad", "personal secretary"), Turn(content=ANSWER), Turn(content="Updated."))
+        await run(session, owner_token, "My dentist changed, it's now Dr. Haddad.")
+        rows = await sync_to_async(lambda: sorted(MemoryFact.objects.values_list("category", "key", "value")))()
+        assert rows == [("health", "dentist", "Dr. Haddad"), ("people", "landlady", "Mrs Quist")]
+        # A key that is no value again is the model's: a new fact beside the one the request names.
+        llm.script(_save("Anna", "dentist receptionist", "health"), Turn(content=ANSWER), Turn(content="Noted."))
+        await run(session, owner_token, "Keep in mind my dentist's receptionist is Anna.")
+        assert await _values() == ["Anna", "Dr. Haddad", "Mrs Quist"]
+
     async def test_a_fact_already_kept_saved_under_a_new_category_is_updated_where_it_is(
             self, llm, session, owner, owner_token):
         await _profile(SMALL)

@@ -232,22 +232,29 @@ async def keep_as_said(conv: Conversation, setup: Setup, call: ToolCall) -> None
         ledger.fired("facts")
     if found:
         return  # what a tool returned is write_note's to ground
-    own, key = tool.kept_text(call.arguments), str(call.arguments.get("key") or "")
-    if facts.said(own, heard, key):
-        return
-    for ask in range(len(facts.FACT_ASKS)):
-        reply = await short_call(setup, "text", facts.fact_prompt(conv.last_request(), ask), call.name)
-        text = facts.detail_from(reply)
-        # Not held against the key: a model that wrote the whole statement as the key ("locker at the
-        # pool is number 214") then wrote a refusal as the value.
-        if text and len(text) <= facts.FACT_CHARS and facts.said(text, heard) and not texts.is_call_text(text, tool):
-            break
-    else:
-        log.info("a fact the owner did not say (%r) was not put right: the model's own stays", own)
-        return
-    call.arguments = tool.with_kept_text(call.arguments, text)
-    setup.rewritten[as_written] = dict(call.arguments)
-    ledger.fired("facts")
+    own, key, request = tool.kept_text(call.arguments), str(call.arguments.get("key") or ""), conv.last_request()
+    if not facts.said(own, heard, key) or facts.leaves_out(own, key, request):
+        for ask in range(len(facts.FACT_ASKS)):
+            reply = await short_call(setup, "text", facts.fact_prompt(request, ask), call.name)
+            text = facts.detail_from(reply)
+            # Not held against the key: a model that wrote the whole statement as the key ("locker at the
+            # pool is number 214") then wrote a refusal as the value.
+            if text and len(text) <= facts.FACT_CHARS and facts.said(text, heard) and not texts.is_call_text(text, tool) \
+                    and not facts.leaves_out(text, key, request):
+                call.arguments = tool.with_kept_text(call.arguments, text)
+                setup.rewritten[as_written] = dict(call.arguments)
+                ledger.fired("facts")
+                break
+        else:
+            log.info("a fact the owner did not say in full (%r) was not put right: the model's own stays", own)
+    value = tool.kept_text(call.arguments)
+    if hasattr(tool, "named_place") and facts.is_its_value(str(call.arguments.get("key") or ""), value) \
+            and (place := await tool.named_place(request)) and place != (call.arguments.get("category"), call.arguments.get("key")):
+        # "Dr. Haddad" = "Dr. Haddad" for "My dentist changed, it's now Dr. Haddad": the key is the
+        # value again, and the request names the one kept fact it updates (health: dentist).
+        call.arguments = {**call.arguments, "category": place[0], "key": place[1]}
+        setup.rewritten[as_written] = dict(call.arguments)
+        ledger.fired("facts")
 
 
 async def compute_first(conv: Conversation, setup: Setup, call: ToolCall) -> ToolCall:

@@ -13,6 +13,7 @@ from memory_app.search import search_facts
 from memory_app.services import (
     FactError,
     category_kept_in,
+    kept_key_named,
     kept_with_value,
     closest_facts,
     forget_facts,
@@ -70,6 +71,12 @@ class MemorySaveTool(Tool):
         if owner is None or not isinstance(category, str) or not isinstance(key, str):
             return None
         return await sync_to_async(category_kept_in)(owner, category, key)
+
+    async def named_place(self, request: str) -> tuple[str, str] | None:
+        """(category, key) of the one fact already kept whose key the request says
+        (memory_app.services.kept_key_named)."""
+        owner = current_user_id.get()
+        return None if owner is None else await sync_to_async(kept_key_named)(owner, request)
 
     async def kept_place(self, arguments: dict[str, Any]) -> tuple[str, str] | None:
         """(category, key) of the fact already kept whose value the call's value is, under another

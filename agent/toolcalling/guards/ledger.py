@@ -65,9 +65,10 @@ GROUPS: tuple[Group, ...] = (
     Group("left", ("turn.constrained.decide_step (progress.what_is_left)",),
           "an answer (or a repeated call) while a part of the request is plainly left: asked once more, told "
           "what is left"),
-    Group("facts", ("turn.repairs.keep_as_said", "guards.facts.said"),
+    Group("facts", ("turn.repairs.keep_as_said", "guards.facts.said", "guards.facts.leaves_out", "guards.facts.is_its_value"),
           "a fact kept from the owner's words alone that is not what they said (a word or number nobody said, "
-          "the key again as the value): asked again as the detail in the owner's words; or a fact already kept "
+          "the key again as the value, a name or number said left out): asked again as the detail in the owner's words; "
+          "or an update kept with its value as the key (saved as the kept fact the request names), or a fact already kept "
           "saved under a category guessed anew (the old value left beside it): saved where it is"),
     Group("done", ("turn.constrained.decide_step (plan.Plan.served)",),
           "a request of one part served by its one planned call (a fact kept, looked up or forgotten) followed by "
