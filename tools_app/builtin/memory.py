@@ -13,10 +13,10 @@ from memory_app.search import search_facts
 from memory_app.services import (
     FactError,
     category_kept_in,
-    kept_key_named,
-    kept_with_value,
     closest_facts,
     forget_facts,
+    kept_key_named,
+    kept_with_value,
     refresh_summary,
     upsert_fact,
 )
