@@ -22,6 +22,10 @@ if TYPE_CHECKING:
 class SwitchProfileTool(Tool):
     name = "switch_profile"
     keywords = "switch profile change mode"
+    # A profile is switched to by name ("the coding profile", "the research agent", "the coder
+    # persona"): "my dentist changed, it's now Dr. Haddad" is no switch (the word "change" ranked
+    # it first, and a 0.5B model called it with profile_id "Haddad").
+    offer_when = "profile profiles mode persona agent assistant"
     examples = (
         "switch to the coding profile",
         "change mode to the server admin assistant",

@@ -79,6 +79,25 @@ def category_kept_in(owner_id: int, category: str, key: str) -> str | None:
     return rows[0].category if len(rows) == 1 else None
 
 
+def kept_with_value(owner_id: int, value: str) -> tuple[str, str] | None:
+    """(category, key) of the owner's one fact whose value is `value` (case and outer spaces
+    aside); None when none or several are."""
+    value = (value or "").strip()
+    if not value:
+        return None
+    rows = list(MemoryFact.objects.filter(owner_id=owner_id, value__iexact=value)[:2])
+    return (rows[0].category, rows[0].key) if len(rows) == 1 else None
+
+
+def kept_key_named(owner_id: int, text: str) -> tuple[str, str] | None:
+    """(category, key) of the owner's one fact whose key `text` says, every word of it ("my
+    dentist changed" says "dentist"); None when none or several are."""
+    said = set(re.findall(r"\w+", (text or "").lower().replace("_", " ")))
+    named = [(f.category, f.key) for f in MemoryFact.objects.filter(owner_id=owner_id).only("category", "key")
+             if (words := set(re.findall(r"\w+", f.key.lower().replace("_", " ")))) and words <= said]
+    return named[0] if len(named) == 1 else None
+
+
 def forget_facts(owner_id: int, key: str, category: str | None = None, *, guessed_category: bool = False) -> list[MemoryFact]:
     """Delete the owner's facts with this key (in this category only, when given). Underscores,
     hyphens and spaces count as the same: a model asked to forget "dog name" writes dog_name.

@@ -66,6 +66,10 @@ class Tool(ABC):
     # first ("turn the chores in chores.txt into to-do items": a 0.5B model filled the list with
     # the catalogue's words).
     keeps: bool = False
+    # One call of it is the whole of a request it serves (a fact kept, looked up or forgotten): a
+    # small model's request of one part planned to it is answered once that call worked, not
+    # followed by calls nobody asked for (agent.toolcalling.plan.Plan.served).
+    one_call: bool = False
     # The argument that names another tool (tool_manual's `name`): a small model's step may write
     # only the name of a tool the profile has there (a 0.5B model wrote the tool's description).
     tool_name_argument: str = ""

@@ -46,6 +46,7 @@ class Step:
 class Plan:
     steps: list[Step] = field(default_factory=list)
     single: bool = False  # the request's one call, not a request of several parts (`first_call`)
+    named: object = None  # no step planned: a request of one part's best word match (`served`)
 
     def __bool__(self) -> bool:
         return bool(self.steps)
@@ -63,6 +64,20 @@ class Plan:
                 return i, step
             at = found + 1
         return None
+
+    def served(self, request: str, done: list[ToolCall]) -> bool:
+        """A request of one part planned to a tool whose one call is all it asks (`Tool.one_call`:
+        a fact kept, looked up or forgotten), and that call worked: what is left is the answer.
+        Told "Remind me of my passport number", a 0.5B model found it, then made to-do items of it
+        and answered with the list; "keep in mind …" was saved, then put on the to-do list twice.
+        So is a request of one part with no step planned whose first call that worked was of the
+        tool its words rank first (`named`): "What's my gym locker code again?" was looked up, then
+        kept as a new fact "gym locker code: 5520" = "My request asks to keep …"."""
+        if not self.steps:
+            return (self.named is not None and getattr(self.named, "one_call", False) and bool(done)
+                    and done[0].name == self.named.name)
+        return (self.single and len(self.steps) == 1 and self.steps[0].part == request and bool(self.steps[0].tools)
+                and all(getattr(t, "one_call", False) for t in self.steps[0].tools) and self.next(done) is None)
 
     def note(self, index: int) -> str:
         step = self.steps[index]
@@ -105,7 +120,10 @@ def first_call(request: str, tools: list, meaning: toolmeaning.Meaning | None, s
     chosen = _named_or_addressed(request, tools)
     if chosen is None:
         chosen = _agreed(request, tools, meaning)
-    return Plan([Step(request, chosen)], single=True) if chosen else Plan()
+    if chosen:
+        return Plan([Step(request, chosen)], single=True)
+    words = toolselect.scored(toolselect.mentioned(tools, request), request)
+    return Plan(named=words[0][0] if words and words[0][1] > 0 else None)
 
 
 def _agreed(request: str, tools: list, meaning: toolmeaning.Meaning | None) -> list:

@@ -67,18 +67,25 @@ def subject_words(tool) -> set[str]:
 # Everyday ways to ask to keep or recall a fact, as the words that say so: "don't forget: …" asks
 # to remember, not to forget (a 0.5B model was offered memory_forget first); "in case it comes up
 # later" is no schedule, and "remind me of my passport number" no reminder (it was offered
-# schedule_routine first, and called it).
+# schedule_routine first, and called it). "Note that I take my coffee with oat milk" is a fact
+# about the owner to keep, not a working note (the verb "note" ranked the scratchpad first, and a
+# 0.5B model wrote it into a scratchpad section).
 _KEEP = re.compile(r"\b(?:(?:don'?t|do not|never)\s+forget|in case it comes up(?: later)?|for future reference|"
-                   r"just so you know)\b", re.I)
+                   r"just so you know|(?:please\s+)?(?:make a |take )?note(?: down)? that(?=\s+(?:i|i'm|my|me|we|our)\b))\b",
+                   re.I)
 _RECALL = re.compile(r"\bremind me (?:of|what)\b", re.I)
+# "What's my gym locker code again?" asks for a detail the owner told: its words name the detail,
+# not a tool ("code" ranked code_exec first, and a 0.5B model printed the value from a program).
+_RECALL_AGAIN = re.compile(r"\b(?:what|which|who|where|when)(?:'s|\s+(?:is|was|are|were))\s+my(?:\s+[\w'-]+){1,5}?\s+again\b", re.I)
 # "my to-do list" is the todo tool's subject, though "to" and "do" are filler words.
 _TODO = re.compile(r"\bto-do\b|\bto do(?= list)", re.I)
 
 
 def query_words(query: str) -> str:
     """The request as it is ranked on: everyday ways to keep or recall a fact as "remember" and
-    "recall", "to-do" as "todo", and with a file name in it, the word "file" weighs too."""
-    query = _TODO.sub("todo", _RECALL.sub("recall", _KEEP.sub("remember", query)))
+    "recall" ("what's my … again?" as "recall" alone), "to-do" as "todo", and with a file name in
+    it, the word "file" weighs too."""
+    query = _TODO.sub("todo", _RECALL.sub("recall", _KEEP.sub("remember", _RECALL_AGAIN.sub("recall", query))))
     return f"{query} {FILE_CUE}" if file_names(query) else query
 
 

@@ -136,6 +136,10 @@ async def decide_step(
     meaning = await setup.meaning(offer, query) if cap > 0 else None
     if cap and setup.tracker.plan is None:
         setup.tracker.plan = plan.make(query, offer, meaning)
+    if cap and "done" in setup.guards and setup.tracker.plan is not None and setup.tracker.plan.served(query, setup.tracker.done):
+        ledger.fired("done")  # the one call the request asked for worked: it is answered
+        turn.decision = schema.Decision(answer=True)
+        return
     step = setup.tracker.plan.next(setup.tracker.done) if cap and setup.tracker.plan else None
     forced = [t for t in step[1].tools if t in offer] if step is not None and step[1].tries < plan.MAX_TRIES else []
     offer = forced or offering.choose(offer, query, cap, setup.tracker.used, meaning)

@@ -162,6 +162,8 @@ async def write_note(conv: Conversation, setup: Setup, call: ToolCall, tool, own
     (notes.note_prompt), kept only when that sentence carries something the results said
     and the request did not."""
     request = conv.last_request()
+    if await _answer_kept(conv, setup, call, tool, own, results):
+        return
     if notes.grounded(own, results, request):
         return
     for ask in range(len(notes.NOTE_ASKS)):
@@ -179,8 +181,33 @@ async def write_note(conv: Conversation, setup: Setup, call: ToolCall, tool, own
     ledger.fired("notes")
 
 
+async def _answer_kept(conv: Conversation, setup: Setup, call: ToolCall, tool, own: str, results: str) -> bool:
+    """A planned part that keeps "that" after a part that asks something of what was read ("Read
+    shifts.txt, tell me which day I'm off, and keep that in mind"): the note is the line of the
+    results that answers the question (notes.answer_prompt), when one line holds it; the model's
+    own stays when it is that line's already."""
+    steps = setup.tracker.plan.steps if setup.tracker.plan else []
+    at = setup.tracker.plan.next(setup.tracker.done) if steps else None
+    question = notes.asked_before(steps, at[0]) if at is not None and call.name in {t.name for t in at[1].tools} else ""
+    if not question:
+        return False
+    reply = (await short_call(setup, "text", notes.answer_prompt(conv.context, question, call.name), call.name) or "").strip()
+    text = reply.splitlines()[0].strip() if reply else ""
+    if not text or len(text) > notes.NOTE_CHARS or not notes.on_one_line(text, results) or texts.is_call_text(text, tool):
+        return False
+    if text.lower() == own.strip().lower():
+        return True
+    key = written_as(call)
+    call.arguments = tool.with_kept_text(call.arguments, text)
+    setup.rewritten[key] = dict(call.arguments)
+    ledger.fired("notes")
+    return True
+
+
 async def keep_as_said(conv: Conversation, setup: Setup, call: ToolCall) -> None:
-    """A small model's fact (a tool that keeps `as_said`: memory_save) under a category guessed
+    """A small model's fact (a tool that keeps `as_said`: memory_save) whose value nobody said is
+    a kept fact's, under another key, saved as that fact (the tool's `kept_place`: an update
+    written as the old value under the new one as key); one under a category guessed
     anew for a key already kept, saved where it is (the tool's `kept_category`); and one kept
     from the owner's words alone (no other tool returned anything this turn) that is not what
     they said (facts.said), asked again in a short call, kept only when that is said."""
@@ -188,29 +215,46 @@ async def keep_as_said(conv: Conversation, setup: Setup, call: ToolCall) -> None
     if not getattr(tool, "as_said", False) or not isinstance(call.arguments, dict) or not tool.takes_text(call.arguments):
         return
     as_written = written_as(call)
+    heard = facts.heard(conv.context)
+    found = any(m.role == "tool" and m.name != call.name and not m.content.startswith("ERROR") for m in this_turn(conv.context))
+    if (not found and hasattr(tool, "kept_place") and not facts.said(tool.kept_text(call.arguments), heard)
+            and (place := await tool.kept_place(call.arguments))):
+        # A value nobody said that is a kept fact's (copied from the memory summary): that fact is
+        # the one meant. "My dentist changed, it's now Dr. Haddad" was saved as "Dr. Haddad" =
+        # "Dr. Moreau" beside "health: dentist" = "Dr. Moreau"; its value is then asked again below.
+        call.arguments = {**call.arguments, "category": place[0], "key": place[1]}
+        setup.rewritten[as_written] = dict(call.arguments)
+        ledger.fired("facts")
     if hasattr(tool, "kept_category") and (category := await tool.kept_category(call.arguments)):
         # "personal secretary" (the profile's name) for "my dentist changed": the old value stayed.
         call.arguments = {**call.arguments, "category": category}
         setup.rewritten[as_written] = dict(call.arguments)
         ledger.fired("facts")
-    if any(m.role == "tool" and m.name != call.name and not m.content.startswith("ERROR") for m in this_turn(conv.context)):
+    if found:
         return  # what a tool returned is write_note's to ground
-    own, key, heard = tool.kept_text(call.arguments), str(call.arguments.get("key") or ""), facts.heard(conv.context)
-    if facts.said(own, heard, key):
-        return
-    for ask in range(len(facts.FACT_ASKS)):
-        reply = await short_call(setup, "text", facts.fact_prompt(conv.last_request(), ask), call.name)
-        text = facts.detail_from(reply)
-        # Not held against the key: a model that wrote the whole statement as the key ("locker at the
-        # pool is number 214") then wrote a refusal as the value.
-        if text and len(text) <= facts.FACT_CHARS and facts.said(text, heard) and not texts.is_call_text(text, tool):
-            break
-    else:
-        log.info("a fact the owner did not say (%r) was not put right: the model's own stays", own)
-        return
-    call.arguments = tool.with_kept_text(call.arguments, text)
-    setup.rewritten[as_written] = dict(call.arguments)
-    ledger.fired("facts")
+    own, key, request = tool.kept_text(call.arguments), str(call.arguments.get("key") or ""), conv.last_request()
+    if not facts.said(own, heard, key) or facts.leaves_out(own, key, request):
+        for ask in range(len(facts.FACT_ASKS)):
+            reply = await short_call(setup, "text", facts.fact_prompt(request, ask), call.name)
+            text = facts.detail_from(reply)
+            # Not held against the key: a model that wrote the whole statement as the key ("locker at the
+            # pool is number 214") then wrote a refusal as the value.
+            if text and len(text) <= facts.FACT_CHARS and facts.said(text, heard) and not texts.is_call_text(text, tool) \
+                    and not facts.leaves_out(text, key, request):
+                call.arguments = tool.with_kept_text(call.arguments, text)
+                setup.rewritten[as_written] = dict(call.arguments)
+                ledger.fired("facts")
+                break
+        else:
+            log.info("a fact the owner did not say in full (%r) was not put right: the model's own stays", own)
+    value = tool.kept_text(call.arguments)
+    if hasattr(tool, "named_place") and facts.is_its_value(str(call.arguments.get("key") or ""), value) \
+            and (place := await tool.named_place(request)) and place != (call.arguments.get("category"), call.arguments.get("key")):
+        # "Dr. Haddad" = "Dr. Haddad" for "My dentist changed, it's now Dr. Haddad": the key is the
+        # value again, and the request names the one kept fact it updates (health: dentist).
+        call.arguments = {**call.arguments, "category": place[0], "key": place[1]}
+        setup.rewritten[as_written] = dict(call.arguments)
+        ledger.fired("facts")
 
 
 async def compute_first(conv: Conversation, setup: Setup, call: ToolCall) -> ToolCall:

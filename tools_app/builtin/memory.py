@@ -15,6 +15,8 @@ from memory_app.services import (
     category_kept_in,
     closest_facts,
     forget_facts,
+    kept_key_named,
+    kept_with_value,
     refresh_summary,
     upsert_fact,
 )
@@ -56,6 +58,7 @@ class MemorySaveTool(Tool):
     keeps = True
     # What it keeps from the owner's words alone is what they said (agent.toolcalling.guards.facts).
     as_said = True
+    one_call = True
 
     def text_place(self, arguments: dict[str, Any]) -> str:
         return "your memory"
@@ -68,6 +71,22 @@ class MemorySaveTool(Tool):
         if owner is None or not isinstance(category, str) or not isinstance(key, str):
             return None
         return await sync_to_async(category_kept_in)(owner, category, key)
+
+    async def named_place(self, request: str) -> tuple[str, str] | None:
+        """(category, key) of the one fact already kept whose key the request says
+        (memory_app.services.kept_key_named)."""
+        owner = current_user_id.get()
+        return None if owner is None else await sync_to_async(kept_key_named)(owner, request)
+
+    async def kept_place(self, arguments: dict[str, Any]) -> tuple[str, str] | None:
+        """(category, key) of the fact already kept whose value the call's value is, under another
+        key (memory_app.services.kept_with_value): the fact the call means to update."""
+        owner, value = current_user_id.get(), arguments.get("value")
+        if owner is None or not isinstance(value, str):
+            return None
+        place = await sync_to_async(kept_with_value)(owner, value)
+        same = place is not None and (place[0], place[1]) == (arguments.get("category"), arguments.get("key"))
+        return None if same else place
 
     description = (
         "Remember a fact about the user for future sessions (insert or update). Use short lowercase "
@@ -107,6 +126,7 @@ class MemorySaveTool(Tool):
 class MemorySearchTool(Tool):
     name = "memory_search"
     keywords = "recall remember know memory check what my told"
+    one_call = True
     examples = (
         "what's my wife's name?",
         "do you remember where I parked?",
@@ -158,6 +178,7 @@ def _forget_closest(owner: int, said: str, category: str | None) -> tuple[list, 
 class MemoryForgetTool(Tool):
     name = "memory_forget"
     keywords = "forget remove delete erase drop memory fact outdated no longer"
+    one_call = True
     examples = (
         "forget my old phone number",
         "delete what you know about my ex",

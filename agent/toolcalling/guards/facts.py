@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from agent.llm.messages import ChatMessage
+from agent.toolcalling import toolmeaning
 
 FACT_CHARS = 300  # a detail longer than this is the model rambling: its own value stays
 FACT_SYSTEM = "You copy details from the user's message exactly, in the user's own words."
@@ -50,6 +51,31 @@ def heard(context: list[ChatMessage]) -> str:
     start = max((i for i, m in enumerate(context) if m.role == "user" and not m.is_summary), default=len(context))
     return "\n".join(m.content for i, m in enumerate(context) if isinstance(m.content, str) and m.role != "system"
                      and (i <= start or m.role == "user"))
+
+
+def names(text: str) -> set[str]:
+    """The names and numbers `text` says ("fyi my bike is a green Veloria Strada": Veloria, Strada):
+    a word with a digit, or a capitalised one that does not open a sentence (after "Dr." it may)."""
+    found, before = [], ""
+    for token in (text or "").split():
+        word = token.strip("'\"“”‘’()[],;")
+        opens = not before or (before[-1] in ".!?:" and not (before[:1].isupper() and len(before) <= 4))
+        if any(c.isdigit() for c in word) or (word[:1].isupper() and word != "I" and not opens):
+            found.append(word)
+        before = token
+    return words(" ".join(found))
+
+
+def leaves_out(value: str, key: str, request: str) -> set[str]:
+    """The names and numbers of a request of one part that neither the fact's value nor its key
+    holds: "green" kept for "fyi my bike is a green Veloria Strada" ({"veloria", "strada"})."""
+    return set() if toolmeaning.parts_of(request) else names(request) - words(f"{value} {key}")
+
+
+def is_its_value(key: str, value: str) -> bool:
+    """The key is the value again ("Dr. Haddad" = "Dr. Haddad"): no key the owner would look under."""
+    own = words(key) - _FILLER
+    return bool(own) and own <= words(value)
 
 
 def fact_prompt(request: str, ask: int = 0) -> list[ChatMessage]:

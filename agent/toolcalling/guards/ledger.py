@@ -51,8 +51,10 @@ GROUPS: tuple[Group, ...] = (
           "a file's text written from the request when a tool had returned the value (the key for the value), "
           "unreadable in its format, a call written as the text, a table's rows written again (its own rewrite kept "
           "only when it is not the prompt written back)"),
-    Group("notes", ("turn.repairs.write_note", "guards.notes.grounded", "guards.notes.found_news"),
-          "a note or fact that carries the request's words instead of the value a tool returned"),
+    Group("notes", ("turn.repairs.write_note", "guards.notes.grounded", "guards.notes.found_news",
+                    "turn.repairs._answer_kept", "guards.notes.asked_before", "guards.notes.on_one_line"),
+          "a note or fact that carries the request's words instead of the value a tool returned, or, kept after a "
+          "question ('tell me which day I'm off, and keep that in mind'), a line read that does not answer it"),
     Group("dates", ("tools_app.dates.with_dates",),
           "a todo list split into an item and its date, then the clock's days listed as items"),
     Group("salvage", ("guards.salvage.salvaged",),
@@ -63,10 +65,14 @@ GROUPS: tuple[Group, ...] = (
     Group("left", ("turn.constrained.decide_step (progress.what_is_left)",),
           "an answer (or a repeated call) while a part of the request is plainly left: asked once more, told "
           "what is left"),
-    Group("facts", ("turn.repairs.keep_as_said", "guards.facts.said"),
+    Group("facts", ("turn.repairs.keep_as_said", "guards.facts.said", "guards.facts.leaves_out", "guards.facts.is_its_value"),
           "a fact kept from the owner's words alone that is not what they said (a word or number nobody said, "
-          "the key again as the value): asked again as the detail in the owner's words; or a fact already kept "
+          "the key again as the value, a name or number said left out): asked again as the detail in the owner's words; "
+          "or an update kept with its value as the key (saved as the kept fact the request names), or a fact already kept "
           "saved under a category guessed anew (the old value left beside it): saved where it is"),
+    Group("done", ("turn.constrained.decide_step (plan.Plan.served)",),
+          "a request of one part served by its one planned call (a fact kept, looked up or forgotten) followed by "
+          "calls nobody asked for (the fact put on the to-do list, a recall made a to-do item): answered then"),
     Group("plain", ("guards.plain.asks_nothing", "turn.constrained.constrained_step"),
           "a tool called for a plain question (\"What is the capital of France?\" → knowledge_search, \"And "
           "Italy?\" → the to-do list): a request that gives a tool nothing to do is answered in one call, no tools sent"),

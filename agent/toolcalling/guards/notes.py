@@ -37,6 +37,47 @@ def note_prompt(context: list[ChatMessage], place: str, tool: str, ask: int = 0)
     ]
 
 
+# A part that keeps what was just said ("keep that in mind", "remember it"), after a part that asks
+# something of what was read ("tell me which day I'm off"): what is kept is that part's answer.
+_BACK = re.compile(r"\b(?:that|it|this|them|those)\b", re.I)
+_ASKS = re.compile(r"^(?:(?:please\s+)?(?:tell me|let me know|find(?: out)?|check|say|work out)\b\s*|(?=(?:which|what|who|whom|"
+                   r"when|where|how)\b))(?P<question>.+?)\??$", re.I)
+
+
+def asked_before(steps: list, index: int) -> str:
+    """The question a planned part answers by keeping "that": the last clause of the part before
+    step `index` that asks something ("Read shifts.txt, tell me which day I'm off": "which day
+    I'm off"; not the clause its tools do), when step `index` refers back; "" otherwise."""
+    if index < 1 or index >= len(steps) or not _BACK.search(steps[index].part):
+        return ""
+    before = steps[index - 1]
+    clauses = [c.strip(" ,.") for c in re.split(r",\s*|\?\s*", before.part) if c.strip(" ,.")]
+    for clause in reversed(clauses[1:] if before.tools else clauses):
+        if match := _ASKS.match(clause):
+            return match.group("question").strip()
+    return ""
+
+
+def answer_prompt(context: list[ChatMessage], question: str, tool: str) -> list[ChatMessage]:
+    """A kept note that answers the request's question, asked as the line of the results that
+    answers it: asked for the value to keep, Qwen2.5-Coder-0.5B kept the rota's "Tue late" for
+    "which day I'm off" (every word of it read, so grounded); asked for the line, "Wed off"."""
+    request, results = request_and_results(context, others_of=tool)
+    return [
+        ChatMessage(role="system", content=NOTE_SYSTEM),
+        ChatMessage(role="user", content=f"My request: {request}\n\nWhat my tools returned so far:\n{results}\n\n"
+                                         f"{question[:1].upper()}{question[1:]}? Reply with the line of what my tools "
+                                         "returned that answers it."),
+    ]
+
+
+def on_one_line(text: str, results: str) -> bool:
+    """Every word of `text` is on one line of the results (a line read, or part of one; not words
+    of two lines put together: "Tue early" from "Tue late" and "Thu early")."""
+    words = set(re.findall(r"\w+", (text or "").lower()))
+    return bool(words) and any(words <= set(re.findall(r"\w+", line.lower())) for line in results.splitlines())
+
+
 def _tokens(text: str) -> set[str]:
     return {t for t in _VALUE_TOKEN.findall((text or "").lower()) if len(t) >= 4 or any(c.isdigit() for c in t)}
 
