@@ -978,6 +978,26 @@ class TestSmallModelStep:
         assert (await ScratchpadSection.objects.aget(section="car")).content == "117"
         assert frames[-1]["content"] == "Spot 117 is in the scratchpad."
 
+    async def test_a_value_to_work_out_is_a_program_step_and_the_next_part_keeps_its_output(self, llm, session, owner_token,
+                                                                                           host_tools_allowed):
+        # By its best word match Qwen2.5-Coder-0.5B was sent to share_file for "each person's share"
+        # (schedule_routine for "minutes in 3.5 hours"); a part that works a value out is code_exec's.
+        program = json.dumps({"name": "code_exec", "arguments": {"code": "print(96 / 3)"}})
+        note = json.dumps({"name": "scratchpad", "arguments": {"action": "write", "section": "dinner", "content": "32.0"}})
+        llm.script(Turn(content=program), Turn(content="```python\nprint(96 / 3)\n```"), Turn(content=note), Turn(content=ANSWER),
+                   Turn(content="Each pays 32 euros."))
+        frames = await run(session, owner_token, "Three of us shared a 96 euro dinner. Work out each person's share and jot "
+                                                 "it in the scratchpad section 'dinner'.")
+        first, second, third = llm.requests[0], llm.requests[2], llm.requests[3]  # [1]: the program written again
+        assert branch_names(schema_of(first)) == ["code_exec"] and branch_names(schema_of(second)) == ["scratchpad"]
+        assert branch_names(schema_of(third))[0] == ANSWER_NAME and len(llm.requests) == 5  # nothing left: share_file never
+        assert 'Part 1: "Work out each person\'s share"' in first["messages"][-1]["content"]  # the numbers' part is no step
+        # The program is asked for that part's value alone, not for "my request" (which writes the note).
+        assert 'only this part of my request: "Work out each person\'s share"' in llm.requests[1]["messages"][-1]["content"]
+        calls = of(frames, "tool_call")
+        assert [c["tool"] for c in calls] == ["code_exec", "scratchpad"] and "32.0" in calls[0]["result"]
+        assert (await ScratchpadSection.objects.aget(section="dinner")).content == "32.0"
+
     async def test_one_failed_call_of_another_tool_after_a_result_may_be_tried_again(self, llm, session, owner, owner_token):
         await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"filesystem": "allow"})
         (await _workspace(owner) / "notes.txt").write_text("old\n")
@@ -1069,6 +1089,20 @@ class TestSmallModelStep:
         assert not asked.single and [{t.name for t in s.tools} for s in asked.steps] == [{"web_view", "http_request"}, {"filesystem"}]
         # A question answered by working it out is no reading: the order stays the model's.
         assert not plan.make("How many seconds are in a week? Put the number in week.txt.", tools, None)
+        # A value to work out from numbers given is the program tool's part, whatever its words match.
+        worked = plan.make("How many minutes are in 3.5 hours? Jot the answer in the scratchpad under 'time'.", tools, None)
+        assert [[t.name for t in s.tools] for s in worked.steps] == [["code_exec"], ["scratchpad"]]
+        assert progress.computes("Work out each person's share", tools, None, "Three of us shared a 96 euro dinner")
+        assert not progress.computes("Work out each person's share", tools, None)  # no number to work with
+        assert not progress.computes("How many items are on my to-do list", tools, None)
+        assert not progress.computes("How many minutes are in 3.5 hours", [t for t in tools if t.name != "code_exec"], None)
+
+        def closest(tool: str) -> dict:
+            return {toolmeaning.ANSWER: 0.1, "todo": 0.2, tool: 0.3}
+
+        # No number: only when the program tool is the part's closest in meaning.
+        assert progress.computes("How many seconds are there in a week", tools, closest("code_exec"))
+        assert not progress.computes("How many items are on my to-do list", tools, closest("todo"))
 
         def meaning(**scores):
             return toolmeaning.Meaning(whole={toolmeaning.ANSWER: 0.2, **scores}, parts=[], part_texts=[])

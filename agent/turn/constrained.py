@@ -201,7 +201,7 @@ async def _repaired(conv: Conversation, setup: Setup, call: ToolCall, query: str
         if paths.fix_path(call, query) or fixed:
             ledger.fired("paths")
     if "programs" in on:
-        await write_code(conv, setup, call)
+        await write_code(conv, setup, call, part)
     if "reads" in on:
         call = await read_first(setup, call, query)
         call = await read_named_first(setup, call, query)

@@ -22,15 +22,15 @@ from tools_app.context import current_stop_event
 log = logging.getLogger(__name__)
 
 
-async def write_code(conv: Conversation, setup: Setup, call: ToolCall) -> None:
-    """`write_program`, then what the program plainly forgot put in (programs.completed_program:
+async def write_code(conv: Conversation, setup: Setup, call: ToolCall, part: str | None = None) -> None:
+    """`write_program` (`part`: the planned step's part, when forced), then what the program plainly forgot put in (programs.completed_program:
     a standard module never imported, a lone function never called) and the end of a span the
     request said with both ends (programs.inclusive_ranges: "1 to 12345" is range(1, 12346))."""
     key = written_as(call)  # as the model wrote it: how a repeat of it is recognised
     tool = next((t for t in setup.step_tools if t.name == call.name), None)
     argument = getattr(tool, "code_argument", "")
     own = call.arguments.get(argument) if argument and isinstance(call.arguments, dict) else None
-    await write_program(conv, setup, call)
+    await write_program(conv, setup, call, part)
     if argument and isinstance(call.arguments.get(argument), str):
         completed = programs.completed_program(call.arguments[argument])
         completed = programs.inclusive_ranges(completed, conv.last_request())
@@ -41,10 +41,12 @@ async def write_code(conv: Conversation, setup: Setup, call: ToolCall) -> None:
             ledger.fired("programs")
 
 
-async def write_program(conv: Conversation, setup: Setup, call: ToolCall) -> None:
+async def write_program(conv: Conversation, setup: Setup, call: ToolCall, part: str | None = None) -> None:
     """A small model's program argument (Tool.code_argument), written again as plain code in a
     short call of its own: inside a JSON string a coder model writes `1 + 12345` for "the sum
-    from 1 to 12345"; asked for code, it writes the program. The model's own version stays when
+    from 1 to 12345"; asked for code, it writes the program. For a planned part of a request of
+    several (`part`: the planned step's, a value to work out), the program of that part's value
+    alone (programs.PART_BRIEF). The model's own version stays when
     this one gives no Python that parses, or reads a file or path nobody named, and is not asked
     for when it is one expression that computes from builtins alone (programs.computes_itself)."""
     tool = next((t for t in setup.step_tools if t.name == call.name), None)
@@ -57,6 +59,8 @@ async def write_program(conv: Conversation, setup: Setup, call: ToolCall) -> Non
         brief = tool.code_brief.format(**{k: v for k, v in call.arguments.items() if isinstance(v, str)})
     except (KeyError, IndexError, ValueError):
         brief = tool.code_brief
+    if part and getattr(tool, "code_runs_as_is", False) and part.strip() != conv.last_request().strip():
+        brief = programs.PART_BRIEF.format(part=part)
     own, said = call.arguments.get(argument, ""), programs.turn_said(conv.context)
     code = await ask_program(conv, setup, call, brief)
     if code and programs.invents_numbers(code, f"{said}\n{own}"):
