@@ -998,6 +998,35 @@ class TestSmallModelStep:
         assert [c["tool"] for c in calls] == ["code_exec", "scratchpad"] and "32.0" in calls[0]["result"]
         assert (await ScratchpadSection.objects.aget(section="dinner")).content == "32.0"
 
+    async def test_an_item_quoted_to_keep_with_a_value_found_is_written_with_it(self, llm, session, owner, owner_token):
+        # Qwen2.5-Coder-0.5B put the quoted words on the list and the file's lines beside them.
+        from tools_app.models import TodoList
+
+        await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"filesystem": "allow"})
+        (await _workspace(owner) / "shifts.txt").write_text("Mon early\nTue late\nWed off\n")
+        read = json.dumps({"name": "filesystem", "arguments": {"action": "read", "path": "shifts.txt"}})
+        apart = json.dumps({"name": "todo", "arguments": {"action": "add", "tasks": [
+            "bake bread on my day off", "Tue late", "Wed off"]}})
+        llm.script(Turn(content=read), Turn(content=apart), Turn(content="bake bread on my day off (Wednesday)"),
+                   Turn(content=ANSWER), Turn(content="On your list."))
+        await run(session, owner_token, "Look in shifts.txt for my day off and add 'bake bread on my day off' with that "
+                                        "day to my to-do list.")
+        asked = llm.requests[2]["messages"][-1]["content"]
+        assert "the words 'bake bread on my day off' together with the value" in asked and "Wed off" in asked
+        todo = await TodoList.objects.aget(scope=str(session.id))
+        assert len(todo.items) == 1 and todo.items[0]["task"].startswith("bake bread on my day off (Wednesday")  # dated
+
+    def test_which_items_carry_the_value_found_with_the_quoted_words(self):
+        from agent.toolcalling.guards.notes import carries_found, with_found
+
+        assert with_found("add 'bake bread on my day off' with that day to my to-do list") == "bake bread on my day off"
+        assert with_found("add 'call Maria' to my to-do list") == ""  # nothing points back: the quote alone
+        results, request = "Mon early\nTue late\nWed off", "add 'bake bread on my day off' with that day"
+        assert carries_found("bake bread on my day off (Wednesday)", "bake bread on my day off", results, request)
+        assert carries_found("Bake bread on my day off: Wed", "bake bread on my day off", results, request)
+        assert not carries_found("bake bread on my day off", "bake bread on my day off", results, request)
+        assert not carries_found("Wed off", "bake bread on my day off", results, request)
+
     async def test_one_failed_call_of_another_tool_after_a_result_may_be_tried_again(self, llm, session, owner, owner_token):
         await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"filesystem": "allow"})
         (await _workspace(owner) / "notes.txt").write_text("old\n")

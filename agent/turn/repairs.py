@@ -183,6 +183,36 @@ async def write_note(conv: Conversation, setup: Setup, call: ToolCall, tool, own
     ledger.fired("notes")
 
 
+async def keep_with_found(conv: Conversation, setup: Setup, call: ToolCall, part: str | None) -> None:
+    """A small model's call of a tool that keeps what it is given (a to-do list, a note), for a
+    planned part that quotes the words to keep with a value found before it (notes.with_found:
+    "add 'bake bread on my day off' with that day to my to-do list"), that keeps no item holding
+    both: Qwen2.5-Coder-0.5B put the quoted words on the list and the file's lines beside them as
+    items. Asked again as that one item (notes.item_prompt), kept only when it holds the quoted
+    words and something the results said (notes.carries_found)."""
+    tool = next((t for t in setup.step_tools if t.name == call.name), None)
+    quote = notes.with_found(part or "")
+    if not quote or not getattr(tool, "keeps", False) or not isinstance(call.arguments, dict):
+        return
+    results = "\n".join(m.content for m in this_turn(conv.context)
+                        if m.role == "tool" and m.name != call.name and not m.content.startswith("ERROR"))
+    request = conv.last_request()
+    if not results or any(notes.carries_found(item, quote, results, request)
+                          for item in tool.kept_text(call.arguments).splitlines()):
+        return
+    reply = await short_call(setup, "text", notes.item_prompt(conv.context, tool.text_place(call.arguments), call.name,
+                                                              quote), call.name)
+    text = next((line.strip().strip("-*").strip() for line in (reply or "").splitlines() if line.strip()), "")
+    if not text or len(text) > notes.NOTE_CHARS or texts.is_call_text(text, tool) \
+            or not notes.carries_found(text, quote, results, request):
+        log.info("an item quoted to keep with a value found was not written with it: the model's own stays")
+        return
+    key = written_as(call)
+    call.arguments = tool.with_kept_text(call.arguments, text)
+    setup.rewritten[key] = dict(call.arguments)
+    ledger.fired("notes")
+
+
 async def keep_as_said(conv: Conversation, setup: Setup, call: ToolCall) -> None:
     """A small model's fact (a tool that keeps `as_said`: memory_save) under a category guessed
     anew for a key already kept, saved where it is (the tool's `kept_category`); and one kept

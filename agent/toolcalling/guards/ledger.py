@@ -51,8 +51,10 @@ GROUPS: tuple[Group, ...] = (
           "a file's text written from the request when a tool had returned the value (the key for the value), "
           "unreadable in its format, a call written as the text, a table's rows written again (its own rewrite kept "
           "only when it is not the prompt written back)"),
-    Group("notes", ("turn.repairs.write_note", "guards.notes.grounded", "guards.notes.found_news"),
-          "a note or fact that carries the request's words instead of the value a tool returned"),
+    Group("notes", ("turn.repairs.write_note", "guards.notes.grounded", "guards.notes.found_news",
+                    "turn.repairs.keep_with_found", "guards.notes.with_found", "guards.notes.carries_found"),
+          "a note or fact that carries the request's words instead of the value a tool returned, or an item the "
+          "request quotes to keep with a value found kept without it"),
     Group("dates", ("tools_app.dates.with_dates",),
           "a todo list split into an item and its date, then the clock's days listed as items"),
     Group("salvage", ("guards.salvage.salvaged",),

@@ -1,7 +1,9 @@
 """Slip: a small model's note or fact (not a file) that does not carry what the tools returned —
 the request's words written back instead of the value read. Kept when grounded in the results
 (`grounded`), else asked again as one short sentence (`note_prompt`) kept only when it carries
-something the results said and the request did not (`found_news`).
+something the results said and the request did not (`found_news`). An item the request quotes to
+keep with a value found ("add 'bake bread on my day off' with that day"), kept without it, is asked
+again as that one item with the value (`with_found`, `item_prompt`).
 """
 
 from __future__ import annotations
@@ -68,3 +70,45 @@ def quoted_in(text: str, request: str) -> bool:
     said = (text or "").strip().strip("'\"“”‘’").strip().lower()
     return bool(said) and any(m.group(0).strip("'\"“”‘’").strip().lower() == said
                               for m in toolmeaning._QUOTED.finditer(request or ""))
+
+
+# A part that keeps a quoted item with something found before it: "with that day", "for this
+# date", "and the same time" — a word that points back, outside the quoted words.
+_POINTS_BACK = re.compile(r"\b(?:that|this|those|the same)\b", re.I)
+ITEM_ASK = ("Reply with the one item to put in {place}: the words '{quote}' together with the value my request "
+            "asks to add to them, taken from what my tools returned. The item only, on one line.")
+
+
+def with_found(part: str) -> str:
+    """The text a planned part quotes to keep with a value found before it ("add 'bake bread on
+    my day off' with that day to my to-do list": 'bake bread on my day off'); "" when it quotes
+    none, or nothing outside the quote points back to what was found."""
+    quotes = list(toolmeaning._QUOTED.finditer(part or ""))
+    if len(quotes) != 1 or not _POINTS_BACK.search(part[:quotes[0].start()] + " " + part[quotes[0].end():]):
+        return ""
+    return quotes[0].group(0).strip("'\"“”‘’").strip()
+
+
+def item_prompt(context: list[ChatMessage], place: str, tool: str, quote: str) -> list[ChatMessage]:
+    """What the one item that holds the quoted words and the value found is written from: the
+    request and what other tools returned (ITEM_ASK)."""
+    request, results = request_and_results(context, others_of=tool)
+    return [
+        ChatMessage(role="system", content=NOTE_SYSTEM),
+        ChatMessage(role="user", content=f"My request: {request}\n\nWhat my tools returned so far:\n{results}\n\n"
+                                         + ITEM_ASK.format(place=place, quote=quote)),
+    ]
+
+
+def carries_found(text: str, quote: str, results: str, request: str) -> bool:
+    """`text` holds the quoted words and something the results said that the request did not: a
+    value found (`found_news`), or a word of the results written out ("Wednesday" for "Wed off")."""
+    lowered = (text or "").lower()
+    if quote.lower() not in lowered:
+        return False
+    rest = lowered.replace(quote.lower(), " ")
+    if found_news(rest, results, request):
+        return True
+    said = set(re.findall(r"\w+", (request or "").lower()))
+    found = {w for w in re.findall(r"\w+", results.lower()) if len(w) >= 3 and w not in said}
+    return any(word.startswith(w) for word in re.findall(r"\w+", rest) for w in found)
