@@ -610,6 +610,23 @@ class TestSmallModelStep:
         assert (workspace / "shed.txt").read_text() == "shed: 4471"  # ... and only what follows the prompt kept
         assert frames[-1]["content"] == "Copied."
 
+    async def test_a_results_header_copied_into_a_rewritten_text_is_left_out(self, llm, session, owner, owner_token):
+        # Seen on Qwen2.5-Coder-0.5B: `filesystem {"action": "read", "path": "keys.txt", "offset": 0} →`
+        # and the file under it went into shed.txt.
+        from tools_app.workspace import workspace_for
+
+        await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"filesystem": "allow"})
+        workspace = workspace_for(owner.pk)
+        (workspace / "keys.txt").write_text("garage: 1187\nshed: 4471\n")
+        read = json.dumps({"name": "filesystem", "arguments": {"action": "read", "path": "keys.txt"}})
+        request = "Copy the shed line from keys.txt into a new file shed.txt."
+        write = json.dumps({"name": "filesystem", "arguments": {"action": "write", "path": "shed.txt", "content": request}})
+        copied = 'filesystem {"action": "read", "path": "keys.txt"} →\nshed: 4471'
+        llm.script(Turn(content=read), Turn(content=write), Turn(content=copied), Turn(content=ANSWER), Turn(content="Copied."))
+        await run(session, owner_token, request)
+        assert (workspace / "shed.txt").read_text() == "shed: 4471"
+        assert texts.without_headers("a {x} →\nb", "a {x} →\nb") == "a {x} →\nb"  # the model's own had it: kept
+
     async def test_a_files_text_after_a_result_is_written_again_from_the_results(self, llm, session, owner, owner_token):
         # In the step's JSON Qwen2.5-Coder-0.5B wrote the key "timeout" into timeout.txt.
         from tools_app.workspace import workspace_for

@@ -148,6 +148,7 @@ async def write_text(conv: Conversation, setup: Setup, call: ToolCall) -> None:
     if text and texts.is_call_text(text, tool):
         return  # a call written where the file's text goes
     text = texts.after_echo(text, own)  # the prompt written back before the text: the text after it
+    text = texts.without_headers(text, own)  # a result's header copied in with the result
     if not text:
         return  # nothing but the prompt written back: the model's own stays
     if text and action != "append" and texts.unreadable(path, text) and not texts.unreadable(path, own):

@@ -119,6 +119,20 @@ def after_echo(text: str, own: str) -> str:
     return "" if not rest.strip() or echoes_prompt(rest, own) else rest + ("\n" if text.endswith("\n") else "")
 
 
+# A result's header as the prompts show it (agent.toolcalling.prompts.request_and_results):
+# `filesystem {"action": "read", "path": "keys.txt"} →`, the result on the lines after it.
+_RESULT_HEADER = re.compile(r"^[ \t]*[\w.-]+ \{[^\n]*\} →[ \t]*(?:\n|$)", re.M)
+
+
+def without_headers(text: str, own: str) -> str:
+    """The text without the results' headers the prompt showed and the model copied in, unless its
+    own text had them: the 0.5B model asked for the bike shed's line wrote `filesystem {"action":
+    "read", "path": "keys.txt", "offset": 0} →` and the file under it into shed.txt."""
+    if not text or _RESULT_HEADER.search(own or ""):
+        return text
+    return _RESULT_HEADER.sub("", text)
+
+
 def text_from(reply: str, own: str) -> str:
     """The text in a reply (its first fenced block, else the whole reply), or "" when there is
     none or it is far longer than the model's own (`own`): that one is kept."""
