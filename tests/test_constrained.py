@@ -1014,6 +1014,14 @@ class TestSmallModelStep:
         calls = of(frames, "tool_call")
         assert [c["tool"] for c in calls] == ["code_exec", "scratchpad"] and "32.0" in calls[0]["result"]
         assert (await ScratchpadSection.objects.aget(section="dinner")).content == "32.0"
+        # The program's exit-code line copied in with its output is left out of the note.
+        copied = json.dumps({"name": "scratchpad", "arguments": {"action": "write", "section": "time",
+                                                                 "content": "210.0\n[exit code 0]"}})
+        llm.script(Turn(content=json.dumps({"name": "code_exec", "arguments": {"code": "print(3.5 * 60)"}})),
+                   Turn(content="```python\nprint(3.5 * 60)\n```"), Turn(content=copied), Turn(content=ANSWER),
+                   Turn(content="210 minutes."))
+        await run(session, owner_token, "How many minutes are in 3.5 hours? Jot the answer in the scratchpad under 'time'.")
+        assert (await ScratchpadSection.objects.aget(section="time")).content == "210.0"
 
     async def test_an_item_quoted_to_keep_with_a_value_found_is_written_with_it(self, llm, session, owner, owner_token):
         # Qwen2.5-Coder-0.5B put the quoted words on the list and the file's lines beside them.

@@ -165,8 +165,14 @@ async def write_note(conv: Conversation, setup: Setup, call: ToolCall, tool, own
     model's own stays when it is what the results said (every word of it there, one at least not
     the request's: "Ines Varga" read from doctor.txt); else it is asked again as one short sentence
     (notes.note_prompt), kept only when that sentence carries something the results said
-    and the request did not."""
+    and the request did not. A program's exit-code line (or a result's header) copied in is left out."""
     request = conv.last_request()
+    if (bare := texts.without_headers(own, "").rstrip("\n")) != own.rstrip("\n") and bare.strip():
+        # "210.0\n[exit code 0]": the program's exit-code line copied in with its output
+        key, own = written_as(call), bare
+        call.arguments = tool.with_kept_text(call.arguments, own)
+        setup.rewritten[key] = dict(call.arguments)
+        ledger.fired("notes")
     if notes.grounded(own, results, request):
         return
     for ask in range(len(notes.NOTE_ASKS)):

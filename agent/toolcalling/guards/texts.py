@@ -121,13 +121,15 @@ def after_echo(text: str, own: str) -> str:
 
 # A result's header as the prompts show it (agent.toolcalling.prompts.request_and_results):
 # `filesystem {"action": "read", "path": "keys.txt"} →`, the result on the lines after it.
-_RESULT_HEADER = re.compile(r"^[ \t]*[\w.-]+ \{[^\n]*\} →[ \t]*(?:\n|$)", re.M)
+# and a program's `[exit code 0]` line under its output (tools_app.builtin.code_exec).
+_RESULT_HEADER = re.compile(r"^[ \t]*(?:[\w.-]+ \{[^\n]*\} →|\[exit code -?\d+\])[ \t]*(?:\n|$)", re.M)
 
 
 def without_headers(text: str, own: str) -> str:
-    """The text without the results' headers the prompt showed and the model copied in, unless its
-    own text had them: the 0.5B model asked for the bike shed's line wrote `filesystem {"action":
-    "read", "path": "keys.txt", "offset": 0} →` and the file under it into shed.txt."""
+    """The text without the results' headers (and a program's exit-code line) the prompt showed and
+    the model copied in, unless its own text had them: the 0.5B model asked for the bike shed's
+    line wrote `filesystem {"action": "read", "path": "keys.txt", "offset": 0} →` and the file
+    under it into shed.txt, and "210.0\n[exit code 0]" into the scratchpad."""
     if not text or _RESULT_HEADER.search(own or ""):
         return text
     return _RESULT_HEADER.sub("", text)
