@@ -1149,6 +1149,9 @@ class TestSmallModelStep:
         assert progress.computes("Work out each person's share", tools, None, "Three of us shared a 96 euro dinner")
         assert not progress.computes("Work out each person's share", tools, None)  # no number to work with
         assert not progress.computes("How many items are on my to-do list", tools, None)
+        # A web address's or a file name's digits are no numbers to work with: the stock is read, not worked out.
+        assert not progress.computes("tell me how many widgets are in stock", tools, None, "Fetch http://127.0.0.1:8000/stock.json")
+        assert not progress.computes("how many lines are in report2.txt", tools, None)
         assert not progress.computes("How many minutes are in 3.5 hours", [t for t in tools if t.name != "code_exec"], None)
 
         def closest(tool: str) -> dict:

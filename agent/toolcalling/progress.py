@@ -61,7 +61,7 @@ _NUMBER = re.compile(r"\d|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|
 def computes(part: str, tools: list, scores: dict[str, float] | None, before: str = "") -> bool:
     """Whether the part asks for a value worked out, for the program tool (code_exec) to compute:
     it says a verb or question of reckoning (_RECKONS) and gives numbers to work with (in it or in
-    the parts before it, `before`), or, where an embedding model answers, the program tool is its
+    the parts before it, `before`; not in a web address or a file name), or, where an embedding model answers, the program tool is its
     closest in meaning ("how many seconds are there in a week"). By its best word match instead,
     "how many minutes are in 3.5 hours" went to schedule_routine and "work out each person's
     share" to share_file. Not without a program tool; "how many items are on my to-do list" gives
@@ -69,7 +69,10 @@ def computes(part: str, tools: list, scores: dict[str, float] | None, before: st
     runner = next((t for t in tools if runs_programs(t)), None)
     if runner is None or not _RECKONS.search(part):
         return False
-    if _NUMBER.search(f"{before} {part}"):
+    said = f"{before} {part}"
+    for name in [*re.findall(r"\bhttps?://\S+", said), *toolselect.file_names(said)]:
+        said = said.replace(name, " ")  # "127.0.0.1:8000" or "report2.txt" is no number to work with
+    if _NUMBER.search(said):
         return True
     ranked = toolmeaning.ranked(tools, scores) if scores else []
     return bool(ranked) and ranked[0][0].name == runner.name
