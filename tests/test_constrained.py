@@ -626,6 +626,16 @@ class TestSmallModelStep:
         await run(session, owner_token, request)
         assert (workspace / "shed.txt").read_text() == "shed: 4471"
         assert texts.without_headers("a {x} →\nb", "a {x} →\nb") == "a {x} →\nb"  # the model's own had it: kept
+        # The whole file echoed under the prompt: the one line asked for, into a file not read.
+        echoed = ("Today is Monday.\n\nWhat my tools returned so far:\nfilesystem {\"action\": \"read\", \"path\": \"keys.txt\"} →\n"
+                  "garage: 1187\nshed: 4471\n")
+        llm.script(Turn(content=read), Turn(content=write.replace("shed.txt\"", "spare.txt\"")), Turn(content=echoed),
+                   Turn(content=ANSWER), Turn(content="Copied."))
+        await run(session, owner_token, request.replace("new file shed.txt", "new file spare.txt"))
+        assert (workspace / "spare.txt").read_text() == "shed: 4471"
+        assert texts.the_line("garage: 1187\nshed: 4471\n", "Copy the shed line") == "shed: 4471\n"
+        assert texts.the_line("garage: 1187\nshed: 4471\n", "Copy the lines") == "garage: 1187\nshed: 4471\n"
+        assert texts.the_line("garage: 1187\nshed: 4471\n", "Copy the line about the boat") == "garage: 1187\nshed: 4471\n"
 
     async def test_a_files_text_after_a_result_is_written_again_from_the_results(self, llm, session, owner, owner_token):
         # In the step's JSON Qwen2.5-Coder-0.5B wrote the key "timeout" into timeout.txt.
@@ -1032,20 +1042,21 @@ class TestSmallModelStep:
         read = json.dumps({"name": "filesystem", "arguments": {"action": "read", "path": "shifts.txt"}})
         apart = json.dumps({"name": "todo", "arguments": {"action": "add", "tasks": [
             "bake bread on my day off", "Tue late", "Wed off"]}})
-        llm.script(Turn(content=read), Turn(content=apart), Turn(content="bake bread on my day off (Wednesday)"),
+        llm.script(Turn(content=read), Turn(content=apart), Turn(content="Wednesday"),
                    Turn(content=ANSWER), Turn(content="On your list."))
         await run(session, owner_token, "Look in shifts.txt for my day off and add 'bake bread on my day off' with that "
                                         "day to my to-do list.")
         asked = llm.requests[2]["messages"][-1]["content"]
-        assert "the words 'bake bread on my day off' together with the value" in asked and "Wed off" in asked
+        assert "what my request means by 'that day'" in asked and "Wed off" in asked  # the value alone
         todo = await TodoList.objects.aget(scope=str(session.id))
         assert len(todo.items) == 1 and todo.items[0]["task"].startswith("bake bread on my day off (Wednesday")  # dated
 
     def test_which_items_carry_the_value_found_with_the_quoted_words(self):
         from agent.toolcalling.guards.notes import carries_found, with_found
 
-        assert with_found("add 'bake bread on my day off' with that day to my to-do list") == "bake bread on my day off"
-        assert with_found("add 'call Maria' to my to-do list") == ""  # nothing points back: the quote alone
+        assert with_found("add 'bake bread on my day off' with that day to my to-do list") == (
+            "bake bread on my day off", "that day")
+        assert with_found("add 'call Maria' to my to-do list") == ("", "")  # nothing points back: the quote alone
         results, request = "Mon early\nTue late\nWed off", "add 'bake bread on my day off' with that day"
         assert carries_found("bake bread on my day off (Wednesday)", "bake bread on my day off", results, request)
         assert carries_found("Bake bread on my day off: Wed", "bake bread on my day off", results, request)

@@ -149,6 +149,9 @@ async def write_text(conv: Conversation, setup: Setup, call: ToolCall) -> None:
         return  # a call written where the file's text goes
     text = texts.after_echo(text, own)  # the prompt written back before the text: the text after it
     text = texts.without_headers(text, own)  # a result's header copied in with the result
+    if action != "append" and table is None and texts.read_this_turn(conv.context, path) is None:
+        # One line asked for, into a file not read (a copy, not an edit of that file): not the whole text.
+        text = texts.the_line(text, conv.last_request())
     if not text:
         return  # nothing but the prompt written back: the model's own stays
     if text and action != "append" and texts.unreadable(path, text) and not texts.unreadable(path, own):
@@ -195,10 +198,10 @@ async def keep_with_found(conv: Conversation, setup: Setup, call: ToolCall, part
     planned part that quotes the words to keep with a value found before it (notes.with_found:
     "add 'bake bread on my day off' with that day to my to-do list"), that keeps no item holding
     both: Qwen2.5-Coder-0.5B put the quoted words on the list and the file's lines beside them as
-    items. Asked again as that one item (notes.item_prompt), kept only when it holds the quoted
-    words and something the results said (notes.carries_found)."""
+    items. The value is asked for alone (notes.value_prompt) and kept as one item, the quoted
+    words with it, when it is something the results said (notes.carries_found)."""
     tool = next((t for t in setup.step_tools if t.name == call.name), None)
-    quote = notes.with_found(part or "")
+    quote, meant = notes.with_found(part or "")
     if not quote or not getattr(tool, "keeps", False) or not isinstance(call.arguments, dict):
         return
     results = "\n".join(m.content for m in this_turn(conv.context)
@@ -207,11 +210,10 @@ async def keep_with_found(conv: Conversation, setup: Setup, call: ToolCall, part
     if not results or any(notes.carries_found(item, quote, results, request)
                           for item in tool.kept_text(call.arguments).splitlines()):
         return
-    reply = await short_call(setup, "text", notes.item_prompt(conv.context, tool.text_place(call.arguments), call.name,
-                                                              quote), call.name)
-    text = next((line.strip().strip("-*").strip() for line in (reply or "").splitlines() if line.strip()), "")
-    if not text or len(text) > notes.NOTE_CHARS or texts.is_call_text(text, tool) \
-            or not notes.carries_found(text, quote, results, request):
+    reply = await short_call(setup, "text", notes.value_prompt(conv.context, call.name, meant), call.name)
+    value = next((line.strip().strip("`*-").strip().rstrip(".") for line in (reply or "").splitlines() if line.strip()), "")
+    text = f"{quote} ({value})"
+    if not value or len(value) > notes.NOTE_CHARS or not notes.carries_found(text, quote, results, request):
         log.info("an item quoted to keep with a value found was not written with it: the model's own stays")
         return
     key = written_as(call)

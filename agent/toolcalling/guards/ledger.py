@@ -48,7 +48,7 @@ GROUPS: tuple[Group, ...] = (
           "was read: made a read first"),
     Group("texts", ("turn.repairs.write_text", "guards.texts.text_from", "guards.texts.unreadable",
                     "guards.texts.is_call_text", "guards.texts.new_lines", "guards.texts.after_echo",
-                    "guards.texts.without_headers"),
+                    "guards.texts.without_headers", "guards.texts.the_line"),
           "a file's text written from the request when a tool had returned the value (the key for the value), "
           "unreadable in its format, a call written as the text, a table's rows written again (its own rewrite kept "
           "only when it is not the prompt written back)"),

@@ -3,7 +3,7 @@ the request's words written back instead of the value read. Kept when grounded i
 (`grounded`), else asked again as one short sentence (`note_prompt`) kept only when it carries
 something the results said and the request did not (`found_news`). An item the request quotes to
 keep with a value found ("add 'bake bread on my day off' with that day"), kept without it, is asked
-again as that one item with the value (`with_found`, `item_prompt`).
+with the value asked for alone (`with_found`, `value_prompt`).
 """
 
 from __future__ import annotations
@@ -73,30 +73,33 @@ def quoted_in(text: str, request: str) -> bool:
 
 
 # A part that keeps a quoted item with something found before it: "with that day", "for this
-# date", "and the same time" — a word that points back, outside the quoted words.
-_POINTS_BACK = re.compile(r"\b(?:that|this|those|the same)\b", re.I)
-ITEM_ASK = ("Reply with the one item to put in {place}: the words '{quote}' together with the value my request "
-            "asks to add to them, taken from what my tools returned. The item only, on one line.")
+# date", "and the same time" — a word that points back, outside the quoted words, and what it names.
+_POINTS_BACK = re.compile(r"\b(?:that|this|the same)\s+(\w+)", re.I)
+VALUE_ASK = ("Reply with only what my request means by '{meant}', exactly as my tools returned it: "
+             "a word, a number or a date, nothing else.")
 
 
-def with_found(part: str) -> str:
-    """The text a planned part quotes to keep with a value found before it ("add 'bake bread on
-    my day off' with that day to my to-do list": 'bake bread on my day off'); "" when it quotes
-    none, or nothing outside the quote points back to what was found."""
+def with_found(part: str) -> tuple[str, str]:
+    """(the text a planned part quotes to keep with a value found before it, what points back to
+    that value): ("bake bread on my day off", "that day") for "add 'bake bread on my day off' with
+    that day to my to-do list"; ("", "") when it quotes none, or nothing outside the quote points back."""
     quotes = list(toolmeaning._QUOTED.finditer(part or ""))
-    if len(quotes) != 1 or not _POINTS_BACK.search(part[:quotes[0].start()] + " " + part[quotes[0].end():]):
-        return ""
-    return quotes[0].group(0).strip("'\"“”‘’").strip()
+    if len(quotes) != 1:
+        return "", ""
+    pointer = _POINTS_BACK.search(part[:quotes[0].start()] + " " + part[quotes[0].end():])
+    if pointer is None:
+        return "", ""
+    return quotes[0].group(0).strip("'\"“”‘’").strip(), pointer.group(0)
 
 
-def item_prompt(context: list[ChatMessage], place: str, tool: str, quote: str) -> list[ChatMessage]:
-    """What the one item that holds the quoted words and the value found is written from: the
-    request and what other tools returned (ITEM_ASK)."""
+def value_prompt(context: list[ChatMessage], tool: str, meant: str) -> list[ChatMessage]:
+    """What the value a quoted item is kept with is asked from: the request and what other tools
+    returned (VALUE_ASK). Asked for the whole item, Qwen2.5-Coder-0.5B wrote the quoted words back."""
     request, results = request_and_results(context, others_of=tool)
     return [
         ChatMessage(role="system", content=NOTE_SYSTEM),
         ChatMessage(role="user", content=f"My request: {request}\n\nWhat my tools returned so far:\n{results}\n\n"
-                                         + ITEM_ASK.format(place=place, quote=quote)),
+                                         + VALUE_ASK.format(meant=meant)),
     ]
 
 
