@@ -1047,7 +1047,7 @@ class TestSmallModelStep:
         await run(session, owner_token, "Look in shifts.txt for my day off and add 'bake bread on my day off' with that "
                                         "day to my to-do list.")
         asked = llm.requests[2]["messages"][-1]["content"]
-        assert "what my request means by 'that day'" in asked and "Wed off" in asked  # the value alone
+        assert "Which day is 'that day' in my request? Reply with the day only" in asked and "Wed off" in asked
         todo = await TodoList.objects.aget(scope=str(session.id))
         assert len(todo.items) == 1 and todo.items[0]["task"].startswith("bake bread on my day off (Wednesday")  # dated
 

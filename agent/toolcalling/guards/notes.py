@@ -75,8 +75,10 @@ def quoted_in(text: str, request: str) -> bool:
 # A part that keeps a quoted item with something found before it: "with that day", "for this
 # date", "and the same time" — a word that points back, outside the quoted words, and what it names.
 _POINTS_BACK = re.compile(r"\b(?:that|this|the same)\s+(\w+)", re.I)
-VALUE_ASK = ("Reply with only what my request means by '{meant}', exactly as my tools returned it: "
-             "a word, a number or a date, nothing else.")
+# Asked "Reply with only what my request means by 'that day'", Qwen2.5-Coder-0.5B wrote the
+# quoted words back; asked "Which day is 'that day' …", it wrote "Wed" (and "14:30", "B4" for a time
+# and a room on wordings of our own).
+VALUE_ASK = "Which {noun} is '{meant}' in my request? Reply with the {noun} only, as my tools returned it."
 
 
 def with_found(part: str) -> tuple[str, str]:
@@ -99,7 +101,7 @@ def value_prompt(context: list[ChatMessage], tool: str, meant: str) -> list[Chat
     return [
         ChatMessage(role="system", content=NOTE_SYSTEM),
         ChatMessage(role="user", content=f"My request: {request}\n\nWhat my tools returned so far:\n{results}\n\n"
-                                         + VALUE_ASK.format(meant=meant)),
+                                         + VALUE_ASK.format(meant=meant, noun=meant.split()[-1])),
     ]
 
 
