@@ -33,6 +33,8 @@ PAGES.update({
     "/dev/parcel.json": '{"parcel": "RX-2291", "status": "out for delivery", "eta": "14:30"}',
     "/dev/recycling.html": "<html><body><h1>Kerbside collection</h1><p>The next glass collection in Ostbrook is on "
     "Tuesday 17 November.</p><p>Garden waste is collected monthly.</p></body></html>",
+    "/dev/library.html": "<html><body><h1>Elm Street Library</h1><p>Opening hours: Mon–Sat 9–19.</p><p>Loans made "
+    "this week are due back by Thursday 10 December.</p></body></html>",
 })
 
 
@@ -153,6 +155,21 @@ TWO_PART_TASKS: list[Task] = [
        ("filesystem",)),
 ]
 
+UTILITIES = "utilities\nwater meter: in the cellar, left of the stairs\nboiler service: Kessler & Sohn, 0800 446 2190\n" \
+            "internet: router in the hall cupboard\n"
+
+# Written after the two-part mechanism (issue 57), to check it was not tuned to the six wordings
+# above: other words and data, never tuned on.
+FRESH_TWO_PART_TASKS: list[Task] = [
+    _d("two_tickets_file", "A day ticket costs 23.40 euros. Calculate what 5 of them cost together and save the total "
+       "in tickets.txt.", number_in_file("tickets.txt", "117", "117.0", "117.00"), needs=("code_exec", "filesystem")),
+    _d("two_library_todo", "When are my library books due? It says on {web}/dev/library.html — add that date to my "
+       "to-do list.", todo_has("10 dec"), needs=("web_view", "http_request")),
+    _d("two_boiler_line", "Take the boiler service line out of utilities.txt and put it into a new file boiler.txt.",
+       all_of(file_has("boiler.txt", "0800 446 2190"), unchanged("utilities.txt", UTILITIES)),
+       seed_files({"utilities.txt": UTILITIES}), ("filesystem",)),
+]
+
 DEV_TASKS: list[Task] = [
     _d("page_event_todo", "There's an event listed on {web}/dev/harvest.html that's free — put it on my to-do list.",
        todo_has("harvest"), needs=("web_view", "http_request")),
@@ -198,5 +215,6 @@ DEV_TASKS: list[Task] = [
               else f"first item not done: {todo_items(r)}"), seed_todo("renew insurance", "book MOT"), ("todo",)),
     *MEMORY_TASKS,
     *TWO_PART_TASKS,
+    *FRESH_TWO_PART_TASKS,
 ]
 

@@ -429,6 +429,13 @@ def _dev_done_right(web: str) -> list[Rule]:
                            _call("scratchpad", action="write", section="dinner", content="32 euro each"), done],
         "bake bread": [fs(action="read", path="shifts.txt"),
                        _call("todo", action="add", tasks=["bake bread on my day off (Wednesday)"]), done],
+        "day ticket costs": [_call("code_exec", code="print(23.40 * 5)"),
+                             fs(action="write", path="tickets.txt", content="117.00"), done],
+        "library books due": [_call("web_view", url=f"{web}/dev/library.html"),
+                              _call("todo", action="add", tasks=["return the library books by Thursday 10 December"]), done],
+        "boiler service line": [fs(action="read", path="utilities.txt"),
+                                fs(action="write", path="boiler.txt", content="boiler service: Kessler & Sohn, 0800 446 2190\n"),
+                                done],
     }
     return [Rule(match=match, turns=turns) for match, turns in steps.items()]
 

@@ -611,6 +611,33 @@ class TestSmallModelStep:
         assert (workspace / "shed.txt").read_text() == "shed: 4471"  # ... and only what follows the prompt kept
         assert frames[-1]["content"] == "Copied."
 
+    async def test_a_results_header_copied_into_a_rewritten_text_is_left_out(self, llm, session, owner, owner_token):
+        # Seen on Qwen2.5-Coder-0.5B: `filesystem {"action": "read", "path": "keys.txt", "offset": 0} →`
+        # and the file under it went into shed.txt.
+        from tools_app.workspace import workspace_for
+
+        await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"filesystem": "allow"})
+        workspace = workspace_for(owner.pk)
+        (workspace / "keys.txt").write_text("garage: 1187\nshed: 4471\n")
+        read = json.dumps({"name": "filesystem", "arguments": {"action": "read", "path": "keys.txt"}})
+        request = "Copy the shed line from keys.txt into a new file shed.txt."
+        write = json.dumps({"name": "filesystem", "arguments": {"action": "write", "path": "shed.txt", "content": request}})
+        copied = 'filesystem {"action": "read", "path": "keys.txt"} →\nshed: 4471'
+        llm.script(Turn(content=read), Turn(content=write), Turn(content=copied), Turn(content=ANSWER), Turn(content="Copied."))
+        await run(session, owner_token, request)
+        assert (workspace / "shed.txt").read_text() == "shed: 4471"
+        assert texts.without_headers("a {x} →\nb", "a {x} →\nb") == "a {x} →\nb"  # the model's own had it: kept
+        # The whole file echoed under the prompt: the one line asked for, into a file not read.
+        echoed = ("Today is Monday.\n\nWhat my tools returned so far:\nfilesystem {\"action\": \"read\", \"path\": \"keys.txt\"} →\n"
+                  "garage: 1187\nshed: 4471\n")
+        llm.script(Turn(content=read), Turn(content=write.replace("shed.txt\"", "spare.txt\"")), Turn(content=echoed),
+                   Turn(content=ANSWER), Turn(content="Copied."))
+        await run(session, owner_token, request.replace("new file shed.txt", "new file spare.txt"))
+        assert (workspace / "spare.txt").read_text() == "shed: 4471"
+        assert texts.the_line("garage: 1187\nshed: 4471\n", "Copy the shed line") == "shed: 4471\n"
+        assert texts.the_line("garage: 1187\nshed: 4471\n", "Copy the lines") == "garage: 1187\nshed: 4471\n"
+        assert texts.the_line("garage: 1187\nshed: 4471\n", "Copy the line about the boat") == "garage: 1187\nshed: 4471\n"
+
     async def test_a_files_text_after_a_result_is_written_again_from_the_results(self, llm, session, owner, owner_token):
         # In the step's JSON Qwen2.5-Coder-0.5B wrote the key "timeout" into timeout.txt.
         from tools_app.workspace import workspace_for
@@ -979,6 +1006,64 @@ class TestSmallModelStep:
         assert (await ScratchpadSection.objects.aget(section="car")).content == "117"
         assert frames[-1]["content"] == "Spot 117 is in the scratchpad."
 
+    async def test_a_value_to_work_out_is_a_program_step_and_the_next_part_keeps_its_output(self, llm, session, owner_token,
+                                                                                           host_tools_allowed):
+        # By its best word match Qwen2.5-Coder-0.5B was sent to share_file for "each person's share"
+        # (schedule_routine for "minutes in 3.5 hours"); a part that works a value out is code_exec's.
+        program = json.dumps({"name": "code_exec", "arguments": {"code": "print(96 / 3)"}})
+        note = json.dumps({"name": "scratchpad", "arguments": {"action": "write", "section": "dinner", "content": "32.0"}})
+        llm.script(Turn(content=program), Turn(content="```python\nprint(96 / 3)\n```"), Turn(content=note), Turn(content=ANSWER),
+                   Turn(content="Each pays 32 euros."))
+        frames = await run(session, owner_token, "Three of us shared a 96 euro dinner. Work out each person's share and jot "
+                                                 "it in the scratchpad section 'dinner'.")
+        first, second, third = llm.requests[0], llm.requests[2], llm.requests[3]  # [1]: the program written again
+        assert branch_names(schema_of(first)) == ["code_exec"] and branch_names(schema_of(second)) == ["scratchpad"]
+        assert branch_names(schema_of(third))[0] == ANSWER_NAME and len(llm.requests) == 5  # nothing left: share_file never
+        assert 'Part 1: "Work out each person\'s share"' in first["messages"][-1]["content"]  # the numbers' part is no step
+        # The program is asked for that part's value alone, not for "my request" (which writes the note).
+        assert 'only this part of my request: "Work out each person\'s share"' in llm.requests[1]["messages"][-1]["content"]
+        calls = of(frames, "tool_call")
+        assert [c["tool"] for c in calls] == ["code_exec", "scratchpad"] and "32.0" in calls[0]["result"]
+        assert (await ScratchpadSection.objects.aget(section="dinner")).content == "32.0"
+        # The program's exit-code line copied in with its output is left out of the note.
+        copied = json.dumps({"name": "scratchpad", "arguments": {"action": "write", "section": "time",
+                                                                 "content": "210.0\n[exit code 0]"}})
+        llm.script(Turn(content=json.dumps({"name": "code_exec", "arguments": {"code": "print(3.5 * 60)"}})),
+                   Turn(content="```python\nprint(3.5 * 60)\n```"), Turn(content=copied), Turn(content=ANSWER),
+                   Turn(content="210 minutes."))
+        await run(session, owner_token, "How many minutes are in 3.5 hours? Jot the answer in the scratchpad under 'time'.")
+        assert (await ScratchpadSection.objects.aget(section="time")).content == "210.0"
+
+    async def test_an_item_quoted_to_keep_with_a_value_found_is_written_with_it(self, llm, session, owner, owner_token):
+        # Qwen2.5-Coder-0.5B put the quoted words on the list and the file's lines beside them.
+        from tools_app.models import TodoList
+
+        await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"filesystem": "allow"})
+        (await _workspace(owner) / "shifts.txt").write_text("Mon early\nTue late\nWed off\n")
+        read = json.dumps({"name": "filesystem", "arguments": {"action": "read", "path": "shifts.txt"}})
+        apart = json.dumps({"name": "todo", "arguments": {"action": "add", "tasks": [
+            "bake bread on my day off", "Tue late", "Wed off"]}})
+        llm.script(Turn(content=read), Turn(content=apart), Turn(content="Wednesday"),
+                   Turn(content=ANSWER), Turn(content="On your list."))
+        await run(session, owner_token, "Look in shifts.txt for my day off and add 'bake bread on my day off' with that "
+                                        "day to my to-do list.")
+        asked = llm.requests[2]["messages"][-1]["content"]
+        assert "Which day is 'that day' in my request? Reply with the day only" in asked and "Wed off" in asked
+        todo = await TodoList.objects.aget(scope=str(session.id))
+        assert len(todo.items) == 1 and todo.items[0]["task"].startswith("bake bread on my day off (Wednesday")  # dated
+
+    def test_which_items_carry_the_value_found_with_the_quoted_words(self):
+        from agent.toolcalling.guards.notes import carries_found, with_found
+
+        assert with_found("add 'bake bread on my day off' with that day to my to-do list") == (
+            "bake bread on my day off", "that day")
+        assert with_found("add 'call Maria' to my to-do list") == ("", "")  # nothing points back: the quote alone
+        results, request = "Mon early\nTue late\nWed off", "add 'bake bread on my day off' with that day"
+        assert carries_found("bake bread on my day off (Wednesday)", "bake bread on my day off", results, request)
+        assert carries_found("Bake bread on my day off: Wed", "bake bread on my day off", results, request)
+        assert not carries_found("bake bread on my day off", "bake bread on my day off", results, request)
+        assert not carries_found("Wed off", "bake bread on my day off", results, request)
+
     async def test_one_failed_call_of_another_tool_after_a_result_may_be_tried_again(self, llm, session, owner, owner_token):
         await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"filesystem": "allow"})
         (await _workspace(owner) / "notes.txt").write_text("old\n")
@@ -1070,6 +1155,23 @@ class TestSmallModelStep:
         assert not asked.single and [{t.name for t in s.tools} for s in asked.steps] == [{"web_view", "http_request"}, {"filesystem"}]
         # A question answered by working it out is no reading: the order stays the model's.
         assert not plan.make("How many seconds are in a week? Put the number in week.txt.", tools, None)
+        # A value to work out from numbers given is the program tool's part, whatever its words match.
+        worked = plan.make("How many minutes are in 3.5 hours? Jot the answer in the scratchpad under 'time'.", tools, None)
+        assert [[t.name for t in s.tools] for s in worked.steps] == [["code_exec"], ["scratchpad"]]
+        assert progress.computes("Work out each person's share", tools, None, "Three of us shared a 96 euro dinner")
+        assert not progress.computes("Work out each person's share", tools, None)  # no number to work with
+        assert not progress.computes("How many items are on my to-do list", tools, None)
+        # A web address's or a file name's digits are no numbers to work with: the stock is read, not worked out.
+        assert not progress.computes("tell me how many widgets are in stock", tools, None, "Fetch http://127.0.0.1:8000/stock.json")
+        assert not progress.computes("how many lines are in report2.txt", tools, None)
+        assert not progress.computes("How many minutes are in 3.5 hours", [t for t in tools if t.name != "code_exec"], None)
+
+        def closest(tool: str) -> dict:
+            return {toolmeaning.ANSWER: 0.1, "todo": 0.2, tool: 0.3}
+
+        # No number: only when the program tool is the part's closest in meaning.
+        assert progress.computes("How many seconds are there in a week", tools, closest("code_exec"))
+        assert not progress.computes("How many items are on my to-do list", tools, closest("todo"))
 
         def meaning(**scores):
             return toolmeaning.Meaning(whole={toolmeaning.ANSWER: 0.2, **scores}, parts=[], part_texts=[])

@@ -6,9 +6,9 @@ capped step (profile `max_tools`) on a part with such tools is offered those too
 not answer: the model then writes the call's arguments, which it does well.
 
 A part's tools, from what it says, not from word lists of tasks: a file name (the file tools), a
-web address (the tools that take a `url`), a tool named by its exact name, or, where an embedding
-model answers, the tool that the part's words and its meaning agree on, clearly more than on a
-plain reply. A part with none of these ("tell me the result") is left to the model. There is a
+web address (the tools that take a `url`), a tool named by its exact name, a value to work out
+(`computes`: the program tool), or, where an embedding model answers, the tool that the part's
+words and its meaning agree on, clearly more than on a plain reply. A part with none of these ("tell me the result") is left to the model. There is a
 plan only when the first part and one more have tools; a step is checked off by a successful call of one
 of its tools after the step before it was, and forced at most MAX_TRIES times. A request with no
 such plan whose one call is plain gets a plan of that one step (`first_call`).
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from agent.llm.messages import ToolCall
 from agent.toolcalling import toolmeaning, toolselect
-from agent.toolcalling.progress import CONFIRM
+from agent.toolcalling.progress import CONFIRM, computes, runs_programs
 
 MAX_TRIES = 2  # forced steps on one part: a call that fails twice leaves the part to the model
 # A part's best word match counts when it is among the part's CONFIRM closest in meaning (the rule
@@ -91,10 +91,14 @@ def make(request: str, tools: list, meaning: toolmeaning.Meaning | None) -> Plan
     parts or more have tools; else its plain first call (`first_call`), or an empty plan."""
     parts = meaning.part_texts if meaning is not None and meaning.part_texts else toolmeaning.parts_of(request)
     scores = meaning.parts if meaning is not None and meaning.part_texts else [None] * len(parts)
-    steps = [Step(part, tools_for(part, tools, part_scores)) for part, part_scores in zip(parts, scores)]
+    steps = [Step(part, tools_for(part, tools, part_scores, " ".join(parts[:i])))
+             for i, (part, part_scores) in enumerate(zip(parts, scores))]
     # A question the next part answers from a web address ("How many people live in Varnholt? It
-    # says on <url>. Put the number in population.txt."): the reading comes first.
-    while len(steps) > 1 and not steps[0].tools and _URL.search(steps[1].part) and steps[1].tools:
+    # says on <url>. Put the number in population.txt."), or the numbers the next part works out
+    # ("Three of us shared a 96 euro dinner. Work out each person's share …": its program is
+    # written from the whole request): the reading or the working out comes first.
+    while len(steps) > 1 and not steps[0].tools and steps[1].tools and (
+            _URL.search(steps[1].part) or computes(steps[1].part, tools, None, steps[0].part)):
         steps = steps[1:]
     # A first part without tools leaves the order unknown from the start: no plan.
     if steps and steps[0].tools and sum(bool(s.tools) for s in steps) > 1:
@@ -141,13 +145,16 @@ def _agreed(request: str, tools: list, meaning: toolmeaning.Meaning | None) -> l
     return [best]
 
 
-def tools_for(part: str, tools: list, scores: dict[str, float] | None) -> list:
-    """The tools that plainly do this part ([] when it does not say)."""
+def tools_for(part: str, tools: list, scores: dict[str, float] | None, before: str = "") -> list:
+    """The tools that plainly do this part ([] when it does not say); `before`: the request's
+    parts before it."""
     plain = _named_or_addressed(part, tools)
     if plain is not None:
         return plain
     if toolselect.file_names(part):
         return [t for t in tools if t.name == FILE_TOOL]
+    if computes(part, tools, scores, before):
+        return [t for t in tools if runs_programs(t)]
     if scores is None:
         return []
     words = toolselect.scored(toolselect.mentioned(tools, part), part)

@@ -49,6 +49,40 @@ def _only_read(name: str, done: list[ToolCall]) -> bool:
     return bool(touching) and all(c.arguments.get("action") == "read" for c in touching)
 
 
+# A part that asks for a value worked out ("work out the area of …", "how many minutes are in 3.5
+# hours", "each person's share"): what the verbs and questions of reckoning mean.
+_RECKONS = re.compile(r"\b(?:work(?:s|ed)? out|calculate|compute|how (?:many|much)|add(?:s|ed)? up|convert|"
+                      r"divide|multiply|average|split)\b", re.I)
+# A number to work it out from: digits, or a number said in words ("Three of us shared …").
+_NUMBER = re.compile(r"\d|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|thirty|forty|"
+                     r"fifty|hundred|thousand|million|half|dozen|twice|double|triple)\b", re.I)
+
+
+def computes(part: str, tools: list, scores: dict[str, float] | None, before: str = "") -> bool:
+    """Whether the part asks for a value worked out, for the program tool (code_exec) to compute:
+    it says a verb or question of reckoning (_RECKONS) and gives numbers to work with (in it or in
+    the parts before it, `before`; not in a web address or a file name), or, where an embedding model answers, the program tool is its
+    closest in meaning ("how many seconds are there in a week"). By its best word match instead,
+    "how many minutes are in 3.5 hours" went to schedule_routine and "work out each person's
+    share" to share_file. Not without a program tool; "how many items are on my to-do list" gives
+    no number and is closest to `todo`."""
+    runner = next((t for t in tools if runs_programs(t)), None)
+    if runner is None or not _RECKONS.search(part):
+        return False
+    said = f"{before} {part}"
+    for name in [*re.findall(r"\bhttps?://\S+", said), *toolselect.file_names(said)]:
+        said = said.replace(name, " ")  # "127.0.0.1:8000" or "report2.txt" is no number to work with
+    if _NUMBER.search(said):
+        return True
+    ranked = toolmeaning.ranked(tools, scores) if scores else []
+    return bool(ranked) and ranked[0][0].name == runner.name
+
+
+def runs_programs(tool) -> bool:
+    """A tool that runs a program it is given as is (code_exec)."""
+    return bool(getattr(tool, "code_runs_as_is", False) and getattr(tool, "code_argument", ""))
+
+
 def what_is_left(request: str, done: list[ToolCall], offer: list, used: set[str] | frozenset[str] = frozenset(),
                  meaning: toolmeaning.Meaning | None = None) -> Left:
     """For a small model that would stop or go round: the parts of the request left — the
@@ -57,7 +91,8 @@ def what_is_left(request: str, done: list[ToolCall], offer: list, used: set[str]
     email and put each errand on my todo list") that did not run: a part's best tool by
     words, where its meaning agrees (among the part's CONFIRM closest, and closer than a plain
     reply). Words alone named tools for parts such as "port set to 8080" or "tell me the
-    result"; without an embedding model only files count."""
+    result"; without an embedding model only files count. A part that works a value out
+    (`computes`) is done once a program ran."""
     values = " ".join(json.dumps(c.arguments, ensure_ascii=False).lower() for c in done)
     files = [f for f in toolselect.file_names(request) if f.rsplit("/", 1)[-1].lower() not in values]
     to_change = [f for f in toolselect.file_names(request) if _CHANGE.search(request) and _only_read(f, done)]
@@ -67,7 +102,10 @@ def what_is_left(request: str, done: list[ToolCall], offer: list, used: set[str]
     pairs = list(zip(meaning.part_texts, meaning.parts)) if meaning is not None else []
     if meaning is not None and not pairs and not ran:
         pairs = [(request, meaning.whole)]
-    for part, scores in pairs:
+    programs = {t.name for t in offer if runs_programs(t)}
+    for i, (part, scores) in enumerate(pairs):
+        if programs & ran and computes(part, offer, scores, " ".join(p for p, _ in pairs[:i])):
+            continue  # a value to work out, and a program ran: not share_file's for "each person's share"
         words = toolselect.scored(toolselect.mentioned(offer, part, ran), part)
         if not words or words[0][1] <= 0:
             continue

@@ -29,6 +29,7 @@ from agent.toolcalling.partial_json import FieldText
 from agent.turn.repairs import (
     compute_first,
     keep_as_said,
+    keep_with_found,
     read_first,
     read_named_first,
     write_code,
@@ -212,12 +213,14 @@ async def _repaired(conv: Conversation, setup: Setup, call: ToolCall, query: str
         if paths.fix_path(call, query) or fixed:
             ledger.fired("paths")
     if "programs" in on:
-        await write_code(conv, setup, call)
+        await write_code(conv, setup, call, part)
     if "reads" in on:
         call = await read_first(setup, call, query)
         call = await read_named_first(setup, call, query)
     if on & {"texts", "notes"}:
         await write_text(conv, setup, call)
+    if "notes" in on:
+        await keep_with_found(conv, setup, call, part)
     if "facts" in on:
         await keep_as_said(conv, setup, call)
     if "values" in on:

@@ -22,15 +22,15 @@ from tools_app.context import current_stop_event
 log = logging.getLogger(__name__)
 
 
-async def write_code(conv: Conversation, setup: Setup, call: ToolCall) -> None:
-    """`write_program`, then what the program plainly forgot put in (programs.completed_program:
+async def write_code(conv: Conversation, setup: Setup, call: ToolCall, part: str | None = None) -> None:
+    """`write_program` (`part`: the planned step's part, when forced), then what the program plainly forgot put in (programs.completed_program:
     a standard module never imported, a lone function never called) and the end of a span the
     request said with both ends (programs.inclusive_ranges: "1 to 12345" is range(1, 12346))."""
     key = written_as(call)  # as the model wrote it: how a repeat of it is recognised
     tool = next((t for t in setup.step_tools if t.name == call.name), None)
     argument = getattr(tool, "code_argument", "")
     own = call.arguments.get(argument) if argument and isinstance(call.arguments, dict) else None
-    await write_program(conv, setup, call)
+    await write_program(conv, setup, call, part)
     if argument and isinstance(call.arguments.get(argument), str):
         completed = programs.completed_program(call.arguments[argument])
         completed = programs.inclusive_ranges(completed, conv.last_request())
@@ -41,10 +41,12 @@ async def write_code(conv: Conversation, setup: Setup, call: ToolCall) -> None:
             ledger.fired("programs")
 
 
-async def write_program(conv: Conversation, setup: Setup, call: ToolCall) -> None:
+async def write_program(conv: Conversation, setup: Setup, call: ToolCall, part: str | None = None) -> None:
     """A small model's program argument (Tool.code_argument), written again as plain code in a
     short call of its own: inside a JSON string a coder model writes `1 + 12345` for "the sum
-    from 1 to 12345"; asked for code, it writes the program. The model's own version stays when
+    from 1 to 12345"; asked for code, it writes the program. For a planned part of a request of
+    several (`part`: the planned step's, a value to work out), the program of that part's value
+    alone (programs.PART_BRIEF). The model's own version stays when
     this one gives no Python that parses, or reads a file or path nobody named, and is not asked
     for when it is one expression that computes from builtins alone (programs.computes_itself)."""
     tool = next((t for t in setup.step_tools if t.name == call.name), None)
@@ -57,6 +59,8 @@ async def write_program(conv: Conversation, setup: Setup, call: ToolCall) -> Non
         brief = tool.code_brief.format(**{k: v for k, v in call.arguments.items() if isinstance(v, str)})
     except (KeyError, IndexError, ValueError):
         brief = tool.code_brief
+    if part and getattr(tool, "code_runs_as_is", False) and part.strip() != conv.last_request().strip():
+        brief = programs.PART_BRIEF.format(part=part)
     own, said = call.arguments.get(argument, ""), programs.turn_said(conv.context)
     code = await ask_program(conv, setup, call, brief)
     if code and programs.invents_numbers(code, f"{said}\n{own}"):
@@ -144,6 +148,10 @@ async def write_text(conv: Conversation, setup: Setup, call: ToolCall) -> None:
     if text and texts.is_call_text(text, tool):
         return  # a call written where the file's text goes
     text = texts.after_echo(text, own)  # the prompt written back before the text: the text after it
+    text = texts.without_headers(text, own)  # a result's header copied in with the result
+    if action != "append" and table is None and texts.read_this_turn(conv.context, path) is None:
+        # One line asked for, into a file not read (a copy, not an edit of that file): not the whole text.
+        text = texts.the_line(text, conv.last_request())
     if not text:
         return  # nothing but the prompt written back: the model's own stays
     if text and action != "append" and texts.unreadable(path, text) and not texts.unreadable(path, own):
@@ -160,8 +168,14 @@ async def write_note(conv: Conversation, setup: Setup, call: ToolCall, tool, own
     model's own stays when it is what the results said (every word of it there, one at least not
     the request's: "Ines Varga" read from doctor.txt); else it is asked again as one short sentence
     (notes.note_prompt), kept only when that sentence carries something the results said
-    and the request did not."""
+    and the request did not. A program's exit-code line (or a result's header) copied in is left out."""
     request = conv.last_request()
+    if (bare := texts.without_headers(own, "").rstrip("\n")) != own.rstrip("\n") and bare.strip():
+        # "210.0\n[exit code 0]": the program's exit-code line copied in with its output
+        key, own = written_as(call), bare
+        call.arguments = tool.with_kept_text(call.arguments, own)
+        setup.rewritten[key] = dict(call.arguments)
+        ledger.fired("notes")
     if await _answer_kept(conv, setup, call, tool, own, results):
         return
     if notes.grounded(own, results, request):
@@ -202,6 +216,35 @@ async def _answer_kept(conv: Conversation, setup: Setup, call: ToolCall, tool, o
     setup.rewritten[key] = dict(call.arguments)
     ledger.fired("notes")
     return True
+
+
+async def keep_with_found(conv: Conversation, setup: Setup, call: ToolCall, part: str | None) -> None:
+    """A small model's call of a tool that keeps what it is given (a to-do list, a note), for a
+    planned part that quotes the words to keep with a value found before it (notes.with_found:
+    "add 'bake bread on my day off' with that day to my to-do list"), that keeps no item holding
+    both: Qwen2.5-Coder-0.5B put the quoted words on the list and the file's lines beside them as
+    items. The value is asked for alone (notes.value_prompt) and kept as one item, the quoted
+    words with it, when it is something the results said (notes.carries_found)."""
+    tool = next((t for t in setup.step_tools if t.name == call.name), None)
+    quote, meant = notes.with_found(part or "")
+    if not quote or not getattr(tool, "keeps", False) or not isinstance(call.arguments, dict):
+        return
+    results = "\n".join(m.content for m in this_turn(conv.context)
+                        if m.role == "tool" and m.name != call.name and not m.content.startswith("ERROR"))
+    request = conv.last_request()
+    if not results or any(notes.carries_found(item, quote, results, request)
+                          for item in tool.kept_text(call.arguments).splitlines()):
+        return
+    reply = await short_call(setup, "text", notes.value_prompt(conv.context, call.name, meant), call.name)
+    value = next((line.strip().strip("`*-").strip().rstrip(".") for line in (reply or "").splitlines() if line.strip()), "")
+    text = f"{quote} ({value})"
+    if not value or len(value) > notes.NOTE_CHARS or not notes.carries_found(text, quote, results, request):
+        log.info("an item quoted to keep with a value found was not written with it: the model's own stays")
+        return
+    key = written_as(call)
+    call.arguments = tool.with_kept_text(call.arguments, text)
+    setup.rewritten[key] = dict(call.arguments)
+    ledger.fired("notes")
 
 
 async def keep_as_said(conv: Conversation, setup: Setup, call: ToolCall) -> None:

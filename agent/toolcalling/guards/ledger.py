@@ -47,14 +47,17 @@ GROUPS: tuple[Group, ...] = (
           "a write over a file the model never saw, or a list/note filled before the file the request names "
           "was read: made a read first"),
     Group("texts", ("turn.repairs.write_text", "guards.texts.text_from", "guards.texts.unreadable",
-                    "guards.texts.is_call_text", "guards.texts.new_lines", "guards.texts.after_echo"),
+                    "guards.texts.is_call_text", "guards.texts.new_lines", "guards.texts.after_echo",
+                    "guards.texts.without_headers", "guards.texts.the_line"),
           "a file's text written from the request when a tool had returned the value (the key for the value), "
           "unreadable in its format, a call written as the text, a table's rows written again (its own rewrite kept "
           "only when it is not the prompt written back)"),
     Group("notes", ("turn.repairs.write_note", "guards.notes.grounded", "guards.notes.found_news",
-                    "turn.repairs._answer_kept", "guards.notes.asked_before", "guards.notes.on_one_line"),
-          "a note or fact that carries the request's words instead of the value a tool returned, or, kept after a "
-          "question ('tell me which day I'm off, and keep that in mind'), a line read that does not answer it"),
+                    "turn.repairs._answer_kept", "guards.notes.asked_before", "guards.notes.on_one_line",
+                    "turn.repairs.keep_with_found", "guards.notes.with_found", "guards.notes.carries_found"),
+          "a note or fact that carries the request's words instead of the value a tool returned; kept after a "
+          "question ('tell me which day I'm off, and keep that in mind'), a line read that does not answer it; or an "
+          "item the request quotes to keep with a value found kept without it"),
     Group("dates", ("tools_app.dates.with_dates",),
           "a todo list split into an item and its date, then the clock's days listed as items"),
     Group("salvage", ("guards.salvage.salvaged",),

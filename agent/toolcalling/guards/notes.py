@@ -1,7 +1,9 @@
 """Slip: a small model's note or fact (not a file) that does not carry what the tools returned —
 the request's words written back instead of the value read. Kept when grounded in the results
 (`grounded`), else asked again as one short sentence (`note_prompt`) kept only when it carries
-something the results said and the request did not (`found_news`).
+something the results said and the request did not (`found_news`). An item the request quotes to
+keep with a value found ("add 'bake bread on my day off' with that day"), kept without it, is asked
+with the value asked for alone (`with_found`, `value_prompt`).
 """
 
 from __future__ import annotations
@@ -109,3 +111,50 @@ def quoted_in(text: str, request: str) -> bool:
     said = (text or "").strip().strip("'\"“”‘’").strip().lower()
     return bool(said) and any(m.group(0).strip("'\"“”‘’").strip().lower() == said
                               for m in toolmeaning._QUOTED.finditer(request or ""))
+
+
+# A part that keeps a quoted item with something found before it: "with that day", "for this
+# date", "and the same time" — a word that points back, outside the quoted words, and what it names.
+_POINTS_BACK = re.compile(r"\b(?:that|this|the same)\s+(\w+)", re.I)
+# Asked "Reply with only what my request means by 'that day'", Qwen2.5-Coder-0.5B wrote the
+# quoted words back; asked "Which day is 'that day' …", it wrote "Wed" (and "14:30", "B4" for a time
+# and a room on wordings of our own).
+VALUE_ASK = "Which {noun} is '{meant}' in my request? Reply with the {noun} only, as my tools returned it."
+
+
+def with_found(part: str) -> tuple[str, str]:
+    """(the text a planned part quotes to keep with a value found before it, what points back to
+    that value): ("bake bread on my day off", "that day") for "add 'bake bread on my day off' with
+    that day to my to-do list"; ("", "") when it quotes none, or nothing outside the quote points back."""
+    quotes = list(toolmeaning._QUOTED.finditer(part or ""))
+    if len(quotes) != 1:
+        return "", ""
+    pointer = _POINTS_BACK.search(part[:quotes[0].start()] + " " + part[quotes[0].end():])
+    if pointer is None:
+        return "", ""
+    return quotes[0].group(0).strip("'\"“”‘’").strip(), pointer.group(0)
+
+
+def value_prompt(context: list[ChatMessage], tool: str, meant: str) -> list[ChatMessage]:
+    """What the value a quoted item is kept with is asked from: the request and what other tools
+    returned (VALUE_ASK). Asked for the whole item, Qwen2.5-Coder-0.5B wrote the quoted words back."""
+    request, results = request_and_results(context, others_of=tool)
+    return [
+        ChatMessage(role="system", content=NOTE_SYSTEM),
+        ChatMessage(role="user", content=f"My request: {request}\n\nWhat my tools returned so far:\n{results}\n\n"
+                                         + VALUE_ASK.format(meant=meant, noun=meant.split()[-1])),
+    ]
+
+
+def carries_found(text: str, quote: str, results: str, request: str) -> bool:
+    """`text` holds the quoted words and something the results said that the request did not: a
+    value found (`found_news`), or a word of the results written out ("Wednesday" for "Wed off")."""
+    lowered = (text or "").lower()
+    if quote.lower() not in lowered:
+        return False
+    rest = lowered.replace(quote.lower(), " ")
+    if found_news(rest, results, request):
+        return True
+    said = set(re.findall(r"\w+", (request or "").lower()))
+    found = {w for w in re.findall(r"\w+", results.lower()) if len(w) >= 3 and w not in said}
+    return any(word.startswith(w) for word in re.findall(r"\w+", rest) for w in found)

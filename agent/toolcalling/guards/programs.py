@@ -2,7 +2,8 @@
 for "the sum from 1 to 12345", `range(1, 12345)` for a span that holds its end, a module used and
 never imported, a lone function never called. The program is written again in a call of its own
 (`code_prompt`, `code_from`) and kept only when it invents no number or input; a one-expression
-program that computes from builtins alone stays as written (`computes_itself`).
+program that computes from builtins alone stays as written (`computes_itself`). A planned part
+that works a value out is asked for that part's value alone (`PART_BRIEF`).
 """
 
 from __future__ import annotations
@@ -211,6 +212,11 @@ def invents_numbers(code: str, said: str) -> bool:
 
 
 NUMBERS_NOTE = "Use the numbers exactly as my request gives them: {numbers}."
+# A planned step's program for one part of a request of several (agent.toolcalling.plan): the
+# value that part works out, printed. Asked for "my request" (… "and write it into area.txt"),
+# Qwen2.5-Coder-0.5B wrote a program that wrote the file, or summed the squares of 7.5 and 4.
+PART_BRIEF = ('Write a short Python 3 program that works out only this part of my request: "{part}". '
+              "It must print() the value and nothing else, and must not write any file.")
 
 
 def numbers_in(text: str) -> str:

@@ -108,15 +108,53 @@ def echoes_prompt(text: str, own: str) -> bool:
 
 def after_echo(text: str, own: str) -> str:
     """The text without the prompt written back before it: what follows the prompt's last line
-    ("The exact text to write into shed.txt:"), when the reply echoed the prompt and then gave
-    the text; "" when it gave nothing after it, or what follows still echoes the prompt."""
+    ("The exact text to write into shed.txt:", else the last result's header), when the reply
+    echoed the prompt and then gave the text; "" when it gave nothing after it, or what follows
+    still echoes the prompt."""
     if not echoes_prompt(text, own):
         return text
-    asked = list(_ASKED.finditer(text))
+    asked = list(_ASKED.finditer(text)) or list(_RESULT_HEADER.finditer(text))
     if not asked:
         return ""
     rest = text[asked[-1].end():].strip("\n")
     return "" if not rest.strip() or echoes_prompt(rest, own) else rest + ("\n" if text.endswith("\n") else "")
+
+
+# A result's header as the prompts show it (agent.toolcalling.prompts.request_and_results):
+# `filesystem {"action": "read", "path": "keys.txt"} →`, the result on the lines after it.
+# and a program's `[exit code 0]` line under its output (tools_app.builtin.code_exec).
+_RESULT_HEADER = re.compile(r"^[ \t]*(?:[\w.-]+ \{[^\n]*\} →|\[exit code -?\d+\])[ \t]*(?:\n|$)", re.M)
+
+
+def without_headers(text: str, own: str) -> str:
+    """The text without the results' headers (and a program's exit-code line) the prompt showed and
+    the model copied in, unless its own text had them: the 0.5B model asked for the bike shed's
+    line wrote `filesystem {"action": "read", "path": "keys.txt", "offset": 0} →` and the file
+    under it into shed.txt, and "210.0\n[exit code 0]" into the scratchpad."""
+    if not text or _RESULT_HEADER.search(own or ""):
+        return text
+    return _RESULT_HEADER.sub("", text)
+
+
+# A request for one line of a file ("copy the line about the bike shed", "the boiler service line").
+_ONE_LINE = re.compile(r"\bline\b(?!s)", re.I)
+_WORD = re.compile(r"[a-z0-9]{3,}")
+
+
+def the_line(text: str, request: str) -> str:
+    """For a request that asks for one line, of a text of several copied from what was read: the
+    one line that holds the most of the request's words (at least one); the text as it is when
+    no line holds more than every other. Asked to copy the bike shed's line, the 0.5B model copied
+    the whole of keys.txt."""
+    lines = [line for line in (text or "").splitlines() if line.strip()]
+    if not _ONE_LINE.search(request or "") or len(lines) < 2:
+        return text
+    said = set(_WORD.findall((request or "").lower()))
+    scores = [len(set(_WORD.findall(line.lower())) & said) for line in lines]
+    best = max(scores)
+    if best == 0 or scores.count(best) > 1:
+        return text
+    return lines[scores.index(best)] + ("\n" if text.endswith("\n") else "")
 
 
 def text_from(reply: str, own: str) -> str:
