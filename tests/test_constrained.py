@@ -592,21 +592,28 @@ class TestSmallModelStep:
         assert [c["args"]["action"] for c in of(frames, "tool_call")] == ["read", "write"]
         assert (workspace_for(owner.pk) / "b.txt").read_text() == "apple" and frames[-1]["content"] == "Copied."
 
-    async def test_a_rewritten_text_that_writes_the_prompt_back_keeps_only_the_text_after_it(self, llm, session, owner, owner_token):
-        # Seen on Qwen2.5-Coder-0.5B: its own text was the request; the text call's reply was the
-        # prompt ("Today is …", "What my tools returned so far: …") then the line, and all of it
-        # went into the new file.
+    @staticmethod
+    async def _copy_shed_line(llm, session, owner, owner_token, rewritten: str, into: str = "shed.txt"):
+        """"Copy the shed line from keys.txt into a new file INTO.": the model reads keys.txt, writes
+        the request as the text, and its reply when the text is asked again is `rewritten`. The
+        owner's workspace and the run's frames."""
         from tools_app.workspace import workspace_for
 
         await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"filesystem": "allow"})
         workspace = workspace_for(owner.pk)
         (workspace / "keys.txt").write_text("garage: 1187\nshed: 4471\n")
         read = json.dumps({"name": "filesystem", "arguments": {"action": "read", "path": "keys.txt"}})
-        request = "Copy the shed line from keys.txt into a new file shed.txt."
-        write = json.dumps({"name": "filesystem", "arguments": {"action": "write", "path": "shed.txt", "content": request}})
+        request = f"Copy the shed line from keys.txt into a new file {into}."
+        write = json.dumps({"name": "filesystem", "arguments": {"action": "write", "path": into, "content": request}})
+        llm.script(Turn(content=read), Turn(content=write), Turn(content=rewritten), Turn(content=ANSWER), Turn(content="Copied."))
+        return workspace, await run(session, owner_token, request)
+
+    async def test_a_rewritten_text_that_writes_the_prompt_back_keeps_only_the_text_after_it(self, llm, session, owner, owner_token):
+        # Seen on Qwen2.5-Coder-0.5B: its own text was the request; the text call's reply was the
+        # prompt ("Today is …", "What my tools returned so far: …") then the line, and all of it
+        # went into the new file.
         echoed = "Today is Monday, 07 December 2026.\n\nWhat my tools returned so far:\nshed: 4471\n\nThe exact text to write into shed.txt:\nshed: 4471"
-        llm.script(Turn(content=read), Turn(content=write), Turn(content=echoed), Turn(content=ANSWER), Turn(content="Copied."))
-        frames = await run(session, owner_token, request)
+        workspace, frames = await self._copy_shed_line(llm, session, owner, owner_token, echoed)
         assert schema_of(llm.requests[2]) is None  # the text was asked again ...
         assert (workspace / "shed.txt").read_text() == "shed: 4471"  # ... and only what follows the prompt kept
         assert frames[-1]["content"] == "Copied."
@@ -614,25 +621,14 @@ class TestSmallModelStep:
     async def test_a_results_header_copied_into_a_rewritten_text_is_left_out(self, llm, session, owner, owner_token):
         # Seen on Qwen2.5-Coder-0.5B: `filesystem {"action": "read", "path": "keys.txt", "offset": 0} →`
         # and the file under it went into shed.txt.
-        from tools_app.workspace import workspace_for
-
-        await Profile.objects.filter(pk="secretary").aupdate(tool_policy={"filesystem": "allow"})
-        workspace = workspace_for(owner.pk)
-        (workspace / "keys.txt").write_text("garage: 1187\nshed: 4471\n")
-        read = json.dumps({"name": "filesystem", "arguments": {"action": "read", "path": "keys.txt"}})
-        request = "Copy the shed line from keys.txt into a new file shed.txt."
-        write = json.dumps({"name": "filesystem", "arguments": {"action": "write", "path": "shed.txt", "content": request}})
         copied = 'filesystem {"action": "read", "path": "keys.txt"} →\nshed: 4471'
-        llm.script(Turn(content=read), Turn(content=write), Turn(content=copied), Turn(content=ANSWER), Turn(content="Copied."))
-        await run(session, owner_token, request)
+        workspace, _ = await self._copy_shed_line(llm, session, owner, owner_token, copied)
         assert (workspace / "shed.txt").read_text() == "shed: 4471"
         assert texts.without_headers("a {x} →\nb", "a {x} →\nb") == "a {x} →\nb"  # the model's own had it: kept
         # The whole file echoed under the prompt: the one line asked for, into a file not read.
         echoed = ("Today is Monday.\n\nWhat my tools returned so far:\nfilesystem {\"action\": \"read\", \"path\": \"keys.txt\"} →\n"
                   "garage: 1187\nshed: 4471\n")
-        llm.script(Turn(content=read), Turn(content=write.replace("shed.txt\"", "spare.txt\"")), Turn(content=echoed),
-                   Turn(content=ANSWER), Turn(content="Copied."))
-        await run(session, owner_token, request.replace("new file shed.txt", "new file spare.txt"))
+        await self._copy_shed_line(llm, session, owner, owner_token, echoed, into="spare.txt")
         assert (workspace / "spare.txt").read_text() == "shed: 4471"
         assert texts.the_line("garage: 1187\nshed: 4471\n", "Copy the shed line") == "shed: 4471\n"
         assert texts.the_line("garage: 1187\nshed: 4471\n", "Copy the lines") == "garage: 1187\nshed: 4471\n"

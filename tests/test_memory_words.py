@@ -42,6 +42,20 @@ def _save(value: str, key: str = "pool locker", category: str = "places") -> Tur
     return Turn(content=json.dumps({"name": "memory_save", "arguments": {"category": category, "key": key, "value": value}}))
 
 
+async def _dentist_changed(llm, session, owner, owner_token, *turns: Turn) -> None:
+    """"My dentist changed, it's now Dr. Haddad." on a small model's profile, with health: dentist
+    (Dr. Moreau) and people: landlady kept: the model's turns are `turns`; the dentist is updated
+    where it is kept and the landlady left as she is."""
+    await _profile(SMALL)
+    await sync_to_async(upsert_fact)(owner.id, "health", "dentist", "Dr. Moreau")
+    await sync_to_async(upsert_fact)(owner.id, "people", "landlady", "Mrs Quist")
+    await sync_to_async(refresh_summary)(owner.id)
+    llm.script(*turns)
+    await run(session, owner_token, "My dentist changed, it's now Dr. Haddad.")
+    rows = await sync_to_async(lambda: sorted(MemoryFact.objects.values_list("category", "key", "value")))()
+    assert rows == [("health", "dentist", "Dr. Haddad"), ("people", "landlady", "Mrs Quist")]
+
+
 async def _values() -> list[str]:
     return await sync_to_async(lambda: sorted(MemoryFact.objects.values_list("value", flat=True)))()
 
@@ -111,15 +125,8 @@ class TestASmallModelsFact:
             self, llm, session, owner, owner_token):
         """Seen on Qwen2.5-Coder-0.5B: "personal secretary: Dr. Haddad = Dr. Moreau" (the old value,
         copied from the memory summary, under the new one as the key): the fact meant is health: dentist."""
-        await _profile(SMALL)
-        await sync_to_async(upsert_fact)(owner.id, "health", "dentist", "Dr. Moreau")
-        await sync_to_async(upsert_fact)(owner.id, "people", "landlady", "Mrs Quist")
-        await sync_to_async(refresh_summary)(owner.id)
-        llm.script(_save("Dr. Moreau", "Dr. Haddad", "personal secretary"), Turn(content="Dr. Haddad"), Turn(content=ANSWER),
-                   Turn(content="Updated."))
-        await run(session, owner_token, "My dentist changed, it's now Dr. Haddad.")
-        rows = await sync_to_async(lambda: sorted(MemoryFact.objects.values_list("category", "key", "value")))()
-        assert rows == [("health", "dentist", "Dr. Haddad"), ("people", "landlady", "Mrs Quist")]
+        await _dentist_changed(llm, session, owner, owner_token, _save("Dr. Moreau", "Dr. Haddad", "personal secretary"),
+                               Turn(content="Dr. Haddad"), Turn(content=ANSWER), Turn(content="Updated."))
         assert await _fired(session) == {"facts": 2}
 
     async def test_a_value_the_owner_said_that_another_fact_holds_is_a_fact_of_its_own(self, llm, session, owner, owner_token):
@@ -142,13 +149,8 @@ class TestASmallModelsFact:
             self, llm, session, owner, owner_token):
         """Seen on Qwen2.5-Coder-0.5B: "personal secretary: Dr. Haddad" = "Dr. Haddad" for "My dentist
         changed, it's now Dr. Haddad." beside "health: dentist" = "Dr. Moreau"."""
-        await _profile(SMALL)
-        await sync_to_async(upsert_fact)(owner.id, "health", "dentist", "Dr. Moreau")
-        await sync_to_async(upsert_fact)(owner.id, "people", "landlady", "Mrs Quist")
-        llm.script(_save("Dr. Haddad", "Dr. Haddad", "personal secretary"), Turn(content=ANSWER), Turn(content="Updated."))
-        await run(session, owner_token, "My dentist changed, it's now Dr. Haddad.")
-        rows = await sync_to_async(lambda: sorted(MemoryFact.objects.values_list("category", "key", "value")))()
-        assert rows == [("health", "dentist", "Dr. Haddad"), ("people", "landlady", "Mrs Quist")]
+        await _dentist_changed(llm, session, owner, owner_token, _save("Dr. Haddad", "Dr. Haddad", "personal secretary"),
+                               Turn(content=ANSWER), Turn(content="Updated."))
         # A key that is no value again is the model's: a new fact beside the one the request names.
         llm.script(_save("Anna", "dentist receptionist", "health"), Turn(content=ANSWER), Turn(content="Noted."))
         await run(session, owner_token, "Keep in mind my dentist's receptionist is Anna.")
@@ -156,13 +158,8 @@ class TestASmallModelsFact:
 
     async def test_a_fact_already_kept_saved_under_a_new_category_is_updated_where_it_is(
             self, llm, session, owner, owner_token):
-        await _profile(SMALL)
-        await sync_to_async(upsert_fact)(owner.id, "health", "dentist", "Dr. Moreau")
-        await sync_to_async(upsert_fact)(owner.id, "people", "landlady", "Mrs Quist")
-        llm.script(_save("Dr. Haddad", " dentist", "personal secretary"), Turn(content=ANSWER), Turn(content="Updated."))
-        await run(session, owner_token, "My dentist changed, it's now Dr. Haddad.")
-        rows = await sync_to_async(lambda: sorted(MemoryFact.objects.values_list("category", "key", "value")))()
-        assert rows == [("health", "dentist", "Dr. Haddad"), ("people", "landlady", "Mrs Quist")]
+        await _dentist_changed(llm, session, owner, owner_token, _save("Dr. Haddad", " dentist", "personal secretary"),
+                               Turn(content=ANSWER), Turn(content="Updated."))
         assert await _fired(session) == {"facts": 1}
 
     async def test_a_new_key_under_a_new_category_is_a_new_fact(self, llm, session, owner, owner_token):
