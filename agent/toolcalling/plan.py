@@ -8,9 +8,10 @@ not answer: the model then writes the call's arguments, which it does well.
 A part's tools, from what it says, not from word lists of tasks: a file name (the file tools), a
 web address (the tools that take a `url`), a tool named by its exact name, a value to work out
 (`computes`: the program tool), or, where an embedding model answers, the tool that the part's
-words and its meaning agree on, clearly more than on a plain reply. A part with none of these ("tell me the result") is left to the model. There is a
-plan only when the first part and one more have tools; a step is checked off by a successful call of one
-of its tools after the step before it was, and forced at most MAX_TRIES times. A request with no
+words and its meaning agree on, clearly more than on a plain reply. A part with none of these
+("tell me the result") is left to the model. There is a plan only when the first part and one more
+have tools; a step is checked off by a successful call of one of its tools after the step before it
+was, and forced at most MAX_TRIES times. A request with no
 such plan whose one call is plain gets a plan of that one step (`first_call`).
 """
 
