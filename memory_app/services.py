@@ -83,8 +83,8 @@ def kept_with_value(owner_id: int, value: str) -> tuple[str, str] | None:
     """(category, key) of the owner's one fact whose value is `value` (case and outer spaces
     aside); None when none or several are."""
     value = (value or "").strip()
-    if not value:
-        return None
+    if not value or len(value) > VALUE_MAX:
+        return None  # longer than any kept value (and too long a LIKE pattern for SQLite)
     rows = list(MemoryFact.objects.filter(owner_id=owner_id, value__iexact=value)[:2])
     return (rows[0].category, rows[0].key) if len(rows) == 1 else None
 

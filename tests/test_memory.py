@@ -388,6 +388,31 @@ class TestTools:
         assert not result.success
         assert await MemoryFact.objects.acount() == 1
 
+    async def test_the_fact_an_update_means_is_found_only_among_the_owners_own(self, owner, other_user):
+        # The small-model repair that moves an update onto the fact it means (guards.facts) looks
+        # facts up by value and by the key the request says: never another owner's.
+        from memory_app.services import kept_key_named, kept_with_value
+
+        await sync_to_async(upsert_fact)(other_user.id, "health", "dentist", "Dr. Moreau")
+        assert await sync_to_async(kept_with_value)(owner.id, "Dr. Moreau") is None
+        assert await sync_to_async(kept_key_named)(owner.id, "My dentist changed, it's now Dr. Haddad.") is None
+        await sync_to_async(upsert_fact)(owner.id, "health", "dentist", "Dr. Moreau")
+        assert await sync_to_async(kept_with_value)(owner.id, "  dr. MOREAU ") == ("health", "dentist")
+        assert await sync_to_async(kept_key_named)(owner.id, "My DENTIST changed!") == ("health", "dentist")
+        # Oversized, empty, other scripts, or two facts that would both fit: no fact is picked.
+        for value in ("", "   ", "x" * 100_000, "Dr. Ｍoreau", "Dr. Moreau\u200b"):
+            assert await sync_to_async(kept_with_value)(owner.id, value) is None
+        assert await sync_to_async(kept_key_named)(owner.id, "my dentist " * 20_000) == ("health", "dentist")
+        await sync_to_async(upsert_fact)(owner.id, "people", "landlady", "Dr. Moreau")
+        assert await sync_to_async(kept_with_value)(owner.id, "Dr. Moreau") is None
+        await sync_to_async(upsert_fact)(owner.id, "work", "dentist", "Dr. Lind")
+        assert await sync_to_async(kept_key_named)(owner.id, "my dentist changed") is None
+        # A model's update through the tool changes the owner's fact, never the other owner's.
+        result, _ = await self._call(owner, "memory_save", {"category": "health", "key": "dentist", "value": "Dr. Haddad"})
+        assert result.success
+        theirs = await MemoryFact.objects.aget(owner=other_user)
+        assert (theirs.category, theirs.key, theirs.value) == ("health", "dentist", "Dr. Moreau")
+
     async def test_the_summary_is_injected_in_run_stream_run_and_run_ephemeral(self, owner, session, llm, profiles):
         from agent.models import Profile
 
